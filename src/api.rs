@@ -1,0 +1,297 @@
+//! The `WebChecker` custom resource (`test.network.io/v1alpha1`).
+//!
+//! The seed's manifests (`spec.host` plus an optional `spec.path`) must keep
+//! working unchanged, so every field added here is optional with a default that
+//! reproduces the seed's behaviour (10 s interval, 1 s timeout, 2xx/3xx success).
+
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "test.network.io";
+/// Label naming the replica that owns (probes) a checker.
+pub const OWNER_LABEL: &str = "webchecker.test.network.io/owner";
+/// Annotation: UID of the owner's membership Lease when the assignment was written.
+/// An assignment is valid only while the owner still holds that very Lease.
+pub const EPOCH_ANNOTATION: &str = "webchecker.test.network.io/epoch";
+/// Annotation: the sharder asks the owner to hand the checker over (value: target replica).
+pub const DRAIN_ANNOTATION: &str = "webchecker.test.network.io/drain";
+/// Label on membership Leases, so replicas can list each other.
+pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
+
+/// Spec of a WebChecker: one HTTP endpoint to probe on an interval.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "test.network.io",
+    version = "v1alpha1",
+    kind = "WebChecker",
+    plural = "webcheckers",
+    singular = "webchecker",
+    shortname = "wc",
+    namespaced,
+    status = "WebCheckerStatus",
+    doc = "WebChecker probes one HTTP(S) endpoint on an interval and reports its health in status, metrics and events.",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the endpoint answers as expected"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Machine-readable reason of the Ready condition"),
+    printcolumn(name = "Code", type_ = "integer", json_path = ".status.lastStatusCode", description = "HTTP status code of the last recorded probe"),
+    printcolumn(name = "Latency", type_ = "string", json_path = ".status.lastLatency", description = "Latency of the last recorded probe"),
+    printcolumn(name = "Owner", type_ = "string", json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/owner", description = "Operator replica that probes this checker"),
+    printcolumn(name = "Last Probe", type_ = "date", json_path = ".status.lastProbeTime", description = "When the recorded probe ran"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[x_kube(validation = Rule::new("self.timeoutSeconds < self.intervalSeconds").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
+#[serde(rename_all = "camelCase")]
+pub struct WebCheckerSpec {
+    /// Base URL of the endpoint: scheme and host, optionally a port, for example `https://example.com` or `http://10.0.0.1:8080`. The path goes in `path`.
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https']").message("spec.host must be an http:// or https:// URL, for example https://example.com"))]
+    #[x_kube(validation = Rule::new("!isURL(self) || url(self).getHostname() != ''").message("spec.host must name a host, for example https://example.com"))]
+    #[x_kube(validation = Rule::new("!isURL(self) || url(self).getEscapedPath() in ['', '/']").message("spec.host must not contain a path; put it in spec.path"))]
+    #[x_kube(validation = Rule::new("!self.contains('?') && !self.contains('#')").message("spec.host must not contain a query or fragment; put the query in spec.path"))]
+    #[schemars(length(min = 1, max = 2048))]
+    pub host: String,
+
+    /// Path (and optional query) requested on the host. Must start with `/`.
+    #[serde(default = "default_path")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('/')").message("spec.path must start with '/', for example /healthz"))]
+    pub path: String,
+
+    /// Seconds between two probes. Default 10, as in the seed.
+    #[serde(default = "default_interval")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub interval_seconds: i32,
+
+    /// Seconds a probe may take in all (DNS, connect, TLS, request, response). Default 1, as in the seed; must be below the interval.
+    #[serde(default = "default_timeout")]
+    #[schemars(range(min = 1, max = 600))]
+    pub timeout_seconds: i32,
+
+    /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx (a superset of the seed's 200, 300-303).
+    #[serde(default = "default_expected_codes")]
+    #[schemars(length(min = 1, max = 64), inner(length(max = 7), regex(pattern = r"^([1-5][0-9][0-9]|[1-5]xx|[1-5][0-9][0-9]-[1-5][0-9][0-9])$")))]
+    #[x_kube(validation = Rule::new("self.all(c, !c.contains('-') || int(c.split('-')[0]) <= int(c.split('-')[1]))").message("spec.expectedStatusCodes: a range must be written low-high, for example 200-299"))]
+    pub expected_status_codes: Vec<String>,
+
+    /// HTTP method. Default GET.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<HttpMethod>,
+
+    /// Extra request headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub headers: Option<Vec<HeaderSpec>>,
+
+    /// Request body (sent as is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 65536))]
+    pub body: Option<String>,
+
+    /// A response slower than this many milliseconds fails with reason SlowResponse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 600000))]
+    pub max_response_time_millis: Option<i32>,
+
+    /// Regular expression checked against the first 64 KiB of the response body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_match: Option<BodyMatch>,
+
+    /// Consecutive failed probes before Ready turns False. Default 1, as in the seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: Option<i32>,
+
+    /// Consecutive successful probes before Ready turns True. Default 1, as in the seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub success_threshold: Option<i32>,
+
+    /// Follow redirects (3xx with Location). Default false: a 3xx answer is judged by expectedStatusCodes, as in the seed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow_redirects: Option<bool>,
+
+    /// Redirects followed at most when followRedirects is true. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 20))]
+    pub max_redirects: Option<i32>,
+
+    /// TLS settings for https hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+
+    /// Stop probing while true; the Ready condition then says Suspended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+}
+
+fn default_path() -> String {
+    "/".to_string()
+}
+fn default_interval() -> i32 {
+    10
+}
+fn default_timeout() -> i32 {
+    1
+}
+fn default_expected_codes() -> Vec<String> {
+    vec!["2xx".to_string(), "3xx".to_string()]
+}
+
+/// HTTP method of the probe request.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum HttpMethod {
+    #[serde(rename = "GET")]
+    Get,
+    #[serde(rename = "HEAD")]
+    Head,
+    #[serde(rename = "POST")]
+    Post,
+    #[serde(rename = "PUT")]
+    Put,
+    #[serde(rename = "PATCH")]
+    Patch,
+    #[serde(rename = "DELETE")]
+    Delete,
+    #[serde(rename = "OPTIONS")]
+    Options,
+}
+
+impl HttpMethod {
+    pub fn as_http(self) -> http::Method {
+        match self {
+            HttpMethod::Get => http::Method::GET,
+            HttpMethod::Head => http::Method::HEAD,
+            HttpMethod::Post => http::Method::POST,
+            HttpMethod::Put => http::Method::PUT,
+            HttpMethod::Patch => http::Method::PATCH,
+            HttpMethod::Delete => http::Method::DELETE,
+            HttpMethod::Options => http::Method::OPTIONS,
+        }
+    }
+}
+
+/// One request header.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.value) != has(self.valueFrom)").message("a header needs exactly one of value or valueFrom"))]
+pub struct HeaderSpec {
+    /// Header name, for example X-Api-Key.
+    #[schemars(length(min = 1, max = 256), regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    pub name: String,
+    /// Literal header value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 8192))]
+    pub value: Option<String>,
+    /// Header value taken from a key of a Secret in the checker's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_from: Option<HeaderValueSource>,
+}
+
+/// Where a header value comes from.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderValueSource {
+    /// A key of a Secret in the checker's namespace.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// Reference to one key of a Secret in the checker's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub struct SecretKeyRef {
+    /// Secret name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the Secret.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A regular expression the response body must (or must not) match.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BodyMatch {
+    /// Regular expression (Rust regex syntax) searched in the body.
+    #[schemars(length(min = 1, max = 1024))]
+    pub regex: String,
+    /// When true the probe fails if the expression matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invert: Option<bool>,
+}
+
+/// TLS options.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// Accept any server certificate (expiry is still reported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub insecure_skip_verify: Option<bool>,
+    /// Server name sent in SNI and verified in the certificate, instead of the host's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub server_name: Option<String>,
+}
+
+/// Observed state, written by the replica that owns the checker.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebCheckerStatus {
+    /// Conditions; `Ready` says whether the endpoint answers as expected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Generation of the spec that the recorded probe used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the recorded probe ran (RFC 3339). Status is rewritten on changes and at least once per heartbeat, so this may lag the latest probe; metrics carry every probe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<String>,
+    /// HTTP status code of the recorded probe (absent when no response came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status_code: Option<i32>,
+    /// Latency of the recorded probe in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_latency_millis: Option<i64>,
+    /// Latency of the recorded probe, human readable (for example 12ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_latency: Option<String>,
+    /// Consecutive successful probes at the time of the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_successes: Option<i32>,
+    /// Consecutive failed probes at the time of the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<i32>,
+    /// Replica that wrote this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// A condition, shaped like metav1.Condition.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Condition type, for example Ready.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Machine-readable reason in CamelCase, for example ProbeSucceeded or ConnectError.
+    #[serde(default)]
+    pub reason: String,
+    /// Short human-readable explanation. Never contains response bodies or secret values.
+    #[serde(default)]
+    pub message: String,
+    /// When the status last changed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// Generation of the spec this condition was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl WebCheckerStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The namespace/name key of a checker, used by the ring and every table.
+pub fn object_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}

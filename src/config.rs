@@ -1,0 +1,170 @@
+//! Command-line flags, each with an environment fallback (docs/operator-interface.md).
+
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::error::Error;
+
+/// Parses `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 5m"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}, use ms, s, m or h")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("{s:?} is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[derive(Parser, Debug, Clone)]
+#[command(name = "webchecker-operator", version, about = "Probes HTTP endpoints described by WebChecker resources")]
+pub struct Config {
+    /// This replica's identity (the pod name): Lease holder and owner label value.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// Namespace of the coordination Leases.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+
+    /// Only watch WebCheckers in this namespace (default: all namespaces).
+    #[arg(long, env = "WEBCHECKER_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+
+    /// Address of the /metrics, /healthz and /readyz server.
+    #[arg(long, env = "WEBCHECKER_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
+
+    /// Probes in flight at most (worker pool size).
+    #[arg(long, env = "WEBCHECKER_WORKERS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub workers: u32,
+
+    /// Status is rewritten at least this often when nothing changes.
+    #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "5m", value_parser = parse_duration)]
+    pub heartbeat: Duration,
+
+    /// Lease duration (membership and leader Leases).
+    #[arg(long, env = "WEBCHECKER_LEASE_DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// The leader gives up leadership when it cannot renew within this.
+    #[arg(long, env = "WEBCHECKER_RENEW_DEADLINE", default_value = "7s", value_parser = parse_duration)]
+    pub renew_deadline: Duration,
+
+    /// Lease renew and retry period.
+    #[arg(long, env = "WEBCHECKER_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    pub retry_period: Duration,
+
+    /// Graceful shutdown budget; keep it below terminationGracePeriodSeconds.
+    #[arg(long, env = "WEBCHECKER_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
+
+    /// Send `X-Webchecker-Replica: <identity>` with each probe.
+    #[arg(long, env = "WEBCHECKER_REPLICA_HEADER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub replica_header: bool,
+
+    /// Export the per-checker latency histogram.
+    #[arg(long, env = "WEBCHECKER_PER_CHECKER_HISTOGRAM", default_value_t = true, action = clap::ArgAction::Set)]
+    pub per_checker_histogram: bool,
+
+    /// Probes never connect to these networks (comma separated CIDRs).
+    #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "169.254.0.0/16,fe80::/10", value_delimiter = ',')]
+    pub deny_cidrs: Vec<ipnet::IpNet>,
+
+    /// If set, probes only connect to these networks.
+    #[arg(long, env = "WEBCHECKER_ALLOW_CIDRS", value_delimiter = ',')]
+    pub allow_cidrs: Vec<ipnet::IpNet>,
+
+    /// Response body bytes read at most.
+    #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]
+    pub max_body_bytes: usize,
+
+    /// Log format: plain or json.
+    #[arg(long, env = "WEBCHECKER_LOG_FORMAT", default_value = "plain", value_parser = ["plain", "json"])]
+    pub log_format: String,
+
+    /// Log filter (tracing syntax); RUST_LOG overrides it.
+    #[arg(long, env = "WEBCHECKER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+impl Config {
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|_| "webchecker-operator".into())
+        })
+    }
+
+    /// Lease timings must leave room for renewals: duration > deadline > 1.2 x retry.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.retry_period.is_zero() {
+            return bad("--retry-period must be above zero".into());
+        }
+        if self.renew_deadline.as_secs_f64() <= 1.2 * self.retry_period.as_secs_f64() {
+            return bad(format!(
+                "--renew-deadline ({:?}) must be more than 1.2 x --retry-period ({:?})",
+                self.renew_deadline, self.retry_period
+            ));
+        }
+        if self.lease_duration <= self.renew_deadline {
+            return bad(format!(
+                "--lease-duration ({:?}) must be more than --renew-deadline ({:?})",
+                self.lease_duration, self.renew_deadline
+            ));
+        }
+        if self.lease_duration.as_secs() < 1 {
+            return bad("--lease-duration must be at least 1s (Leases count whole seconds)".into());
+        }
+        let id = self.identity();
+        if id.is_empty() || id.len() > 63 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_') {
+            return bad(format!(
+                "--identity {id:?} must be 1-63 characters of letters, digits, '-', '.', '_' (it becomes a label value)"
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("10 seconds").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn defaults_are_valid_and_lease_timings_are_checked() {
+        let c = Config::parse_from(["x", "--identity", "r0"]);
+        c.validate().unwrap();
+        assert_eq!(c.lease_duration, Duration::from_secs(10));
+        assert_eq!(c.renew_deadline, Duration::from_secs(7));
+        assert_eq!(c.retry_period, Duration::from_secs(2));
+        let c = Config::parse_from(["x", "--identity", "r0", "--renew-deadline", "2s"]);
+        assert!(c.validate().unwrap_err().to_string().contains("1.2 x --retry-period"));
+        let c = Config::parse_from(["x", "--identity", "r0", "--lease-duration", "7s"]);
+        assert!(c.validate().is_err());
+        let c = Config::parse_from(["x", "--identity", "bad identity"]);
+        assert!(c.validate().is_err());
+    }
+}

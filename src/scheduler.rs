@@ -1,0 +1,571 @@
+//! The probe engine of one replica: checker table, timer wheel, bounded worker
+//! pool, and the status reducer's effects.
+//!
+//! One task owns all per-checker state; it never blocks on a full queue:
+//! commands arrive on a bounded channel, results come back on a channel sized
+//! to the pool (so a worker never waits long), status writes go to a map keyed by
+//! checker, and events are dropped (and counted) rather than queued unboundedly.
+//! At most one probe per checker is in flight: the next one is scheduled only
+//! when the previous one finished.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use rand::Rng;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::AbortHandle;
+use tokio_util::time::DelayQueue;
+use tokio_util::time::delay_queue::Key as DelayKey;
+use tracing::{debug, info, warn};
+
+use crate::api::{WebChecker, WebCheckerSpec};
+use crate::membership::Membership;
+use crate::metrics::Metrics;
+use crate::probe::{Outcome, ProbePlan, Prober};
+use crate::status::{CheckerStatus, Context};
+use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
+
+/// A checker as the watch delivers it, or why it could not be read.
+#[derive(Debug)]
+pub enum Incoming {
+    Valid(Box<WebChecker>),
+    /// Does not deserialise (for example written under an older schema).
+    Malformed {
+        namespace: String,
+        name: String,
+        resource_version: String,
+        generation: Option<i64>,
+        error: String,
+    },
+}
+
+#[derive(Debug)]
+pub enum Command {
+    /// A checker of our shard, added or changed. `initial` during a (re)list.
+    Upsert { checker: Incoming, initial: bool },
+    /// The sharder asks us to hand this checker over.
+    Drain { key: String, namespace: String, name: String, resource_version: String },
+    /// Deleted, or no longer ours.
+    Remove { key: String },
+    /// A re-list finished: keys not in the set are no longer ours.
+    Resync { present: HashSet<String> },
+    /// Our Lease is gone: drop every checker at once.
+    Fence { done: oneshot::Sender<()> },
+    /// Graceful shutdown: stop dispatching, wait for in-flight probes.
+    Shutdown { done: oneshot::Sender<()> },
+}
+
+struct Done {
+    key: String,
+    seq: u64,
+    /// `None` when the probe was held back at the last moment (gate closed).
+    outcome: Option<Outcome>,
+    finished_wall: SystemTime,
+}
+
+struct Entry {
+    seq: u64,
+    namespace: String,
+    name: String,
+    generation: Option<i64>,
+    spec: Option<WebCheckerSpec>,
+    plan: Option<Arc<ProbePlan>>,
+    object_ref: k8s_openapi::api::core::v1::ObjectReference,
+    delay: Option<DelayKey>,
+    due: Instant,
+    inflight: Option<AbortHandle>,
+    draining: bool,
+    status: CheckerStatus,
+    last_probe_wall: Option<SystemTime>,
+}
+
+pub struct EngineSettings {
+    pub identity: String,
+    pub workers: usize,
+    pub heartbeat: Duration,
+}
+
+pub struct Engine {
+    settings: EngineSettings,
+    prober: Arc<Prober>,
+    metrics: Arc<Metrics>,
+    membership: Arc<Membership>,
+    writer: Arc<StatusWriter>,
+    events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
+    entries: HashMap<String, Entry>,
+    queue: DelayQueue<String>,
+    ready: VecDeque<(String, Instant)>,
+    pool: Arc<Semaphore>,
+    next_seq: u64,
+    stopping: Option<oneshot::Sender<()>>,
+}
+
+fn now_wall() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Engine {
+    pub fn new(
+        settings: EngineSettings,
+        prober: Arc<Prober>,
+        metrics: Arc<Metrics>,
+        membership: Arc<Membership>,
+        writer: Arc<StatusWriter>,
+        events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
+    ) -> Self {
+        metrics.pool_size.set(settings.workers as i64);
+        Engine {
+            pool: Arc::new(Semaphore::new(settings.workers)),
+            settings,
+            prober,
+            metrics,
+            membership,
+            writer,
+            events,
+            entries: HashMap::new(),
+            queue: DelayQueue::new(),
+            ready: VecDeque::new(),
+            next_seq: 0,
+            stopping: None,
+        }
+    }
+
+}
+
+fn make_ctx<'a>(settings: &'a EngineSettings, generation: Option<i64>, plan: Option<&ProbePlan>) -> Context<'a> {
+    Context {
+        generation,
+        owner: &settings.identity,
+            now_wall: now_wall(),
+            now: Instant::now(),
+            heartbeat: settings.heartbeat,
+            success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
+            failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
+        }
+}
+
+impl Engine {
+    pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let (done_tx, mut done_rx) = mpsc::channel::<Done>(self.settings.workers.max(1));
+        let mut blocked_since: Option<Instant> = None;
+        loop {
+            let gate_open = self.dispatch(&done_tx);
+            if gate_open {
+                blocked_since = None;
+            } else if blocked_since.is_none() {
+                blocked_since = Some(Instant::now());
+            }
+            if let Some(done) = self.stopping.take() {
+                if self.entries.values().all(|e| e.inflight.is_none()) {
+                    let _ = done.send(());
+                    return;
+                }
+                self.stopping = Some(done);
+            }
+            tokio::select! {
+                biased;
+                Some(d) = done_rx.recv() => self.finished(d),
+                cmd = commands.recv() => match cmd {
+                    Some(c) => self.command(c).await,
+                    None => return,
+                },
+                Some(exp) = self.queue.next(), if !self.queue.is_empty() => {
+                    let key = exp.into_inner();
+                    if let Some(e) = self.entries.get_mut(&key) {
+                        e.delay = None;
+                        self.ready.push_back((key, e.due));
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && !self.ready.is_empty() => {}
+            }
+        }
+    }
+
+    /// Starts as many ready probes as the pool and the membership gate allow.
+    /// Returns false when the gate held probes back.
+    fn dispatch(&mut self, done_tx: &mpsc::Sender<Done>) -> bool {
+        if self.stopping.is_some() {
+            self.ready.clear();
+            return true;
+        }
+        while let Some((key, due)) = self.ready.front().cloned() {
+            let Some(entry) = self.entries.get(&key) else {
+                self.ready.pop_front();
+                continue;
+            };
+            if entry.draining || entry.inflight.is_some() || entry.plan.is_none() {
+                self.ready.pop_front();
+                continue;
+            }
+            if !self.membership.dispatch_allowed() {
+                return false;
+            }
+            let Ok(permit) = self.pool.clone().try_acquire_owned() else {
+                return true;
+            };
+            self.ready.pop_front();
+            let entry = self.entries.get_mut(&key).expect("checked above");
+            let plan = entry.plan.clone().expect("checked above");
+            let lag = Instant::now().saturating_duration_since(due);
+            self.metrics.schedule_lag.observe(lag.as_secs_f64());
+            let inflight = InflightGuard::new(self.metrics.clone());
+            let prober = self.prober.clone();
+            let tx = done_tx.clone();
+            let seq = entry.seq;
+            let membership = self.membership.clone();
+            let task = tokio::spawn(async move {
+                // Re-check right before any byte leaves: the process may have been
+                // paused between dispatch and now.
+                let outcome = if membership.dispatch_allowed() {
+                    Some(prober.probe(&plan).await)
+                } else {
+                    None
+                };
+                drop(permit);
+                drop(inflight);
+                let _ = tx
+                    .send(Done {
+                        key,
+                        seq,
+                        outcome,
+                        finished_wall: SystemTime::now(),
+                    })
+                    .await;
+            });
+            entry.inflight = Some(task.abort_handle());
+        }
+        true
+    }
+
+    fn schedule(&mut self, key: &str, at: Instant) {
+        let Some(e) = self.entries.get_mut(key) else { return };
+        if let Some(k) = e.delay.take() {
+            self.queue.remove(&k);
+        }
+        e.due = at;
+        let now = Instant::now();
+        e.delay = Some(self.queue.insert(key.to_string(), at.saturating_duration_since(now)));
+    }
+
+    fn finished(&mut self, d: Done) {
+        let Some(e) = self.entries.get_mut(&d.key) else { return };
+        if e.seq != d.seq {
+            return;
+        }
+        e.inflight = None;
+        let Some(outcome) = d.outcome else {
+            // Held back: try again once the gate opens, same due time.
+            let due = e.due;
+            self.ready.push_back((d.key, due));
+            return;
+        };
+        e.last_probe_wall = Some(d.finished_wall);
+        if e.draining {
+            let last = unix_ms(d.finished_wall);
+            self.writer.submit(&d.key, &e.namespace, &e.name, Op::AckDrain { last_probe_unix_ms: Some(last) });
+            return;
+        }
+        let Some(plan) = e.plan.clone() else { return };
+        let ctx = make_ctx(&self.settings, e.generation, Some(&plan));
+        let effects = e.status.observe(&outcome, &ctx);
+        self.metrics.record_probe(&e.namespace, &e.name, &outcome, e.status.is_ready());
+        debug!(checker = %d.key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
+        self.apply_effects(&d.key, effects);
+        let Some(e) = self.entries.get_mut(&d.key) else { return };
+        // Keep the cadence; skip whole intervals the checker could not make.
+        let now = Instant::now();
+        let mut next = e.due + plan.interval;
+        let mut missed = 0;
+        while next < now {
+            next += plan.interval;
+            missed += 1;
+        }
+        if missed > 0 {
+            self.metrics.missed_intervals.inc_by(missed);
+        }
+        let key = d.key.clone();
+        self.schedule(&key, next);
+    }
+
+    fn emit(&self, key: &str, ready: &str, reason: &str, message: &str) {
+        let Some(e) = self.entries.get(key) else { return };
+        let type_ = if ready == "True" { EventType::Normal } else { EventType::Warning };
+        let ev = KubeEvent {
+            type_,
+            reason: reason.to_string(),
+            note: Some(format!("Ready={ready}: {message}").chars().take(1000).collect()),
+            action: "Probe".into(),
+            secondary: None,
+        };
+        let label = if ready == "True" { "Normal" } else { "Warning" };
+        match self.events.try_send((e.object_ref.clone(), ev)) {
+            Ok(()) => self.metrics.events.with_label_values(&[label, reason]).inc(),
+            Err(_) => warn!(checker = %key, "event queue full; event dropped"),
+        }
+        info!(checker = %key, ready, reason, "Ready changed");
+    }
+
+    async fn command(&mut self, c: Command) {
+        match c {
+            Command::Upsert { checker, initial } => self.upsert(checker, initial),
+            Command::Drain { key, namespace, name, resource_version } => {
+                self.writer.observe_version(&key, &resource_version);
+                let (inflight, last) = match self.entries.get_mut(&key) {
+                    Some(e) => {
+                        e.draining = true;
+                        if let Some(k) = e.delay.take() {
+                            self.queue.remove(&k);
+                        }
+                        (e.inflight.is_some(), e.last_probe_wall)
+                    }
+                    None => (false, None),
+                };
+                self.metrics.forget_checker(&namespace, &name);
+                if !inflight {
+                    self.writer.submit(&key, &namespace, &name, Op::AckDrain { last_probe_unix_ms: last.map(unix_ms) });
+                }
+                self.update_owned();
+            }
+            Command::Remove { key } => {
+                self.remove(&key);
+                self.update_owned();
+            }
+            Command::Resync { present } => {
+                let gone: Vec<String> = self.entries.keys().filter(|k| !present.contains(*k)).cloned().collect();
+                for k in gone {
+                    self.remove(&k);
+                }
+                self.update_owned();
+            }
+            Command::Fence { done } => {
+                let keys: Vec<String> = self.entries.keys().cloned().collect();
+                for k in keys {
+                    self.remove(&k);
+                }
+                self.writer.forget_all();
+                self.ready.clear();
+                self.update_owned();
+                let _ = done.send(());
+            }
+            Command::Shutdown { done } => {
+                self.ready.clear();
+                let keys: Vec<String> = self.entries.keys().cloned().collect();
+                for k in &keys {
+                    if let Some(e) = self.entries.get_mut(k)
+                        && let Some(d) = e.delay.take()
+                    {
+                        self.queue.remove(&d);
+                    }
+                }
+                self.stopping = Some(done);
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(mut e) = self.entries.remove(key) {
+            if let Some(h) = e.inflight.take() {
+                h.abort();
+            }
+            if let Some(k) = e.delay.take() {
+                self.queue.remove(&k);
+            }
+            self.metrics.forget_checker(&e.namespace, &e.name);
+        }
+        self.writer.forget(key);
+    }
+
+    fn update_owned(&self) {
+        self.metrics.owned.set(self.entries.values().filter(|e| !e.draining).count() as i64);
+    }
+
+    fn upsert(&mut self, checker: Incoming, initial: bool) {
+        let (key, namespace, name, rv, generation) = match &checker {
+            Incoming::Valid(wc) => (
+                crate::api::object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
+                wc.namespace().unwrap_or_default(),
+                wc.name_any(),
+                wc.resource_version().unwrap_or_default(),
+                wc.metadata.generation,
+            ),
+            Incoming::Malformed { namespace, name, resource_version, generation, .. } => (
+                crate::api::object_key(namespace, name),
+                namespace.clone(),
+                name.clone(),
+                resource_version.clone(),
+                *generation,
+            ),
+        };
+        self.writer.observe_version(&key, &rv);
+        let existing = self.entries.get(&key).map(|e| (e.spec.clone(), e.draining));
+        if let Some((_, true)) = existing {
+            // A drain was requested earlier and since withdrawn: resume.
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.draining = false;
+            }
+        }
+        let spec = match &checker {
+            Incoming::Valid(wc) => Some(wc.spec.clone()),
+            Incoming::Malformed { .. } => None,
+        };
+        let unchanged = matches!(&existing, Some((old, false)) if *old == spec);
+        if unchanged {
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.generation = generation;
+            }
+            return;
+        }
+        let plan: Result<ProbePlan, String> = match &checker {
+            Incoming::Valid(wc) => crate::probe::plan(&wc.spec, &|r| {
+                Err(format!(
+                    "Secret {:?} (key {:?}) cannot be read: Secret references are not supported by this version",
+                    r.name, r.key
+                ))
+            }),
+            Incoming::Malformed { error, .. } => Err(format!("the object does not match the WebChecker schema: {error}")),
+        };
+        let object_ref = match &checker {
+            Incoming::Valid(wc) => wc.object_ref(&()),
+            Incoming::Malformed { namespace, name, .. } => k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(WebChecker::api_version(&()).to_string()),
+                kind: Some("WebChecker".into()),
+                namespace: Some(namespace.clone()),
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+        };
+        let new_entry = !self.entries.contains_key(&key);
+        if new_entry {
+            self.next_seq += 1;
+            let status = match &checker {
+                Incoming::Valid(wc) => CheckerStatus::from_existing(wc.status.as_ref()),
+                Incoming::Malformed { .. } => CheckerStatus::from_existing(None),
+            };
+            self.entries.insert(
+                key.clone(),
+                Entry {
+                    seq: self.next_seq,
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    generation,
+                    spec: None,
+                    plan: None,
+                    object_ref: object_ref.clone(),
+                    delay: None,
+                    due: Instant::now(),
+                    inflight: None,
+                    draining: false,
+                    status,
+                    last_probe_wall: None,
+                },
+            );
+        }
+        let handover = match &checker {
+            Incoming::Valid(wc) => wc
+                .annotations()
+                .get(LAST_PROBE_ANNOTATION)
+                .and_then(|v| v.parse::<i64>().ok()),
+            Incoming::Malformed { .. } => None,
+        };
+        let e = self.entries.get_mut(&key).expect("inserted above");
+        let old_interval = e.plan.as_ref().map(|p| p.interval);
+        e.generation = generation;
+        e.spec = spec;
+        e.object_ref = object_ref;
+        match plan {
+            Ok(p) if p.suspend => {
+                e.plan = None;
+                if let Some(k) = e.delay.take() {
+                    self.queue.remove(&k);
+                }
+                let ctx = make_ctx(&self.settings, generation, Some(&p));
+                let fx = e.status.set_condition("Unknown", "Suspended", "probing is suspended (spec.suspend)", &ctx);
+                self.metrics.forget_checker(&namespace, &name);
+                self.apply_effects(&key, fx);
+            }
+            Ok(p) => {
+                let interval = p.interval;
+                e.plan = Some(Arc::new(p));
+                let scheduled = e.delay.is_some() || e.inflight.is_some();
+                let now = Instant::now();
+                if !scheduled {
+                    let at = match handover {
+                        // Moved in: keep the old owner's cadence.
+                        Some(ms) => {
+                            let since = unix_ms(SystemTime::now()) - ms;
+                            let wait = interval.as_millis() as i64 - since;
+                            now + Duration::from_millis(wait.clamp(0, interval.as_millis() as i64) as u64)
+                        }
+                        None => {
+                            let spread = if initial { interval } else { interval.min(Duration::from_secs(1)) };
+                            now + rand::rng().random_range(Duration::ZERO..=spread)
+                        }
+                    };
+                    self.schedule(&key, at);
+                } else if old_interval.is_some_and(|old| interval < old) && e.inflight.is_none() {
+                    // A shorter interval takes effect now, not after the old one ran out.
+                    let at = (e.due).min(now + interval);
+                    self.schedule(&key, at);
+                }
+            }
+            Err(msg) => {
+                e.plan = None;
+                if let Some(k) = e.delay.take() {
+                    self.queue.remove(&k);
+                }
+                warn!(checker = %key, reason = "InvalidSpec", "{msg}");
+                let ctx = make_ctx(&self.settings, generation, None);
+                let fx = e.status.set_condition("False", "InvalidSpec", &msg, &ctx);
+                self.metrics.set_up(&namespace, &name, false);
+                self.apply_effects(&key, fx);
+            }
+        }
+        self.update_owned();
+    }
+
+    fn apply_effects(&self, key: &str, fx: crate::status::Effects) {
+        let Some(e) = self.entries.get(key) else { return };
+        if let Some(status) = fx.write {
+            self.writer.submit(key, &e.namespace, &e.name, Op::Status(Box::new(status)));
+        }
+        if let Some((ready, reason, message)) = fx.transition {
+            self.emit(key, &ready, &reason, &message);
+        }
+    }
+}
+
+/// Counts a probe in flight for as long as its task lives (also when aborted).
+struct InflightGuard(Arc<Metrics>);
+
+impl InflightGuard {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.inflight.inc();
+        InflightGuard(metrics)
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.inflight.dec();
+    }
+}
+
+/// Publishes Kubernetes Events from a bounded queue.
+pub async fn run_events(
+    recorder: Recorder,
+    mut rx: mpsc::Receiver<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
+) {
+    while let Some((reference, ev)) = rx.recv().await {
+        if let Err(e) = recorder.publish(&ev, &reference).await {
+            debug!(error = %e, "event not published");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! The HTTP side: /metrics, /healthz, /readyz.
+//!
+//! It runs on its own thread with its own small runtime, like a sidecar, so a
+//! saturated probe engine never makes /healthz time out and get the pod
+//! restarted in the middle of an overload.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::metrics::Metrics;
+
+/// Health flags shared between the engine and the server.
+#[derive(Default)]
+pub struct Health {
+    /// Vital tasks are running.
+    pub alive: AtomicBool,
+    /// The checker watch has synced and the membership Lease is held.
+    pub synced: AtomicBool,
+    /// Shutdown has begun.
+    pub shutting_down: AtomicBool,
+}
+
+impl Health {
+    pub fn ready(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+            && self.synced.load(Ordering::Relaxed)
+            && !self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+}
+
+async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.render(),
+    )
+}
+
+async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.health.alive.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "a vital task stopped\n")
+    }
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.health.ready() {
+        (StatusCode::OK, "ready\n")
+    } else if s.health.shutting_down.load(Ordering::Relaxed) {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not synced yet\n")
+    }
+}
+
+pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { metrics, health })
+}
+
+/// Binds now (so a bad address fails start-up) and serves on a dedicated thread.
+pub fn spawn(addr: SocketAddr, metrics: Arc<Metrics>, health: Arc<Health>) -> std::io::Result<SocketAddr> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    std::thread::Builder::new().name("http-server".into()).spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            let _ = axum::serve(listener, router(metrics, health)).await;
+        });
+    })?;
+    Ok(local)
+}

@@ -1,0 +1,350 @@
+//! The status reducer: probe outcomes in, condition transitions and status
+//! writes out. Pure logic, tested from small fixtures.
+//!
+//! Write policy (DESIGN.md): write when something a reader acts on changes
+//! (Ready status or reason, status code class, observedGeneration, owner), and
+//! otherwise at most once per heartbeat. `lastTransitionTime` moves only when
+//! the Ready status changes.
+
+use std::time::{Duration, Instant};
+
+use crate::api::{Condition, WebCheckerStatus};
+use crate::probe::{Outcome, Reason, human_duration};
+
+pub const READY: &str = "Ready";
+
+/// What a reader acts on; a difference here forces a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Summary {
+    status: String,
+    reason: String,
+    code_class: Option<i32>,
+    generation: Option<i64>,
+    owner: Option<String>,
+}
+
+fn summarize(s: &WebCheckerStatus) -> Summary {
+    let c = s.condition(READY);
+    Summary {
+        status: c.map(|c| c.status.clone()).unwrap_or_default(),
+        reason: c.map(|c| c.reason.clone()).unwrap_or_default(),
+        code_class: s.last_status_code.map(|c| c / 100),
+        generation: s.observed_generation,
+        owner: s.owner.clone(),
+    }
+}
+
+/// Per-checker reducer state, owned by the engine.
+#[derive(Clone, Debug)]
+pub struct CheckerStatus {
+    /// True / False / Unknown, as in the condition.
+    pub ready: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: Option<String>,
+    pub consecutive_successes: u32,
+    pub consecutive_failures: u32,
+    /// What the object's status said when we last wrote (or first saw) it.
+    written: Option<Summary>,
+    last_write: Option<Instant>,
+}
+
+/// What one step of the reducer asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effects {
+    pub write: Option<WebCheckerStatus>,
+    /// `(ready, reason, message)` when Ready changed status.
+    pub transition: Option<(String, String, String)>,
+}
+
+/// Inputs that describe the checker at the time of a step.
+pub struct Context<'a> {
+    pub generation: Option<i64>,
+    pub owner: &'a str,
+    pub now_wall: String,
+    pub now: Instant,
+    pub heartbeat: Duration,
+    pub success_threshold: u32,
+    pub failure_threshold: u32,
+}
+
+impl CheckerStatus {
+    /// Starts from the status already on the object, so a checker that moves
+    /// between replicas keeps its condition and transition time.
+    pub fn from_existing(status: Option<&WebCheckerStatus>) -> Self {
+        let cond = status.and_then(|s| s.condition(READY));
+        CheckerStatus {
+            ready: cond.map(|c| c.status.clone()).unwrap_or_else(|| "Unknown".into()),
+            reason: cond.map(|c| c.reason.clone()).unwrap_or_default(),
+            message: cond.map(|c| c.message.clone()).unwrap_or_default(),
+            last_transition_time: cond.and_then(|c| c.last_transition_time.clone()),
+            consecutive_successes: status.and_then(|s| s.consecutive_successes).unwrap_or(0).max(0) as u32,
+            consecutive_failures: status.and_then(|s| s.consecutive_failures).unwrap_or(0).max(0) as u32,
+            written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
+            last_write: None,
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready == "True"
+    }
+
+    /// Folds one probe outcome in.
+    pub fn observe(&mut self, o: &Outcome, ctx: &Context) -> Effects {
+        let (target, reason) = if o.success() {
+            self.consecutive_successes += 1;
+            self.consecutive_failures = 0;
+            ("True", Reason::ProbeSucceeded)
+        } else {
+            self.consecutive_failures += 1;
+            self.consecutive_successes = 0;
+            ("False", o.reason)
+        };
+        let message = if o.success() {
+            format!("HTTP {} in {}", o.status_code.unwrap_or(0), human_duration(o.duration))
+        } else {
+            o.message.clone()
+        };
+        let crossed = if o.success() {
+            self.consecutive_successes >= ctx.success_threshold
+        } else {
+            self.consecutive_failures >= ctx.failure_threshold
+        };
+        let mut transition = None;
+        if crossed {
+            if self.ready != target {
+                self.ready = target.to_string();
+                self.last_transition_time = Some(ctx.now_wall.clone());
+                transition = Some((target.to_string(), reason.as_str().to_string(), message.clone()));
+            }
+            self.reason = reason.as_str().to_string();
+            self.message = message;
+        }
+        let status = self.render(ctx, Some(o));
+        Effects {
+            write: self.maybe_write(status, ctx),
+            transition,
+        }
+    }
+
+    /// A checker that cannot be probed (spec invalid at run time, suspended).
+    pub fn set_condition(&mut self, ready: &str, reason: &str, message: &str, ctx: &Context) -> Effects {
+        let mut transition = None;
+        if self.ready != ready {
+            self.ready = ready.to_string();
+            self.last_transition_time = Some(ctx.now_wall.clone());
+            transition = Some((ready.to_string(), reason.to_string(), message.to_string()));
+        }
+        self.reason = reason.to_string();
+        self.message = message.to_string();
+        self.consecutive_successes = 0;
+        self.consecutive_failures = 0;
+        let status = self.render(ctx, None);
+        Effects {
+            write: self.maybe_write(status, ctx),
+            transition,
+        }
+    }
+
+    fn render(&self, ctx: &Context, o: Option<&Outcome>) -> WebCheckerStatus {
+        WebCheckerStatus {
+            conditions: vec![Condition {
+                type_: READY.into(),
+                status: self.ready.clone(),
+                reason: if self.reason.is_empty() { "Pending".into() } else { self.reason.clone() },
+                message: self.message.clone(),
+                last_transition_time: self.last_transition_time.clone().or_else(|| Some(ctx.now_wall.clone())),
+                observed_generation: ctx.generation,
+            }],
+            observed_generation: ctx.generation,
+            last_probe_time: o.map(|_| ctx.now_wall.clone()),
+            last_status_code: o.and_then(|o| o.status_code).map(i32::from),
+            last_latency_millis: o.map(|o| o.duration.as_millis() as i64),
+            last_latency: o.map(|o| human_duration(o.duration)),
+            consecutive_successes: Some(self.consecutive_successes as i32),
+            consecutive_failures: Some(self.consecutive_failures as i32),
+            owner: Some(ctx.owner.to_string()),
+        }
+    }
+
+    fn maybe_write(&mut self, status: WebCheckerStatus, ctx: &Context) -> Option<WebCheckerStatus> {
+        let summary = summarize(&status);
+        let due = match self.last_write {
+            Some(t) => ctx.now.duration_since(t) >= ctx.heartbeat,
+            // First time this replica handles the checker: a write is due only if
+            // the object shows something else (summary check below).
+            None => false,
+        };
+        if self.written.as_ref() != Some(&summary) || due {
+            self.written = Some(summary);
+            self.last_write = Some(ctx.now);
+            Some(status)
+        } else {
+            None
+        }
+    }
+
+    /// Called when a write was rejected or failed, so the next step retries.
+    pub fn write_lost(&mut self) {
+        self.written = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::Phases;
+
+    fn ok(code: u16) -> Outcome {
+        Outcome {
+            reason: Reason::ProbeSucceeded,
+            message: format!("HTTP {code}"),
+            status_code: Some(code),
+            duration: Duration::from_millis(7),
+            phases: Phases::default(),
+            cert_not_after: None,
+            redirects: 0,
+        }
+    }
+
+    fn bad(reason: Reason) -> Outcome {
+        Outcome {
+            reason,
+            message: "cannot connect to x:80: connection refused".into(),
+            status_code: None,
+            duration: Duration::from_millis(1),
+            phases: Phases::default(),
+            cert_not_after: None,
+            redirects: 0,
+        }
+    }
+
+    struct Clock {
+        start: Instant,
+        secs: u64,
+    }
+
+    impl Clock {
+        fn ctx(&mut self, ft: u32) -> Context<'static> {
+            self.secs += 1;
+            Context {
+                generation: Some(1),
+                owner: "r0",
+                now_wall: format!("2026-01-01T00:00:{:02}Z", self.secs % 60),
+                now: self.start + Duration::from_secs(self.secs),
+                heartbeat: Duration::from_secs(300),
+                success_threshold: 1,
+                failure_threshold: ft,
+            }
+        }
+    }
+
+    fn clock() -> Clock {
+        Clock { start: Instant::now(), secs: 0 }
+    }
+
+    #[test]
+    fn steady_success_writes_once_then_only_per_heartbeat() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        let first = s.observe(&ok(200), &c.ctx(1));
+        assert!(first.write.is_some());
+        assert_eq!(first.transition.unwrap().0, "True");
+        let mut writes = 0;
+        for _ in 0..200 {
+            if s.observe(&ok(200), &c.ctx(1)).write.is_some() {
+                writes += 1;
+            }
+        }
+        assert_eq!(writes, 0, "within one heartbeat nothing a reader acts on changed");
+        c.secs += 300;
+        assert!(s.observe(&ok(200), &c.ctx(1)).write.is_some(), "heartbeat write");
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_transitions() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        let w1 = s.observe(&ok(200), &c.ctx(1)).write.unwrap();
+        let t1 = w1.conditions[0].last_transition_time.clone();
+        let w2 = s.observe(&bad(Reason::ConnectError), &c.ctx(1)).write.unwrap();
+        let t2 = w2.conditions[0].last_transition_time.clone();
+        assert_ne!(t1, t2);
+        assert_eq!(w2.conditions[0].reason, "ConnectError");
+        // Still failing, with another reason: a write (reason changed), same transition time.
+        let e3 = s.observe(&bad(Reason::Timeout), &c.ctx(1));
+        let w3 = e3.write.unwrap();
+        assert!(e3.transition.is_none());
+        assert_eq!(w3.conditions[0].last_transition_time, t2);
+        assert_eq!(w3.conditions[0].reason, "Timeout");
+    }
+
+    #[test]
+    fn status_code_class_change_is_written() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        s.observe(&ok(200), &c.ctx(1));
+        assert!(s.observe(&ok(204), &c.ctx(1)).write.is_none());
+        assert!(s.observe(&ok(301), &c.ctx(1)).write.is_some());
+    }
+
+    #[test]
+    fn failure_threshold_ignores_a_flapping_target() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        s.observe(&ok(200), &c.ctx(3));
+        for i in 0..50 {
+            let o = if i % 2 == 0 { bad(Reason::ConnectError) } else { ok(200) };
+            let e = s.observe(&o, &c.ctx(3));
+            assert!(e.transition.is_none(), "flipped at probe {i}");
+        }
+        assert!(s.is_ready());
+        for _ in 0..2 {
+            assert!(s.observe(&bad(Reason::ConnectError), &c.ctx(3)).transition.is_none());
+        }
+        assert_eq!(s.observe(&bad(Reason::ConnectError), &c.ctx(3)).transition.unwrap().0, "False");
+    }
+
+    #[test]
+    fn a_moved_checker_keeps_its_condition_and_writes_once_for_the_owner() {
+        let existing: WebCheckerStatus = serde_yaml::from_str(
+            r#"
+conditions:
+- type: Ready
+  status: "True"
+  reason: ProbeSucceeded
+  message: HTTP 200 in 3ms
+  lastTransitionTime: "2025-02-04T12:33:02Z"
+  observedGeneration: 1
+observedGeneration: 1
+lastStatusCode: 200
+owner: r9
+"#,
+        )
+        .unwrap();
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(Some(&existing));
+        let e = s.observe(&ok(200), &c.ctx(1));
+        assert!(e.transition.is_none(), "no transition on a move");
+        let w = e.write.expect("owner changed");
+        assert_eq!(w.conditions[0].last_transition_time.as_deref(), Some("2025-02-04T12:33:02Z"));
+        assert_eq!(w.owner.as_deref(), Some("r0"));
+        assert!(s.observe(&ok(200), &c.ctx(1)).write.is_none());
+    }
+
+    #[test]
+    fn seed_shaped_status_round_trips() {
+        let seed = r#"
+conditions:
+- lastTransitionTime: "2025-02-04T12:33:07Z"
+  message: 'Get "http://badnews.me/": dial tcp: lookup badnews.me: no such host'
+  reason: WebResourceReady
+  status: "False"
+  type: Ready
+"#;
+        let st: WebCheckerStatus = serde_yaml::from_str(seed).unwrap();
+        let s = CheckerStatus::from_existing(Some(&st));
+        assert_eq!(s.ready, "False");
+        assert_eq!(s.last_transition_time.as_deref(), Some("2025-02-04T12:33:07Z"));
+    }
+}

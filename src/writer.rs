@@ -1,0 +1,257 @@
+//! The status writer: the only task that writes checker objects on behalf of an
+//! owner (status, and the drain acknowledgement).
+//!
+//! Pending writes live in a map keyed by checker (latest wins), so the queue is
+//! bounded by the shard size and a slow or absent API server never blocks the
+//! probe engine. Every write carries the resourceVersion this replica last saw
+//! (fencing); a conflict is re-checked against the object's current owner and
+//! epoch, never retried blindly. Nothing is written while the membership Lease
+//! is not known to be ours.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::Notify;
+use tracing::{debug, info, warn};
+
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, WebCheckerStatus};
+use crate::error::api_code;
+use crate::membership::Membership;
+use crate::metrics::Metrics;
+
+/// Annotation left by the old owner on a drain: unix milliseconds of its last
+/// probe, so the new owner keeps the cadence.
+pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Status(Box<WebCheckerStatus>),
+    /// Hand the checker over: clear owner and epoch, keep the drain target.
+    AckDrain { last_probe_unix_ms: Option<i64> },
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    namespace: String,
+    name: String,
+    op: Op,
+    attempts: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    pending: HashMap<String, Pending>,
+    /// Last resourceVersion seen per checker (from the watch or our writes).
+    versions: HashMap<String, String>,
+}
+
+pub struct StatusWriter {
+    inner: Mutex<Inner>,
+    wake: Notify,
+    /// Woken when the pending map drains (graceful shutdown waits on it).
+    idle: Notify,
+    membership: Arc<Membership>,
+    metrics: Arc<Metrics>,
+    concurrency: usize,
+}
+
+impl StatusWriter {
+    pub fn new(membership: Arc<Membership>, metrics: Arc<Metrics>, concurrency: usize) -> Arc<Self> {
+        Arc::new(StatusWriter {
+            inner: Mutex::new(Inner::default()),
+            wake: Notify::new(),
+            idle: Notify::new(),
+            membership,
+            metrics,
+            concurrency,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn observe_version(&self, key: &str, rv: &str) {
+        self.lock().versions.insert(key.to_string(), rv.to_string());
+    }
+
+    pub fn submit(&self, key: &str, namespace: &str, name: &str, op: Op) {
+        self.lock().pending.insert(
+            key.to_string(),
+            Pending {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                op,
+                attempts: 0,
+            },
+        );
+        self.wake.notify_one();
+    }
+
+    /// Drops everything queued for a checker this replica no longer owns.
+    pub fn forget(&self, key: &str) {
+        let mut g = self.lock();
+        g.pending.remove(key);
+        g.versions.remove(key);
+    }
+
+    pub fn forget_all(&self) {
+        let mut g = self.lock();
+        g.pending.clear();
+        g.versions.clear();
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Waits until nothing is pending (or the timeout passes).
+    pub async fn flush(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, async {
+            while self.pending_len() > 0 {
+                self.wake.notify_one();
+                tokio::select! {
+                    _ = self.idle.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        })
+        .await;
+    }
+
+    fn api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<WebChecker>(&()))
+    }
+
+    async fn write_once(&self, client: &Client, key: &str, p: &Pending, rv: Option<String>) -> Result<String, kube::Error> {
+        let api = Self::api(client, &p.namespace);
+        let r = match &p.op {
+            Op::Status(status) => {
+                let patch = json!({
+                    "metadata": { "resourceVersion": rv },
+                    "status": status,
+                });
+                api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+            }
+            Op::AckDrain { last_probe_unix_ms } => {
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": rv,
+                        "labels": { OWNER_LABEL: null },
+                        "annotations": {
+                            EPOCH_ANNOTATION: null,
+                            LAST_PROBE_ANNOTATION: last_probe_unix_ms.map(|t| t.to_string()),
+                        },
+                    }
+                });
+                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+            }
+        };
+        let _ = key;
+        Ok(r.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Is the object still ours to write? (owner and epoch match, and for status
+    /// writes no drain requested.)
+    fn still_ours(&self, obj: &DynamicObject, op: &Op) -> bool {
+        let owner = obj.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+        let ann = obj.metadata.annotations.as_ref();
+        let epoch = ann.and_then(|a| a.get(EPOCH_ANNOTATION));
+        let draining = ann.is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
+        let mine = owner == Some(&self.membership.identity) && epoch.cloned() == self.membership.epoch();
+        match op {
+            Op::Status(_) => mine && !draining,
+            Op::AckDrain { .. } => mine && draining,
+        }
+    }
+
+    async fn write(&self, client: &Client, key: String, mut p: Pending) {
+        let rv = self.lock().versions.get(&key).cloned();
+        let mut result = self.write_once(client, &key, &p, rv).await;
+        if let Err(e) = &result
+            && api_code(e) == Some(409)
+        {
+            self.metrics.status_writes.with_label_values(&["conflict"]).inc();
+            // Fencing: re-read and retry only if the checker is still ours.
+            let api = Self::api(client, &p.namespace);
+            result = match api.get_opt(&p.name).await {
+                Ok(Some(obj)) if self.still_ours(&obj, &p.op) => {
+                    self.write_once(client, &key, &p, obj.metadata.resource_version.clone()).await
+                }
+                Ok(_) => {
+                    self.metrics.status_writes.with_label_values(&["fenced"]).inc();
+                    info!(checker = %key, "write fenced: the checker is no longer ours");
+                    return;
+                }
+                Err(e) => Err(e),
+            };
+        }
+        match result {
+            Ok(rv) => {
+                self.metrics.status_writes.with_label_values(&["ok"]).inc();
+                if matches!(p.op, Op::AckDrain { .. }) {
+                    self.metrics.drains.inc();
+                    debug!(checker = %key, "drain acknowledged");
+                }
+                self.lock().versions.insert(key, rv);
+            }
+            Err(e) if api_code(&e) == Some(404) => {
+                debug!(checker = %key, "checker deleted before its write");
+            }
+            Err(e) if api_code(&e) == Some(409) => {
+                self.metrics.status_writes.with_label_values(&["fenced"]).inc();
+                info!(checker = %key, "write fenced after re-check");
+            }
+            Err(e) => {
+                self.metrics.status_writes.with_label_values(&["error"]).inc();
+                warn!(checker = %key, error = %e, "status write failed; will retry");
+                p.attempts += 1;
+                // Re-queue unless something newer was queued meanwhile.
+                self.lock().pending.entry(key).or_insert(p);
+            }
+        }
+    }
+
+    pub async fn run(self: Arc<Self>, client: Client) {
+        loop {
+            if self.pending_len() == 0 {
+                self.idle.notify_waiters();
+                self.wake.notified().await;
+                continue;
+            }
+            if !self.membership.can_write() {
+                // Outage or lost Lease: keep the latest desired status, write later.
+                tokio::select! {
+                    _ = self.membership.changed.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                continue;
+            }
+            let batch: Vec<(String, Pending)> = {
+                let mut g = self.lock();
+                let keys: Vec<String> = g.pending.keys().take(256).cloned().collect();
+                keys.into_iter()
+                    .filter_map(|k| g.pending.remove(&k).map(|p| (k, p)))
+                    .collect()
+            };
+            let backoff = batch.iter().map(|(_, p)| p.attempts).max().unwrap_or(0);
+            futures::stream::iter(batch)
+                .for_each_concurrent(self.concurrency, |(k, p)| {
+                    let this = self.clone();
+                    let client = client.clone();
+                    async move { this.write(&client, k, p).await }
+                })
+                .await;
+            if backoff > 0 {
+                tokio::time::sleep(Duration::from_millis((200 * backoff as u64).min(2000))).await;
+            }
+        }
+    }
+}
