@@ -1,0 +1,25 @@
+# syntax=docker/dockerfile:1
+# Build:  docker build -t webchecker-operator:0.1.0 .
+# The image runs as the non-root user 65532 (distroless "nonroot").
+
+FROM rust:1-bookworm AS builder
+WORKDIR /src
+COPY . .
+# Cache mounts keep the crate registry and the build directory between builds
+# (BuildKit); the binary is copied out of the cached target directory.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin webchecker-operator \
+ && install -D -m 0755 target/release/webchecker-operator /out/webchecker-operator
+
+# glibc + libgcc, CA certificates, no shell, user nonroot (65532).
+FROM gcr.io/distroless/cc-debian12:nonroot
+LABEL org.opencontainers.image.title="webchecker-operator" \
+      org.opencontainers.image.description="Kubernetes operator that probes HTTP endpoints described by WebChecker resources" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/webchecker-operator /usr/local/bin/webchecker-operator
+USER 65532:65532
+# /metrics, /healthz, /readyz
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/webchecker-operator"]

@@ -1,0 +1,126 @@
+{{/*
+Chart name, truncated to 63 characters.
+*/}}
+{{- define "webchecker-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: <release>-<chart>, or <release> when it already contains the chart name.
+*/}}
+{{- define "webchecker-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart label value.
+*/}}
+{{- define "webchecker-operator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "webchecker-operator.labels" -}}
+helm.sh/chart: {{ include "webchecker-operator.chart" . }}
+{{ include "webchecker-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ (default .Chart.AppVersion .Values.image.tag) | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: webchecker-operator
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "webchecker-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "webchecker-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount.
+*/}}
+{{- define "webchecker-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "webchecker-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Container image reference: repository@digest, or repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "webchecker-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+A duration (500ms, 10s, 5m) in milliseconds, as a string.
+Argument: dict "name" <value path for messages> "value" <duration>.
+Fails with a clear message when the value is not such a duration (the schema
+already rejects it, but this also holds with --skip-schema-validation).
+*/}}
+{{- define "webchecker-operator.durationMillis" -}}
+{{- $d := toString .value }}
+{{- if not (regexMatch "^[0-9]+(ms|s|m)$" $d) }}
+{{- fail (printf "%s: %q is not a duration; use an integer with unit ms, s or m (e.g. 500ms, 10s, 5m)" .name $d) }}
+{{- end }}
+{{- /* strip leading zeros: int64 would read "010" as octal */}}
+{{- $n := regexReplaceAll "^0+([0-9])" (regexFind "^[0-9]+" $d) "${1}" | int64 }}
+{{- $unit := regexFind "(ms|s|m)$" $d }}
+{{- if eq $unit "ms" }}
+{{- $n }}
+{{- else if eq $unit "s" }}
+{{- mul $n 1000 }}
+{{- else }}
+{{- mul $n 60000 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Cross-field checks the JSON schema cannot express. Renders nothing.
+*/}}
+{{- define "webchecker-operator.validate" -}}
+{{- $op := .Values.operator }}
+{{- $shutdown := include "webchecker-operator.durationMillis" (dict "name" "operator.shutdownTimeout" "value" $op.shutdownTimeout) | int64 }}
+{{- $lease := include "webchecker-operator.durationMillis" (dict "name" "operator.leaseDuration" "value" $op.leaseDuration) | int64 }}
+{{- $renew := include "webchecker-operator.durationMillis" (dict "name" "operator.renewDeadline" "value" $op.renewDeadline) | int64 }}
+{{- $retry := include "webchecker-operator.durationMillis" (dict "name" "operator.retryPeriod" "value" $op.retryPeriod) | int64 }}
+{{- $_ := include "webchecker-operator.durationMillis" (dict "name" "operator.heartbeat" "value" $op.heartbeat) }}
+{{- $grace := .Values.terminationGracePeriodSeconds | int64 }}
+{{- if ge $shutdown (mul $grace 1000) }}
+{{- fail (printf "operator.shutdownTimeout (%s) must be shorter than terminationGracePeriodSeconds (%ds), otherwise the kubelet kills the operator before its graceful shutdown ends; raise terminationGracePeriodSeconds or lower operator.shutdownTimeout" (toString $op.shutdownTimeout) $grace) }}
+{{- end }}
+{{- if le $lease $renew }}
+{{- fail (printf "operator.leaseDuration (%s) must be longer than operator.renewDeadline (%s)" (toString $op.leaseDuration) (toString $op.renewDeadline)) }}
+{{- end }}
+{{- if le $renew $retry }}
+{{- fail (printf "operator.renewDeadline (%s) must be longer than operator.retryPeriod (%s)" (toString $op.renewDeadline) (toString $op.retryPeriod)) }}
+{{- end }}
+{{- if le $retry 0 }}
+{{- fail "operator.retryPeriod must be greater than 0" }}
+{{- end }}
+{{- $cidr := `^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|([0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}/(12[0-8]|1[01][0-9]|[1-9]?[0-9])|([0-9a-fA-F]{0,4}:){2,6}((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$` }}
+{{- range $list := list "denyCidrs" "allowCidrs" }}
+{{- range $i, $c := (index $op $list | default list) }}
+{{- if not (regexMatch $cidr (toString $c)) }}
+{{- fail (printf "operator.%s[%d]: %q is not a network in CIDR notation (address/prefix length, e.g. 10.0.0.0/8 or fd00::/8)" $list $i (toString $c)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
