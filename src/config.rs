@@ -27,6 +27,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A comma-separated list of networks; the empty string is the empty list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cidrs(pub Vec<ipnet::IpNet>);
+
+pub fn parse_cidrs(s: &str) -> Result<Cidrs, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| format!("{p:?} is not a CIDR like 10.0.0.0/8 or fe80::/10"))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Cidrs)
+}
+
 #[derive(Parser, Debug, Clone)]
 #[command(name = "webchecker-operator", version, about = "Probes HTTP endpoints described by WebChecker resources")]
 pub struct Config {
@@ -47,7 +64,7 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
 
     /// Probes in flight at most (worker pool size).
-    #[arg(long, env = "WEBCHECKER_WORKERS", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    #[arg(long, env = "WEBCHECKER_WORKERS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub workers: u32,
 
     /// Status is rewritten at least this often when nothing changes.
@@ -79,12 +96,12 @@ pub struct Config {
     pub per_checker_histogram: bool,
 
     /// Probes never connect to these networks (comma separated CIDRs).
-    #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "169.254.0.0/16,fe80::/10", value_delimiter = ',')]
-    pub deny_cidrs: Vec<ipnet::IpNet>,
+    #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "169.254.0.0/16,fe80::/10", value_parser = parse_cidrs)]
+    pub deny_cidrs: Cidrs,
 
-    /// If set, probes only connect to these networks.
-    #[arg(long, env = "WEBCHECKER_ALLOW_CIDRS", value_delimiter = ',')]
-    pub allow_cidrs: Vec<ipnet::IpNet>,
+    /// If set, probes only connect to these networks (comma separated CIDRs).
+    #[arg(long, env = "WEBCHECKER_ALLOW_CIDRS", default_value = "", value_parser = parse_cidrs)]
+    pub allow_cidrs: Cidrs,
 
     /// Response body bytes read at most.
     #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]
@@ -151,6 +168,16 @@ mod tests {
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("10 seconds").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn cidr_lists() {
+        assert_eq!(parse_cidrs("").unwrap(), Cidrs(vec![]));
+        assert_eq!(parse_cidrs("10.0.0.0/8, ::1").unwrap().0.len(), 2);
+        assert!(parse_cidrs("10.0.0.0/33").is_err());
+        let c = Config::parse_from(["x", "--identity", "r0"]);
+        assert_eq!(c.deny_cidrs.0.len(), 2);
+        assert!(c.allow_cidrs.0.is_empty());
     }
 
     #[test]

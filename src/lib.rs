@@ -228,8 +228,8 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     membership.join(&client).await?;
 
     let policy = probe::AddressPolicy {
-        deny: cfg.deny_cidrs.clone(),
-        allow: cfg.allow_cidrs.clone(),
+        deny: cfg.deny_cidrs.0.clone(),
+        allow: cfg.allow_cidrs.0.clone(),
     };
     let prober = Arc::new(probe::Prober::new(
         cfg.replica_header.then_some(identity.as_str()),
