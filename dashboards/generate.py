@@ -1,0 +1,537 @@
+#!/usr/bin/env python3
+"""Generates dashboards/*.json (Grafana dashboards of webchecker-operator).
+
+The JSON files are what Grafana imports and what the Helm chart ships; this
+script is how they are written, so that a change of a selector or of a panel
+is made once. Standard library only.
+
+    python3 dashboards/generate.py           # rewrite dashboards/*.json
+    python3 dashboards/generate.py --check   # exit 1 if a file is out of date
+
+Conventions (checked by hack/lint-dashboards.py):
+- data source: the `datasource` variable (type datasource, query prometheus);
+  every panel and target says {"type": "prometheus", "uid": "${datasource}"};
+- every selector carries job=~"$job" and instance=~"$instance"; per-checker
+  selectors also namespace=~"$namespace" and name=~"$checker" (always =~, the
+  variables are multi-valued);
+- rates use [$__rate_interval];
+- per-checker series move between replicas (instance/pod change) when a
+  checker is reassigned, so per-checker queries aggregate by (namespace, name).
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DS = {"type": "prometheus", "uid": "${datasource}"}
+RI = "$__rate_interval"
+
+
+# --------------------------------------------------------------------- PromQL
+def sel(metric, *extra, checker=False):
+    """A selector with the dashboard's variables as matchers."""
+    m = ['job=~"$job"', 'instance=~"$instance"']
+    if checker:
+        m += ['namespace=~"$namespace"', 'name=~"$checker"']
+    m += list(extra)
+    return "%s{%s}" % (metric, ", ".join(m))
+
+
+def csel(metric, *extra):
+    return sel(metric, *extra, checker=True)
+
+
+BUILD_INFO = sel("webchecker_build_info")
+
+
+def by_replica(expr):
+    """Adds the `replica` label (the operator's identity) from build_info."""
+    return "%s * on (job, instance) group_left (replica) %s" % (expr, BUILD_INFO)
+
+
+UP = "max by (namespace, name) (%s)" % csel("webchecker_up")
+DOWN = "(%s == 0)" % UP
+FAIL15 = "sum by (namespace, name, reason) (increase(%s[15m]))" % csel(
+    "webchecker_probes_total", 'result="failure"')
+# One series per failing checker: the reason with the most failures in the last
+# 15 minutes, or "none in 15m" (value 0) when it failed earlier than that.
+REASON = (
+    "(topk by (namespace, name) (1, %s > 0) and on (namespace, name) %s)"
+    " or on (namespace, name) "
+    'label_replace(%s, "reason", "none in 15m", "", "")' % (FAIL15, DOWN, DOWN)
+)
+WITH_REASON = " * on (namespace, name) group_left (reason) group by (namespace, name, reason) (%s)" % REASON
+
+
+def quantile(q, bucket, by="", checker=False):
+    s = csel(bucket) if checker else sel(bucket)
+    grp = "le" if not by else by + ", le"
+    return "histogram_quantile(%s, sum by (%s) (rate(%s[%s])))" % (q, grp, s, RI)
+
+
+# --------------------------------------------------------------------- panels
+class Layout:
+    """Places panels left to right on Grafana's 24-column grid."""
+
+    def __init__(self):
+        self.panels = []
+        self.x = 0
+        self.y = 0
+        self.line_h = 0
+        self.next_id = 1
+
+    def _id(self):
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    def newline(self):
+        self.y += self.line_h
+        self.x = 0
+        self.line_h = 0
+
+    def row(self, title):
+        self.newline()
+        self.panels.append({
+            "type": "row", "id": self._id(), "title": title, "collapsed": False,
+            "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y}, "panels": [],
+        })
+        self.y += 1
+
+    def add(self, panel, w, h):
+        if self.x + w > 24:
+            self.newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.x += w
+        self.line_h = max(self.line_h, h)
+        # Stable key order: id, type, title, description first.
+        ordered = {k: panel[k] for k in ("id", "type", "title", "description", "datasource", "gridPos")}
+        ordered.update({k: v for k, v in panel.items() if k not in ordered})
+        self.panels.append(ordered)
+
+
+def target(expr, ref, legend=None, instant=False, fmt="time_series"):
+    t = {"datasource": DS, "editorMode": "code", "expr": expr, "refId": ref}
+    if legend is not None:
+        t["legendFormat"] = legend
+    if instant:
+        t["instant"] = True
+        t["range"] = False
+    else:
+        t["range"] = True
+    if fmt != "time_series":
+        t["format"] = fmt
+    return t
+
+
+def targets(*specs, **kw):
+    out = []
+    for i, spec in enumerate(specs):
+        expr, legend = spec if isinstance(spec, tuple) else (spec, None)
+        out.append(target(expr, chr(ord("A") + i), legend, **kw))
+    return out
+
+
+def thresholds(*steps):
+    s = [{"color": steps[0], "value": None}]
+    for i in range(1, len(steps), 2):
+        s.append({"color": steps[i + 1], "value": steps[i]})
+    return {"mode": "absolute", "steps": s}
+
+
+def timeseries(title, desc, tgts, unit, stack=False, min_=None, max_=None, fill=10, overrides=None):
+    defaults = {
+        "unit": unit,
+        "color": {"mode": "palette-classic"},
+        "custom": {
+            "drawStyle": "line", "lineInterpolation": "linear", "lineWidth": 1,
+            "fillOpacity": fill, "showPoints": "never", "spanNulls": False,
+            "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+            "axisPlacement": "auto",
+        },
+        "thresholds": thresholds("green"),
+    }
+    if min_ is not None:
+        defaults["min"] = min_
+    if max_ is not None:
+        defaults["max"] = max_
+    return {
+        "type": "timeseries", "title": title, "description": desc, "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+        "options": {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+        "targets": tgts,
+    }
+
+
+def stat(title, desc, tgts, unit, thr=None, decimals=None, mappings=None, graph=False):
+    defaults = {"unit": unit, "color": {"mode": "thresholds"}, "thresholds": thr or thresholds("green")}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    if mappings:
+        defaults["mappings"] = mappings
+    return {
+        "type": "stat", "title": title, "description": desc, "datasource": DS,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value", "graphMode": "area" if graph else "none",
+            "justifyMode": "auto", "orientation": "auto", "textMode": "auto",
+            "wideLayout": True, "showPercentChange": False,
+        },
+        "targets": tgts,
+    }
+
+
+def table(title, desc, tgts, unit, rename, exclude=("Time",), overrides=None, sort_by=None, thr=None):
+    transformations = []
+    if len(tgts) > 1:
+        transformations.append({"id": "merge", "options": {}})
+    transformations.append({
+        "id": "organize",
+        "options": {"excludeByName": {k: True for k in exclude}, "indexByName": {}, "renameByName": rename},
+    })
+    options = {"cellHeight": "sm", "showHeader": True, "footer": {"show": False, "reducer": ["sum"], "fields": ""}}
+    if sort_by:
+        options["sortBy"] = [{"displayName": sort_by[0], "desc": sort_by[1]}]
+    return {
+        "type": "table", "title": title, "description": desc, "datasource": DS,
+        "fieldConfig": {
+            "defaults": {"unit": unit, "custom": {"align": "auto", "cellOptions": {"type": "auto"}},
+                         "thresholds": thr or thresholds("green")},
+            "overrides": overrides or [],
+        },
+        "options": options,
+        "targets": tgts,
+        "transformations": transformations,
+    }
+
+
+def override(field, **props):
+    return {"matcher": {"id": "byName", "options": field},
+            "properties": [{"id": k, "value": v} for k, v in props.items()]}
+
+
+def state_timeline(title, desc, tgts, mappings):
+    return {
+        "type": "state-timeline", "title": title, "description": desc, "datasource": DS,
+        "fieldConfig": {
+            "defaults": {"color": {"mode": "thresholds"}, "mappings": mappings,
+                         "thresholds": thresholds("green"),
+                         "custom": {"fillOpacity": 80, "lineWidth": 0}},
+            "overrides": [],
+        },
+        "options": {"mergeValues": True, "showValue": "never", "alignValue": "left", "rowHeight": 0.9,
+                    "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
+                    "tooltip": {"mode": "single", "sort": "none"}},
+        "targets": tgts,
+    }
+
+
+def heatmap(title, desc, tgts, unit):
+    return {
+        "type": "heatmap", "title": title, "description": desc, "datasource": DS,
+        "fieldConfig": {"defaults": {"unit": unit, "custom": {"hideFrom": {"legend": False, "tooltip": False, "viz": False},
+                                                              "scaleDistribution": {"type": "linear"}}},
+                        "overrides": []},
+        "options": {
+            "calculate": False, "cellGap": 1, "cellValues": {"unit": "reqps"},
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "exponent": 0.5,
+                      "fill": "dark-orange", "reverse": False, "scale": "exponential"},
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "filterValues": {"le": 1e-9}, "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+            "tooltip": {"mode": "single", "showColorScale": False, "yHistogram": False},
+            "yAxis": {"axisPlacement": "left", "reverse": False, "unit": unit},
+        },
+        "targets": tgts,
+    }
+
+
+def mapping(values):
+    """values: list of (value, text, color)."""
+    return [{"type": "value", "options": {str(v): {"text": t, "color": c, "index": i}
+                                          for i, (v, t, c) in enumerate(values)}}]
+
+
+# ------------------------------------------------------------------ templating
+def query_var(name, label, query, all_value):
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DS,
+        "definition": query, "query": query, "refresh": 2, "regex": "", "sort": 1,
+        "multi": True, "includeAll": True, "allValue": all_value,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "options": [], "hide": 0, "skipUrlSync": False,
+    }
+
+
+TEMPLATING = {"list": [
+    {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+     "current": {}, "options": [], "refresh": 1, "regex": "", "hide": 0,
+     "includeAll": False, "multi": False, "skipUrlSync": False},
+    query_var("job", "Job", "label_values(webchecker_build_info, job)", ".+"),
+    query_var("instance", "Instance", 'label_values(webchecker_build_info{job=~"$job"}, instance)', ".+"),
+    query_var("namespace", "Namespace", "label_values(webchecker_up, namespace)", ".*"),
+    query_var("checker", "Checker", 'label_values(webchecker_up{namespace=~"$namespace"}, name)', ".*"),
+]}
+
+
+def dashboard(uid, title, desc, layout):
+    return {
+        "annotations": {"list": []},
+        "description": desc,
+        "editable": False,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [{"asDropdown": False, "icon": "external link", "includeVars": True, "keepTime": True,
+                   "tags": ["webchecker"], "targetBlank": False, "title": "WebChecker dashboards",
+                   "tooltip": "", "type": "dashboards", "url": ""}],
+        "liveNow": False,
+        "panels": layout.panels,
+        "refresh": "1m",
+        "schemaVersion": 39,
+        "tags": ["webchecker", "kubernetes-operator"],
+        "templating": TEMPLATING,
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": title,
+        "uid": uid,
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+# -------------------------------------------------------------- fleet overview
+def fleet():
+    L = Layout()
+    L.row("Availability")
+    L.add(stat("Checkers", "WebCheckers with a webchecker_up series in the selection (each counted once, whichever replica owns it).",
+               targets("count(%s) or vector(0)" % UP, instant=True), "short"), 4, 4)
+    L.add(stat("Checkers down", "Checkers whose Ready condition is not True now (webchecker_up == 0).",
+               targets("count(%s) or vector(0)" % DOWN, instant=True), "short",
+               thr=thresholds("green", 1, "red")), 4, 4)
+    L.add(stat("Availability now", "Fraction of the selected checkers that are Ready now: avg of webchecker_up per checker.",
+               targets("avg(%s)" % UP, instant=True), "percentunit",
+               thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=2), 4, 4)
+    L.add(stat("Uptime over the range", "Time-weighted fraction of Ready samples over the dashboard's time range: avg of avg_over_time(webchecker_up[$__range]) per series (a checker that moved replica counts once per owner).",
+               targets("avg(avg_over_time(%s[$__range]))" % csel("webchecker_up"), instant=True), "percentunit",
+               thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
+    L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range, from webchecker_probes_total. Single failures count here even when failureThreshold keeps the checker Ready.",
+               targets("sum(increase(%s[$__range])) / sum(increase(%s[$__range]))"
+                       % (csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")), instant=True),
+               "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
+    L.add(stat("Certificates expiring < 30d", "https checkers whose leaf certificate expires within 30 days (or has expired).",
+               targets("count((min by (namespace, name) (%s > 0) - time()) < 30 * 86400) or vector(0)"
+                       % csel("webchecker_certificate_expiry_timestamp_seconds"), instant=True),
+               "short", thr=thresholds("green", 1, "orange")), 4, 4)
+
+    L.add(timeseries("Checkers up and down", "Number of selected checkers that are Ready (up) and not Ready (down) over time.",
+                     targets(("sum(%s)" % UP, "up"), ("count(%s)" % DOWN, "down")), "short", min_=0,
+                     overrides=[override("down", color={"mode": "fixed", "fixedColor": "red"}),
+                                override("up", color={"mode": "fixed", "fixedColor": "green"})]), 12, 8)
+    L.add(timeseries("Availability over time", "Fraction of the selected checkers that are Ready at each point in time.",
+                     targets(("avg(%s)" % UP, "availability")), "percentunit", min_=0, max_=1), 12, 8)
+
+    L.row("Failures")
+    L.add(table("Failing checkers",
+                "Checkers that are not Ready now, with the failure reason seen most in the last 15 minutes (topk by reason of increase(webchecker_probes_total{result=\"failure\"}[15m])), "
+                "the failures in those 15 minutes, the time since the last successful probe and the HTTP status of the last probe (0: no response). "
+                "\"none in 15m\": the checker has not failed in the last 15 minutes (long interval, or Ready not yet recomputed).",
+                targets(REASON,
+                        "(time() - max by (namespace, name) (%s > 0))%s" % (csel("webchecker_last_success_timestamp_seconds"), WITH_REASON),
+                        "max by (namespace, name) (%s)%s" % (csel("webchecker_last_status_code"), WITH_REASON),
+                        instant=True, fmt="table"),
+                "short",
+                rename={"namespace": "Namespace", "name": "Checker", "reason": "Reason",
+                        "Value #A": "Failures (15m)", "Value #B": "Since last success", "Value #C": "Last HTTP status"},
+                overrides=[override("Since last success", unit="s"), override("Last HTTP status", unit="none")],
+                sort_by=("Failures (15m)", True)), 14, 9)
+    L.add(timeseries("Failures by reason", "Failed probes per second by reason (webchecker_probes_total{result=\"failure\"}).",
+                     targets(("sum by (reason) (rate(%s[%s]))" % (csel("webchecker_probes_total", 'result="failure"'), RI), "{{reason}}")),
+                     "reqps", stack=True, min_=0), 10, 9)
+    L.add(timeseries("Status codes", "Number of checkers by the HTTP status of their last probe (count_values over webchecker_last_status_code; 0 means no HTTP response: DNS, connect, TLS error or timeout).",
+                     targets(('count_values("code", max by (namespace, name) (%s))' % csel("webchecker_last_status_code"), "{{code}}")),
+                     "short", stack=True, min_=0), 12, 8)
+    L.add(timeseries("Probes by result", "Probes per second by result (success, failure).",
+                     targets(("sum by (result) (rate(%s[%s]))" % (csel("webchecker_probes_total"), RI), "{{result}}")),
+                     "reqps", stack=True, min_=0,
+                     overrides=[override("failure", color={"mode": "fixed", "fixedColor": "red"}),
+                                override("success", color={"mode": "fixed", "fixedColor": "green"})]), 12, 8)
+
+    L.row("Latency")
+    L.add(timeseries("Probe duration percentiles", "p50, p90 and p99 of the whole probe duration across the selected checkers (histogram_quantile over webchecker_probe_duration_seconds_bucket). Empty when the operator runs with --per-checker-histogram=false.",
+                     targets((quantile(0.5, "webchecker_probe_duration_seconds_bucket", checker=True), "p50"),
+                             (quantile(0.9, "webchecker_probe_duration_seconds_bucket", checker=True), "p90"),
+                             (quantile(0.99, "webchecker_probe_duration_seconds_bucket", checker=True), "p99")),
+                     "s", min_=0), 12, 8)
+    L.add(heatmap("Probe duration distribution", "Probes per second in each latency bucket of webchecker_probe_duration_seconds (buckets 5ms .. 10s).",
+                  targets(("sum by (le) (rate(%s[%s]))" % (csel("webchecker_probe_duration_seconds_bucket"), RI), "{{le}}"), fmt="heatmap"),
+                  "s"), 12, 8)
+    L.add(timeseries("Slowest checkers (p90)", "The 10 selected checkers with the highest p90 probe duration at each point in time.",
+                     targets(("topk(10, %s)" % quantile(0.9, "webchecker_probe_duration_seconds_bucket", by="namespace, name", checker=True),
+                              "{{namespace}}/{{name}}")),
+                     "s", min_=0), 12, 8)
+    L.add(timeseries("Probe phase durations", "Average duration of each phase (resolve, connect, tls, processing = time to first byte, transfer) of the last probe of the selected checkers (webchecker_probe_phase_duration_seconds, a gauge per checker).",
+                     targets(("avg by (phase) (%s)" % csel("webchecker_probe_phase_duration_seconds"), "{{phase}}")),
+                     "s", stack=True, min_=0), 12, 8)
+
+    L.row("Certificates")
+    L.add(table("Certificates expiring within 30 days", "https checkers whose leaf certificate (notAfter, webchecker_certificate_expiry_timestamp_seconds) expires in less than 30 days; negative: already expired. The alert WebCheckerCertificateExpiring fires under 14 days.",
+                targets("sort((min by (namespace, name) (%s > 0) - time()) < 30 * 86400)"
+                        % csel("webchecker_certificate_expiry_timestamp_seconds"), instant=True, fmt="table"),
+                "s", rename={"namespace": "Namespace", "name": "Checker", "Value": "Expires in"},
+                overrides=[override("Expires in", **{"custom.cellOptions": {"type": "color-background"}})],
+                thr=thresholds("red", 7 * 86400, "orange", 14 * 86400, "green"),
+                sort_by=("Expires in", False)), 24, 8)
+    return dashboard("webchecker-fleet-overview", "WebChecker / Fleet overview",
+                     "Availability, failures, latency and certificates of the endpoints probed by WebChecker resources.", L)
+
+
+# ------------------------------------------------------------- operator health
+def operator():
+    L = Layout()
+    L.row("Replicas")
+    L.add(stat("Replicas", "Operator replicas scraped now (count of webchecker_build_info).",
+               targets("count(%s) or vector(0)" % BUILD_INFO, instant=True), "short",
+               thr=thresholds("red", 1, "green")), 4, 4)
+    L.add(stat("Leaders", "Replicas reporting webchecker_leader = 1. Exactly one is healthy; 0 means no sharder (alert WebCheckerNoLeader).",
+               targets("sum(%s) or vector(0)" % sel("webchecker_leader"), instant=True), "short",
+               thr=thresholds("red", 1, "green", 2, "red")), 4, 4)
+    L.add(stat("Checkers owned", "Checkers owned and probed by all replicas together (sum of webchecker_owned_checkers).",
+               targets("sum(%s)" % sel("webchecker_owned_checkers"), instant=True), "short"), 4, 4)
+    L.add(stat("Worker pool saturation (max)", "Highest in-flight probes / worker pool size among the replicas.",
+               targets("max(%s / %s)" % (sel("webchecker_inflight_probes"), sel("webchecker_worker_pool_size")), instant=True),
+               "percentunit", thr=thresholds("green", 0.8, "orange", 0.95, "red"), decimals=1), 4, 4)
+    L.add(stat("API reachable", "0 if any replica gets no answer to its Lease renewals (min of webchecker_api_reachable).",
+               targets("min(%s)" % sel("webchecker_api_reachable"), instant=True), "none",
+               mappings=mapping([(0, "unreachable", "red"), (1, "reachable", "green")])), 4, 4)
+    L.add(stat("Self fences (range)", "Times replicas dropped their checkers because they lost their Lease or were paused, over the dashboard's time range.",
+               targets("sum(increase(%s[$__range])) or vector(0)" % sel("webchecker_self_fences_total"), instant=True),
+               "short", thr=thresholds("green", 1, "orange"), decimals=0), 4, 4)
+
+    L.add(table("Replicas", "One row per scraped replica (the replica label of webchecker_build_info is its identity, also the owner label on WebCheckers and the holder of its membership Lease).",
+                targets(*[("max by (replica) (%s)" % by_replica(sel(m))) for m in (
+                    "webchecker_leader", "webchecker_owned_checkers", "webchecker_ring_members",
+                    "webchecker_inflight_probes", "webchecker_worker_pool_size", "webchecker_api_reachable")],
+                        instant=True, fmt="table"),
+                "short",
+                rename={"replica": "Replica", "Value #A": "Leader", "Value #B": "Owned checkers", "Value #C": "Ring members",
+                        "Value #D": "In-flight probes", "Value #E": "Worker pool", "Value #F": "API reachable"},
+                sort_by=("Replica", False)), 16, 8)
+    L.add(table("Versions", "Replicas per version (webchecker_build_info). More than one row during a rolling update only.",
+                targets("count by (version) (%s)" % BUILD_INFO, instant=True, fmt="table"),
+                "short", rename={"version": "Version", "Value": "Replicas"}), 8, 8)
+
+    L.row("Sharding")
+    L.add(timeseries("Shard size per replica", "Checkers owned and probed by each replica (webchecker_owned_checkers). The alert WebCheckerShardImbalance fires when the largest shard exceeds 1.2x the average for 15m (with at least 100 checkers).",
+                     targets((by_replica(sel("webchecker_owned_checkers")), "{{replica}}")), "short", min_=0), 12, 8)
+    L.add(timeseries("Ring members", "Live members each replica sees through the membership Leases (webchecker_ring_members), and the replicas Prometheus scrapes. A replica seeing more members than are scraped means a replica is not scraped.",
+                     targets((by_replica(sel("webchecker_ring_members")), "seen by {{replica}}"),
+                             ("count(%s)" % BUILD_INFO, "scraped replicas")), "short", min_=0), 12, 8)
+    L.add(state_timeline("Leader", "Which replica is the leader (sharder) over time (webchecker_leader).",
+                         targets((by_replica(sel("webchecker_leader")), "{{replica}}")),
+                         mapping([(0, "follower", "transparent"), (1, "leader", "blue")])), 12, 6)
+    L.add(timeseries("Moves by cause", "Assignments written by the sharder per minute, by cause: new (unassigned checker), rebalance (ring change), dead (owner's Lease expired), departed (owner left gracefully).",
+                     targets(("sum by (cause) (rate(%s[%s])) * 60" % (sel("webchecker_moves_total"), RI), "{{cause}}")),
+                     "opm", stack=True, min_=0), 12, 6)
+    L.add(timeseries("Drains completed", "Drain handshakes completed per minute by each replica as the old owner (webchecker_drains_total).",
+                     targets((by_replica("sum by (job, instance) (rate(%s[%s])) * 60" % (sel("webchecker_drains_total"), RI)), "{{replica}}")),
+                     "opm", min_=0), 12, 8)
+    L.add(timeseries("Assignment latency", "Sharder: time from seeing an unassigned checker to writing its assignment (webchecker_assignment_latency_seconds; only the leader observes it).",
+                     targets((quantile(0.5, "webchecker_assignment_latency_seconds_bucket"), "p50"),
+                             (quantile(0.99, "webchecker_assignment_latency_seconds_bucket"), "p99")),
+                     "s", min_=0), 12, 8)
+
+    L.row("Scheduling")
+    L.add(timeseries("Schedule lag percentiles", "Actual probe start minus due time across all replicas (webchecker_schedule_lag_seconds). The alert WebCheckerScheduleLagHigh fires when one replica's p99 stays above 500ms for 10m.",
+                     targets((quantile(0.5, "webchecker_schedule_lag_seconds_bucket"), "p50"),
+                             (quantile(0.9, "webchecker_schedule_lag_seconds_bucket"), "p90"),
+                             (quantile(0.99, "webchecker_schedule_lag_seconds_bucket"), "p99")),
+                     "s", min_=0), 12, 8)
+    L.add(timeseries("Schedule lag p99 per replica", "p99 schedule lag of each replica.",
+                     targets((by_replica(quantile(0.99, "webchecker_schedule_lag_seconds_bucket", by="job, instance")), "{{replica}}")),
+                     "s", min_=0), 12, 8)
+    L.add(timeseries("Worker pool saturation", "In-flight probes / worker pool size (--workers) per replica. Near 100% probes queue for a worker and start late.",
+                     targets((by_replica("%s / %s" % (sel("webchecker_inflight_probes"), sel("webchecker_worker_pool_size"))), "{{replica}}")),
+                     "percentunit", min_=0, max_=1), 8, 8)
+    L.add(timeseries("In-flight probes", "Probes running now per replica (webchecker_inflight_probes) and the pool size (webchecker_worker_pool_size).",
+                     targets((by_replica(sel("webchecker_inflight_probes")), "{{replica}}"),
+                             (by_replica(sel("webchecker_worker_pool_size")), "pool {{replica}}")),
+                     "short", min_=0), 8, 8)
+    L.add(timeseries("Missed intervals", "Probe intervals skipped per second because the previous probe or the worker pool was late (webchecker_missed_intervals_total).",
+                     targets((by_replica("sum by (job, instance) (rate(%s[%s]))" % (sel("webchecker_missed_intervals_total"), RI)), "{{replica}}")),
+                     "ops", min_=0), 8, 8)
+
+    L.row("Kubernetes API")
+    L.add(timeseries("Status writes by result", "Status writes per second by result: ok, conflict (resourceVersion changed), error, fenced (refused because the replica no longer holds the assignment's epoch). The alert WebCheckerStatusWritesFailing fires above 10% error+conflict.",
+                     targets(("sum by (result) (rate(%s[%s]))" % (sel("webchecker_status_writes_total"), RI), "{{result}}")),
+                     "ops", stack=True, min_=0), 12, 8)
+    L.add(timeseries("Events emitted", "Kubernetes Events emitted per minute by type and reason (webchecker_events_total).",
+                     targets(("sum by (type, reason) (rate(%s[%s])) * 60" % (sel("webchecker_events_total"), RI), "{{type}} {{reason}}")),
+                     "opm", stack=True, min_=0), 12, 8)
+    L.add(timeseries("Lease renew failures", "Failed membership/leader Lease renewals per minute by replica and reason (unreachable: no answer; lost: someone else holds it).",
+                     targets((by_replica("sum by (job, instance, reason) (rate(%s[%s])) * 60" % (sel("webchecker_lease_renew_failures_total"), RI)),
+                              "{{replica}} {{reason}}")),
+                     "opm", min_=0), 8, 8)
+    L.add(timeseries("Self fences", "Times per minute a replica dropped all its checkers because it lost its Lease or noticed it had been paused (webchecker_self_fences_total).",
+                     targets((by_replica("sum by (job, instance, reason) (rate(%s[%s])) * 60" % (sel("webchecker_self_fences_total"), RI)),
+                              "{{replica}} {{reason}}")),
+                     "opm", min_=0), 8, 8)
+    L.add(timeseries("Watch restarts", "Watch errors and relists per minute by watch (webchecker_watch_restarts_total).",
+                     targets(("sum by (watch) (rate(%s[%s])) * 60" % (sel("webchecker_watch_restarts_total"), RI), "{{watch}}")),
+                     "opm", min_=0), 8, 8)
+    L.add(state_timeline("API reachable", "Per replica: reachable while Lease renewals get answers, unreachable otherwise (webchecker_api_reachable).",
+                         targets((by_replica(sel("webchecker_api_reachable")), "{{replica}}")),
+                         mapping([(0, "unreachable", "red"), (1, "reachable", "green")])), 24, 5)
+
+    L.row("Process")
+    L.add(timeseries("CPU per replica", "CPU used by each replica, 100% = one core (rate of process_cpu_seconds_total).",
+                     targets((by_replica("rate(%s[%s])" % (sel("process_cpu_seconds_total"), RI)), "{{replica}}")),
+                     "percentunit", min_=0), 12, 8)
+    L.add(timeseries("Memory per replica", "Resident memory of each replica (process_resident_memory_bytes).",
+                     targets((by_replica(sel("process_resident_memory_bytes")), "{{replica}}")),
+                     "bytes", min_=0), 12, 8)
+
+    L.row("Selected checkers")
+    L.add(timeseries("Selected checkers per replica", "How the checkers chosen with the Namespace and Checker variables are spread over the replicas (count of their webchecker_up series per owner).",
+                     targets((by_replica("count by (job, instance) (%s)" % csel("webchecker_up")), "{{replica}}")),
+                     "short", stack=True, min_=0), 12, 8)
+    L.add(table("Owner of selected checkers", "The replica that owns (probes) each selected checker now, and whether the checker is Ready (1) or not (0). Same as `kubectl get wc -A -L webchecker.test.network.io/owner`.",
+                targets("max by (namespace, name, replica) (%s)" % by_replica(csel("webchecker_up")), instant=True, fmt="table"),
+                "short", rename={"namespace": "Namespace", "name": "Checker", "replica": "Owner", "Value": "Ready"},
+                sort_by=("Namespace", False)), 12, 8)
+    return dashboard("webchecker-operator-health", "WebChecker / Operator health",
+                     "Replicas, leadership, sharding, scheduling, Kubernetes API use and resources of webchecker-operator.", L)
+
+
+def render(d):
+    return json.dumps(d, indent=2, ensure_ascii=False) + "\n"
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for name, d in (("fleet-overview.json", fleet()), ("operator-health.json", operator())):
+        path = os.path.join(HERE, name)
+        text = render(d)
+        old = open(path, encoding="utf-8").read() if os.path.exists(path) else None
+        if old == text:
+            continue
+        if check:
+            stale.append(name)
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            print("wrote", path)
+    if stale:
+        print("out of date (run python3 dashboards/generate.py): " + ", ".join(stale), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,444 @@
+#!/usr/bin/env python3
+"""Checks the Grafana dashboards of webchecker-operator. Standard library only.
+
+    python3 hack/lint-dashboards.py [DASHBOARD.json ...]
+
+Without arguments it checks dashboards/*.json of the repository. Prints one
+line per problem ("FILE: panel N 'title': message") and exits 1 if there is
+any, 0 otherwise.
+
+Checks, per dashboard:
+- valid JSON object with uid (unique, <= 40 chars of [A-Za-z0-9_-]), title
+  (unique), schemaVersion >= 39, editable false;
+- template variables: one `datasource` variable (type datasource, query
+  prometheus, label "Data source"); query variables use ${datasource}, refresh
+  on time range change (2), are multi-value with includeAll and an allValue;
+  the variables job, instance, namespace and checker exist;
+- no hard-coded data source anywhere: every "datasource" is the variable;
+- panels: integer ids unique in the dashboard, gridPos with x, y, w, h inside
+  the 24-column grid, no two panels overlap; every panel except rows has a
+  title, a description, the datasource variable, targets and a unit (or value
+  mappings) where Grafana shows numbers;
+- targets: datasource variable, a unique refId, a non-empty expr.
+- expressions (a small PromQL tokenizer, not a full parser):
+  balanced brackets and quotes; no data source variable; only known
+  variables; dashboard variables only as the whole value of an =~ matcher
+  (they are multi-valued: regex alternations); every selector has
+  job=~"$job" and instance=~"$instance", and selectors of per-checker metrics
+  also namespace=~"$namespace" and name=~"$checker"; rate()/irate() ranges are
+  [$__rate_interval]; counters (*_total) only inside rate/irate/increase.
+These include the rules of Grafana's dashboard-linter (`lint --strict`) that
+apply to these dashboards; the PromQL itself is checked against a real
+Prometheus with hack/extract-promql.py.
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MIN_SCHEMA = 39
+GRID_W = 24
+DS_REFS = {"$datasource", "${datasource}"}
+REQUIRED_VARS = ("job", "instance", "namespace", "checker")
+GLOBAL_VARS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms",
+               "__from", "__to", "__dashboard", "__name", "__org", "__user"}
+# Panels whose numbers need a unit (as dashboard-linter's panel-units-rule).
+UNIT_PANELS = {"stat", "singlestat", "graph", "table", "timeseries", "gauge", "bargauge"}
+NO_QUERY_PANELS = {"row", "text", "dashlist", "news", "welcome"}
+PER_CHECKER = re.compile(
+    r"^webchecker_(probe_duration_seconds(_bucket|_sum|_count)?|probes_total|up|last_probe_success|"
+    r"last_status_code|last_success_timestamp_seconds|probe_phase_duration_seconds|"
+    r"certificate_expiry_timestamp_seconds)$")
+AGGREGATORS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+               "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
+KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
+            "unless", "offset", "atan2", "inf", "nan"}
+LABEL_LIST_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right"}
+COUNTER_FUNCS = {"rate", "irate", "increase"}
+
+TOKEN_RE = re.compile(r"""
+    (?P<ws>\s+)
+  | (?P<str>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
+  | (?P<var>\$\{[^}]*\}|\$[A-Za-z0-9_]+|\[\[[^\]]*\]\])
+  | (?P<dur>(?:\d+(?:ms|[smhdwy]))+(?![A-Za-z0-9_]))
+  | (?P<num>0x[0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+  | (?P<ident>[A-Za-z_:][A-Za-z0-9_:]*)
+  | (?P<op>=~|!~|!=|==|>=|<=|[-+*/%^=<>(){}\[\],@])
+""", re.X)
+
+
+class Tok:
+    def __init__(self, kind, text):
+        self.kind, self.text = kind, text
+
+    def __repr__(self):
+        return "%s:%s" % (self.kind, self.text)
+
+
+def tokenize(expr):
+    pos, out = 0, []
+    while pos < len(expr):
+        m = TOKEN_RE.match(expr, pos)
+        if not m:
+            raise ValueError("cannot tokenize at %r" % expr[pos:pos + 20])
+        pos = m.end()
+        if m.lastgroup != "ws":
+            out.append(Tok(m.lastgroup, m.group()))
+    return out
+
+
+def var_name(text):
+    """'$x' / '${x}' / '${x:fmt}' / '[[x]]' -> 'x'."""
+    t = text
+    if t.startswith("${"):
+        t = t[2:-1]
+    elif t.startswith("[["):
+        t = t[2:-2]
+    else:
+        t = t[1:]
+    return t.split(":")[0]
+
+
+def unquote(s):
+    if s[0] == "`":
+        return s[1:-1]
+    return re.sub(r"\\(.)", r"\1", s[1:-1])
+
+
+def analyse(expr):
+    """Returns (selectors, problems). A selector is a dict with name, matchers,
+    range (text inside [] or None), func (enclosing call) and direct (True when
+    it is the call's argument itself)."""
+    problems = []
+    try:
+        toks = tokenize(expr)
+    except ValueError as e:
+        return [], [str(e)]
+    pairs = {")": "(", "]": "[", "}": "{"}
+    depth = []
+    for t in toks:
+        if t.text in "([{" and t.kind == "op":
+            depth.append(t.text)
+        elif t.text in ")]}" and t.kind == "op":
+            if not depth or depth[-1] != pairs[t.text]:
+                return [], ["unbalanced %r" % t.text]
+            depth.pop()
+    if depth:
+        return [], ["unclosed %r" % depth[-1]]
+
+    selectors = []
+    calls = []  # stack of (function name or None) per open paren
+    i = 0
+    n = len(toks)
+    while i < n:
+        t = toks[i]
+        if t.kind == "ident" and t.text in LABEL_LIST_KEYWORDS and i + 1 < n and toks[i + 1].text == "(":
+            j = i + 1
+            while toks[j].text != ")":
+                j += 1
+            i = j + 1
+            continue
+        if t.kind == "op" and t.text == "(":
+            prev = toks[i - 1] if i else None
+            calls.append(prev.text if prev is not None and prev.kind == "ident" else None)
+            i += 1
+            continue
+        if t.kind == "op" and t.text == ")":
+            calls.pop()
+            i += 1
+            continue
+        if t.kind == "op" and t.text == "[":
+            # range or subquery of a non-selector expression: skip
+            j = i
+            while toks[j].text != "]":
+                j += 1
+            i = j + 1
+            continue
+        is_name = (t.kind == "ident" and t.text not in KEYWORDS and t.text not in AGGREGATORS
+                   and not (i + 1 < n and toks[i + 1].text == "("))
+        if t.kind == "ident" and t.text in AGGREGATORS and not (i + 1 < n and toks[i + 1].text in ("(", "by", "without")):
+            is_name = True  # a metric called like an aggregator
+        if t.kind == "ident" and t.text == "offset":
+            i += 2
+            continue
+        if is_name or (t.kind == "op" and t.text == "{"):
+            sel = {"name": t.text if is_name else None, "matchers": [], "range": None,
+                   "func": calls[-1] if calls else None,
+                   "direct": i > 0 and toks[i - 1].text == "(" or False}
+            j = i + 1 if is_name else i
+            if j < n and toks[j].text == "{":
+                j += 1
+                while toks[j].text != "}":
+                    if toks[j].text == ",":
+                        j += 1
+                        continue
+                    if j + 2 >= n or toks[j].kind not in ("ident",) or toks[j + 1].kind != "op" or toks[j + 2].kind not in ("str", "var"):
+                        problems.append("cannot read the matchers of %s" % (sel["name"] or "{...}"))
+                        break
+                    value = unquote(toks[j + 2].text) if toks[j + 2].kind == "str" else toks[j + 2].text
+                    sel["matchers"].append((toks[j].text, toks[j + 1].text, value))
+                    j += 3
+                while j < n and toks[j].text != "}":
+                    j += 1
+                j += 1
+            if j < n and toks[j].text == "[":
+                k = j + 1
+                parts = []
+                while toks[k].text != "]":
+                    parts.append(toks[k].text)
+                    k += 1
+                sel["range"] = "".join(parts)
+                j = k + 1
+            selectors.append(sel)
+            i = j
+            continue
+        i += 1
+    return selectors, problems
+
+
+# ----------------------------------------------------------------------- lint
+class Linter:
+    def __init__(self):
+        self.problems = []
+        self.uids = {}
+        self.titles = {}
+
+    def err(self, where, msg):
+        self.problems.append("%s: %s" % (where, msg))
+
+    def check_ds(self, where, ds, what):
+        if isinstance(ds, str):
+            uid = ds
+        elif isinstance(ds, dict):
+            uid = ds.get("uid")
+            if ds.get("type") not in (None, "prometheus"):
+                self.err(where, "%s datasource type is %r, not prometheus" % (what, ds.get("type")))
+        else:
+            self.err(where, "%s has no datasource (want {\"type\": \"prometheus\", \"uid\": \"${datasource}\"})" % what)
+            return
+        if uid not in DS_REFS:
+            self.err(where, "%s uses a hard-coded datasource %r instead of ${datasource}" % (what, uid))
+
+    def find_hardcoded(self, rel, node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                p = path + "." + k
+                if k == "datasource" and not path.startswith(".annotations"):
+                    uid = v.get("uid") if isinstance(v, dict) else v
+                    if v is not None and uid not in DS_REFS:
+                        self.err(rel, "hard-coded datasource %r at %s" % (uid, p))
+                self.find_hardcoded(rel, v, p)
+        elif isinstance(node, list):
+            for k, v in enumerate(node):
+                self.find_hardcoded(rel, v, "%s[%d]" % (path, k))
+
+    def lint_file(self, path):
+        rel = os.path.relpath(os.path.abspath(path), ROOT)
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+        except (OSError, ValueError) as e:
+            self.err(rel, "not valid JSON: %s" % e)
+            return
+        if not isinstance(d, dict):
+            self.err(rel, "top level is not a JSON object")
+            return
+        uid, title = d.get("uid"), d.get("title")
+        if not isinstance(uid, str) or not re.match(r"^[A-Za-z0-9_-]{1,40}$", uid):
+            self.err(rel, "uid %r must be 1-40 characters of [A-Za-z0-9_-]" % (uid,))
+        elif uid in self.uids:
+            self.err(rel, "uid %r also used by %s" % (uid, self.uids[uid]))
+        else:
+            self.uids[uid] = rel
+        if not isinstance(title, str) or not title.strip():
+            self.err(rel, "no title")
+        elif title in self.titles:
+            self.err(rel, "title %r also used by %s" % (title, self.titles[title]))
+        else:
+            self.titles[title] = rel
+        sv = d.get("schemaVersion")
+        if not isinstance(sv, int) or sv < MIN_SCHEMA:
+            self.err(rel, "schemaVersion %r, want an integer >= %d" % (sv, MIN_SCHEMA))
+        if d.get("editable") is not False:
+            self.err(rel, "editable must be false (provisioned dashboards are changed in the repository)")
+        self.find_hardcoded(rel, d, "")
+        variables = self.lint_templating(rel, d)
+        self.lint_panels(rel, d, variables)
+
+    def lint_templating(self, rel, d):
+        tl = (d.get("templating") or {}).get("list")
+        if not isinstance(tl, list):
+            self.err(rel, "no templating.list")
+            return set()
+        names = [v.get("name") for v in tl]
+        for n in set(names):
+            if names.count(n) > 1:
+                self.err(rel, "template variable %r defined %d times" % (n, names.count(n)))
+        ds_vars = [v for v in tl if v.get("type") == "datasource"]
+        if len(ds_vars) != 1:
+            self.err(rel, "want exactly one datasource variable, found %d" % len(ds_vars))
+        for v in ds_vars:
+            if v.get("name") != "datasource":
+                self.err(rel, "datasource variable is named %r, not 'datasource'" % v.get("name"))
+            if v.get("query") != "prometheus":
+                self.err(rel, "datasource variable query is %r, not 'prometheus'" % v.get("query"))
+            if v.get("label") != "Data source":
+                self.err(rel, "datasource variable label is %r, not 'Data source'" % v.get("label"))
+        for v in tl:
+            where = "%s: variable %r" % (rel, v.get("name"))
+            if v.get("type") != "query":
+                continue
+            self.check_ds(where, v.get("datasource"), "variable")
+            if v.get("refresh") != 2:
+                self.err(where, "refresh is %r; want 2 (on time range change)" % v.get("refresh"))
+            q = v.get("query")
+            if isinstance(q, dict):
+                q = q.get("query")
+            if not isinstance(q, str) or not re.match(r"^\s*(label_values|label_names|metrics|query_result)\(.+\)\s*$", q, re.S):
+                self.err(where, "query %r is not label_values(...)/query_result(...)" % (q,))
+            if not v.get("multi") or not v.get("includeAll"):
+                self.err(where, "must be multi-value with includeAll")
+            if not v.get("allValue"):
+                self.err(where, "needs an allValue (e.g. .* or .+) so that 'All' is one regex, not a list of every value")
+            if v.get("name") in ("job", "instance") and v.get("allValue") != ".+":
+                self.err(where, "allValue must be '.+' (dashboard-linter template-%s-rule)" % v.get("name"))
+            if v.get("name") in ("job", "instance") and v.get("label") != v.get("name").title():
+                self.err(where, "label must be %r" % v.get("name").title())
+        for req in REQUIRED_VARS:
+            if req not in names:
+                self.err(rel, "missing template variable %r" % req)
+        return {n for n in names if n}
+
+    def lint_panels(self, rel, d, variables):
+        panels = d.get("panels")
+        if not isinstance(panels, list) or not panels:
+            self.err(rel, "no panels")
+            return
+        if d.get("rows"):
+            self.err(rel, "uses the deprecated 'rows' list; use row panels")
+        ids = {}
+        groups = [panels]
+        for p in panels:
+            if p.get("type") == "row" and p.get("collapsed") and p.get("panels"):
+                groups.append(p["panels"])
+            elif p.get("type") == "row" and p.get("panels"):
+                self.err(rel, "expanded row %r holds panels (they belong after it)" % p.get("title"))
+        for group in groups:
+            boxes = []
+            for p in group:
+                where = "%s: panel %s %r" % (rel, p.get("id"), p.get("title"))
+                pid = p.get("id")
+                if not isinstance(pid, int) or isinstance(pid, bool):
+                    self.err(where, "id must be an integer")
+                elif pid in ids:
+                    self.err(where, "duplicate panel id (also %r)" % ids[pid])
+                else:
+                    ids[pid] = p.get("title")
+                g = p.get("gridPos")
+                if not isinstance(g, dict) or not all(isinstance(g.get(k), int) for k in ("x", "y", "w", "h")):
+                    self.err(where, "gridPos with integer x, y, w, h missing")
+                else:
+                    if g["w"] < 1 or g["h"] < 1 or g["x"] < 0 or g["y"] < 0 or g["x"] + g["w"] > GRID_W:
+                        self.err(where, "gridPos %s outside the %d-column grid" % (g, GRID_W))
+                    for other, og in boxes:
+                        if (g["x"] < og["x"] + og["w"] and og["x"] < g["x"] + g["w"] and
+                                g["y"] < og["y"] + og["h"] and og["y"] < g["y"] + g["h"]):
+                            self.err(where, "overlaps panel %s %r" % (other.get("id"), other.get("title")))
+                    boxes.append((p, g))
+                self.lint_panel(where, p, variables)
+
+    def lint_panel(self, where, p, variables):
+        ptype = p.get("type")
+        if not ptype:
+            self.err(where, "no type")
+        if ptype == "row":
+            if not p.get("title"):
+                self.err(where, "row without title")
+            return
+        if not (p.get("title") or "").strip():
+            self.err(where, "no title")
+        if not (p.get("description") or "").strip():
+            self.err(where, "no description")
+        if ptype in NO_QUERY_PANELS:
+            return
+        self.check_ds(where, p.get("datasource"), "panel")
+        defaults = ((p.get("fieldConfig") or {}).get("defaults") or {})
+        if ptype in UNIT_PANELS:
+            has_unit = bool(defaults.get("unit")) or any(
+                prop.get("id") == "unit" and prop.get("value")
+                for o in (p.get("fieldConfig") or {}).get("overrides") or [] for prop in o.get("properties") or [])
+            if not has_unit and not defaults.get("mappings"):
+                self.err(where, "no unit (fieldConfig.defaults.unit) and no value mappings")
+        targets = p.get("targets")
+        if not isinstance(targets, list) or not targets:
+            self.err(where, "no targets")
+            return
+        refs = set()
+        for t in targets:
+            twhere = "%s target %s" % (where, t.get("refId"))
+            if not t.get("refId"):
+                self.err(twhere, "no refId")
+            elif t["refId"] in refs:
+                self.err(twhere, "duplicate refId")
+            refs.add(t.get("refId"))
+            self.check_ds(twhere, t.get("datasource"), "target")
+            expr = t.get("expr")
+            if not isinstance(expr, str) or not expr.strip():
+                self.err(twhere, "no expr")
+                continue
+            self.lint_expr(twhere, expr, variables)
+
+    def lint_expr(self, where, expr, variables):
+        dash_vars = variables - {"datasource"}
+        for m in re.finditer(r"\$\{[^}]*\}|\$[A-Za-z0-9_]+|\[\[[^\]]*\]\]", expr):
+            name = var_name(m.group())
+            if name == "datasource":
+                self.err(where, "the datasource variable appears in the expression")
+            elif name in dash_vars:
+                before = expr[:m.start()]
+                after = expr[m.end():]
+                if not (re.search(r'=~\s*"$', before) and after.startswith('"')):
+                    self.err(where, "$%s must be the whole value of an =~ matcher (=~\"$%s\"): it is multi-valued" % (name, name))
+            elif name not in GLOBAL_VARS:
+                self.err(where, "unknown variable $%s" % name)
+        selectors, problems = analyse(expr)
+        for pr in problems:
+            self.err(where, pr)
+        for s in selectors:
+            label = s["name"] or "{...}"
+            ms = {(k, op, v) for k, op, v in s["matchers"]}
+            for var in ("job", "instance"):
+                if (var, "=~", "$" + var) not in ms:
+                    self.err(where, '%s lacks %s=~"$%s"' % (label, var, var))
+            if s["name"] and PER_CHECKER.match(s["name"]):
+                for lab, var in (("namespace", "namespace"), ("name", "checker")):
+                    if (lab, "=~", "$" + var) not in ms:
+                        self.err(where, '%s lacks %s=~"$%s"' % (label, lab, var))
+            if s["range"] is not None and s["func"] in ("rate", "irate") and s["range"] not in ("$__rate_interval", "${__rate_interval}"):
+                self.err(where, "%s(%s[%s]): use [$__rate_interval]" % (s["func"], label, s["range"]))
+            if s["name"] and s["name"].endswith("_total"):
+                if s["range"] is None or s["func"] not in COUNTER_FUNCS or not s["direct"]:
+                    self.err(where, "counter %s must be wrapped in rate/irate/increase" % label)
+
+
+def main(argv):
+    files = argv or sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json")))
+    if not files:
+        print("lint-dashboards: no dashboards found", file=sys.stderr)
+        return 1
+    lint = Linter()
+    for f in files:
+        lint.lint_file(f)
+    for p in lint.problems:
+        print(p)
+    if lint.problems:
+        print("lint-dashboards: %d problem(s) in %d file(s)" % (len(lint.problems), len(files)), file=sys.stderr)
+        return 1
+    print("lint-dashboards: %d dashboard(s) OK" % len(files))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
