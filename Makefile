@@ -1,0 +1,36 @@
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CLUSTER_DIR ?= .local/cluster
+
+.PHONY: help
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-16s %s\n", $$1, $$2 }'
+
+## control plane
+
+.PHONY: deps tools cluster-up cluster-down cluster-status
+
+deps: ## install missing system packages (openssl, curl, python3, promtool, blackbox exporter)
+	hack/install-deps.sh
+
+tools: ## build kube-apiserver, kubectl, etcd, helm into the cache (prints the bin dir)
+	hack/build-tools.sh
+
+cluster-up: ## start etcd + kube-apiserver (state in .local/cluster, kubeconfig .local/kubeconfig)
+	@set -euo pipefail; \
+	kubeconfig=$$(hack/cluster.sh up $(CLUSTER_DIR) | tail -n 1); \
+	. $(CLUSTER_DIR)/cluster.env; \
+	mkdir -p .local/bin; \
+	for t in kube-apiserver etcd kubectl helm; do ln -sfn "$$BIN/$$t" .local/bin/$$t; done; \
+	ln -sfn "$$kubeconfig" .local/kubeconfig; \
+	echo "cluster up: https://127.0.0.1:$$APISERVER_PORT (state in $(CLUSTER_DIR))"; \
+	echo "use it with:"; \
+	echo '  export KUBECONFIG=$$PWD/.local/kubeconfig PATH=$$PWD/.local/bin:$$PATH'
+
+cluster-down: ## stop the cluster and delete its state
+	hack/cluster.sh down $(CLUSTER_DIR)
+	rm -f .local/kubeconfig
+
+cluster-status: ## show whether the cluster runs
+	@hack/cluster.sh status $(CLUSTER_DIR)

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests and benchmarks need on a fresh Debian
+# machine, only those that are missing: openssl, curl, python3, promtool
+# (Debian package prometheus), prometheus-blackbox-exporter. Go and Rust are
+# expected to be preinstalled: they are only checked.
+set -euo pipefail
+
+SUDO=
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root or install sudo" >&2; exit 1; }
+  SUDO=sudo
+fi
+
+missing=()
+want() { # want COMMAND PACKAGE
+  if command -v "$1" >/dev/null 2>&1; then
+    echo "install-deps: $1 found ($(command -v "$1"))"
+  else
+    missing+=("$2")
+  fi
+}
+want openssl openssl
+want curl curl
+want python3 python3
+want promtool prometheus
+# Debian installs the exporter as /usr/bin/prometheus-blackbox-exporter.
+if command -v prometheus-blackbox-exporter >/dev/null 2>&1 || command -v blackbox_exporter >/dev/null 2>&1; then
+  echo "install-deps: blackbox exporter found"
+else
+  missing+=(prometheus-blackbox-exporter)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+  command -v apt-get >/dev/null || { echo "install-deps: missing ${missing[*]} and no apt-get: install them by hand" >&2; exit 1; }
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # The Debian packages start their daemons where systemd runs; the tests start
+  # their own instances, so stop those services if any.
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    for s in prometheus prometheus-blackbox-exporter prometheus-node-exporter; do
+      $SUDO systemctl disable --now "$s" >/dev/null 2>&1 || true
+    done
+  fi
+fi
+
+fail=0
+if command -v go >/dev/null 2>&1; then
+  echo "install-deps: $(go version)"
+else
+  echo "install-deps: error: Go (>= 1.26, the go line of k8s.io/kubernetes v1.36) is required to build the control plane; it is not on PATH" >&2
+  fail=1
+fi
+if command -v cargo >/dev/null 2>&1; then
+  echo "install-deps: $(cargo --version)"
+else
+  echo "install-deps: error: Rust (cargo) is required; it is not on PATH (install it with rustup)" >&2
+  fail=1
+fi
+exit $fail
