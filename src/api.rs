@@ -19,6 +19,8 @@ pub const DRAIN_ANNOTATION: &str = "webchecker.test.network.io/drain";
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
 
 /// Spec of a WebChecker: one HTTP endpoint to probe on an interval.
+// The printcolumn(...) lists repeat `type_ = ...` on purpose.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "test.network.io",
@@ -30,13 +32,47 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
     namespaced,
     status = "WebCheckerStatus",
     doc = "WebChecker probes one HTTP(S) endpoint on an interval and reports its health in status, metrics and events.",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the endpoint answers as expected"),
-    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Machine-readable reason of the Ready condition"),
-    printcolumn(name = "Code", type_ = "integer", json_path = ".status.lastStatusCode", description = "HTTP status code of the last recorded probe"),
-    printcolumn(name = "Latency", type_ = "string", json_path = ".status.lastLatency", description = "Latency of the last recorded probe"),
-    printcolumn(name = "Owner", type_ = "string", json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/owner", description = "Operator replica that probes this checker"),
-    printcolumn(name = "Last Probe", type_ = "date", json_path = ".status.lastProbeTime", description = "When the recorded probe ran"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the endpoint answers as expected"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Machine-readable reason of the Ready condition"
+    ),
+    printcolumn(
+        name = "Code",
+        type_ = "integer",
+        json_path = ".status.lastStatusCode",
+        description = "HTTP status code of the last recorded probe"
+    ),
+    printcolumn(
+        name = "Latency",
+        type_ = "string",
+        json_path = ".status.lastLatency",
+        description = "Latency of the last recorded probe"
+    ),
+    printcolumn(
+        name = "Owner",
+        type_ = "string",
+        json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/owner",
+        description = "Operator replica that probes this checker"
+    ),
+    printcolumn(
+        name = "Last Probe",
+        type_ = "date",
+        json_path = ".status.lastProbeTime",
+        description = "When the recorded probe ran"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[x_kube(validation = Rule::new("self.timeoutSeconds < self.intervalSeconds").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
 #[serde(rename_all = "camelCase")]
@@ -67,7 +103,13 @@ pub struct WebCheckerSpec {
 
     /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx (a superset of the seed's 200, 300-303).
     #[serde(default = "default_expected_codes")]
-    #[schemars(length(min = 1, max = 64), inner(length(max = 7), regex(pattern = r"^([1-5][0-9][0-9]|[1-5]xx|[1-5][0-9][0-9]-[1-5][0-9][0-9])$")))]
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(max = 7),
+            regex(pattern = r"^([1-5][0-9][0-9]|[1-5]xx|[1-5][0-9][0-9]-[1-5][0-9][0-9])$")
+        )
+    )]
     #[x_kube(validation = Rule::new("self.all(c, !c.contains('-') || int(c.split('-')[0]) <= int(c.split('-')[1]))").message("spec.expectedStatusCodes: a range must be written low-high, for example 200-299"))]
     pub expected_status_codes: Vec<String>,
 
@@ -174,7 +216,10 @@ impl HttpMethod {
 #[x_kube(validation = Rule::new("has(self.value) != has(self.valueFrom)").message("a header needs exactly one of value or valueFrom"))]
 pub struct HeaderSpec {
     /// Header name, for example X-Api-Key.
-    #[schemars(length(min = 1, max = 256), regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"))]
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+    )]
     pub name: String,
     /// Literal header value.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,7 +13,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Some(i) => s.split_at(i),
         None => (s, "s"),
     };
-    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 5m"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 10s or 5m"))?;
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,
@@ -45,7 +47,11 @@ pub fn parse_cidrs(s: &str) -> Result<Cidrs, String> {
 }
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "webchecker-operator", version, about = "Probes HTTP endpoints described by WebChecker resources")]
+#[command(
+    name = "webchecker-operator",
+    version,
+    about = "Probes HTTP endpoints described by WebChecker resources"
+)]
 pub struct Config {
     /// This replica's identity (the pod name): Lease holder and owner label value.
     #[arg(long, env = "POD_NAME")]
@@ -147,7 +153,12 @@ impl Config {
             return bad("--lease-duration must be at least 1s (Leases count whole seconds)".into());
         }
         let id = self.identity();
-        if id.is_empty() || id.len() > 63 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_') {
+        if id.is_empty()
+            || id.len() > 63
+            || !id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+        {
             return bad(format!(
                 "--identity {id:?} must be 1-63 characters of letters, digits, '-', '.', '_' (it becomes a label value)"
             ));
@@ -188,7 +199,12 @@ mod tests {
         assert_eq!(c.renew_deadline, Duration::from_secs(7));
         assert_eq!(c.retry_period, Duration::from_secs(2));
         let c = Config::parse_from(["x", "--identity", "r0", "--renew-deadline", "2s"]);
-        assert!(c.validate().unwrap_err().to_string().contains("1.2 x --retry-period"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("1.2 x --retry-period")
+        );
         let c = Config::parse_from(["x", "--identity", "r0", "--lease-duration", "7s"]);
         assert!(c.validate().is_err());
         let c = Config::parse_from(["x", "--identity", "bad identity"]);

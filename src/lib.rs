@@ -31,7 +31,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 use kube::api::PostParams;
 use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
@@ -53,13 +55,23 @@ use crate::shard::{LeaderElector, MemberView, Sharder};
 use crate::writer::StatusWriter;
 
 /// Checks every permission the operator needs and names all that are missing.
-async fn preflight(client: &Client, lease_namespace: &str, watch_namespace: Option<&str>) -> Result<(), Error> {
+async fn preflight(
+    client: &Client,
+    lease_namespace: &str,
+    watch_namespace: Option<&str>,
+) -> Result<(), Error> {
     let checks: &[(&str, &str, &str, Option<&str>, bool)] = &[
         ("test.network.io", "webcheckers", "list", None, false),
         ("test.network.io", "webcheckers", "watch", None, false),
         ("test.network.io", "webcheckers", "get", None, false),
         ("test.network.io", "webcheckers", "patch", None, false),
-        ("test.network.io", "webcheckers", "patch", Some("status"), false),
+        (
+            "test.network.io",
+            "webcheckers",
+            "patch",
+            Some("status"),
+            false,
+        ),
         ("events.k8s.io", "events", "create", None, false),
         ("coordination.k8s.io", "leases", "get", None, true),
         ("coordination.k8s.io", "leases", "list", None, true),
@@ -110,13 +122,23 @@ async fn preflight(client: &Client, lease_namespace: &str, watch_namespace: Opti
     }
 }
 
-fn classify(obj: DynamicObject, membership: &Membership, initial: bool) -> (String, Option<Command>) {
+fn classify(
+    obj: DynamicObject,
+    membership: &Membership,
+    initial: bool,
+) -> (String, Option<Command>) {
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
     let key = object_key(&namespace, &name);
     let ann = obj.metadata.annotations.clone().unwrap_or_default();
-    let owner = obj.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
-    if owner != Some(&membership.identity) || ann.get(EPOCH_ANNOTATION).cloned() != membership.epoch() {
+    let owner = obj
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL));
+    if owner != Some(&membership.identity)
+        || ann.get(EPOCH_ANNOTATION).cloned() != membership.epoch()
+    {
         // Assigned to an earlier incarnation of this replica: not ours to probe.
         return (key.clone(), Some(Command::Remove { key }));
     }
@@ -191,7 +213,10 @@ async fn watch_own_shard(
                 ),
             }),
             Err(e) => {
-                metrics.watch_restarts.with_label_values(&["checkers"]).inc();
+                metrics
+                    .watch_restarts
+                    .with_label_values(&["checkers"])
+                    .inc();
                 warn!(error = %e, "checker watch failed; retrying (probing goes on)");
                 None
             }
@@ -209,7 +234,9 @@ async fn watch_own_shard(
 pub async fn run(cfg: Config) -> Result<(), Error> {
     cfg.validate()?;
     let identity = cfg.identity();
-    let client = Client::try_default().await.map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::KubeConfig(e.to_string()))?;
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
     let health = Arc::new(Health::default());
     let addr = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
@@ -236,7 +263,9 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         policy,
         cfg.max_body_bytes,
     ));
-    let writer = StatusWriter::new(membership.clone(), metrics.clone(), 16);
+    // Few concurrent status writes: they are never urgent, and the API server's
+    // capacity is better spent on assignments (new checkers, failover).
+    let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (ev_tx, ev_rx) = mpsc::channel(1024);
     let engine = Engine::new(
@@ -264,7 +293,11 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let mut engine_task = tokio::spawn(engine.run(cmd_rx));
     let mut writer_task = tokio::spawn(writer.clone().run(client.clone()));
     tokio::spawn(scheduler::run_events(recorder, ev_rx));
-    let mut view_task = tokio::spawn(view.clone().run(client.clone(), cfg.namespace.clone(), metrics.clone()));
+    let mut view_task = tokio::spawn(view.clone().run(
+        client.clone(),
+        cfg.namespace.clone(),
+        metrics.clone(),
+    ));
     let fence_tx = cmd_tx.clone();
     let mut lease_task = tokio::spawn(membership.clone().run(client.clone(), move || {
         let tx = fence_tx.clone();
@@ -295,6 +328,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             lease_namespace: lease_ns.clone(),
             view: sharder_view.clone(),
             metrics: sharder_metrics.clone(),
+            write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
         }
         .run()
     }));
@@ -309,7 +343,10 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     health.alive.store(true, Ordering::Relaxed);
 
     let died = |what: &'static str| {
-        error!(task = what, "a vital task stopped; exiting so the pod restarts");
+        error!(
+            task = what,
+            "a vital task stopped; exiting so the pod restarts"
+        );
         Error::TaskDied(what)
     };
     let outcome: Result<(), Error> = tokio::select! {
@@ -323,9 +360,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     };
     health.alive.store(outcome.is_ok(), Ordering::Relaxed);
     health.shutting_down.store(true, Ordering::Relaxed);
-    if let Err(e) = outcome {
-        return Err(e);
-    }
+    outcome?;
 
     // Graceful shutdown: stop probing, flush status, hand everything over.
     let deadline = Instant::now() + cfg.shutdown_timeout;
@@ -333,10 +368,15 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     watch_task.abort();
     let (done, wait) = oneshot::channel();
     if cmd_tx.send(Command::Shutdown { done }).await.is_ok() {
-        let _ = tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), wait).await;
+        let _ =
+            tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), wait).await;
     }
     writer
-        .flush(deadline.saturating_duration_since(Instant::now()).min(Duration::from_secs(10)))
+        .flush(
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(10)),
+        )
         .await;
     lease_task.abort();
     let _ = stop_tx.send(true);
@@ -350,7 +390,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -116,11 +116,15 @@ impl Membership {
         }
         // Overdue. If renewals were attempted all along, the API server is just not
         // answering: keep probing. If not even an attempt was made, we were paused.
-        let attempts_stalled = now.duration_since(s.last_attempt) > self.retry_period * 2 + self.retry_period / 2;
+        let attempts_stalled =
+            now.duration_since(s.last_attempt) > self.retry_period * 2 + self.retry_period / 2;
         if attempts_stalled {
             s.paused = true;
             drop(s);
-            self.metrics.self_fences.with_label_values(&["paused"]).inc();
+            self.metrics
+                .self_fences
+                .with_label_values(&["paused"])
+                .inc();
             warn!(replica = %self.identity, "lease renewal overdue with no attempt made (process paused?): holding probes until the API server answers");
             self.kick.notify_one();
             return false;
@@ -169,7 +173,10 @@ impl Membership {
         let api = Self::api(client, &self.namespace);
         let name = member_lease_name(&self.identity);
         loop {
-            match api.create(&PostParams::default(), &self.desired(jiff_now::now())).await {
+            match api
+                .create(&PostParams::default(), &self.desired(jiff_now::now()))
+                .await
+            {
                 Ok(lease) => {
                     let now = Instant::now();
                     let mut s = self.lock();
@@ -249,19 +256,28 @@ impl Membership {
                 s.epoch = None;
                 s.resource_version = None;
                 s.paused = false;
-                self.metrics.lease_renew_failures.with_label_values(&["lost"]).inc();
+                self.metrics
+                    .lease_renew_failures
+                    .with_label_values(&["lost"])
+                    .inc();
                 self.metrics.self_fences.with_label_values(&["lost"]).inc();
                 Some(Signal::Lost)
             }
             Ok(Err(e)) => {
                 s.reachable = false;
-                self.metrics.lease_renew_failures.with_label_values(&["unreachable"]).inc();
+                self.metrics
+                    .lease_renew_failures
+                    .with_label_values(&["unreachable"])
+                    .inc();
                 warn!(error = %e, "membership Lease renewal failed");
                 None
             }
             Err(_) => {
                 s.reachable = false;
-                self.metrics.lease_renew_failures.with_label_values(&["unreachable"]).inc();
+                self.metrics
+                    .lease_renew_failures
+                    .with_label_values(&["unreachable"])
+                    .inc();
                 warn!("membership Lease renewal got no answer in time");
                 None
             }

@@ -5,14 +5,18 @@
 //! sum across replicas never counts a checker twice.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 use crate::probe::{Outcome, Reason};
 
-const PROBE_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
-const LAG_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const PROBE_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+const LAG_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 const ASSIGN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 const ALL_REASONS: &[Reason] = &[
@@ -61,7 +65,8 @@ pub struct Metrics {
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
-    r.register(Box::new(c.clone())).expect("metric names are unique");
+    r.register(Box::new(c.clone()))
+        .expect("metric names are unique");
     c
 }
 
@@ -72,7 +77,10 @@ impl Metrics {
         let build = reg(
             &r,
             IntGaugeVec::new(
-                Opts::new("webchecker_build_info", "Build and replica identity; always 1"),
+                Opts::new(
+                    "webchecker_build_info",
+                    "Build and replica identity; always 1",
+                ),
                 &["version", "replica"],
             )
             .unwrap(),
@@ -81,8 +89,10 @@ impl Metrics {
             .with_label_values(&[env!("CARGO_PKG_VERSION"), identity])
             .set(1);
         #[cfg(target_os = "linux")]
-        r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
-            .expect("process collector registers once");
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("process collector registers once");
         let m = Metrics {
             per_checker_histogram,
             probe_duration: reg(
@@ -278,14 +288,18 @@ impl Metrics {
     pub fn record_probe(&self, namespace: &str, name: &str, o: &Outcome, ready: bool) {
         let l = &[namespace, name];
         if self.per_checker_histogram {
-            self.probe_duration.with_label_values(l).observe(o.duration.as_secs_f64());
+            self.probe_duration
+                .with_label_values(l)
+                .observe(o.duration.as_secs_f64());
         }
         let result = if o.success() { "success" } else { "failure" };
         self.probes
             .with_label_values(&[namespace, name, result, o.reason.as_str()])
             .inc();
         self.up.with_label_values(l).set(ready as i64);
-        self.last_success.with_label_values(l).set(o.success() as i64);
+        self.last_success
+            .with_label_values(l)
+            .set(o.success() as i64);
         self.last_code
             .with_label_values(l)
             .set(o.status_code.map(i64::from).unwrap_or(0));
@@ -308,7 +322,9 @@ impl Metrics {
 
     /// Sets the up gauge without a probe (for example a suspended or invalid checker).
     pub fn set_up(&self, namespace: &str, name: &str, ready: bool) {
-        self.up.with_label_values(&[namespace, name]).set(ready as i64);
+        self.up
+            .with_label_values(&[namespace, name])
+            .set(ready as i64);
     }
 
     /// Drops every series of a checker this replica no longer owns.
@@ -322,9 +338,9 @@ impl Metrics {
         let _ = self.cert_expiry.remove_label_values(l);
         for reason in ALL_REASONS {
             for result in ["success", "failure"] {
-                let _ = self
-                    .probes
-                    .remove_label_values(&[namespace, name, result, reason.as_str()]);
+                let _ =
+                    self.probes
+                        .remove_label_values(&[namespace, name, result, reason.as_str()]);
             }
         }
         for phase in ["resolve", "connect", "tls", "processing", "transfer"] {

@@ -130,14 +130,20 @@ impl StatusSet {
                     .map_err(|_| format!("bad status class {item:?}"))?;
                 (c * 100, c * 100 + 99)
             } else if let Some((lo, hi)) = item.split_once('-') {
-                let lo: u16 = lo.parse().map_err(|_| format!("bad status range {item:?}"))?;
-                let hi: u16 = hi.parse().map_err(|_| format!("bad status range {item:?}"))?;
+                let lo: u16 = lo
+                    .parse()
+                    .map_err(|_| format!("bad status range {item:?}"))?;
+                let hi: u16 = hi
+                    .parse()
+                    .map_err(|_| format!("bad status range {item:?}"))?;
                 if lo > hi {
                     return Err(format!("status range {item:?} is reversed"));
                 }
                 (lo, hi)
             } else {
-                let c: u16 = item.parse().map_err(|_| format!("bad status code {item:?}"))?;
+                let c: u16 = item
+                    .parse()
+                    .map_err(|_| format!("bad status code {item:?}"))?;
                 (c, c)
             };
             if range.0 < 100 || range.1 > 599 {
@@ -178,7 +184,9 @@ impl Target {
             Some(url::Host::Ipv6(ip)) => ip.to_string(),
             None => return Err("URL has no host".into()),
         };
-        let port = u.port_or_known_default().unwrap_or(if https { 443 } else { 80 });
+        let port = u
+            .port_or_known_default()
+            .unwrap_or(if https { 443 } else { 80 });
         let mut path_and_query = u.path().to_string();
         if let Some(q) = u.query() {
             path_and_query.push('?');
@@ -246,7 +254,11 @@ pub fn plan(
 ) -> Result<ProbePlan, String> {
     let base = url::Url::parse(spec.host.trim())
         .map_err(|e| format!("spec.host {:?} is not a URL: {e}", spec.host))?;
-    let path = if spec.path.is_empty() { "/" } else { spec.path.as_str() };
+    let path = if spec.path.is_empty() {
+        "/"
+    } else {
+        spec.path.as_str()
+    };
     if !path.starts_with('/') {
         return Err(format!("spec.path {path:?} must start with '/'"));
     }
@@ -269,10 +281,19 @@ pub fn plan(
         let value = match (&h.value, &h.value_from) {
             (Some(v), None) => v.clone(),
             (None, Some(src)) => resolve_secret(&src.secret_key_ref)?,
-            _ => return Err(format!("header {:?} needs exactly one of value or valueFrom", h.name)),
+            _ => {
+                return Err(format!(
+                    "header {:?} needs exactly one of value or valueFrom",
+                    h.name
+                ));
+            }
         };
-        let mut value = HeaderValue::from_str(&value)
-            .map_err(|_| format!("the value of header {:?} has characters not allowed in a header", h.name))?;
+        let mut value = HeaderValue::from_str(&value).map_err(|_| {
+            format!(
+                "the value of header {:?} has characters not allowed in a header",
+                h.name
+            )
+        })?;
         if h.value_from.is_some() {
             value.set_sensitive(true);
         }
@@ -477,11 +498,13 @@ impl Prober {
         loop {
             let (status, location) = self
                 .one_hop(plan, &target, &method, &body, phase, phases, cert)
-                .await
-                .map_err(|(f, c)| (f, c))?;
+                .await?;
             let code = status.as_u16();
-            if plan.follow_redirects && status.is_redirection() {
-                if let Some(loc) = location {
+            if plan.follow_redirects
+                && status.is_redirection()
+                && let Some(loc) = location
+            {
+                {
                     if *redirects >= plan.max_redirects {
                         return Err((
                             fail(
@@ -499,12 +522,18 @@ impl Prober {
                     })?;
                     let next = base.join(&loc).map_err(|_| {
                         (
-                            fail(Reason::ProtocolError, format!("HTTP {code}: invalid Location header")),
+                            fail(
+                                Reason::ProtocolError,
+                                format!("HTTP {code}: invalid Location header"),
+                            ),
                             Some(code),
                         )
                     })?;
                     target = Target::parse(&next).map_err(|e| {
-                        (fail(Reason::ProtocolError, format!("redirect: {e}")), Some(code))
+                        (
+                            fail(Reason::ProtocolError, format!("redirect: {e}")),
+                            Some(code),
+                        )
                     })?;
                     if code == 303 || ((code == 301 || code == 302) && method == Method::POST) {
                         method = Method::GET;
@@ -516,7 +545,10 @@ impl Prober {
             }
             if !plan.expected.contains(code) {
                 return Err((
-                    fail(Reason::UnexpectedStatus, format!("HTTP {code}, not an expected status")),
+                    fail(
+                        Reason::UnexpectedStatus,
+                        format!("HTTP {code}, not an expected status"),
+                    ),
                     Some(code),
                 ));
             }
@@ -543,7 +575,10 @@ impl Prober {
                 .await
                 .map_err(|e| {
                     (
-                        fail(Reason::DnsError, format!("cannot resolve {}: {}", target.host, short_io(&e))),
+                        fail(
+                            Reason::DnsError,
+                            format!("cannot resolve {}: {}", target.host, short_io(&e)),
+                        ),
                         None,
                     )
                 })?
@@ -551,14 +586,23 @@ impl Prober {
         };
         phases.resolve += t.elapsed();
         if addrs.is_empty() {
-            return Err((fail(Reason::DnsError, format!("{} has no address", target.host)), None));
+            return Err((
+                fail(Reason::DnsError, format!("{} has no address", target.host)),
+                None,
+            ));
         }
-        let allowed: Vec<SocketAddr> = addrs.into_iter().filter(|a| self.policy.permits(a.ip())).collect();
+        let allowed: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| self.policy.permits(a.ip()))
+            .collect();
         if allowed.is_empty() {
             return Err((
                 fail(
                     Reason::Forbidden,
-                    format!("{} resolves only to addresses the operator may not probe", target.host),
+                    format!(
+                        "{} resolves only to addresses the operator may not probe",
+                        target.host
+                    ),
                 ),
                 None,
             ));
@@ -602,9 +646,16 @@ impl Prober {
             } else {
                 self.verified.clone()
             };
-            let sni = plan.server_name.clone().unwrap_or_else(|| target.host.clone());
-            let name = rustls::pki_types::ServerName::try_from(sni)
-                .map_err(|_| (fail(Reason::InvalidSpec, "TLS server name is not valid"), None))?;
+            let sni = plan
+                .server_name
+                .clone()
+                .unwrap_or_else(|| target.host.clone());
+            let name = rustls::pki_types::ServerName::try_from(sni).map_err(|_| {
+                (
+                    fail(Reason::InvalidSpec, "TLS server name is not valid"),
+                    None,
+                )
+            })?;
             let tls = tokio_rustls::TlsConnector::from(config)
                 .connect(name, stream)
                 .await
@@ -613,9 +664,11 @@ impl Prober {
             if let Some(der) = tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
                 *cert = not_after(der.as_ref());
             }
-            self.exchange(plan, target, method, body, tls, phase, phases).await
+            self.exchange(plan, target, method, body, tls, phase, phases)
+                .await
         } else {
-            self.exchange(plan, target, method, body, stream, phase, phases).await
+            self.exchange(plan, target, method, body, stream, phase, phases)
+                .await
         }
     }
 
@@ -639,7 +692,12 @@ impl Prober {
             .max_buf_size(64 * 1024)
             .handshake::<_, Full<Bytes>>(TokioIo::new(io))
             .await
-            .map_err(|e| (fail(Reason::ProtocolError, format!("HTTP handshake failed: {e}")), None))?;
+            .map_err(|e| {
+                (
+                    fail(Reason::ProtocolError, format!("HTTP handshake failed: {e}")),
+                    None,
+                )
+            })?;
         let mut req = Request::builder()
             .method(method.clone())
             .uri(target.path_and_query.as_str())
@@ -647,7 +705,12 @@ impl Prober {
             .header(http::header::USER_AGENT, self.user_agent.clone())
             .header(http::header::CONNECTION, "close")
             .body(Full::new(body.clone()))
-            .map_err(|e| (fail(Reason::InvalidSpec, format!("cannot build request: {e}")), None))?;
+            .map_err(|e| {
+                (
+                    fail(Reason::InvalidSpec, format!("cannot build request: {e}")),
+                    None,
+                )
+            })?;
         if let Some(r) = &self.replica_header {
             req.headers_mut().insert("x-webchecker-replica", r.clone());
         }
@@ -659,7 +722,10 @@ impl Prober {
         let exchange = async move {
             let resp = sender.send_request(req).await.map_err(|e| {
                 (
-                    fail(Reason::ProtocolError, format!("no valid HTTP response: {}", hyper_cause(&e))),
+                    fail(
+                        Reason::ProtocolError,
+                        format!("no valid HTTP response: {}", hyper_cause(&e)),
+                    ),
                     None,
                 )
             })?;
@@ -690,7 +756,11 @@ impl Prober {
                         return Err((
                             fail(
                                 Reason::ProtocolError,
-                                format!("HTTP {}: response body broken: {}", status.as_u16(), hyper_cause(&e)),
+                                format!(
+                                    "HTTP {}: response body broken: {}",
+                                    status.as_u16(),
+                                    hyper_cause(&e)
+                                ),
                             ),
                             Some(status.as_u16()),
                         ));
@@ -738,11 +808,15 @@ impl Prober {
 fn tls_failure(e: &std::io::Error) -> Failure {
     let inner = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
     match inner {
-        Some(rustls::Error::InvalidCertificate(c)) => {
-            fail(Reason::CertificateInvalid, format!("server certificate rejected: {c:?}"))
-        }
+        Some(rustls::Error::InvalidCertificate(c)) => fail(
+            Reason::CertificateInvalid,
+            format!("server certificate rejected: {c:?}"),
+        ),
         Some(other) => fail(Reason::TlsError, format!("TLS handshake failed: {other}")),
-        None => fail(Reason::TlsError, format!("TLS handshake failed: {}", short_io(e))),
+        None => fail(
+            Reason::TlsError,
+            format!("TLS handshake failed: {}", short_io(e)),
+        ),
     }
 }
 
@@ -810,7 +884,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -819,7 +898,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -856,7 +940,11 @@ mod tests {
 
     #[test]
     fn path_and_port_are_joined() {
-        let p = plan(&spec("host: https://127.0.0.1:8443\npath: /health?x=1"), &no_secrets).unwrap();
+        let p = plan(
+            &spec("host: https://127.0.0.1:8443\npath: /health?x=1"),
+            &no_secrets,
+        )
+        .unwrap();
         assert!(p.target.https);
         assert_eq!(p.target.port, 8443);
         assert_eq!(p.target.path_and_query, "/health?x=1");
@@ -890,7 +978,9 @@ mod tests {
 
     #[test]
     fn secret_values_stay_out_of_errors() {
-        let s = spec("host: http://x\nheaders: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]");
+        let s = spec(
+            "host: http://x\nheaders: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
+        );
         let err = plan(&s, &|_| Ok("bad\nvalue-s3cr3t".into())).unwrap_err();
         assert!(!err.contains("s3cr3t"), "{err}");
     }
@@ -898,7 +988,10 @@ mod tests {
     #[test]
     fn policy_denies_link_local_and_mapped_addresses() {
         let p = AddressPolicy {
-            deny: vec!["169.254.0.0/16".parse().unwrap(), "fe80::/10".parse().unwrap()],
+            deny: vec![
+                "169.254.0.0/16".parse().unwrap(),
+                "fe80::/10".parse().unwrap(),
+            ],
             allow: vec![],
         };
         assert!(!p.permits("169.254.169.254".parse().unwrap()));

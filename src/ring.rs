@@ -64,7 +64,11 @@ pub enum Move {
     /// The checker has no live holder: assign it to `to` at once.
     Assign { key: String, to: String },
     /// The checker's holder is over its bound: drain it towards `to`.
-    Drain { key: String, from: String, to: String },
+    Drain {
+        key: String,
+        from: String,
+        to: String,
+    },
 }
 
 /// Largest shard allowed for `m` checkers on `n` members.
@@ -79,7 +83,8 @@ pub fn plan(members: &[String], placements: &[Placement]) -> Vec<Move> {
         return Vec::new();
     }
     let cap = capacity(placements.len(), members.len());
-    let mut held: HashMap<&str, Vec<&str>> = members.iter().map(|m| (m.as_str(), Vec::new())).collect();
+    let mut held: HashMap<&str, Vec<&str>> =
+        members.iter().map(|m| (m.as_str(), Vec::new())).collect();
     let mut orphans: Vec<&str> = Vec::new();
     for p in placements {
         match p.holder.as_deref().and_then(|h| held.get_mut(h)) {
@@ -137,12 +142,18 @@ mod tests {
     }
 
     fn keys(m: usize) -> Vec<String> {
-        (0..m).map(|i| format!("ns-{}/checker-{i}", i % 7)).collect()
+        (0..m)
+            .map(|i| format!("ns-{}/checker-{i}", i % 7))
+            .collect()
     }
 
     /// Applies a plan (drains complete at once) and returns the new holders.
     fn apply(placements: &mut [Placement], moves: &[Move]) {
-        let idx: HashMap<String, usize> = placements.iter().enumerate().map(|(i, p)| (p.key.clone(), i)).collect();
+        let idx: HashMap<String, usize> = placements
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.key.clone(), i))
+            .collect();
         for mv in moves {
             let (key, to) = match mv {
                 Move::Assign { key, to } | Move::Drain { key, to, .. } => (key, to),
@@ -155,7 +166,10 @@ mod tests {
         let moves = plan(members, placements);
         let n = moves.len();
         apply(placements, &moves);
-        assert!(plan(members, placements).is_empty(), "a settled assignment is stable");
+        assert!(
+            plan(members, placements).is_empty(),
+            "a settled assignment is stable"
+        );
         n
     }
 
@@ -176,20 +190,38 @@ mod tests {
         assert_eq!(fnv1a64(b"default/flant"), 0xf5f679dd203a06a2);
         assert_eq!(mix64(0), 0);
         assert_eq!(mix64(1), 0x5692161d100b05e5);
-        assert_eq!(score("webchecker-operator-0", "default/flant"), 0x4aaa9556924a0e1d);
-        assert_eq!(score("webchecker-operator-1", "default/badnews"), 0x884c90d4f531a3be);
+        assert_eq!(
+            score("webchecker-operator-0", "default/flant"),
+            0x4aaa9556924a0e1d
+        );
+        assert_eq!(
+            score("webchecker-operator-1", "default/badnews"),
+            0x884c90d4f531a3be
+        );
     }
 
     #[test]
     fn empty_inputs() {
-        assert!(plan(&[], &[Placement { key: "a/b".into(), holder: None }]).is_empty());
+        assert!(
+            plan(
+                &[],
+                &[Placement {
+                    key: "a/b".into(),
+                    holder: None
+                }]
+            )
+            .is_empty()
+        );
         assert!(plan(&names(3), &[]).is_empty());
     }
 
     #[test]
     fn unassigned_checkers_go_to_their_preferred_member_when_there_is_room() {
         let members = names(3);
-        let p = vec![Placement { key: "default/flant".into(), holder: None }];
+        let p = vec![Placement {
+            key: "default/flant".into(),
+            holder: None,
+        }];
         let moves = plan(&members, &p);
         assert_eq!(
             moves,
@@ -203,7 +235,10 @@ mod tests {
     #[test]
     fn a_dead_members_checkers_move_and_nothing_else_does() {
         let members = names(4);
-        let mut p: Vec<Placement> = keys(4000).into_iter().map(|key| Placement { key, holder: None }).collect();
+        let mut p: Vec<Placement> = keys(4000)
+            .into_iter()
+            .map(|key| Placement { key, holder: None })
+            .collect();
         settle(&members, &mut p);
         let before = p.clone();
         let survivors: Vec<String> = members[..3].to_vec();
@@ -225,10 +260,17 @@ mod tests {
 
     #[test]
     fn scale_out_3_to_4_moves_about_a_quarter_through_drains() {
-        let mut p: Vec<Placement> = keys(3000).into_iter().map(|key| Placement { key, holder: None }).collect();
+        let mut p: Vec<Placement> = keys(3000)
+            .into_iter()
+            .map(|key| Placement { key, holder: None })
+            .collect();
         settle(&names(3), &mut p);
         let moves = plan(&names(4), &p);
-        assert!(moves.iter().all(|m| matches!(m, Move::Drain { to, .. } if to == "webchecker-operator-3")));
+        assert!(
+            moves
+                .iter()
+                .all(|m| matches!(m, Move::Drain { to, .. } if to == "webchecker-operator-3"))
+        );
         assert_eq!(moves.len(), 750);
     }
 

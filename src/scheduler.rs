@@ -48,7 +48,12 @@ pub enum Command {
     /// A checker of our shard, added or changed. `initial` during a (re)list.
     Upsert { checker: Incoming, initial: bool },
     /// The sharder asks us to hand this checker over.
-    Drain { key: String, namespace: String, name: String, resource_version: String },
+    Drain {
+        key: String,
+        namespace: String,
+        name: String,
+        resource_version: String,
+    },
     /// Deleted, or no longer ours.
     Remove { key: String },
     /// A re-list finished: keys not in the set are no longer ours.
@@ -109,7 +114,9 @@ fn now_wall() -> String {
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Engine {
@@ -137,19 +144,22 @@ impl Engine {
             stopping: None,
         }
     }
-
 }
 
-fn make_ctx<'a>(settings: &'a EngineSettings, generation: Option<i64>, plan: Option<&ProbePlan>) -> Context<'a> {
+fn make_ctx<'a>(
+    settings: &'a EngineSettings,
+    generation: Option<i64>,
+    plan: Option<&ProbePlan>,
+) -> Context<'a> {
     Context {
         generation,
         owner: &settings.identity,
-            now_wall: now_wall(),
-            now: Instant::now(),
-            heartbeat: settings.heartbeat,
-            success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
-            failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
-        }
+        now_wall: now_wall(),
+        now: Instant::now(),
+        heartbeat: settings.heartbeat,
+        success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
+        failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
+    }
 }
 
 impl Engine {
@@ -246,17 +256,24 @@ impl Engine {
     }
 
     fn schedule(&mut self, key: &str, at: Instant) {
-        let Some(e) = self.entries.get_mut(key) else { return };
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
         if let Some(k) = e.delay.take() {
             self.queue.remove(&k);
         }
         e.due = at;
         let now = Instant::now();
-        e.delay = Some(self.queue.insert(key.to_string(), at.saturating_duration_since(now)));
+        e.delay = Some(
+            self.queue
+                .insert(key.to_string(), at.saturating_duration_since(now)),
+        );
     }
 
     fn finished(&mut self, d: Done) {
-        let Some(e) = self.entries.get_mut(&d.key) else { return };
+        let Some(e) = self.entries.get_mut(&d.key) else {
+            return;
+        };
         if e.seq != d.seq {
             return;
         }
@@ -270,16 +287,26 @@ impl Engine {
         e.last_probe_wall = Some(d.finished_wall);
         if e.draining {
             let last = unix_ms(d.finished_wall);
-            self.writer.submit(&d.key, &e.namespace, &e.name, Op::AckDrain { last_probe_unix_ms: Some(last) });
+            self.writer.submit(
+                &d.key,
+                &e.namespace,
+                &e.name,
+                Op::AckDrain {
+                    last_probe_unix_ms: Some(last),
+                },
+            );
             return;
         }
         let Some(plan) = e.plan.clone() else { return };
         let ctx = make_ctx(&self.settings, e.generation, Some(&plan));
         let effects = e.status.observe(&outcome, &ctx);
-        self.metrics.record_probe(&e.namespace, &e.name, &outcome, e.status.is_ready());
+        self.metrics
+            .record_probe(&e.namespace, &e.name, &outcome, e.status.is_ready());
         debug!(checker = %d.key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
         self.apply_effects(&d.key, effects);
-        let Some(e) = self.entries.get_mut(&d.key) else { return };
+        let Some(e) = self.entries.get_mut(&d.key) else {
+            return;
+        };
         // Keep the cadence; skip whole intervals the checker could not make.
         let now = Instant::now();
         let mut next = e.due + plan.interval;
@@ -296,18 +323,33 @@ impl Engine {
     }
 
     fn emit(&self, key: &str, ready: &str, reason: &str, message: &str) {
-        let Some(e) = self.entries.get(key) else { return };
-        let type_ = if ready == "True" { EventType::Normal } else { EventType::Warning };
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        let type_ = if ready == "True" {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        };
         let ev = KubeEvent {
             type_,
             reason: reason.to_string(),
-            note: Some(format!("Ready={ready}: {message}").chars().take(1000).collect()),
+            note: Some(
+                format!("Ready={ready}: {message}")
+                    .chars()
+                    .take(1000)
+                    .collect(),
+            ),
             action: "Probe".into(),
             secondary: None,
         };
         let label = if ready == "True" { "Normal" } else { "Warning" };
         match self.events.try_send((e.object_ref.clone(), ev)) {
-            Ok(()) => self.metrics.events.with_label_values(&[label, reason]).inc(),
+            Ok(()) => self
+                .metrics
+                .events
+                .with_label_values(&[label, reason])
+                .inc(),
             Err(_) => warn!(checker = %key, "event queue full; event dropped"),
         }
         info!(checker = %key, ready, reason, "Ready changed");
@@ -316,7 +358,12 @@ impl Engine {
     async fn command(&mut self, c: Command) {
         match c {
             Command::Upsert { checker, initial } => self.upsert(checker, initial),
-            Command::Drain { key, namespace, name, resource_version } => {
+            Command::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            } => {
                 self.writer.observe_version(&key, &resource_version);
                 let (inflight, last) = match self.entries.get_mut(&key) {
                     Some(e) => {
@@ -330,7 +377,14 @@ impl Engine {
                 };
                 self.metrics.forget_checker(&namespace, &name);
                 if !inflight {
-                    self.writer.submit(&key, &namespace, &name, Op::AckDrain { last_probe_unix_ms: last.map(unix_ms) });
+                    self.writer.submit(
+                        &key,
+                        &namespace,
+                        &name,
+                        Op::AckDrain {
+                            last_probe_unix_ms: last.map(unix_ms),
+                        },
+                    );
                 }
                 self.update_owned();
             }
@@ -339,7 +393,12 @@ impl Engine {
                 self.update_owned();
             }
             Command::Resync { present } => {
-                let gone: Vec<String> = self.entries.keys().filter(|k| !present.contains(*k)).cloned().collect();
+                let gone: Vec<String> = self
+                    .entries
+                    .keys()
+                    .filter(|k| !present.contains(*k))
+                    .cloned()
+                    .collect();
                 for k in gone {
                     self.remove(&k);
                 }
@@ -384,7 +443,9 @@ impl Engine {
     }
 
     fn update_owned(&self) {
-        self.metrics.owned.set(self.entries.values().filter(|e| !e.draining).count() as i64);
+        self.metrics
+            .owned
+            .set(self.entries.values().filter(|e| !e.draining).count() as i64);
     }
 
     fn upsert(&mut self, checker: Incoming, initial: bool) {
@@ -396,7 +457,13 @@ impl Engine {
                 wc.resource_version().unwrap_or_default(),
                 wc.metadata.generation,
             ),
-            Incoming::Malformed { namespace, name, resource_version, generation, .. } => (
+            Incoming::Malformed {
+                namespace,
+                name,
+                resource_version,
+                generation,
+                ..
+            } => (
                 crate::api::object_key(namespace, name),
                 namespace.clone(),
                 name.clone(),
@@ -430,11 +497,15 @@ impl Engine {
                     r.name, r.key
                 ))
             }),
-            Incoming::Malformed { error, .. } => Err(format!("the object does not match the WebChecker schema: {error}")),
+            Incoming::Malformed { error, .. } => Err(format!(
+                "the object does not match the WebChecker schema: {error}"
+            )),
         };
         let object_ref = match &checker {
             Incoming::Valid(wc) => wc.object_ref(&()),
-            Incoming::Malformed { namespace, name, .. } => k8s_openapi::api::core::v1::ObjectReference {
+            Incoming::Malformed {
+                namespace, name, ..
+            } => k8s_openapi::api::core::v1::ObjectReference {
                 api_version: Some(WebChecker::api_version(&()).to_string()),
                 kind: Some("WebChecker".into()),
                 namespace: Some(namespace.clone()),
@@ -487,7 +558,12 @@ impl Engine {
                     self.queue.remove(&k);
                 }
                 let ctx = make_ctx(&self.settings, generation, Some(&p));
-                let fx = e.status.set_condition("Unknown", "Suspended", "probing is suspended (spec.suspend)", &ctx);
+                let fx = e.status.set_condition(
+                    "Unknown",
+                    "Suspended",
+                    "probing is suspended (spec.suspend)",
+                    &ctx,
+                );
                 self.metrics.forget_checker(&namespace, &name);
                 self.apply_effects(&key, fx);
             }
@@ -502,10 +578,20 @@ impl Engine {
                         Some(ms) => {
                             let since = unix_ms(SystemTime::now()) - ms;
                             let wait = interval.as_millis() as i64 - since;
-                            now + Duration::from_millis(wait.clamp(0, interval.as_millis() as i64) as u64)
+                            now + Duration::from_millis(
+                                wait.clamp(0, interval.as_millis() as i64) as u64
+                            )
                         }
                         None => {
-                            let spread = if initial { interval } else { interval.min(Duration::from_secs(1)) };
+                            // At start-up spread the whole shard over one interval; a
+                            // checker that arrives later (new, or moved from a replica
+                            // that left) is probed almost at once, with a little jitter
+                            // so a burst of arrivals does not hit the pool in one tick.
+                            let spread = if initial {
+                                interval
+                            } else {
+                                interval.min(Duration::from_millis(100))
+                            };
                             now + rand::rng().random_range(Duration::ZERO..=spread)
                         }
                     };
@@ -532,9 +618,12 @@ impl Engine {
     }
 
     fn apply_effects(&self, key: &str, fx: crate::status::Effects) {
-        let Some(e) = self.entries.get(key) else { return };
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
         if let Some(status) = fx.write {
-            self.writer.submit(key, &e.namespace, &e.name, Op::Status(Box::new(status)));
+            self.writer
+                .submit(key, &e.namespace, &e.name, Op::Status(Box::new(status)));
         }
         if let Some((ready, reason, message)) = fx.transition {
             self.emit(key, &ready, &reason, &message);

@@ -43,7 +43,10 @@ struct AppState {
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.render(),
     )
 }
@@ -75,19 +78,25 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
 }
 
 /// Binds now (so a bad address fails start-up) and serves on a dedicated thread.
-pub fn spawn(addr: SocketAddr, metrics: Arc<Metrics>, health: Arc<Health>) -> std::io::Result<SocketAddr> {
+pub fn spawn(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<Health>,
+) -> std::io::Result<SocketAddr> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
-    std::thread::Builder::new().name("http-server".into()).spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("server runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            let _ = axum::serve(listener, router(metrics, health)).await;
-        });
-    })?;
+    std::thread::Builder::new()
+        .name("http-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let _ = axum::serve(listener, router(metrics, health)).await;
+            });
+        })?;
     Ok(local)
 }

@@ -9,6 +9,7 @@
 //! - move between two live members: the sharder writes `drain=<target>`; the old
 //!   owner stops probing, waits for its in-flight probe, then clears `owner` and
 //!   `epoch` (keeping `drain`); the sharder then assigns the target.
+//!
 //! Every write carries a resourceVersion precondition.
 //!
 //! A member is proven dead only by deleting its Lease with a resourceVersion
@@ -31,7 +32,9 @@ use kube::{Api, Client};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL, WebChecker, object_key};
+use crate::api::{
+    DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL, WebChecker, object_key,
+};
 use crate::error::{Error, api_code};
 use crate::membership::jiff_now;
 use crate::metrics::Metrics;
@@ -139,7 +142,12 @@ impl MemberView {
     }
 
     /// Watches the membership Leases. Clocks restart on every re-list.
-    pub async fn run(self: Arc<Self>, client: Client, namespace: String, metrics: Arc<Metrics>) -> Result<(), Error> {
+    pub async fn run(
+        self: Arc<Self>,
+        client: Client,
+        namespace: String,
+        metrics: Arc<Metrics>,
+    ) -> Result<(), Error> {
         let api: Api<Lease> = Api::namespaced(client, &namespace);
         let cfg = watcher::Config::default().labels(&format!("{MEMBER_LABEL}=true"));
         let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
@@ -211,7 +219,10 @@ impl LeaderElector {
         let current = match attempt {
             Ok(Ok(l)) => l,
             _ => {
-                self.metrics.lease_renew_failures.with_label_values(&["unreachable"]).inc();
+                self.metrics
+                    .lease_renew_failures
+                    .with_label_values(&["unreachable"])
+                    .inc();
                 return last_renew.is_some_and(|t| t.elapsed() <= self.renew_deadline);
             }
         };
@@ -243,14 +254,21 @@ impl LeaderElector {
                 Some((seen, _)) if *seen == rv => {}
                 _ => *observed = Some((rv.clone(), now)),
             }
-            let stale = observed.as_ref().is_some_and(|(_, at)| now.duration_since(*at) > self.lease_duration);
+            let stale = observed
+                .as_ref()
+                .is_some_and(|(_, at)| now.duration_since(*at) > self.lease_duration);
             if !holder.is_empty() && !stale {
                 return false;
             }
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
         lease.spec = Some(self.desired(transitions, if ours { spec.acquire_time } else { None }));
-        match tokio::time::timeout(self.retry_period, api.replace(LEADER_LEASE, &PostParams::default(), &lease)).await {
+        match tokio::time::timeout(
+            self.retry_period,
+            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+        )
+        .await
+        {
             Ok(Ok(_)) => {
                 if !ours {
                     info!(replica = %self.identity, "became leader (sharder)");
@@ -263,13 +281,21 @@ impl LeaderElector {
                 false
             }
             _ => {
-                self.metrics.lease_renew_failures.with_label_values(&["unreachable"]).inc();
+                self.metrics
+                    .lease_renew_failures
+                    .with_label_values(&["unreachable"])
+                    .inc();
                 last_renew.is_some_and(|t| t.elapsed() <= self.renew_deadline)
             }
         }
     }
 
-    pub async fn run<F, Fut>(self, client: Client, mut shutdown: tokio::sync::watch::Receiver<bool>, lead: F) -> Result<(), Error>
+    pub async fn run<F, Fut>(
+        self,
+        client: Client,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        lead: F,
+    ) -> Result<(), Error>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<(), Error>> + Send + 'static,
@@ -319,13 +345,20 @@ impl LeaderElector {
 
     async fn release(&self, api: &Api<Lease>) {
         if let Ok(Some(mut lease)) = api.get_opt(LEADER_LEASE).await
-            && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(self.identity.as_str())
+            && lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.as_deref())
+                == Some(self.identity.as_str())
         {
             if let Some(spec) = lease.spec.as_mut() {
                 spec.holder_identity = None;
                 spec.lease_duration_seconds = Some(1);
             }
-            match api.replace(LEADER_LEASE, &PostParams::default(), &lease).await {
+            match api
+                .replace(LEADER_LEASE, &PostParams::default(), &lease)
+                .await
+            {
                 Ok(_) => info!(replica = %self.identity, "leader Lease released"),
                 Err(e) => warn!(error = %e, "could not release the leader Lease"),
             }
@@ -347,12 +380,19 @@ struct ObjState {
 fn obj_state(meta: &ObjectMeta, prev: Option<&ObjState>) -> Option<(String, ObjState)> {
     let namespace = meta.namespace.clone()?;
     let name = meta.name.clone()?;
-    let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL)).cloned();
+    let owner = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL))
+        .cloned();
     let ann = meta.annotations.as_ref();
     let drain = ann.and_then(|a| a.get(DRAIN_ANNOTATION)).cloned();
     let unassigned = owner.is_none() && drain.is_none();
     let first_seen_unassigned = if unassigned {
-        Some(prev.and_then(|p| p.first_seen_unassigned).unwrap_or_else(Instant::now))
+        Some(
+            prev.and_then(|p| p.first_seen_unassigned)
+                .unwrap_or_else(Instant::now),
+        )
     } else {
         None
     };
@@ -373,8 +413,15 @@ fn obj_state(meta: &ObjectMeta, prev: Option<&ObjState>) -> Option<(String, ObjS
 /// A write the sharder decided on.
 #[derive(Debug, Clone)]
 enum Action {
-    Assign { key: String, to: String, cause: &'static str },
-    SetDrain { key: String, to: String },
+    Assign {
+        key: String,
+        to: String,
+        cause: &'static str,
+    },
+    SetDrain {
+        key: String,
+        to: String,
+    },
 }
 
 /// The sharder (runs only on the leader).
@@ -384,6 +431,8 @@ pub struct Sharder {
     pub lease_namespace: String,
     pub view: Arc<MemberView>,
     pub metrics: Arc<Metrics>,
+    /// Assignment writes in flight at most.
+    pub write_limit: Arc<tokio::sync::Semaphore>,
 }
 
 impl Sharder {
@@ -395,7 +444,14 @@ impl Sharder {
     }
 
     /// Decides what to write, from the live members and the objects.
-    fn decide(live: &BTreeMap<String, String>, objects: &HashMap<String, ObjState>, dead: &HashSet<String>) -> Vec<Action> {
+    /// `pending`: keys with a write in flight or not yet seen back, and the member
+    /// that write targets. They are left alone and count against that member.
+    fn decide(
+        live: &BTreeMap<String, String>,
+        objects: &HashMap<String, ObjState>,
+        dead: &HashSet<String>,
+        pending: &HashMap<String, String>,
+    ) -> Vec<Action> {
         let members: Vec<String> = live.keys().cloned().collect();
         let valid_owner = |o: &ObjState| -> bool {
             match (&o.owner, &o.epoch) {
@@ -409,6 +465,13 @@ impl Sharder {
         keys.sort();
         for key in keys {
             let o = &objects[key];
+            if let Some(t) = pending.get(key) {
+                placements.push(Placement {
+                    key: key.clone(),
+                    holder: live.contains_key(t).then(|| t.clone()),
+                });
+                continue;
+            }
             let target_live = o.drain.as_ref().filter(|t| live.contains_key(*t));
             let holder = match (valid_owner(o), target_live) {
                 // A drain in progress counts against its target.
@@ -432,7 +495,19 @@ impl Sharder {
                 holder,
             });
         }
+        let handovers: HashSet<String> = actions
+            .iter()
+            .map(|a| match a {
+                Action::Assign { key, .. } | Action::SetDrain { key, .. } => key.clone(),
+            })
+            .collect();
         for mv in ring::plan(&members, &placements) {
+            let k = match &mv {
+                Move::Assign { key, .. } | Move::Drain { key, .. } => key,
+            };
+            if pending.contains_key(k) || handovers.contains(k) {
+                continue;
+            }
             match mv {
                 Move::Assign { key, to } => {
                     let o = &objects[&key];
@@ -454,7 +529,12 @@ impl Sharder {
         actions
     }
 
-    async fn write(client: Client, o: ObjState, action: &Action, live: &BTreeMap<String, String>) -> Result<String, kube::Error> {
+    async fn write(
+        client: Client,
+        o: ObjState,
+        action: &Action,
+        live: &BTreeMap<String, String>,
+    ) -> Result<String, kube::Error> {
         let api: Api<DynamicObject> = Api::namespaced_with(
             client,
             &o.namespace,
@@ -475,7 +555,9 @@ impl Sharder {
                 }
             }),
         };
-        let r = api.patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        let r = api
+            .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
         Ok(r.metadata.resource_version.unwrap_or_default())
     }
 
@@ -501,30 +583,36 @@ impl Sharder {
     }
 
     pub async fn run(self) -> Result<(), Error> {
-        let this = &self;
         info!("sharder started");
         let cfg = watcher::Config::default();
-        let mut stream = watcher::watcher(self.checkers(), cfg).default_backoff().boxed();
+        let mut stream = watcher::watcher(self.checkers(), cfg)
+            .default_backoff()
+            .boxed();
         let mut objects: HashMap<String, ObjState> = HashMap::new();
         let mut listing: HashMap<String, ObjState> = HashMap::new();
         let mut synced = false;
         let mut dead: HashSet<String> = HashSet::new();
-        // Keys written recently, with the resourceVersion the write produced: no new
-        // decision on them until the watch shows that version (or a short timeout).
-        let mut written: HashMap<String, (String, Instant)> = HashMap::new();
+        // Writes in flight, and writes done whose watch event has not arrived yet
+        // (with the resourceVersion they produced): no new decision on those keys,
+        // and they count against their target when balancing.
+        let mut inflight: HashMap<String, String> = HashMap::new();
+        let mut written: HashMap<String, (String, String, Instant)> = HashMap::new();
+        let mut writes: tokio::task::JoinSet<(String, Action, Result<String, kube::Error>)> =
+            tokio::task::JoinSet::new();
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
         let mut last_decision = Instant::now() - Duration::from_secs(1);
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 ev = stream.try_next() => {
+                    let key_of = |m: &ObjectMeta| object_key(m.namespace.as_deref().unwrap_or_default(), m.name.as_deref().unwrap_or_default());
                     match ev {
                         Ok(Some(Event::Init)) => listing.clear(),
                         Ok(Some(Event::InitApply(o))) => {
-                            if let Some((k, s)) = obj_state(&o.metadata, objects.get(&object_key(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.name.as_deref().unwrap_or_default()))) {
+                            if let Some((k, s)) = obj_state(&o.metadata, objects.get(&key_of(&o.metadata))) {
                                 listing.insert(k, s);
                             }
                         }
@@ -533,16 +621,15 @@ impl Sharder {
                             synced = true;
                         }
                         Ok(Some(Event::Apply(o))) => {
-                            let key = object_key(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.name.as_deref().unwrap_or_default());
-                            if let Some((k, s)) = obj_state(&o.metadata, objects.get(&key)) {
-                                if written.get(&k).is_some_and(|(rv, _)| *rv == s.resource_version) {
+                            if let Some((k, s)) = obj_state(&o.metadata, objects.get(&key_of(&o.metadata))) {
+                                if written.get(&k).is_some_and(|(rv, _, _)| *rv == s.resource_version) {
                                     written.remove(&k);
                                 }
                                 objects.insert(k, s);
                             }
                         }
                         Ok(Some(Event::Delete(o))) => {
-                            let key = object_key(o.metadata.namespace.as_deref().unwrap_or_default(), o.metadata.name.as_deref().unwrap_or_default());
+                            let key = key_of(&o.metadata);
                             objects.remove(&key);
                             written.remove(&key);
                         }
@@ -553,6 +640,33 @@ impl Sharder {
                         }
                     }
                     dirty = true;
+                }
+                Some(done) = writes.join_next(), if !writes.is_empty() => {
+                    let Ok((key, action, r)) = done else { continue };
+                    let target = inflight.remove(&key).unwrap_or_default();
+                    match r {
+                        Ok(rv) => {
+                            written.insert(key.clone(), (rv, target, Instant::now()));
+                            match action {
+                                Action::Assign { cause, to, .. } => {
+                                    self.metrics.moves.with_label_values(&[cause]).inc();
+                                    if let Some(t) = objects.get(&key).and_then(|o| o.first_seen_unassigned) {
+                                        self.metrics.assignment_latency.observe(t.elapsed().as_secs_f64());
+                                    }
+                                    debug!(checker = %key, to = %to, cause, "assigned");
+                                }
+                                Action::SetDrain { to, .. } => debug!(checker = %key, to = %to, "drain requested"),
+                            }
+                        }
+                        Err(e) if matches!(api_code(&e), Some(409) | Some(404)) => {
+                            debug!(checker = %key, "assignment raced with another change; will re-decide");
+                        }
+                        Err(e) => {
+                            warn!(checker = %key, error = %e, "assignment write failed");
+                            dirty = true;
+                        }
+                    }
+                    continue;
                 }
                 _ = self.view.changed.notified() => { dirty = true; }
                 _ = tick.tick() => {}
@@ -575,70 +689,45 @@ impl Sharder {
                     dirty = true;
                 }
             }
-            if !dirty || last_decision.elapsed() < Duration::from_millis(100) {
+            if !dirty || last_decision.elapsed() < Duration::from_millis(50) {
                 continue;
             }
             last_decision = Instant::now();
-            let Some(live) = self.view.live() else { continue };
+            let Some(live) = self.view.live() else {
+                continue;
+            };
             if live.is_empty() {
                 continue;
             }
             dirty = false;
             let now = Instant::now();
-            written.retain(|_, (_, at)| now.duration_since(*at) < Duration::from_secs(5));
-            let actions: Vec<Action> = Self::decide(&live, &objects, &dead)
-                .into_iter()
-                .filter(|a| {
-                    let key = match a {
-                        Action::Assign { key, .. } | Action::SetDrain { key, .. } => key,
-                    };
-                    !written.contains_key(key)
-                })
-                .collect();
+            written.retain(|_, (_, _, at)| now.duration_since(*at) < Duration::from_secs(5));
+            let mut pending: HashMap<String, String> = inflight.clone();
+            pending.extend(written.iter().map(|(k, (_, t, _))| (k.clone(), t.clone())));
+            let actions = Self::decide(&live, &objects, &dead, &pending);
             if actions.is_empty() {
                 continue;
             }
             debug!(actions = actions.len(), "sharder writing assignments");
             let live = Arc::new(live);
-            let results: Vec<(String, Result<String, kube::Error>, Action)> = futures::stream::iter(actions)
-                .map(|a| {
-                    let key = match &a {
-                        Action::Assign { key, .. } | Action::SetDrain { key, .. } => key.clone(),
-                    };
-                    let o = objects[&key].clone();
-                    let live = live.clone();
-                    let client = this.client.clone();
-                    async move {
-                        let r = Self::write(client, o, &a, &live).await;
-                        (key, r, a)
+            for a in actions {
+                let (key, to) = match &a {
+                    Action::Assign { key, to, .. } | Action::SetDrain { key, to } => {
+                        (key.clone(), to.clone())
                     }
-                })
-                .buffer_unordered(32)
-                .collect()
-                .await;
-            for (key, r, a) in results {
-                match r {
-                    Ok(rv) => {
-                        written.insert(key.clone(), (rv, Instant::now()));
-                        match a {
-                            Action::Assign { cause, to, .. } => {
-                                self.metrics.moves.with_label_values(&[&cause]).inc();
-                                if let Some(t) = objects.get(&key).and_then(|o| o.first_seen_unassigned) {
-                                    self.metrics.assignment_latency.observe(t.elapsed().as_secs_f64());
-                                }
-                                debug!(checker = %key, to = %to, cause, "assigned");
-                            }
-                            Action::SetDrain { to, .. } => debug!(checker = %key, to = %to, "drain requested"),
-                        }
-                    }
-                    Err(e) if matches!(api_code(&e), Some(409) | Some(404)) => {
-                        debug!(checker = %key, "assignment raced with another change; will re-decide");
-                    }
-                    Err(e) => {
-                        warn!(checker = %key, error = %e, "assignment write failed");
-                        dirty = true;
-                    }
-                }
+                };
+                let Some(o) = objects.get(&key).cloned() else {
+                    continue;
+                };
+                inflight.insert(key.clone(), to);
+                let client = self.client.clone();
+                let live = live.clone();
+                let limit = self.write_limit.clone();
+                writes.spawn(async move {
+                    let _permit = limit.acquire_owned().await;
+                    let r = Self::write(client, o, &a, &live).await;
+                    (key, a, r)
+                });
             }
         }
     }
@@ -661,14 +750,16 @@ mod tests {
     }
 
     fn live(ids: &[(&str, &str)]) -> BTreeMap<String, String> {
-        ids.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+        ids.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
     }
 
     #[test]
     fn stale_epoch_means_the_owner_departed() {
         let l = live(&[("a", "uid-a2")]);
         let objects = HashMap::from([("ns/x".to_string(), obj(Some("a"), Some("uid-a1"), None))]);
-        let acts = Sharder::decide(&l, &objects, &HashSet::new());
+        let acts = Sharder::decide(&l, &objects, &HashSet::new(), &HashMap::new());
         assert!(matches!(&acts[..], [Action::Assign { to, cause: "departed", .. }] if to == "a"));
     }
 
@@ -676,7 +767,7 @@ mod tests {
     fn acknowledged_drain_is_handed_to_its_target() {
         let l = live(&[("a", "ua"), ("b", "ub")]);
         let objects = HashMap::from([("ns/x".to_string(), obj(None, None, Some("b")))]);
-        let acts = Sharder::decide(&l, &objects, &HashSet::new());
+        let acts = Sharder::decide(&l, &objects, &HashSet::new(), &HashMap::new());
         assert!(matches!(&acts[..], [Action::Assign { to, cause: "rebalance", .. }] if to == "b"));
     }
 
@@ -684,14 +775,19 @@ mod tests {
     fn valid_assignments_are_left_alone() {
         let l = live(&[("a", "ua")]);
         let objects = HashMap::from([("ns/x".to_string(), obj(Some("a"), Some("ua"), None))]);
-        assert!(Sharder::decide(&l, &objects, &HashSet::new()).is_empty());
+        assert!(Sharder::decide(&l, &objects, &HashSet::new(), &HashMap::new()).is_empty());
     }
 
     #[test]
     fn dead_owner_is_reassigned_with_cause_dead() {
         let l = live(&[("b", "ub")]);
         let objects = HashMap::from([("ns/x".to_string(), obj(Some("a"), Some("ua"), None))]);
-        let acts = Sharder::decide(&l, &objects, &HashSet::from(["a".to_string()]));
+        let acts = Sharder::decide(
+            &l,
+            &objects,
+            &HashSet::from(["a".to_string()]),
+            &HashMap::new(),
+        );
         assert!(matches!(&acts[..], [Action::Assign { to, cause: "dead", .. }] if to == "b"));
     }
 }

@@ -74,12 +74,20 @@ impl CheckerStatus {
     pub fn from_existing(status: Option<&WebCheckerStatus>) -> Self {
         let cond = status.and_then(|s| s.condition(READY));
         CheckerStatus {
-            ready: cond.map(|c| c.status.clone()).unwrap_or_else(|| "Unknown".into()),
+            ready: cond
+                .map(|c| c.status.clone())
+                .unwrap_or_else(|| "Unknown".into()),
             reason: cond.map(|c| c.reason.clone()).unwrap_or_default(),
             message: cond.map(|c| c.message.clone()).unwrap_or_default(),
             last_transition_time: cond.and_then(|c| c.last_transition_time.clone()),
-            consecutive_successes: status.and_then(|s| s.consecutive_successes).unwrap_or(0).max(0) as u32,
-            consecutive_failures: status.and_then(|s| s.consecutive_failures).unwrap_or(0).max(0) as u32,
+            consecutive_successes: status
+                .and_then(|s| s.consecutive_successes)
+                .unwrap_or(0)
+                .max(0) as u32,
+            consecutive_failures: status
+                .and_then(|s| s.consecutive_failures)
+                .unwrap_or(0)
+                .max(0) as u32,
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
         }
@@ -101,7 +109,11 @@ impl CheckerStatus {
             ("False", o.reason)
         };
         let message = if o.success() {
-            format!("HTTP {} in {}", o.status_code.unwrap_or(0), human_duration(o.duration))
+            format!(
+                "HTTP {} in {}",
+                o.status_code.unwrap_or(0),
+                human_duration(o.duration)
+            )
         } else {
             o.message.clone()
         };
@@ -115,7 +127,11 @@ impl CheckerStatus {
             if self.ready != target {
                 self.ready = target.to_string();
                 self.last_transition_time = Some(ctx.now_wall.clone());
-                transition = Some((target.to_string(), reason.as_str().to_string(), message.clone()));
+                transition = Some((
+                    target.to_string(),
+                    reason.as_str().to_string(),
+                    message.clone(),
+                ));
             }
             self.reason = reason.as_str().to_string();
             self.message = message;
@@ -128,7 +144,13 @@ impl CheckerStatus {
     }
 
     /// A checker that cannot be probed (spec invalid at run time, suspended).
-    pub fn set_condition(&mut self, ready: &str, reason: &str, message: &str, ctx: &Context) -> Effects {
+    pub fn set_condition(
+        &mut self,
+        ready: &str,
+        reason: &str,
+        message: &str,
+        ctx: &Context,
+    ) -> Effects {
         let mut transition = None;
         if self.ready != ready {
             self.ready = ready.to_string();
@@ -151,9 +173,16 @@ impl CheckerStatus {
             conditions: vec![Condition {
                 type_: READY.into(),
                 status: self.ready.clone(),
-                reason: if self.reason.is_empty() { "Pending".into() } else { self.reason.clone() },
+                reason: if self.reason.is_empty() {
+                    "Pending".into()
+                } else {
+                    self.reason.clone()
+                },
                 message: self.message.clone(),
-                last_transition_time: self.last_transition_time.clone().or_else(|| Some(ctx.now_wall.clone())),
+                last_transition_time: self
+                    .last_transition_time
+                    .clone()
+                    .or_else(|| Some(ctx.now_wall.clone())),
                 observed_generation: ctx.generation,
             }],
             observed_generation: ctx.generation,
@@ -240,7 +269,10 @@ mod tests {
     }
 
     fn clock() -> Clock {
-        Clock { start: Instant::now(), secs: 0 }
+        Clock {
+            start: Instant::now(),
+            secs: 0,
+        }
     }
 
     #[test]
@@ -256,9 +288,15 @@ mod tests {
                 writes += 1;
             }
         }
-        assert_eq!(writes, 0, "within one heartbeat nothing a reader acts on changed");
+        assert_eq!(
+            writes, 0,
+            "within one heartbeat nothing a reader acts on changed"
+        );
         c.secs += 300;
-        assert!(s.observe(&ok(200), &c.ctx(1)).write.is_some(), "heartbeat write");
+        assert!(
+            s.observe(&ok(200), &c.ctx(1)).write.is_some(),
+            "heartbeat write"
+        );
     }
 
     #[test]
@@ -267,7 +305,10 @@ mod tests {
         let mut s = CheckerStatus::from_existing(None);
         let w1 = s.observe(&ok(200), &c.ctx(1)).write.unwrap();
         let t1 = w1.conditions[0].last_transition_time.clone();
-        let w2 = s.observe(&bad(Reason::ConnectError), &c.ctx(1)).write.unwrap();
+        let w2 = s
+            .observe(&bad(Reason::ConnectError), &c.ctx(1))
+            .write
+            .unwrap();
         let t2 = w2.conditions[0].last_transition_time.clone();
         assert_ne!(t1, t2);
         assert_eq!(w2.conditions[0].reason, "ConnectError");
@@ -294,15 +335,29 @@ mod tests {
         let mut s = CheckerStatus::from_existing(None);
         s.observe(&ok(200), &c.ctx(3));
         for i in 0..50 {
-            let o = if i % 2 == 0 { bad(Reason::ConnectError) } else { ok(200) };
+            let o = if i % 2 == 0 {
+                bad(Reason::ConnectError)
+            } else {
+                ok(200)
+            };
             let e = s.observe(&o, &c.ctx(3));
             assert!(e.transition.is_none(), "flipped at probe {i}");
         }
         assert!(s.is_ready());
         for _ in 0..2 {
-            assert!(s.observe(&bad(Reason::ConnectError), &c.ctx(3)).transition.is_none());
+            assert!(
+                s.observe(&bad(Reason::ConnectError), &c.ctx(3))
+                    .transition
+                    .is_none()
+            );
         }
-        assert_eq!(s.observe(&bad(Reason::ConnectError), &c.ctx(3)).transition.unwrap().0, "False");
+        assert_eq!(
+            s.observe(&bad(Reason::ConnectError), &c.ctx(3))
+                .transition
+                .unwrap()
+                .0,
+            "False"
+        );
     }
 
     #[test]
@@ -327,7 +382,10 @@ owner: r9
         let e = s.observe(&ok(200), &c.ctx(1));
         assert!(e.transition.is_none(), "no transition on a move");
         let w = e.write.expect("owner changed");
-        assert_eq!(w.conditions[0].last_transition_time.as_deref(), Some("2025-02-04T12:33:02Z"));
+        assert_eq!(
+            w.conditions[0].last_transition_time.as_deref(),
+            Some("2025-02-04T12:33:02Z")
+        );
         assert_eq!(w.owner.as_deref(), Some("r0"));
         assert!(s.observe(&ok(200), &c.ctx(1)).write.is_none());
     }
@@ -345,6 +403,9 @@ conditions:
         let st: WebCheckerStatus = serde_yaml::from_str(seed).unwrap();
         let s = CheckerStatus::from_existing(Some(&st));
         assert_eq!(s.ready, "False");
-        assert_eq!(s.last_transition_time.as_deref(), Some("2025-02-04T12:33:07Z"));
+        assert_eq!(
+            s.last_transition_time.as_deref(),
+            Some("2025-02-04T12:33:07Z")
+        );
     }
 }

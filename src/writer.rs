@@ -34,7 +34,9 @@ pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
 pub enum Op {
     Status(Box<WebCheckerStatus>),
     /// Hand the checker over: clear owner and epoch, keep the drain target.
-    AckDrain { last_probe_unix_ms: Option<i64> },
+    AckDrain {
+        last_probe_unix_ms: Option<i64>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -63,7 +65,11 @@ pub struct StatusWriter {
 }
 
 impl StatusWriter {
-    pub fn new(membership: Arc<Membership>, metrics: Arc<Metrics>, concurrency: usize) -> Arc<Self> {
+    pub fn new(
+        membership: Arc<Membership>,
+        metrics: Arc<Metrics>,
+        concurrency: usize,
+    ) -> Arc<Self> {
         Arc::new(StatusWriter {
             inner: Mutex::new(Inner::default()),
             wake: Notify::new(),
@@ -127,10 +133,20 @@ impl StatusWriter {
     }
 
     fn api(client: &Client, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<WebChecker>(&()))
+        Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &ApiResource::erase::<WebChecker>(&()),
+        )
     }
 
-    async fn write_once(&self, client: &Client, key: &str, p: &Pending, rv: Option<String>) -> Result<String, kube::Error> {
+    async fn write_once(
+        &self,
+        client: &Client,
+        key: &str,
+        p: &Pending,
+        rv: Option<String>,
+    ) -> Result<String, kube::Error> {
         let api = Self::api(client, &p.namespace);
         let r = match &p.op {
             Op::Status(status) => {
@@ -138,7 +154,8 @@ impl StatusWriter {
                     "metadata": { "resourceVersion": rv },
                     "status": status,
                 });
-                api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+                api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
             }
             Op::AckDrain { last_probe_unix_ms } => {
                 let patch = json!({
@@ -151,7 +168,8 @@ impl StatusWriter {
                         },
                     }
                 });
-                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch)).await?
+                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
             }
         };
         let _ = key;
@@ -161,11 +179,16 @@ impl StatusWriter {
     /// Is the object still ours to write? (owner and epoch match, and for status
     /// writes no drain requested.)
     fn still_ours(&self, obj: &DynamicObject, op: &Op) -> bool {
-        let owner = obj.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+        let owner = obj
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL));
         let ann = obj.metadata.annotations.as_ref();
         let epoch = ann.and_then(|a| a.get(EPOCH_ANNOTATION));
         let draining = ann.is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
-        let mine = owner == Some(&self.membership.identity) && epoch.cloned() == self.membership.epoch();
+        let mine =
+            owner == Some(&self.membership.identity) && epoch.cloned() == self.membership.epoch();
         match op {
             Op::Status(_) => mine && !draining,
             Op::AckDrain { .. } => mine && draining,
@@ -178,15 +201,22 @@ impl StatusWriter {
         if let Err(e) = &result
             && api_code(e) == Some(409)
         {
-            self.metrics.status_writes.with_label_values(&["conflict"]).inc();
+            self.metrics
+                .status_writes
+                .with_label_values(&["conflict"])
+                .inc();
             // Fencing: re-read and retry only if the checker is still ours.
             let api = Self::api(client, &p.namespace);
             result = match api.get_opt(&p.name).await {
                 Ok(Some(obj)) if self.still_ours(&obj, &p.op) => {
-                    self.write_once(client, &key, &p, obj.metadata.resource_version.clone()).await
+                    self.write_once(client, &key, &p, obj.metadata.resource_version.clone())
+                        .await
                 }
                 Ok(_) => {
-                    self.metrics.status_writes.with_label_values(&["fenced"]).inc();
+                    self.metrics
+                        .status_writes
+                        .with_label_values(&["fenced"])
+                        .inc();
                     info!(checker = %key, "write fenced: the checker is no longer ours");
                     return;
                 }
@@ -206,11 +236,17 @@ impl StatusWriter {
                 debug!(checker = %key, "checker deleted before its write");
             }
             Err(e) if api_code(&e) == Some(409) => {
-                self.metrics.status_writes.with_label_values(&["fenced"]).inc();
+                self.metrics
+                    .status_writes
+                    .with_label_values(&["fenced"])
+                    .inc();
                 info!(checker = %key, "write fenced after re-check");
             }
             Err(e) => {
-                self.metrics.status_writes.with_label_values(&["error"]).inc();
+                self.metrics
+                    .status_writes
+                    .with_label_values(&["error"])
+                    .inc();
                 warn!(checker = %key, error = %e, "status write failed; will retry");
                 p.attempts += 1;
                 // Re-queue unless something newer was queued meanwhile.

@@ -3,5 +3,8 @@ use kube::CustomResourceExt;
 
 fn main() {
     let crd = webchecker::api::WebChecker::crd();
-    print!("{}", serde_yaml::to_string(&crd).expect("the CRD serialises"));
+    print!(
+        "{}",
+        serde_yaml::to_string(&crd).expect("the CRD serialises")
+    );
 }

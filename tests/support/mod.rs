@@ -70,11 +70,20 @@ impl Cluster {
             .output()
             .expect("run hack/cluster.sh");
         assert!(out.status.success(), "hack/cluster.sh up failed");
-        let kubeconfig = PathBuf::from(String::from_utf8_lossy(&out.stdout).lines().last().unwrap().trim());
+        let kubeconfig = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap()
+                .trim(),
+        );
         let env = std::fs::read_to_string(dir.join("cluster.env")).unwrap();
         let bin = env
             .lines()
-            .find_map(|l| l.strip_prefix("BIN=").or_else(|| l.strip_prefix("export BIN=")))
+            .find_map(|l| {
+                l.strip_prefix("BIN=")
+                    .or_else(|| l.strip_prefix("export BIN="))
+            })
             .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
             .expect("BIN in cluster.env");
         // Reaper: take the control plane down when this test process exits.
@@ -90,7 +99,11 @@ impl Cluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn();
-        let c = Cluster { dir, kubeconfig, bin };
+        let c = Cluster {
+            dir,
+            kubeconfig,
+            bin,
+        };
         c.install_crd();
         c
     }
@@ -123,21 +136,40 @@ impl Cluster {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run kubectl");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         child.wait_with_output().unwrap()
     }
 
     pub fn install_crd(&self) {
         let crd = repo().join("crds/webcheckers.test.network.io.yaml");
-        let out = self.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", crd.to_str().unwrap()]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = self.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            crd.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = self.kubectl(&[
             "wait",
             "--for=condition=Established",
             "--timeout=60s",
             "crd/webcheckers.test.network.io",
         ]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     pub async fn client(&self) -> Client {
@@ -152,7 +184,11 @@ impl Cluster {
     pub fn namespace(&self, prefix: &str) -> String {
         let ns = format!("{prefix}-{}", rand_suffix());
         let out = self.kubectl(&["create", "namespace", &ns]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         ns
     }
 }
@@ -168,7 +204,11 @@ pub fn rand_suffix() -> String {
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One operator replica, a real process.
@@ -182,10 +222,24 @@ pub struct Operator {
 }
 
 /// Lease timings that keep the tests short; the defaults are 10s/7s/2s.
-pub const FAST_LEASES: &[&str] = &["--lease-duration=3s", "--renew-deadline=2s", "--retry-period=500ms"];
+pub const FAST_LEASES: &[&str] = &[
+    "--lease-duration=3s",
+    "--renew-deadline=2s",
+    "--retry-period=500ms",
+];
 
 impl Operator {
     pub fn spawn(cluster: &Cluster, identity: &str, namespace: &str, extra: &[&str]) -> Operator {
+        Self::spawn_with_kubeconfig(cluster, identity, namespace, extra, &cluster.kubeconfig)
+    }
+
+    pub fn spawn_with_kubeconfig(
+        cluster: &Cluster,
+        identity: &str,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+    ) -> Operator {
         let mut args: Vec<String> = vec![
             format!("--identity={identity}"),
             format!("--namespace={namespace}"),
@@ -198,7 +252,7 @@ impl Operator {
             child: None,
             log: cluster.dir.join(format!("operator-{identity}.log")),
             args,
-            kubeconfig: cluster.kubeconfig.clone(),
+            kubeconfig: kubeconfig.to_path_buf(),
         };
         op.start();
         op
@@ -254,14 +308,19 @@ impl Operator {
             }
             if Instant::now() > deadline {
                 let _ = c.kill();
-                panic!("{} did not exit within {timeout:?} of SIGTERM", self.identity);
+                panic!(
+                    "{} did not exit within {timeout:?} of SIGTERM",
+                    self.identity
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
@@ -310,10 +369,16 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
         s.read_to_end(&mut buf).await.ok()?;
         let text = String::from_utf8_lossy(&buf).to_string();
         let code: u16 = text.split_whitespace().nth(1)?.parse().ok()?;
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
         Some((code, body))
     };
-    tokio::time::timeout(Duration::from_secs(5), fut).await.ok().flatten()
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Value of one sample in Prometheus text format: `name{labels}` with labels as given (subset match).
@@ -334,7 +399,10 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         if n != name {
             continue;
         }
-        if labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))) {
+        if labels
+            .iter()
+            .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        {
             let v: f64 = value.parse().ok()?;
             total = Some(total.unwrap_or(0.0) + v);
         }
@@ -348,7 +416,11 @@ pub fn histogram_quantile(text: &str, name: &str, q: f64) -> Option<f64> {
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix(&format!("{name}_bucket{{")) {
             let le = rest.split("le=\"").nth(1)?.split('"').next()?;
-            let le: f64 = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
             let v: f64 = line.rsplit_once(' ')?.1.parse().ok()?;
             buckets.push((le, v));
         }
@@ -358,7 +430,10 @@ pub fn histogram_quantile(text: &str, name: &str, q: f64) -> Option<f64> {
     if total == 0.0 {
         return None;
     }
-    buckets.into_iter().find(|(_, c)| *c >= q * total).map(|(le, _)| le)
+    buckets
+        .into_iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|(le, _)| le)
 }
 
 /// How a witness target answers a checker.
@@ -383,6 +458,27 @@ struct WitnessState {
     hits: Vec<Hit>,
     modes: HashMap<String, Mode>,
     default_mode: Option<Mode>,
+    /// Exchanges the client abandoned before the answer (for example a probe
+    /// that timed out on a hanging target): `end` is when the witness saw the
+    /// connection close.
+    abandoned: Vec<Hit>,
+}
+
+/// Records an exchange as abandoned if its future is dropped before it answered.
+struct AbandonGuard {
+    state: Arc<Mutex<WitnessState>>,
+    hit: Option<Hit>,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if let Some(mut h) = self.hit.take() {
+            h.end = Instant::now();
+            if let Ok(mut s) = self.state.lock() {
+                s.abandoned.push(h);
+            }
+        }
+    }
 }
 
 /// An HTTP target that logs every probe: path `/c/<checker>`, header
@@ -430,6 +526,10 @@ impl Witness {
                                         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
                                         .collect();
                                     let replica = headers.get("x-webchecker-replica").cloned().unwrap_or_default();
+                                    let mut guard = AbandonGuard {
+                                        state: state.clone(),
+                                        hit: Some(Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() }),
+                                    };
                                     let mode = {
                                         let s = state.lock().unwrap();
                                         s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok)
@@ -442,6 +542,7 @@ impl Witness {
                                             200
                                         }
                                     };
+                                    guard.hit = None;
                                     state.lock().unwrap().hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
                                     Ok::<_, std::convert::Infallible>(
                                         hyper::Response::builder().status(code).body(Full::new(Bytes::from_static(b"ok\n"))).unwrap(),
@@ -463,11 +564,26 @@ impl Witness {
     }
 
     pub fn set_mode(&self, checker: &str, mode: Mode) {
-        self.state.lock().unwrap().modes.insert(checker.to_string(), mode);
+        self.state
+            .lock()
+            .unwrap()
+            .modes
+            .insert(checker.to_string(), mode);
     }
 
     pub fn set_default_mode(&self, mode: Mode) {
         self.state.lock().unwrap().default_mode = Some(mode);
+    }
+
+    /// Exchanges abandoned by the client before the answer (see `abandoned`).
+    pub fn abandoned_hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().abandoned.clone()
+    }
+
+    /// Every exchange that reached the witness: answered and abandoned.
+    pub fn all_hits(&self) -> Vec<Hit> {
+        let s = self.state.lock().unwrap();
+        s.hits.iter().chain(s.abandoned.iter()).cloned().collect()
     }
 
     pub fn hits(&self) -> Vec<Hit> {
@@ -475,11 +591,20 @@ impl Witness {
     }
 
     pub fn hits_for(&self, checker: &str) -> Vec<Hit> {
-        self.hits().into_iter().filter(|h| h.checker == checker).collect()
+        self.hits()
+            .into_iter()
+            .filter(|h| h.checker == checker)
+            .collect()
     }
 
     pub fn count_for(&self, checker: &str) -> usize {
-        self.state.lock().unwrap().hits.iter().filter(|h| h.checker == checker).count()
+        self.state
+            .lock()
+            .unwrap()
+            .hits
+            .iter()
+            .filter(|h| h.checker == checker)
+            .count()
     }
 
     /// Stops listening (connections are refused) until `resume`.
@@ -512,7 +637,10 @@ pub fn exclusivity_violation(hits: &[Hit]) -> Option<String> {
         hs.sort_by_key(|h| h.start);
         for w in hs.windows(2) {
             if w[0].replica != w[1].replica && w[1].start < w[0].end {
-                return Some(format!("{checker}: {} and {} overlapped", w[0].replica, w[1].replica));
+                return Some(format!(
+                    "{checker}: {} and {} overlapped",
+                    w[0].replica, w[1].replica
+                ));
             }
         }
     }
@@ -533,7 +661,11 @@ pub fn reappearance(hits: &[Hit]) -> Option<String> {
         for h in &hs {
             if runs.last() != Some(&h.replica.as_str()) {
                 if runs.contains(&h.replica.as_str()) {
-                    return Some(format!("{checker}: {} probed again after {:?} took over", h.replica, runs.last()));
+                    return Some(format!(
+                        "{checker}: {} probed again after {:?} took over",
+                        h.replica,
+                        runs.last()
+                    ));
                 }
                 runs.push(&h.replica);
             }
@@ -543,10 +675,19 @@ pub fn reappearance(hits: &[Hit]) -> Option<String> {
 }
 
 /// Largest gap between consecutive probes of each checker, over `[from, to]`.
-pub fn largest_gap(hits: &[Hit], checkers: &[String], from: Instant, to: Instant) -> (Duration, String) {
+pub fn largest_gap(
+    hits: &[Hit],
+    checkers: &[String],
+    from: Instant,
+    to: Instant,
+) -> (Duration, String) {
     let mut worst = (Duration::ZERO, String::new());
     for c in checkers {
-        let mut ts: Vec<Instant> = hits.iter().filter(|h| &h.checker == c).map(|h| h.start).collect();
+        let mut ts: Vec<Instant> = hits
+            .iter()
+            .filter(|h| &h.checker == c)
+            .map(|h| h.start)
+            .collect();
         ts.sort();
         let mut prev = from;
         for t in ts.into_iter().filter(|t| *t >= from && *t <= to) {
@@ -568,8 +709,15 @@ pub fn checker_yaml(name: &str, host: &str, path: &str, interval: u32, extra: &s
     )
 }
 
-/// Creates many checkers quickly through the API (server-side apply).
-pub async fn create_checkers(client: &Client, ns: &str, target: &str, names: &[String], interval: u32) {
+/// Creates many checkers quickly through the API; returns when each create returned.
+pub async fn create_checkers(
+    client: &Client,
+    ns: &str,
+    target: &str,
+    names: &[String],
+    interval: u32,
+) -> HashMap<String, Instant> {
+    let created = Arc::new(Mutex::new(HashMap::new()));
     use futures::StreamExt;
     let api: Api<kube::core::DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -579,6 +727,7 @@ pub async fn create_checkers(client: &Client, ns: &str, target: &str, names: &[S
     futures::stream::iter(names.iter())
         .for_each_concurrent(32, |n| {
             let api = api.clone();
+            let created = created.clone();
             async move {
                 let obj: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
                     "apiVersion": "test.network.io/v1alpha1",
@@ -589,6 +738,7 @@ pub async fn create_checkers(client: &Client, ns: &str, target: &str, names: &[S
                 .unwrap();
                 for _ in 0..5 {
                     if api.create(&Default::default(), &obj).await.is_ok() {
+                        created.lock().unwrap().insert(n.clone(), Instant::now());
                         return;
                     }
                     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -597,6 +747,75 @@ pub async fn create_checkers(client: &Client, ns: &str, target: &str, names: &[S
             }
         })
         .await;
+    let created = created.lock().unwrap().clone();
+    created
+}
+
+/// A TCP proxy in front of the API server that a test can cut and restore,
+/// to cut one replica off while the others still reach the API server.
+pub struct TcpProxy {
+    pub kubeconfig: PathBuf,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl TcpProxy {
+    pub async fn start(kubeconfig: &Path) -> TcpProxy {
+        let text = std::fs::read_to_string(kubeconfig).unwrap();
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .expect("server in kubeconfig")
+            .trim()
+            .to_string();
+        let upstream = server.trim_start_matches("https://").to_string();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let path = kubeconfig.with_file_name(format!("kubeconfig-proxy-{port}"));
+        std::fs::write(
+            &path,
+            text.replace(&server, &format!("https://127.0.0.1:{port}")),
+        )
+        .unwrap();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::new(Mutex::new(Vec::new()));
+        let (c2, k2) = (cut.clone(), conns.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                if c2.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut out) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut out).await;
+                    }
+                });
+                k2.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        TcpProxy {
+            kubeconfig: path,
+            cut,
+            conns,
+        }
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 pub fn path_of(p: &Path) -> &str {

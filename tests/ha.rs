@@ -1,0 +1,847 @@
+//! High availability: several operator processes against the real control
+//! plane, with faults injected from outside. The witness targets' own logs
+//! decide whether the invariants of DESIGN.md held.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::ListParams;
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use support::*;
+use webchecker::api::{DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
+
+const INTERVAL: u32 = 2;
+/// Must match support::FAST_LEASES.
+const LEASE: Duration = Duration::from_secs(3);
+const RETRY: Duration = Duration::from_millis(500);
+
+struct Fleet {
+    cluster: &'static Cluster,
+    ns: String,
+    ops: Vec<Operator>,
+    witness: Witness,
+    names: Vec<String>,
+    client: kube::Client,
+}
+
+impl Fleet {
+    async fn start(prefix: &str, replicas: usize, checkers: usize) -> Fleet {
+        let cluster = Cluster::shared("ha");
+        let ns = cluster.namespace(prefix);
+        let client = cluster.client().await;
+        let witness = Witness::start().await;
+        let ops: Vec<Operator> = (0..replicas)
+            .map(|i| Operator::spawn(cluster, &format!("{prefix}-r{i}"), &ns, FAST_LEASES))
+            .collect();
+        let names: Vec<String> = (0..checkers).map(|i| format!("c{i}")).collect();
+        create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+        let f = Fleet {
+            cluster,
+            ns,
+            ops,
+            witness,
+            names,
+            client,
+        };
+        f.wait_all_assigned(Duration::from_secs(60)).await;
+        f.wait_all_probed_since(Instant::now(), Duration::from_secs(30))
+            .await;
+        f
+    }
+
+    fn api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::erase::<WebChecker>(&()),
+        )
+    }
+
+    /// Owner of every checker; a checker with a drain in progress counts as unassigned.
+    async fn owners(&self) -> HashMap<String, Option<String>> {
+        let list = self.api().list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .map(|o| {
+                let draining = o
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
+                let owner = o
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(OWNER_LABEL))
+                    .cloned();
+                (o.metadata.name.unwrap(), owner.filter(|_| !draining))
+            })
+            .collect()
+    }
+
+    fn live_identities(&self) -> Vec<String> {
+        self.ops
+            .iter()
+            .filter(|o| o.child.is_some())
+            .map(|o| o.identity.clone())
+            .collect()
+    }
+
+    /// Every checker owned by a live replica.
+    async fn wait_all_assigned(&self, timeout: Duration) -> HashMap<String, String> {
+        let live = self.live_identities();
+        eventually(
+            timeout,
+            "every checker assigned to a live replica",
+            || async {
+                let owners = self.owners().await;
+                if owners.len() == self.names.len()
+                    && owners
+                        .values()
+                        .all(|o| o.as_ref().is_some_and(|o| live.contains(o)))
+                {
+                    Some(owners.into_iter().map(|(k, v)| (k, v.unwrap())).collect())
+                } else {
+                    None
+                }
+            },
+        )
+        .await
+    }
+
+    async fn wait_all_probed_since(&self, since: Instant, timeout: Duration) {
+        eventually(timeout, "every checker probed", || async {
+            let hits = self.witness.hits();
+            let mut seen = std::collections::HashSet::new();
+            for h in hits.iter().filter(|h| h.start >= since) {
+                seen.insert(h.checker.clone());
+            }
+            (seen.len() == self.names.len()).then_some(())
+        })
+        .await
+    }
+
+    fn op(&self, identity: &str) -> &Operator {
+        self.ops.iter().find(|o| o.identity == identity).unwrap()
+    }
+
+    async fn leader(&self) -> Option<String> {
+        for o in self.ops.iter().filter(|o| o.child.is_some()) {
+            if let Some(m) = o.metrics().await
+                && metric(&m, "webchecker_leader", &[]) == Some(1.0)
+            {
+                return Some(o.identity.clone());
+            }
+        }
+        None
+    }
+
+    async fn counter(&self, identity: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let m = self.op(identity).metrics().await.unwrap_or_default();
+        metric(&m, name, labels).unwrap_or(0.0)
+    }
+}
+
+fn shard_sizes(owners: &HashMap<String, String>) -> BTreeMap<String, usize> {
+    let mut sizes = BTreeMap::new();
+    for o in owners.values() {
+        *sizes.entry(o.clone()).or_default() += 1;
+    }
+    sizes
+}
+
+/// For the checkers in `of`, the longest time between the last probe before
+/// `at` and the first probe after it.
+fn failover_gap(hits: &[Hit], of: &[String], at: Instant) -> (Duration, String) {
+    let mut worst = (Duration::ZERO, String::new());
+    for c in of {
+        let mut ts: Vec<Instant> = hits
+            .iter()
+            .filter(|h| &h.checker == c)
+            .map(|h| h.start)
+            .collect();
+        ts.sort();
+        let before = ts.iter().rev().find(|t| **t <= at).copied().unwrap_or(at);
+        let after = ts.iter().find(|t| **t > at).copied();
+        let gap = match after {
+            Some(t) => t - before,
+            None => Duration::MAX,
+        };
+        if gap > worst.0 {
+            worst = (gap, c.clone());
+        }
+    }
+    worst
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
+    let fleet = Fleet::start("share", 3, 3000).await;
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let sizes = shard_sizes(&owners);
+    let largest = *sizes.values().max().unwrap();
+    println!("shard sizes: {sizes:?}");
+    assert!(
+        largest as f64 <= 1.10 * 3000.0 / 3.0,
+        "largest shard {largest}"
+    );
+    // Let every checker run a few intervals, then check the witness.
+    let from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3 * INTERVAL as u64)).await;
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= from)
+        .collect();
+    for h in &hits {
+        assert_eq!(
+            Some(&h.replica),
+            owners.get(&h.checker),
+            "{} probed by a non-owner",
+            h.checker
+        );
+    }
+    assert_eq!(exclusivity_violation(&hits), None);
+    let (gap, who) = largest_gap(
+        &hits,
+        &fleet.names,
+        from + Duration::from_secs(INTERVAL as u64),
+        Instant::now(),
+    );
+    println!("largest gap in steady state: {gap:?} ({who})");
+    assert!(
+        gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 500),
+        "{who}: {gap:?}"
+    );
+    // Owned-checker gauges add up to the fleet.
+    let mut total = 0.0;
+    for o in &fleet.ops {
+        total += fleet
+            .counter(&o.identity, "webchecker_owned_checkers", &[])
+            .await;
+    }
+    assert_eq!(total, 3000.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
+    let mut fleet = Fleet::start("kill", 3, 600).await;
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let leader = fleet.leader().await.expect("a leader");
+    // Kill a non-leader (leader loss has its own test).
+    let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
+    let victim_id = fleet.ops[victim].identity.clone();
+    let orphans: Vec<String> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let at = Instant::now();
+    fleet.ops[victim].kill();
+    let bound = LEASE + Duration::from_secs(2) + Duration::from_secs(INTERVAL as u64);
+    eventually(
+        bound + Duration::from_secs(10),
+        "the dead replica's checkers probed again",
+        || async {
+            let hits = fleet.witness.hits();
+            (failover_gap(&hits, &orphans, at).0 != Duration::MAX).then_some(())
+        },
+    )
+    .await;
+    let (gap, who) = failover_gap(&fleet.witness.hits(), &orphans, at);
+    println!(
+        "SIGKILL: {} checkers moved, largest gap {gap:?} ({who}), bound {bound:?}",
+        orphans.len()
+    );
+    assert!(gap <= bound, "{who}: gap {gap:?} over {bound:?}");
+    let owners = fleet.wait_all_assigned(Duration::from_secs(10)).await;
+    assert!(owners.values().all(|o| *o != victim_id));
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+    let dead_moves = fleet
+        .counter(&leader, "webchecker_moves_total", &[("cause", "dead")])
+        .await;
+    assert_eq!(
+        dead_moves as usize,
+        orphans.len(),
+        "moves counted with cause dead"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_the_lease_and_hands_over_at_once() {
+    let mut fleet = Fleet::start("term", 3, 600).await;
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let leader = fleet.leader().await.expect("a leader");
+    let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
+    let victim_id = fleet.ops[victim].identity.clone();
+    let orphans: Vec<String> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let at = Instant::now();
+    let st = fleet.ops[victim].terminate(Duration::from_secs(25));
+    assert!(st.success(), "clean exit on SIGTERM: {st:?}");
+    let exit_after = at.elapsed();
+    let leases = fleet
+        .cluster
+        .kubectl(&["get", "lease", "-n", &fleet.ns, "-o", "name"]);
+    let leases = String::from_utf8_lossy(&leases.stdout).to_string();
+    assert!(
+        !leases.contains(&format!("webchecker-member-{victim_id}")),
+        "Lease released on exit: {leases}"
+    );
+    fleet.wait_all_assigned(Duration::from_secs(10)).await;
+    eventually(
+        Duration::from_secs(15),
+        "handed-over checkers probed",
+        || async {
+            (failover_gap(&fleet.witness.hits(), &orphans, at).0 != Duration::MAX).then_some(())
+        },
+    )
+    .await;
+    let (gap, who) = failover_gap(&fleet.witness.hits(), &orphans, at);
+    let bound = Duration::from_secs(INTERVAL as u64 + 2);
+    println!("SIGTERM: exit after {exit_after:?}, largest gap {gap:?} ({who}), bound {bound:?}");
+    assert!(gap <= bound, "{who}: {gap:?}");
+    let since: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= at)
+        .collect();
+    assert_eq!(exclusivity_violation(&since), None);
+    assert_eq!(reappearance(&since), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_loss_never_interrupts_probing_and_a_new_leader_assigns() {
+    let mut fleet = Fleet::start("lead", 3, 300).await;
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let leader = fleet.leader().await.expect("a leader");
+    let survivors_checkers: Vec<String> = owners
+        .iter()
+        .filter(|(_, o)| **o != leader)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let idx = fleet.ops.iter().position(|o| o.identity == leader).unwrap();
+    let at = Instant::now();
+    fleet.ops[idx].kill();
+    // Checkers created while no leader exists get assigned once one does.
+    let newcomers: Vec<String> = (0..20).map(|i| format!("late{i}")).collect();
+    create_checkers(
+        &fleet.client,
+        &fleet.ns,
+        &fleet.witness.url(),
+        &newcomers,
+        INTERVAL,
+    )
+    .await;
+    fleet.names.extend(newcomers.iter().cloned());
+    let new_leader = eventually(LEASE + Duration::from_secs(8), "a new leader", || {
+        fleet.leader()
+    })
+    .await;
+    let elected_after = at.elapsed();
+    println!("new leader {new_leader} after {elected_after:?}");
+    assert!(
+        elected_after <= LEASE + Duration::from_secs(2),
+        "election took {elected_after:?}"
+    );
+    fleet.wait_all_assigned(Duration::from_secs(15)).await;
+    fleet
+        .wait_all_probed_since(at, Duration::from_secs(20))
+        .await;
+    // Survivors' own checkers saw no gap beyond their cadence.
+    let until = Instant::now();
+    let (gap, who) = largest_gap(&fleet.witness.hits(), &survivors_checkers, at, until);
+    println!("leader loss: survivors' largest gap {gap:?} ({who})");
+    assert!(
+        gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 700),
+        "{who}: {gap:?}"
+    );
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
+    let mut fleet = Fleet::start("scale", 3, 1200).await;
+    let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let mut drains_before = 0.0;
+    for o in &fleet.ops {
+        drains_before += fleet
+            .counter(&o.identity, "webchecker_drains_total", &[])
+            .await;
+    }
+    let from = Instant::now();
+    let newcomer = Operator::spawn(fleet.cluster, "scale-r3", &fleet.ns, FAST_LEASES);
+    fleet.ops.push(newcomer);
+    let after = eventually(
+        Duration::from_secs(60),
+        "the new replica holds its share",
+        || async {
+            let owners = fleet.owners().await;
+            let sizes = shard_sizes(
+                &owners
+                    .iter()
+                    .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
+                    .collect(),
+            );
+            (sizes.get("scale-r3").copied().unwrap_or(0) == 300
+                && owners.values().all(|o| o.is_some()))
+            .then(|| {
+                owners
+                    .into_iter()
+                    .map(|(k, v)| (k, v.unwrap()))
+                    .collect::<HashMap<_, _>>()
+            })
+        },
+    )
+    .await;
+    let moved = before
+        .iter()
+        .filter(|(k, o)| after.get(*k) != Some(*o))
+        .count();
+    println!(
+        "scale 3->4: {moved} of 1200 moved (bound {})",
+        1.1 * 1200.0 / 4.0
+    );
+    assert!(moved as f64 <= 1.1 * 1200.0 / 4.0);
+    fleet
+        .wait_all_probed_since(Instant::now(), Duration::from_secs(20))
+        .await;
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= from)
+        .collect();
+    assert_eq!(exclusivity_violation(&hits), None);
+    assert_eq!(reappearance(&hits), None);
+    let mut drains = 0.0;
+    for o in &fleet.ops[..3] {
+        drains += fleet
+            .counter(&o.identity, "webchecker_drains_total", &[])
+            .await;
+    }
+    assert_eq!(
+        (drains - drains_before) as usize,
+        moved,
+        "every move went through a drain handshake"
+    );
+    let (gap, who) = largest_gap(&hits, &fleet.names, from, Instant::now());
+    println!("scale 3->4: largest gap {gap:?} ({who})");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_keeps_coverage_and_exclusivity() {
+    let mut fleet = Fleet::start("roll", 3, 600).await;
+    let from = Instant::now();
+    for i in 0..3 {
+        // As a Deployment does: a new pod (new identity) first, then the old one goes.
+        let new_id = format!("roll-n{i}");
+        fleet.ops.push(Operator::spawn(
+            fleet.cluster,
+            &new_id,
+            &fleet.ns,
+            FAST_LEASES,
+        ));
+        fleet.op(&new_id).wait_ready(Duration::from_secs(30)).await;
+        let st = fleet.ops[i].terminate(Duration::from_secs(25));
+        assert!(st.success());
+        fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    }
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    assert!(owners.values().all(|o| o.starts_with("roll-n")));
+    fleet
+        .wait_all_probed_since(Instant::now(), Duration::from_secs(20))
+        .await;
+    let until = Instant::now();
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= from)
+        .collect();
+    assert_eq!(exclusivity_violation(&hits), None);
+    assert_eq!(reappearance(&hits), None);
+    let (gap, who) = largest_gap(&hits, &fleet.names, from, until);
+    let bound = Duration::from_secs(INTERVAL as u64) + LEASE + Duration::from_secs(2);
+    // Moves per checker: distinct owners seen at the witness minus one.
+    let mut owners_seen: HashMap<&str, std::collections::BTreeSet<&str>> = HashMap::new();
+    for h in &hits {
+        owners_seen
+            .entry(&h.checker)
+            .or_default()
+            .insert(&h.replica);
+    }
+    let moves: usize = owners_seen.values().map(|s| s.len() - 1).sum();
+    println!(
+        "rolling restart: largest gap {gap:?} ({who}), bound {bound:?}, moves per checker {:.2}",
+        moves as f64 / fleet.names.len() as f64
+    );
+    assert!(gap <= bound, "{who}: {gap:?}");
+    // Invariant 6: every checker has a status written by its current owner.
+    let api = fleet.api();
+    eventually(
+        Duration::from_secs(2 * INTERVAL as u64 + 5),
+        "fresh status from the current owners",
+        || async {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|o| {
+                    let owner = o
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(OWNER_LABEL))
+                        .cloned();
+                    let status_owner = o
+                        .data
+                        .get("status")
+                        .and_then(|s| s.get("owner"))
+                        .and_then(|v| v.as_str())
+                        .map(String::from);
+                    owner.is_some() && owner == status_owner
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_never_probes_or_writes_what_it_lost() {
+    let fleet = Fleet::start("pause", 3, 300).await;
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let leader = fleet.leader().await.expect("a leader");
+    let victim = fleet.ops.iter().find(|o| o.identity != leader).unwrap();
+    let victim_id = victim.identity.clone();
+    let lost: Vec<String> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    victim.signal(libc::SIGSTOP);
+    let paused_at = Instant::now();
+    // Wait until another replica has taken over (and probed) every lost checker.
+    eventually(
+        Duration::from_secs(20),
+        "lost checkers probed by others",
+        || async {
+            let hits = fleet.witness.hits();
+            lost.iter()
+                .all(|c| {
+                    hits.iter()
+                        .any(|h| &h.checker == c && h.start > paused_at && h.replica != victim_id)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let resumed_at = Instant::now();
+    victim.signal(libc::SIGCONT);
+    // Give it time to do anything wrong, then look.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let late: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.replica == victim_id && h.start >= paused_at && lost.contains(&h.checker))
+        .collect();
+    // It may get checkers back later through the normal drain handshake; none
+    // of those can start before it re-joined, and none overlap (checked below).
+    let rejoined = fleet.owners().await;
+    let early: Vec<&Hit> = late
+        .iter()
+        .filter(|h| rejoined.get(&h.checker).and_then(|o| o.as_deref()) != Some(victim_id.as_str()))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "the paused replica probed checkers it lost: {:?}",
+        early.iter().map(|h| &h.checker).collect::<Vec<_>>()
+    );
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+    let m = fleet
+        .op(&victim_id)
+        .metrics()
+        .await
+        .expect("victim alive after resume");
+    let fences = metric(&m, "webchecker_self_fences_total", &[]).unwrap_or(0.0);
+    println!(
+        "pause: paused {:?}, self fences {fences}",
+        resumed_at - paused_at
+    );
+    assert!(fences >= 1.0, "the fencing path ran");
+    // No status write of a lost checker landed from the victim after the pause:
+    // status.owner of every lost checker names its current owner.
+    let api = fleet.api();
+    for c in &lost {
+        let o = api.get(c).await.unwrap();
+        let owner = o
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .cloned();
+        let status_owner = o
+            .data
+            .get("status")
+            .and_then(|s| s.get("owner"))
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        if owner.as_deref() != Some(victim_id.as_str()) {
+            assert_ne!(
+                status_owner.as_deref(),
+                Some(victim_id.as_str()),
+                "{c}: stale status from the paused replica"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
+    let cluster = Cluster::shared("ha");
+    let ns = cluster.namespace("cut");
+    let client = cluster.client().await;
+    let witness = Witness::start().await;
+    let proxy = TcpProxy::start(&cluster.kubeconfig).await;
+    let mut ops: Vec<Operator> = (0..2)
+        .map(|i| Operator::spawn(cluster, &format!("cut-r{i}"), &ns, FAST_LEASES))
+        .collect();
+    ops.push(Operator::spawn_with_kubeconfig(
+        cluster,
+        "cut-r2",
+        &ns,
+        FAST_LEASES,
+        &proxy.kubeconfig,
+    ));
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<WebChecker>(&()));
+    let owners_of = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            let l = api.list(&ListParams::default()).await.ok()?;
+            Some(
+                l.items
+                    .into_iter()
+                    .filter(|o| {
+                        o.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(OWNER_LABEL))
+                            .map(String::as_str)
+                            == Some(id)
+                    })
+                    .map(|o| o.metadata.name.unwrap())
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    let mine = eventually(
+        Duration::from_secs(60),
+        "cut-r2 owns checkers and probes them",
+        || async {
+            let m = owners_of("cut-r2").await?;
+            let hits = witness.hits();
+            (m.len() >= 50
+                && m.iter().all(|c| {
+                    hits.iter()
+                        .any(|h| &h.checker == c && h.replica == "cut-r2")
+                }))
+            .then_some(m)
+        },
+    )
+    .await;
+    proxy.cut();
+    let cut_at = Instant::now();
+    // Others take over once its Lease expires; meanwhile it may keep probing (allowed).
+    eventually(
+        Duration::from_secs(30),
+        "its checkers reassigned",
+        || async {
+            let m = owners_of("cut-r2").await?;
+            m.is_empty().then_some(())
+        },
+    )
+    .await;
+    let api_reachable = ops[2]
+        .metrics()
+        .await
+        .map(|m| metric(&m, "webchecker_api_reachable", &[]));
+    println!(
+        "while cut off: api_reachable={api_reachable:?}, still probing: {}",
+        witness
+            .hits()
+            .iter()
+            .any(|h| h.replica == "cut-r2" && h.start > cut_at + LEASE)
+    );
+    proxy.restore();
+    let restored_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let owners_now = owners_of("cut-r2").await.unwrap();
+    let late: Vec<Hit> = witness
+        .hits()
+        .into_iter()
+        .filter(|h| {
+            h.replica == "cut-r2" && mine.contains(&h.checker) && !owners_now.contains(&h.checker)
+        })
+        .filter(|h| h.start > restored_at + RETRY + Duration::from_millis(500))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "still probing lost checkers after reconnecting: {}",
+        late.len()
+    );
+    // It never wrote the status of a checker it lost.
+    for c in &mine {
+        let o = api.get(c).await.unwrap();
+        let owner = o
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .cloned();
+        let status_owner = o
+            .data
+            .get("status")
+            .and_then(|s| s.get("owner"))
+            .and_then(|v| v.as_str())
+            .map(String::from);
+        if owner.as_deref() != Some("cut-r2") {
+            assert_ne!(
+                status_owner.as_deref(),
+                Some("cut-r2"),
+                "{c}: status written by the cut-off replica"
+            );
+        }
+    }
+    let m = ops[2].metrics().await.unwrap();
+    let fenced = metric(&m, "webchecker_self_fences_total", &[("reason", "lost")]).unwrap_or(0.0)
+        + metric(
+            &m,
+            "webchecker_status_writes_total",
+            &[("result", "fenced")],
+        )
+        .unwrap_or(0.0);
+    println!("cut off: fencing events {fenced}");
+    assert!(fenced >= 1.0, "the fencing path ran");
+    drop(ops);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_new_checkers_are_probed_within_a_second() {
+    let fleet = Fleet::start("burst", 3, 30).await;
+    let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
+    // A watch of our own sees when each assignment lands, to split the delay.
+    let assigned: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
+    let watch_task = {
+        use futures::StreamExt;
+        let assigned = assigned.clone();
+        let api = fleet.api();
+        tokio::spawn(async move {
+            let mut s = kube::runtime::watcher::watcher(api, Default::default()).boxed();
+            while let Some(Ok(ev)) = s.next().await {
+                if let kube::runtime::watcher::Event::Apply(o) = ev
+                    && o.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(OWNER_LABEL))
+                {
+                    assigned
+                        .lock()
+                        .unwrap()
+                        .entry(o.metadata.name.unwrap())
+                        .or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    // Each object's creation moment as the test saw its create call return.
+    let created = create_checkers(&fleet.client, &fleet.ns, &fleet.witness.url(), &names, 10).await;
+    eventually(
+        Duration::from_secs(30),
+        "every new checker probed",
+        || async {
+            let hits = fleet.witness.hits();
+            let seen: std::collections::HashSet<&str> = hits
+                .iter()
+                .filter(|h| h.start >= t0)
+                .map(|h| h.checker.as_str())
+                .collect();
+            names
+                .iter()
+                .all(|n| seen.contains(n.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    let hits = fleet.witness.hits();
+    let mut delays: Vec<Duration> = names
+        .iter()
+        .map(|n| {
+            let first = hits
+                .iter()
+                .filter(|h| &h.checker == n)
+                .map(|h| h.start)
+                .min()
+                .unwrap();
+            first.saturating_duration_since(created[n])
+        })
+        .collect();
+    delays.sort();
+    watch_task.abort();
+    let assigned = assigned.lock().unwrap().clone();
+    let mut to_assign: Vec<Duration> = names
+        .iter()
+        .filter_map(|n| Some(assigned.get(n)?.saturating_duration_since(created[n])))
+        .collect();
+    let mut to_probe: Vec<Duration> = names
+        .iter()
+        .filter_map(|n| {
+            let first = hits
+                .iter()
+                .filter(|h| &h.checker == n)
+                .map(|h| h.start)
+                .min()?;
+            Some(first.saturating_duration_since(*assigned.get(n)?))
+        })
+        .collect();
+    to_assign.sort();
+    to_probe.sort();
+    if !to_assign.is_empty() && !to_probe.is_empty() {
+        println!(
+            "split: creation->assignment seen p50 {:?} p99 {:?}; assignment seen->first probe p50 {:?} p99 {:?}",
+            to_assign[to_assign.len() / 2],
+            to_assign[to_assign.len() * 99 / 100],
+            to_probe[to_probe.len() / 2],
+            to_probe[to_probe.len() * 99 / 100]
+        );
+    }
+    let p99 = delays[delays.len() * 99 / 100];
+    let p50 = delays[delays.len() / 2];
+    let mut assign = String::new();
+    for o in &fleet.ops {
+        let m = o.metrics().await.unwrap_or_default();
+        if metric(&m, "webchecker_leader", &[]) == Some(1.0) {
+            assign = format!(
+                "assignment latency p50<={:?}s p99<={:?}s",
+                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.5),
+                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.99)
+            );
+        }
+    }
+    println!("1000 new checkers: first probe after creation p50 {p50:?} p99 {p99:?}; {assign}");
+    assert!(p99 <= Duration::from_millis(1500), "p99 {p99:?}");
+}
