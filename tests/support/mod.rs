@@ -747,8 +747,7 @@ pub async fn create_checkers(
             }
         })
         .await;
-    let created = created.lock().unwrap().clone();
-    created
+    created.lock().unwrap().clone()
 }
 
 /// A TCP proxy in front of the API server that a test can cut and restore,
