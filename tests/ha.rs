@@ -30,7 +30,15 @@ struct Fleet {
 
 impl Fleet {
     async fn start(prefix: &str, replicas: usize, checkers: usize) -> Fleet {
-        let cluster = Cluster::shared("ha");
+        Self::start_on(Cluster::shared("ha"), prefix, replicas, checkers).await
+    }
+
+    async fn start_on(
+        cluster: &'static Cluster,
+        prefix: &str,
+        replicas: usize,
+        checkers: usize,
+    ) -> Fleet {
         let ns = cluster.namespace(prefix);
         let client = cluster.client().await;
         let witness = Witness::start().await;
@@ -844,4 +852,119 @@ async fn a_thousand_new_checkers_are_probed_within_a_second() {
     }
     println!("1000 new checkers: first probe after creation p50 {p50:?} p99 {p99:?}; {assign}");
     assert!(p99 <= Duration::from_millis(1500), "p99 {p99:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
+    // A control plane of its own: this test stops the API server.
+    let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start("outage")));
+    let mut fleet = Fleet::start_on(cluster, "out", 3, 300).await;
+    let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let mut moves_before = 0.0;
+    for o in &fleet.ops {
+        moves_before += fleet
+            .counter(&o.identity, "webchecker_moves_total", &[])
+            .await;
+    }
+    // Some checkers fail during the outage: their transitions must land afterwards.
+    let failing: Vec<String> = fleet.names.iter().take(20).cloned().collect();
+    cluster.script("stop-apiserver");
+    let down_at = Instant::now();
+    for c in &failing {
+        fleet.witness.set_mode(c, Mode::Status(503));
+    }
+    let outage = Duration::from_secs(30);
+    let mut saw_unreachable = vec![false; fleet.ops.len()];
+    while down_at.elapsed() < outage {
+        for (i, o) in fleet.ops.iter().enumerate() {
+            let m = o
+                .metrics()
+                .await
+                .unwrap_or_else(|| panic!("{} stopped exporting metrics", o.identity));
+            if metric(&m, "webchecker_api_reachable", &[]) == Some(0.0) {
+                saw_unreachable[i] = true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let up_at = Instant::now();
+    cluster.script("start-apiserver");
+    let returned_at = Instant::now();
+    for o in fleet.ops.iter_mut() {
+        assert!(
+            o.exited().is_none(),
+            "{} exited during the outage",
+            o.identity
+        );
+    }
+    assert!(
+        saw_unreachable.iter().all(|s| *s),
+        "every replica noticed the outage: {saw_unreachable:?}"
+    );
+    // Probing went on throughout, by the same owners.
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= down_at && h.start <= up_at)
+        .collect();
+    let (gap, who) = largest_gap(
+        &hits,
+        &fleet.names,
+        down_at + Duration::from_secs(INTERVAL as u64),
+        up_at,
+    );
+    println!("outage 30s: largest probe gap during the outage {gap:?} ({who})");
+    assert!(
+        gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 700),
+        "{who}: {gap:?}"
+    );
+    for h in &hits {
+        assert_eq!(
+            Some(&h.replica),
+            before.get(&h.checker),
+            "{} probed by a non-owner during the outage",
+            h.checker
+        );
+    }
+    // Status converges within 10 s of the API returning.
+    let api = fleet.api();
+    eventually(
+        Duration::from_secs(10),
+        "failing checkers' status written after the outage",
+        || async {
+            let mut all = true;
+            for c in &failing {
+                let o = api.get(c).await.ok()?;
+                let reason = o
+                    .data
+                    .pointer("/status/conditions/0/reason")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("");
+                all &= reason == "UnexpectedStatus";
+            }
+            all.then_some(())
+        },
+    )
+    .await;
+    println!(
+        "status converged {:?} after the API server returned",
+        returned_at.elapsed()
+    );
+    // Nothing moved because of the outage.
+    tokio::time::sleep(LEASE + RETRY * 2).await;
+    let after = fleet.wait_all_assigned(Duration::from_secs(10)).await;
+    assert_eq!(before, after, "no checker moved because of the outage");
+    let mut moves_after = 0.0;
+    for o in &fleet.ops {
+        moves_after += fleet
+            .counter(&o.identity, "webchecker_moves_total", &[])
+            .await;
+    }
+    assert_eq!(
+        moves_before, moves_after,
+        "no assignment written because of the outage"
+    );
+    fleet.ops.clear();
+    cluster.script("down");
 }
