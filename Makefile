@@ -34,3 +34,26 @@ cluster-down: ## stop the cluster and delete its state
 
 cluster-status: ## show whether the cluster runs
 	@hack/cluster.sh status $(CLUSTER_DIR)
+
+## operator
+
+.PHONY: demo demo-down build test lint
+
+demo: ## the main job: local control plane, 3 replicas, demo targets, sample checkers, kubectl get wc
+	hack/demo.sh
+
+demo-down: ## stop the demo (replicas, targets, control plane)
+	hack/demo.sh down
+
+build: ## build the operator and crdgen (release)
+	cargo build --release --locked
+
+lint: ## rustfmt and clippy, warnings are errors
+	cargo fmt --all -- --check
+	cargo clippy --locked --all-targets -- -D warnings
+
+test: ## every test: install what is missing, lint, unit, end-to-end (real control plane), chart, observability
+	hack/install-deps.sh
+	hack/build-tools.sh >/dev/null
+	$(MAKE) lint
+	cargo test --locked --all-targets -- --test-threads=1
