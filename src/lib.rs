@@ -234,15 +234,24 @@ async fn watch_own_shard(
 pub async fn run(cfg: Config) -> Result<(), Error> {
     cfg.validate()?;
     let identity = cfg.identity();
-    let client = Client::try_default()
+    let kube_config = kube::Config::infer()
         .await
         .map_err(|e| Error::KubeConfig(e.to_string()))?;
+    let api_url = kube_config.cluster_url.to_string();
+    let client = Client::try_from(kube_config).map_err(|e| Error::KubeConfig(e.to_string()))?;
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
     let health = Arc::new(Health::default());
     let addr = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
 
-    preflight(&client, &cfg.namespace, cfg.watch_namespace.as_deref()).await?;
+    preflight(&client, &cfg.namespace, cfg.watch_namespace.as_deref())
+        .await
+        .map_err(|e| match e {
+            Error::Kube(k) if !matches!(k, kube::Error::Api(_)) => Error::KubeConfig(format!(
+                "cannot reach the Kubernetes API server at {api_url}: {k}"
+            )),
+            other => other,
+        })?;
 
     let membership = Membership::new(
         identity.clone(),
