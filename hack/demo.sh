@@ -34,6 +34,11 @@ for ns in webchecker-system demo; do kubectl create namespace "$ns" --dry-run=cl
 echo "==> demo targets on 127.0.0.1:18080-18082"
 nohup python3 hack/demo-targets.py >"$state/targets.log" 2>&1 &
 echo $! >"$state/targets.pid"
+for _ in $(seq 50); do
+  grep -q "demo targets on" "$state/targets.log" 2>/dev/null && break
+  kill -0 "$(cat "$state/targets.pid")" 2>/dev/null || { cat "$state/targets.log" >&2; echo "demo targets failed to start (ports 18080-18082 in use?)" >&2; exit 1; }
+  sleep 0.1
+done
 
 echo "==> three operator replicas (metrics on 127.0.0.1:9090-9092, logs in $state/)"
 for i in 0 1 2; do
