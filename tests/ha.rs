@@ -4,7 +4,9 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashMap};
+use support::fleet::*;
+
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kube::Api;
@@ -12,183 +14,11 @@ use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use support::*;
-use webchecker::api::{DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
-
-const INTERVAL: u32 = 2;
-/// Must match support::FAST_LEASES.
-const LEASE: Duration = Duration::from_secs(3);
-const RETRY: Duration = Duration::from_millis(500);
-
-struct Fleet {
-    cluster: &'static Cluster,
-    ns: String,
-    ops: Vec<Operator>,
-    witness: Witness,
-    names: Vec<String>,
-    client: kube::Client,
-}
-
-impl Fleet {
-    async fn start(prefix: &str, replicas: usize, checkers: usize) -> Fleet {
-        Self::start_on(Cluster::shared("ha"), prefix, replicas, checkers).await
-    }
-
-    async fn start_on(
-        cluster: &'static Cluster,
-        prefix: &str,
-        replicas: usize,
-        checkers: usize,
-    ) -> Fleet {
-        let ns = cluster.namespace(prefix);
-        let client = cluster.client().await;
-        let witness = Witness::start().await;
-        let ops: Vec<Operator> = (0..replicas)
-            .map(|i| Operator::spawn(cluster, &format!("{prefix}-r{i}"), &ns, FAST_LEASES))
-            .collect();
-        let names: Vec<String> = (0..checkers).map(|i| format!("c{i}")).collect();
-        create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
-        let f = Fleet {
-            cluster,
-            ns,
-            ops,
-            witness,
-            names,
-            client,
-        };
-        f.wait_all_assigned(Duration::from_secs(60)).await;
-        f.wait_all_probed_since(Instant::now(), Duration::from_secs(30))
-            .await;
-        f
-    }
-
-    fn api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &ApiResource::erase::<WebChecker>(&()),
-        )
-    }
-
-    /// Owner of every checker; a checker with a drain in progress counts as unassigned.
-    async fn owners(&self) -> HashMap<String, Option<String>> {
-        let list = self.api().list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .map(|o| {
-                let draining = o
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
-                let owner = o
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_LABEL))
-                    .cloned();
-                (o.metadata.name.unwrap(), owner.filter(|_| !draining))
-            })
-            .collect()
-    }
-
-    fn live_identities(&self) -> Vec<String> {
-        self.ops
-            .iter()
-            .filter(|o| o.child.is_some())
-            .map(|o| o.identity.clone())
-            .collect()
-    }
-
-    /// Every checker owned by a live replica.
-    async fn wait_all_assigned(&self, timeout: Duration) -> HashMap<String, String> {
-        let live = self.live_identities();
-        eventually(
-            timeout,
-            "every checker assigned to a live replica",
-            || async {
-                let owners = self.owners().await;
-                if owners.len() == self.names.len()
-                    && owners
-                        .values()
-                        .all(|o| o.as_ref().is_some_and(|o| live.contains(o)))
-                {
-                    Some(owners.into_iter().map(|(k, v)| (k, v.unwrap())).collect())
-                } else {
-                    None
-                }
-            },
-        )
-        .await
-    }
-
-    async fn wait_all_probed_since(&self, since: Instant, timeout: Duration) {
-        eventually(timeout, "every checker probed", || async {
-            let hits = self.witness.hits();
-            let mut seen = std::collections::HashSet::new();
-            for h in hits.iter().filter(|h| h.start >= since) {
-                seen.insert(h.checker.clone());
-            }
-            (seen.len() == self.names.len()).then_some(())
-        })
-        .await
-    }
-
-    fn op(&self, identity: &str) -> &Operator {
-        self.ops.iter().find(|o| o.identity == identity).unwrap()
-    }
-
-    async fn leader(&self) -> Option<String> {
-        for o in self.ops.iter().filter(|o| o.child.is_some()) {
-            if let Some(m) = o.metrics().await
-                && metric(&m, "webchecker_leader", &[]) == Some(1.0)
-            {
-                return Some(o.identity.clone());
-            }
-        }
-        None
-    }
-
-    async fn counter(&self, identity: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let m = self.op(identity).metrics().await.unwrap_or_default();
-        metric(&m, name, labels).unwrap_or(0.0)
-    }
-}
-
-fn shard_sizes(owners: &HashMap<String, String>) -> BTreeMap<String, usize> {
-    let mut sizes = BTreeMap::new();
-    for o in owners.values() {
-        *sizes.entry(o.clone()).or_default() += 1;
-    }
-    sizes
-}
-
-/// For the checkers in `of`, the longest time between the last probe before
-/// `at` and the first probe after it.
-fn failover_gap(hits: &[Hit], of: &[String], at: Instant) -> (Duration, String) {
-    let mut worst = (Duration::ZERO, String::new());
-    for c in of {
-        let mut ts: Vec<Instant> = hits
-            .iter()
-            .filter(|h| &h.checker == c)
-            .map(|h| h.start)
-            .collect();
-        ts.sort();
-        let before = ts.iter().rev().find(|t| **t <= at).copied().unwrap_or(at);
-        let after = ts.iter().find(|t| **t > at).copied();
-        let gap = match after {
-            Some(t) => t - before,
-            None => Duration::MAX,
-        };
-        if gap > worst.0 {
-            worst = (gap, c.clone());
-        }
-    }
-    worst
-}
+use webchecker::api::{OWNER_LABEL, WebChecker};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
-    let fleet = Fleet::start("share", 3, 3000).await;
+    let fleet = Fleet::start("ha", "share", 3, 3000).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let sizes = shard_sizes(&owners);
     let largest = *sizes.values().max().unwrap();
@@ -238,7 +68,7 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
-    let mut fleet = Fleet::start("kill", 3, 600).await;
+    let mut fleet = Fleet::start("ha", "kill", 3, 600).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let leader = fleet.leader().await.expect("a leader");
     // Kill a non-leader (leader loss has its own test).
@@ -282,7 +112,7 @@ async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_the_lease_and_hands_over_at_once() {
-    let mut fleet = Fleet::start("term", 3, 600).await;
+    let mut fleet = Fleet::start("ha", "term", 3, 600).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let leader = fleet.leader().await.expect("a leader");
     let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
@@ -329,7 +159,7 @@ async fn sigterm_releases_the_lease_and_hands_over_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_loss_never_interrupts_probing_and_a_new_leader_assigns() {
-    let mut fleet = Fleet::start("lead", 3, 300).await;
+    let mut fleet = Fleet::start("ha", "lead", 3, 300).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let leader = fleet.leader().await.expect("a leader");
     let survivors_checkers: Vec<String> = owners
@@ -378,7 +208,7 @@ async fn leader_loss_never_interrupts_probing_and_a_new_leader_assigns() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
-    let mut fleet = Fleet::start("scale", 3, 1200).await;
+    let mut fleet = Fleet::start("ha", "scale", 3, 1200).await;
     let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let mut drains_before = 0.0;
     for o in &fleet.ops {
@@ -448,7 +278,7 @@ async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolling_restart_keeps_coverage_and_exclusivity() {
-    let mut fleet = Fleet::start("roll", 3, 600).await;
+    let mut fleet = Fleet::start("ha", "roll", 3, 600).await;
     let from = Instant::now();
     for i in 0..3 {
         // As a Deployment does: a new pod (new identity) first, then the old one goes.
@@ -526,7 +356,7 @@ async fn rolling_restart_keeps_coverage_and_exclusivity() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_replica_never_probes_or_writes_what_it_lost() {
-    let fleet = Fleet::start("pause", 3, 300).await;
+    let fleet = Fleet::start("ha", "pause", 3, 300).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let leader = fleet.leader().await.expect("a leader");
     let victim = fleet.ops.iter().find(|o| o.identity != leader).unwrap();
@@ -749,7 +579,7 @@ async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_new_checkers_are_probed_within_a_second() {
-    let fleet = Fleet::start("burst", 3, 30).await;
+    let fleet = Fleet::start("ha", "burst", 3, 30).await;
     let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
     // A watch of our own sees when each assignment lands, to split the delay.
     let assigned: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();

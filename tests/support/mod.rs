@@ -3,6 +3,8 @@
 //! HTTP targets that log who probed them and when.
 #![allow(dead_code)]
 
+pub mod fleet;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,190 @@
+//! A fleet of operator replicas with checkers on one witness, shared by the
+//! high-availability and reliability tests.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::ListParams;
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use webchecker::api::{DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
+
+use super::*;
+
+pub const INTERVAL: u32 = 2;
+/// Must match support::FAST_LEASES.
+pub const LEASE: Duration = Duration::from_secs(3);
+pub const RETRY: Duration = Duration::from_millis(500);
+
+pub struct Fleet {
+    pub cluster: &'static Cluster,
+    pub ns: String,
+    pub ops: Vec<Operator>,
+    pub witness: Witness,
+    pub names: Vec<String>,
+    pub client: kube::Client,
+}
+
+impl Fleet {
+    pub async fn start(
+        cluster_name: &str,
+        prefix: &str,
+        replicas: usize,
+        checkers: usize,
+    ) -> Fleet {
+        Self::start_on(Cluster::shared(cluster_name), prefix, replicas, checkers).await
+    }
+
+    pub async fn start_on(
+        cluster: &'static Cluster,
+        prefix: &str,
+        replicas: usize,
+        checkers: usize,
+    ) -> Fleet {
+        let ns = cluster.namespace(prefix);
+        let client = cluster.client().await;
+        let witness = Witness::start().await;
+        let ops: Vec<Operator> = (0..replicas)
+            .map(|i| Operator::spawn(cluster, &format!("{prefix}-r{i}"), &ns, FAST_LEASES))
+            .collect();
+        let names: Vec<String> = (0..checkers).map(|i| format!("c{i}")).collect();
+        create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+        let f = Fleet {
+            cluster,
+            ns,
+            ops,
+            witness,
+            names,
+            client,
+        };
+        f.wait_all_assigned(Duration::from_secs(60)).await;
+        f.wait_all_probed_since(Instant::now(), Duration::from_secs(30))
+            .await;
+        f
+    }
+
+    pub fn api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &ApiResource::erase::<WebChecker>(&()),
+        )
+    }
+
+    /// Owner of every checker; a checker with a drain in progress counts as unassigned.
+    pub async fn owners(&self) -> HashMap<String, Option<String>> {
+        let list = self.api().list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .map(|o| {
+                let draining = o
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
+                let owner = o
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(OWNER_LABEL))
+                    .cloned();
+                (o.metadata.name.unwrap(), owner.filter(|_| !draining))
+            })
+            .collect()
+    }
+
+    pub fn live_identities(&self) -> Vec<String> {
+        self.ops
+            .iter()
+            .filter(|o| o.child.is_some())
+            .map(|o| o.identity.clone())
+            .collect()
+    }
+
+    /// Every checker owned by a live replica.
+    pub async fn wait_all_assigned(&self, timeout: Duration) -> HashMap<String, String> {
+        let live = self.live_identities();
+        eventually(
+            timeout,
+            "every checker assigned to a live replica",
+            || async {
+                let owners = self.owners().await;
+                if owners.len() == self.names.len()
+                    && owners
+                        .values()
+                        .all(|o| o.as_ref().is_some_and(|o| live.contains(o)))
+                {
+                    Some(owners.into_iter().map(|(k, v)| (k, v.unwrap())).collect())
+                } else {
+                    None
+                }
+            },
+        )
+        .await
+    }
+
+    pub async fn wait_all_probed_since(&self, since: Instant, timeout: Duration) {
+        eventually(timeout, "every checker probed", || async {
+            let hits = self.witness.hits();
+            let mut seen = std::collections::HashSet::new();
+            for h in hits.iter().filter(|h| h.start >= since) {
+                seen.insert(h.checker.clone());
+            }
+            (seen.len() == self.names.len()).then_some(())
+        })
+        .await
+    }
+
+    pub fn op(&self, identity: &str) -> &Operator {
+        self.ops.iter().find(|o| o.identity == identity).unwrap()
+    }
+
+    pub async fn leader(&self) -> Option<String> {
+        for o in self.ops.iter().filter(|o| o.child.is_some()) {
+            if let Some(m) = o.metrics().await
+                && metric(&m, "webchecker_leader", &[]) == Some(1.0)
+            {
+                return Some(o.identity.clone());
+            }
+        }
+        None
+    }
+
+    pub async fn counter(&self, identity: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+        let m = self.op(identity).metrics().await.unwrap_or_default();
+        metric(&m, name, labels).unwrap_or(0.0)
+    }
+}
+
+pub fn shard_sizes(owners: &HashMap<String, String>) -> BTreeMap<String, usize> {
+    let mut sizes = BTreeMap::new();
+    for o in owners.values() {
+        *sizes.entry(o.clone()).or_default() += 1;
+    }
+    sizes
+}
+
+/// For the checkers in `of`, the longest time between the last probe before
+/// `at` and the first probe after it.
+pub fn failover_gap(hits: &[Hit], of: &[String], at: Instant) -> (Duration, String) {
+    let mut worst = (Duration::ZERO, String::new());
+    for c in of {
+        let mut ts: Vec<Instant> = hits
+            .iter()
+            .filter(|h| &h.checker == c)
+            .map(|h| h.start)
+            .collect();
+        ts.sort();
+        let before = ts.iter().rev().find(|t| **t <= at).copied().unwrap_or(at);
+        let after = ts.iter().find(|t| **t > at).copied();
+        let gap = match after {
+            Some(t) => t - before,
+            None => Duration::MAX,
+        };
+        if gap > worst.0 {
+            worst = (gap, c.clone());
+        }
+    }
+    worst
+}
