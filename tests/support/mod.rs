@@ -59,6 +59,11 @@ impl Cluster {
 
     /// A control plane of one's own (for tests that stop the API server).
     pub fn start(name: &str) -> Cluster {
+        Self::start_with(name, "")
+    }
+
+    /// Same, with extra kube-apiserver flags (space separated).
+    pub fn start_with(name: &str, apiserver_args: &str) -> Cluster {
         let dir = repo()
             .join("target")
             .join("e2e")
@@ -68,6 +73,7 @@ impl Cluster {
             .arg(repo().join("hack/cluster.sh"))
             .arg("up")
             .arg(&dir)
+            .env("CLUSTER_APISERVER_EXTRA_ARGS", apiserver_args)
             .stderr(Stdio::inherit())
             .output()
             .expect("run hack/cluster.sh");
