@@ -57,3 +57,21 @@ test: ## every test: install what is missing, lint, unit, end-to-end (real contr
 	hack/build-tools.sh >/dev/null
 	$(MAKE) lint
 	cargo test --locked --all-targets -- --test-threads=1
+
+## generated files
+
+CHART_DIR := deploy/helm/webchecker-operator
+
+.PHONY: crds chart-sync
+
+crds: ## regenerate crds/ from src/api.rs (crdgen), then chart-sync
+	cargo run -q --bin crdgen > crds/webcheckers.test.network.io.yaml.tmp
+	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
+	$(MAKE) --no-print-directory chart-sync
+
+chart-sync: ## copy the CRD, alert rules and dashboards into the Helm chart (tests/chart.rs checks it)
+	cp crds/webcheckers.test.network.io.yaml $(CHART_DIR)/crds/webcheckers.test.network.io.yaml
+	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
+	mkdir -p $(CHART_DIR)/files/dashboards
+	rm -f $(CHART_DIR)/files/dashboards/*.json
+	cp dashboards/*.json $(CHART_DIR)/files/dashboards/

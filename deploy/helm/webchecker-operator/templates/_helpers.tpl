@@ -109,11 +109,15 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- if le $lease $renew }}
 {{- fail (printf "operator.leaseDuration (%s) must be longer than operator.renewDeadline (%s)" (toString $op.leaseDuration) (toString $op.renewDeadline)) }}
 {{- end }}
-{{- if le $renew $retry }}
-{{- fail (printf "operator.renewDeadline (%s) must be longer than operator.retryPeriod (%s)" (toString $op.renewDeadline) (toString $op.retryPeriod)) }}
+{{- /* the operator refuses renewDeadline <= 1.2 x retryPeriod (src/config.rs) */}}
+{{- if le (mul $renew 5) (mul $retry 6) }}
+{{- fail (printf "operator.renewDeadline (%s) must be longer than 1.2 x operator.retryPeriod (%s), otherwise the operator refuses to start" (toString $op.renewDeadline) (toString $op.retryPeriod)) }}
 {{- end }}
 {{- if le $retry 0 }}
 {{- fail "operator.retryPeriod must be greater than 0" }}
+{{- end }}
+{{- if lt $lease 1000 }}
+{{- fail (printf "operator.leaseDuration (%s) must be at least 1s (Leases count whole seconds)" (toString $op.leaseDuration)) }}
 {{- end }}
 {{- $cidr := `^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|([0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}/(12[0-8]|1[01][0-9]|[1-9]?[0-9])|([0-9a-fA-F]{0,4}:){2,6}((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$` }}
 {{- range $list := list "denyCidrs" "allowCidrs" }}
