@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod probe;
 pub mod ring;
 pub mod scheduler;
+pub mod secrets;
 pub mod server;
 pub mod shard;
 pub mod status;
@@ -73,6 +74,7 @@ async fn preflight(
             false,
         ),
         ("events.k8s.io", "events", "create", None, false),
+        ("events.k8s.io", "events", "patch", None, false),
         ("coordination.k8s.io", "leases", "get", None, true),
         ("coordination.k8s.io", "leases", "list", None, true),
         ("coordination.k8s.io", "leases", "watch", None, true),
@@ -157,7 +159,8 @@ fn classify(
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
     let checker = match serde_json::from_value::<WebChecker>(value) {
-        Ok(wc) => Incoming::Valid(Box::new(wc)),
+        // The referenced Secret/ConfigMap values are filled in by the feeder.
+        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default()),
         Err(e) => Incoming::Malformed {
             namespace,
             name,
@@ -180,13 +183,30 @@ async fn watch_own_shard(
 ) -> Result<(), Error> {
     let ar = ApiResource::erase::<WebChecker>(&());
     let api: Api<DynamicObject> = match &watch_namespace {
-        Some(ns) => Api::namespaced_with(client, ns, &ar),
-        None => Api::all_with(client, &ar),
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
     };
     let cfg = watcher::Config::default().labels(&format!("{OWNER_LABEL}={}", membership.identity));
     let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
     let mut present = HashSet::new();
-    while let Some(ev) = stream.next().await {
+    let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
+    let mut refresh = tokio::time::interval(crate::secrets::REFRESH);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = refresh.tick() => {
+                for c in secrets.refresh().await {
+                    if commands.send(c).await.is_err() {
+                        return Err(Error::TaskDied("checker watch"));
+                    }
+                }
+                continue;
+            }
+        };
         let cmd = match ev {
             Ok(Event::Init) => {
                 present.clear();
@@ -222,7 +242,7 @@ async fn watch_own_shard(
             }
         };
         if let Some(c) = cmd
-            && commands.send(c).await.is_err()
+            && commands.send(secrets.attach(c).await).await.is_err()
         {
             break;
         }
