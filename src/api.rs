@@ -75,6 +75,7 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
     )
 )]
 #[x_kube(validation = Rule::new("self.timeoutSeconds < self.intervalSeconds").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
+#[x_kube(validation = Rule::new("!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')").message("spec.auth and a header named Authorization cannot be combined; use one of them"))]
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerSpec {
     /// Base URL of the endpoint: scheme and host, optionally a port, for example `https://example.com` or `http://10.0.0.1:8080`. The path goes in `path`.
@@ -162,6 +163,28 @@ pub struct WebCheckerSpec {
     /// Stop probing while true; the Ready condition then says Suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
+
+    /// Credentials sent in the Authorization header, read from a Secret in the checker's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthSpec>,
+
+    /// Checks on the JSON response body (parsed from the first maxBodyBytes, 64 KiB by default); every check must pass, else BodyMismatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub json_checks: Option<Vec<JsonCheck>>,
+
+    /// Checks on response headers; every check must pass, else BodyMismatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub header_checks: Option<Vec<HeaderCheck>>,
+
+    /// Address family to connect over. Auto (default): every resolved address of both families, interleaved, moving on to the next address when a connection fails or has not completed within 250 ms. IPv4 or IPv6: only addresses of that family.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip_family: Option<IpFamily>,
+
+    /// HTTP proxy to probe through. Default: none (direct connections, whatever the operator's environment says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<ProxySpec>,
 }
 
 fn default_path() -> String {
@@ -262,8 +285,9 @@ pub struct BodyMatch {
 }
 
 /// TLS options.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!(has(self.insecureSkipVerify) && self.insecureSkipVerify && has(self.caBundle))").message("spec.tls.caBundle has no effect with insecureSkipVerify: true; set one of them"))]
 pub struct TlsSpec {
     /// Accept any server certificate (expiry is still reported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -272,6 +296,153 @@ pub struct TlsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub server_name: Option<String>,
+    /// PEM certificates of the certificate authorities to trust instead of the built-in (Mozilla) roots, from a Secret or ConfigMap key in the checker's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<CaBundleSource>,
+    /// Client certificate presented to the server: a Secret of type kubernetes.io/tls (keys tls.crt and tls.key) in the checker's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificate: Option<ClientCertificate>,
+    /// Lowest TLS version accepted: TLS12 (default) or TLS13.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<TlsVersion>,
+    /// When the server certificate expires within this many days, the condition CertificateExpiring turns True and a Warning event is emitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3650))]
+    pub certificate_expiry_warning_days: Option<i32>,
+}
+
+/// Where the CA bundle comes from: exactly one of a Secret key or a ConfigMap key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.secretKeyRef) != has(self.configMapKeyRef)").message("spec.tls.caBundle needs exactly one of secretKeyRef or configMapKeyRef"))]
+pub struct CaBundleSource {
+    /// A key of a Secret in the checker's namespace holding PEM certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+    /// A key of a ConfigMap in the checker's namespace holding PEM certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<ConfigMapKeyRef>,
+}
+
+/// Reference to one key of a ConfigMap in the checker's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub struct ConfigMapKeyRef {
+    /// ConfigMap name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// Key within the ConfigMap.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// A client certificate for mutual TLS.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientCertificate {
+    /// Name of a Secret in the checker's namespace with the keys tls.crt (PEM chain) and tls.key (PEM private key).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// A TLS protocol version.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum TlsVersion {
+    #[serde(rename = "TLS12")]
+    Tls12,
+    #[serde(rename = "TLS13")]
+    Tls13,
+}
+
+/// Credentials for the Authorization header: exactly one of basic or bearer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.basic) != has(self.bearer)").message("spec.auth needs exactly one of basic or bearer"))]
+pub struct AuthSpec {
+    /// HTTP Basic authentication (RFC 7617) with a user name and password from a Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicAuth>,
+    /// A bearer token (RFC 6750) from a Secret key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bearer: Option<BearerAuth>,
+}
+
+/// Basic authentication credentials from one Secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicAuth {
+    /// Name of a Secret in the checker's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+    /// Key holding the user name. Default `username` (as in a kubernetes.io/basic-auth Secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub username_key: Option<String>,
+    /// Key holding the password. Default `password`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub password_key: Option<String>,
+}
+
+/// A bearer token from a Secret key.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BearerAuth {
+    /// The Secret key holding the token.
+    pub secret_key_ref: SecretKeyRef,
+}
+
+/// One check on the JSON response body.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JsonCheck {
+    /// JSON pointer (RFC 6901) into the body, for example /status or /items/0/name; the empty string is the whole document.
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("self == '' || self.startsWith('/')").message("a jsonChecks pointer must be empty or start with '/', for example /status"))]
+    pub pointer: String,
+    /// Expected value. A string value is compared as is; any other value (number, boolean, null, object, array) is compared as JSON, so `equals: "42"` matches 42 and `equals: "true"` matches true. Without equals the pointer must merely exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4096))]
+    pub equals: Option<String>,
+}
+
+/// One check on a response header.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderCheck {
+    /// Header name (case-insensitive). The header must be present.
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+    )]
+    pub name: String,
+    /// Regular expression (Rust regex syntax) one of the header's values must match. Without it the header must merely be present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub regex: Option<String>,
+}
+
+/// Address family of the connection.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum IpFamily {
+    Auto,
+    IPv4,
+    IPv6,
+}
+
+/// Probe through an HTTP proxy: exactly one of url or fromEnvironment: true.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.url) != (has(self.fromEnvironment) && self.fromEnvironment)").message("spec.proxy needs exactly one of url or fromEnvironment: true"))]
+pub struct ProxySpec {
+    /// Use the operator's HTTP_PROXY, HTTPS_PROXY and NO_PROXY environment variables (or their lower-case forms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_environment: Option<bool>,
+    /// An http:// proxy URL, for example http://proxy.example:3128. https targets are tunnelled with CONNECT, http targets are requested in absolute form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() == 'http' && url(self).getHostname() != ''").message("spec.proxy.url must be an http:// URL with a host, for example http://proxy.example:3128"))]
+    #[x_kube(validation = Rule::new("!self.contains('@')").message("spec.proxy.url must not carry credentials"))]
+    pub url: Option<String>,
 }
 
 /// Observed state, written by the replica that owns the checker.

@@ -303,12 +303,15 @@ impl Metrics {
         self.last_code
             .with_label_values(l)
             .set(o.status_code.map(i64::from).unwrap_or(0));
+        // Exported from the first probe on, 0 until this owner saw a success
+        // (docs/metrics.md).
+        let last_success_ts = self.last_success_ts.with_label_values(l);
         if o.success() {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
-            self.last_success_ts.with_label_values(l).set(now);
+            last_success_ts.set(now);
         }
         for (phase, d) in o.phases.named() {
             self.phase
@@ -384,6 +387,19 @@ mod tests {
         let text = m.render();
         assert!(!text.contains("name=\"a\""), "{text}");
         assert!(text.contains("name=\"b\""));
+    }
+
+    #[test]
+    fn last_success_timestamp_is_zero_until_a_success() {
+        let m = Metrics::new("r1", true);
+        m.record_probe("ns", "a", &outcome(Reason::Timeout), false);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "webchecker_last_success_timestamp_seconds{name=\"a\",namespace=\"ns\"} 0\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -26,13 +26,16 @@ use crate::api::{WebChecker, WebCheckerSpec};
 use crate::membership::Membership;
 use crate::metrics::Metrics;
 use crate::probe::{Outcome, ProbePlan, Prober};
+use crate::secrets::Resolved;
 use crate::status::{CheckerStatus, Context};
 use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
 
 /// A checker as the watch delivers it, or why it could not be read.
 #[derive(Debug)]
 pub enum Incoming {
-    Valid(Box<WebChecker>),
+    /// With the values of the Secret and ConfigMap keys it references
+    /// (resolved by the feeder, see crate::secrets).
+    Valid(Box<WebChecker>, Resolved),
     /// Does not deserialise (for example written under an older schema).
     Malformed {
         namespace: String,
@@ -56,6 +59,8 @@ pub enum Command {
     },
     /// Deleted, or no longer ours.
     Remove { key: String },
+    /// The Secret/ConfigMap values a checker references changed (rotation).
+    Refresh { key: String, resolved: Resolved },
     /// A re-list finished: keys not in the set are no longer ours.
     Resync { present: HashSet<String> },
     /// Our Lease is gone: drop every checker at once.
@@ -78,6 +83,7 @@ struct Entry {
     name: String,
     generation: Option<i64>,
     spec: Option<WebCheckerSpec>,
+    resolved: Resolved,
     plan: Option<Arc<ProbePlan>>,
     object_ref: k8s_openapi::api::core::v1::ObjectReference,
     delay: Option<DelayKey>,
@@ -159,6 +165,7 @@ fn make_ctx<'a>(
         heartbeat: settings.heartbeat,
         success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
         failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
+        certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
     }
 }
 
@@ -392,6 +399,7 @@ impl Engine {
                 self.remove(&key);
                 self.update_owned();
             }
+            Command::Refresh { key, resolved } => self.refresh(&key, resolved),
             Command::Resync { present } => {
                 let gone: Vec<String> = self
                     .entries
@@ -450,7 +458,7 @@ impl Engine {
 
     fn upsert(&mut self, checker: Incoming, initial: bool) {
         let (key, namespace, name, rv, generation) = match &checker {
-            Incoming::Valid(wc) => (
+            Incoming::Valid(wc, _) => (
                 crate::api::object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
                 wc.namespace().unwrap_or_default(),
                 wc.name_any(),
@@ -472,18 +480,22 @@ impl Engine {
             ),
         };
         self.writer.observe_version(&key, &rv);
-        let existing = self.entries.get(&key).map(|e| (e.spec.clone(), e.draining));
+        let existing = self
+            .entries
+            .get(&key)
+            .map(|e| ((e.spec.clone(), e.resolved.clone()), e.draining));
         if let Some((_, true)) = existing {
             // A drain was requested earlier and since withdrawn: resume.
             if let Some(e) = self.entries.get_mut(&key) {
                 e.draining = false;
             }
         }
-        let spec = match &checker {
-            Incoming::Valid(wc) => Some(wc.spec.clone()),
-            Incoming::Malformed { .. } => None,
+        let (spec, resolved) = match &checker {
+            Incoming::Valid(wc, r) => (Some(wc.spec.clone()), r.clone()),
+            Incoming::Malformed { .. } => (None, Resolved::default()),
         };
-        let unchanged = matches!(&existing, Some((old, false)) if *old == spec);
+        let unchanged =
+            matches!(&existing, Some(((old, old_r), false)) if *old == spec && *old_r == resolved);
         if unchanged {
             if let Some(e) = self.entries.get_mut(&key) {
                 e.generation = generation;
@@ -491,18 +503,13 @@ impl Engine {
             return;
         }
         let plan: Result<ProbePlan, String> = match &checker {
-            Incoming::Valid(wc) => crate::probe::plan(&wc.spec, &|r| {
-                Err(format!(
-                    "Secret {:?} (key {:?}) cannot be read: Secret references are not supported by this version",
-                    r.name, r.key
-                ))
-            }),
+            Incoming::Valid(wc, r) => crate::probe::plan(&wc.spec, &|v| r.get(v)),
             Incoming::Malformed { error, .. } => Err(format!(
                 "the object does not match the WebChecker schema: {error}"
             )),
         };
         let object_ref = match &checker {
-            Incoming::Valid(wc) => wc.object_ref(&()),
+            Incoming::Valid(wc, _) => wc.object_ref(&()),
             Incoming::Malformed {
                 namespace, name, ..
             } => k8s_openapi::api::core::v1::ObjectReference {
@@ -517,7 +524,7 @@ impl Engine {
         if new_entry {
             self.next_seq += 1;
             let status = match &checker {
-                Incoming::Valid(wc) => CheckerStatus::from_existing(wc.status.as_ref()),
+                Incoming::Valid(wc, _) => CheckerStatus::from_existing(wc.status.as_ref()),
                 Incoming::Malformed { .. } => CheckerStatus::from_existing(None),
             };
             self.entries.insert(
@@ -528,6 +535,7 @@ impl Engine {
                     name: name.clone(),
                     generation,
                     spec: None,
+                    resolved: Resolved::default(),
                     plan: None,
                     object_ref: object_ref.clone(),
                     delay: None,
@@ -540,17 +548,50 @@ impl Engine {
             );
         }
         let handover = match &checker {
-            Incoming::Valid(wc) => wc
+            Incoming::Valid(wc, _) => wc
                 .annotations()
                 .get(LAST_PROBE_ANNOTATION)
                 .and_then(|v| v.parse::<i64>().ok()),
             Incoming::Malformed { .. } => None,
         };
         let e = self.entries.get_mut(&key).expect("inserted above");
-        let old_interval = e.plan.as_ref().map(|p| p.interval);
         e.generation = generation;
         e.spec = spec;
+        e.resolved = resolved;
         e.object_ref = object_ref;
+        self.apply_plan(&key, plan, handover, initial);
+    }
+
+    /// Re-plans a checker whose referenced values changed (same spec).
+    fn refresh(&mut self, key: &str, resolved: Resolved) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if e.resolved == resolved {
+            return;
+        }
+        let Some(spec) = e.spec.clone() else {
+            return;
+        };
+        let plan = crate::probe::plan(&spec, &|v| resolved.get(v));
+        e.resolved = resolved;
+        self.apply_plan(key, plan, None, false);
+    }
+
+    /// Installs a new plan (or the InvalidSpec condition) and (re)schedules.
+    fn apply_plan(
+        &mut self,
+        key: &str,
+        plan: Result<ProbePlan, String>,
+        handover: Option<i64>,
+        initial: bool,
+    ) {
+        let key = key.to_string();
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let (namespace, name, generation) = (e.namespace.clone(), e.name.clone(), e.generation);
+        let old_interval = e.plan.as_ref().map(|p| p.interval);
         match plan {
             Ok(p) if p.suspend => {
                 e.plan = None;
@@ -628,6 +669,33 @@ impl Engine {
         if let Some((ready, reason, message)) = fx.transition {
             self.emit(key, &ready, &reason, &message);
         }
+        if let Some(message) = fx.certificate_expiring {
+            self.emit_certificate(key, &message);
+        }
+    }
+
+    /// Warning event: CertificateExpiring turned True.
+    fn emit_certificate(&self, key: &str, message: &str) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        let reason = crate::status::CERTIFICATE_EXPIRING;
+        let ev = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.to_string(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Probe".into(),
+            secondary: None,
+        };
+        match self.events.try_send((e.object_ref.clone(), ev)) {
+            Ok(()) => self
+                .metrics
+                .events
+                .with_label_values(&["Warning", reason])
+                .inc(),
+            Err(_) => warn!(checker = %key, "event queue full; event dropped"),
+        }
+        info!(checker = %key, "{message}");
     }
 }
 

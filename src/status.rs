@@ -12,6 +12,9 @@ use crate::api::{Condition, WebCheckerStatus};
 use crate::probe::{Outcome, Reason, human_duration};
 
 pub const READY: &str = "Ready";
+/// Second condition, present when `tls.certificateExpiryWarningDays` is set:
+/// True while the server certificate expires within that many days.
+pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
 
 /// What a reader acts on; a difference here forces a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +24,7 @@ struct Summary {
     code_class: Option<i32>,
     generation: Option<i64>,
     owner: Option<String>,
+    certificate: Option<String>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -31,7 +35,17 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
         code_class: s.last_status_code.map(|c| c / 100),
         generation: s.observed_generation,
         owner: s.owner.clone(),
+        certificate: s.condition(CERTIFICATE_EXPIRING).map(|c| c.status.clone()),
     }
+}
+
+/// The CertificateExpiring condition as the reducer keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CertificateState {
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: Option<String>,
 }
 
 /// Per-checker reducer state, owned by the engine.
@@ -44,6 +58,8 @@ pub struct CheckerStatus {
     pub last_transition_time: Option<String>,
     pub consecutive_successes: u32,
     pub consecutive_failures: u32,
+    /// CertificateExpiring; None when the checker has no expiry warning.
+    pub certificate: Option<CertificateState>,
     /// What the object's status said when we last wrote (or first saw) it.
     written: Option<Summary>,
     last_write: Option<Instant>,
@@ -55,6 +71,8 @@ pub struct Effects {
     pub write: Option<WebCheckerStatus>,
     /// `(ready, reason, message)` when Ready changed status.
     pub transition: Option<(String, String, String)>,
+    /// The message of a Warning event: CertificateExpiring turned True.
+    pub certificate_expiring: Option<String>,
 }
 
 /// Inputs that describe the checker at the time of a step.
@@ -66,6 +84,8 @@ pub struct Context<'a> {
     pub heartbeat: Duration,
     pub success_threshold: u32,
     pub failure_threshold: u32,
+    /// `tls.certificateExpiryWarningDays`; None: no CertificateExpiring condition.
+    pub certificate_warning_days: Option<u32>,
 }
 
 impl CheckerStatus {
@@ -88,6 +108,14 @@ impl CheckerStatus {
                 .and_then(|s| s.consecutive_failures)
                 .unwrap_or(0)
                 .max(0) as u32,
+            certificate: status
+                .and_then(|s| s.condition(CERTIFICATE_EXPIRING))
+                .map(|c| CertificateState {
+                    status: c.status.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    last_transition_time: c.last_transition_time.clone(),
+                }),
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
         }
@@ -136,11 +164,73 @@ impl CheckerStatus {
             self.reason = reason.as_str().to_string();
             self.message = message;
         }
+        let certificate_expiring = self.observe_certificate(o.cert_not_after, ctx);
         let status = self.render(ctx, Some(o));
         Effects {
             write: self.maybe_write(status, ctx),
             transition,
+            certificate_expiring,
         }
+    }
+
+    /// Updates CertificateExpiring from the certificate a probe saw (a probe
+    /// that saw none leaves it as it was). Returns the Warning event's message
+    /// when the condition turns True.
+    fn observe_certificate(&mut self, not_after: Option<i64>, ctx: &Context) -> Option<String> {
+        let Some(days) = ctx.certificate_warning_days else {
+            self.certificate = None;
+            return None;
+        };
+        let not_after = not_after?;
+        let now = chrono::DateTime::parse_from_rfc3339(&ctx.now_wall)
+            .map(|t| t.timestamp())
+            .unwrap_or_else(|_| chrono::Utc::now().timestamp());
+        let left = not_after - now;
+        let expiry = chrono::DateTime::from_timestamp(not_after, 0)
+            .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_else(|| not_after.to_string());
+        let expiring = left < i64::from(days) * 86_400;
+        let (status, reason, message) = if left <= 0 {
+            (
+                "True",
+                "CertificateExpired",
+                format!("the server certificate expired at {expiry}"),
+            )
+        } else if expiring {
+            (
+                "True",
+                "ExpiresSoon",
+                format!(
+                    "the server certificate expires at {expiry}, in {} days (warning at {days} days)",
+                    left / 86_400
+                ),
+            )
+        } else {
+            (
+                "False",
+                "CertificateValid",
+                format!(
+                    "the server certificate expires at {expiry}, in {} days",
+                    left / 86_400
+                ),
+            )
+        };
+        let was = self.certificate.as_ref().map(|c| c.status.clone());
+        let changed = was.as_deref() != Some(status);
+        let last_transition_time = if changed {
+            Some(ctx.now_wall.clone())
+        } else {
+            self.certificate
+                .as_ref()
+                .and_then(|c| c.last_transition_time.clone())
+        };
+        self.certificate = Some(CertificateState {
+            status: status.into(),
+            reason: reason.into(),
+            message: message.clone(),
+            last_transition_time,
+        });
+        (changed && status == "True").then_some(message)
     }
 
     /// A checker that cannot be probed (spec invalid at run time, suspended).
@@ -161,30 +251,48 @@ impl CheckerStatus {
         self.message = message.to_string();
         self.consecutive_successes = 0;
         self.consecutive_failures = 0;
+        if ctx.certificate_warning_days.is_none() {
+            self.certificate = None;
+        }
         let status = self.render(ctx, None);
         Effects {
             write: self.maybe_write(status, ctx),
             transition,
+            certificate_expiring: None,
         }
     }
 
     fn render(&self, ctx: &Context, o: Option<&Outcome>) -> WebCheckerStatus {
-        WebCheckerStatus {
-            conditions: vec![Condition {
-                type_: READY.into(),
-                status: self.ready.clone(),
-                reason: if self.reason.is_empty() {
-                    "Pending".into()
-                } else {
-                    self.reason.clone()
-                },
-                message: self.message.clone(),
-                last_transition_time: self
+        let mut conditions = vec![Condition {
+            type_: READY.into(),
+            status: self.ready.clone(),
+            reason: if self.reason.is_empty() {
+                "Pending".into()
+            } else {
+                self.reason.clone()
+            },
+            message: self.message.clone(),
+            last_transition_time: self
+                .last_transition_time
+                .clone()
+                .or_else(|| Some(ctx.now_wall.clone())),
+            observed_generation: ctx.generation,
+        }];
+        if let Some(c) = &self.certificate {
+            conditions.push(Condition {
+                type_: CERTIFICATE_EXPIRING.into(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c
                     .last_transition_time
                     .clone()
                     .or_else(|| Some(ctx.now_wall.clone())),
                 observed_generation: ctx.generation,
-            }],
+            });
+        }
+        WebCheckerStatus {
+            conditions,
             observed_generation: ctx.generation,
             last_probe_time: o.map(|_| ctx.now_wall.clone()),
             last_status_code: o.and_then(|o| o.status_code).map(i32::from),
@@ -264,6 +372,7 @@ mod tests {
                 heartbeat: Duration::from_secs(300),
                 success_threshold: 1,
                 failure_threshold: ft,
+                certificate_warning_days: None,
             }
         }
     }
@@ -388,6 +497,53 @@ owner: r9
         );
         assert_eq!(w.owner.as_deref(), Some("r0"));
         assert!(s.observe(&ok(200), &c.ctx(1)).write.is_none());
+    }
+
+    #[test]
+    fn certificate_expiring_is_a_second_condition_with_one_warning() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
+            .unwrap()
+            .timestamp();
+        let with_cert = |days: i64| Outcome {
+            cert_not_after: Some(now + days * 86_400),
+            ..ok(200)
+        };
+        let ctx = |c: &mut Clock| Context {
+            certificate_warning_days: Some(30),
+            ..c.ctx(1)
+        };
+        // Far from expiry: the condition is False, no event.
+        let e = s.observe(&with_cert(90), &ctx(&mut c));
+        let w = e.write.unwrap();
+        assert_eq!(w.conditions[0].type_, READY);
+        let cert = w.condition(CERTIFICATE_EXPIRING).unwrap();
+        assert_eq!(
+            (cert.status.as_str(), cert.reason.as_str()),
+            ("False", "CertificateValid")
+        );
+        assert!(e.certificate_expiring.is_none());
+        // Renewed less often than needed: within 30 days it turns True, once.
+        let e = s.observe(&with_cert(10), &ctx(&mut c));
+        let w = e.write.expect("the condition changed: written at once");
+        let cert = w.condition(CERTIFICATE_EXPIRING).unwrap();
+        assert_eq!(
+            (cert.status.as_str(), cert.reason.as_str()),
+            ("True", "ExpiresSoon")
+        );
+        assert!(e.certificate_expiring.unwrap().contains("in 9 days"));
+        assert!(e.transition.is_none(), "Ready did not change");
+        let e = s.observe(&with_cert(10), &ctx(&mut c));
+        assert!(e.certificate_expiring.is_none() && e.write.is_none());
+        // A probe without a certificate (connection refused) leaves it alone.
+        let e = s.observe(&bad(Reason::ConnectError), &ctx(&mut c));
+        let w = e.write.unwrap();
+        assert_eq!(w.condition(CERTIFICATE_EXPIRING).unwrap().status, "True");
+        // Without certificateExpiryWarningDays the condition goes away.
+        let w = s.observe(&with_cert(10), &c.ctx(1)).write.unwrap();
+        assert!(w.condition(CERTIFICATE_EXPIRING).is_none());
+        assert_eq!(w.conditions.len(), 1);
     }
 
     #[test]

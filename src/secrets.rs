@@ -1,0 +1,397 @@
+//! Secret and ConfigMap values that checkers reference (header values, `auth`,
+//! `tls.caBundle`, `tls.clientCertificate`).
+//!
+//! The checker feeder (`watch_own_shard` in lib.rs) resolves them before a
+//! checker reaches the engine, in the checker's own namespace and only the keys
+//! the spec names ([`crate::probe::references`]), through a small cache with a
+//! TTL. It re-resolves the checkers it tracks every [`REFRESH`], so a rotated
+//! Secret is in use within `TTL + REFRESH`; a missing object or key is read
+//! again after 10 s, so a Secret created after its checker is picked up within
+//! about 25 s.
+//!
+//! Values are never logged, and [`Resolved`]'s Debug prints only their length.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Client};
+use tracing::debug;
+
+use crate::probe::{ValueRef, references};
+use crate::scheduler::{Command, Incoming};
+
+/// How long a value read from the API server is used before it is read again.
+pub const TTL: Duration = Duration::from_secs(60);
+/// How often the feeder re-resolves the checkers that reference values.
+pub const REFRESH: Duration = Duration::from_secs(15);
+/// One read of the API server at most (the feeder waits for it).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// A transient read error is retried after this long.
+const RETRY: Duration = Duration::from_secs(10);
+
+/// The resolved values of one checker's references: the value, or why it
+/// could not be read (a message naming the object and key, never a value).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Resolved(BTreeMap<ValueRef, Result<Vec<u8>, String>>);
+
+impl Resolved {
+    /// The value of `r`, or the InvalidSpec message.
+    pub fn get(&self, r: &ValueRef) -> Result<Vec<u8>, String> {
+        match self.0.get(r) {
+            Some(Ok(v)) => Ok(v.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(format!("{r} was not read")),
+        }
+    }
+
+    pub fn insert(&mut self, r: ValueRef, v: Result<Vec<u8>, String>) {
+        self.0.insert(r, v);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<(ValueRef, Result<Vec<u8>, String>)> for Resolved {
+    fn from_iter<I: IntoIterator<Item = (ValueRef, Result<Vec<u8>, String>)>>(iter: I) -> Self {
+        Resolved(iter.into_iter().collect())
+    }
+}
+
+impl fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut m = f.debug_map();
+        for (k, v) in &self.0 {
+            match v {
+                Ok(bytes) => m.entry(&k.to_string(), &format_args!("<{} bytes>", bytes.len())),
+                Err(e) => m.entry(&k.to_string(), e),
+            };
+        }
+        m.finish()
+    }
+}
+
+struct Cached {
+    /// When the entry must be read again.
+    expires: Instant,
+    value: Result<Vec<u8>, String>,
+    /// A transient error replaced by the last good value.
+    stale: bool,
+}
+
+struct Tracked {
+    namespace: String,
+    refs: Vec<ValueRef>,
+    last: Resolved,
+}
+
+/// Reads referenced values through a TTL cache and tracks which checkers use
+/// them. Owned by the feeder task.
+pub struct SecretResolver {
+    client: Client,
+    ttl: Duration,
+    cache: HashMap<(String, ValueRef), Cached>,
+    tracked: HashMap<String, Tracked>,
+}
+
+fn kind_resource(kind: &str) -> &'static str {
+    if kind == "Secret" {
+        "secrets"
+    } else {
+        "configmaps"
+    }
+}
+
+impl SecretResolver {
+    pub fn new(client: Client, ttl: Duration) -> Self {
+        SecretResolver {
+            client,
+            ttl,
+            cache: HashMap::new(),
+            tracked: HashMap::new(),
+        }
+    }
+
+    /// Fills in the values of an Upsert, and tracks (or forgets) the checkers
+    /// of the other commands.
+    pub async fn attach(&mut self, cmd: Command) -> Command {
+        match cmd {
+            Command::Upsert {
+                checker: Incoming::Valid(wc, _),
+                initial,
+            } => {
+                let namespace = wc.metadata.namespace.clone().unwrap_or_default();
+                let key = crate::api::object_key(
+                    &namespace,
+                    wc.metadata.name.as_deref().unwrap_or_default(),
+                );
+                let refs = references(&wc.spec);
+                let resolved = if refs.is_empty() {
+                    self.tracked.remove(&key);
+                    Resolved::default()
+                } else {
+                    let r = self.resolve(&namespace, &refs).await;
+                    self.tracked.insert(
+                        key,
+                        Tracked {
+                            namespace,
+                            refs,
+                            last: r.clone(),
+                        },
+                    );
+                    r
+                };
+                Command::Upsert {
+                    checker: Incoming::Valid(wc, resolved),
+                    initial,
+                }
+            }
+            Command::Upsert {
+                checker: checker @ Incoming::Malformed { .. },
+                initial,
+            } => {
+                if let Incoming::Malformed {
+                    namespace, name, ..
+                } = &checker
+                {
+                    self.tracked
+                        .remove(&crate::api::object_key(namespace, name));
+                }
+                Command::Upsert { checker, initial }
+            }
+            Command::Remove { key } => {
+                self.tracked.remove(&key);
+                Command::Remove { key }
+            }
+            Command::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            } => {
+                self.tracked.remove(&key);
+                Command::Drain {
+                    key,
+                    namespace,
+                    name,
+                    resource_version,
+                }
+            }
+            Command::Resync { present } => {
+                self.tracked.retain(|k, _| present.contains(k));
+                Command::Resync { present }
+            }
+            other => other,
+        }
+    }
+
+    /// Re-resolves every tracked checker; returns a command for each whose
+    /// values changed (a rotation, a Secret created or deleted).
+    pub async fn refresh(&mut self) -> Vec<Command> {
+        let now = Instant::now();
+        self.cache.retain(|_, c| c.expires + self.ttl > now);
+        let keys: Vec<String> = self.tracked.keys().cloned().collect();
+        let mut out = Vec::new();
+        for key in keys {
+            let Some(t) = self.tracked.get(&key) else {
+                continue;
+            };
+            let (ns, refs) = (t.namespace.clone(), t.refs.clone());
+            let r = self.resolve(&ns, &refs).await;
+            if let Some(t) = self.tracked.get_mut(&key)
+                && t.last != r
+            {
+                t.last = r.clone();
+                debug!(checker = %key, "referenced Secret/ConfigMap values changed");
+                out.push(Command::Refresh { key, resolved: r });
+            }
+        }
+        out
+    }
+
+    /// Checkers that reference values (for tests and metrics).
+    pub fn tracked(&self) -> usize {
+        self.tracked.len()
+    }
+
+    /// Resolves `refs` in `namespace`: from the cache while fresh, else one
+    /// read per object.
+    pub async fn resolve(&mut self, namespace: &str, refs: &[ValueRef]) -> Resolved {
+        let now = Instant::now();
+        let mut wanted: BTreeMap<(&'static str, String), BTreeSet<String>> = BTreeMap::new();
+        for r in refs {
+            let fresh = self
+                .cache
+                .get(&(namespace.to_string(), r.clone()))
+                .is_some_and(|c| c.expires > now);
+            if !fresh {
+                wanted
+                    .entry((r.kind(), r.name().to_string()))
+                    .or_default()
+                    .insert(r.key().to_string());
+            }
+        }
+        for ((kind, name), keys) in wanted {
+            let fetched = self.fetch(namespace, kind, &name, &keys).await;
+            for k in keys {
+                let r = if kind == "Secret" {
+                    ValueRef::secret(&name, &k)
+                } else {
+                    ValueRef::config_map(&name, &k)
+                };
+                let slot = (namespace.to_string(), r.clone());
+                let entry = match &fetched {
+                    Ok(data) => Cached {
+                        expires: now + self.ttl,
+                        value: data.get(&k).cloned().ok_or_else(|| {
+                            format!("{kind} {name:?} in namespace {namespace:?} has no key {k:?}")
+                        }),
+                        stale: false,
+                    },
+                    // Read again soon: the object may be created any time.
+                    Err(Fetch::Final(msg)) => Cached {
+                        expires: now + RETRY,
+                        value: Err(msg.clone()),
+                        stale: false,
+                    },
+                    Err(Fetch::Transient(msg)) => match self.cache.get(&slot) {
+                        // Keep what worked until the API server answers again.
+                        Some(old) if old.value.is_ok() || old.stale => Cached {
+                            expires: now + RETRY,
+                            value: old.value.clone(),
+                            stale: true,
+                        },
+                        _ => Cached {
+                            expires: now + RETRY,
+                            value: Err(msg.clone()),
+                            stale: false,
+                        },
+                    },
+                };
+                self.cache.insert(slot, entry);
+            }
+        }
+        refs.iter()
+            .map(|r| {
+                let v = self
+                    .cache
+                    .get(&(namespace.to_string(), r.clone()))
+                    .map(|c| c.value.clone())
+                    .unwrap_or_else(|| Err(format!("{r} was not read")));
+                (r.clone(), v)
+            })
+            .collect()
+    }
+
+    /// Reads one Secret or ConfigMap and keeps only `keys`.
+    async fn fetch(
+        &self,
+        namespace: &str,
+        kind: &'static str,
+        name: &str,
+        keys: &BTreeSet<String>,
+    ) -> Result<HashMap<String, Vec<u8>>, Fetch> {
+        debug!(namespace, kind, name, "reading referenced object");
+        let classify = |e: kube::Error| match &e {
+            kube::Error::Api(s) if s.code == 403 => Fetch::Final(format!(
+                "the operator may not read {kind} {name:?} in namespace {namespace:?} (it needs get on {})",
+                kind_resource(kind)
+            )),
+            kube::Error::Api(s) => Fetch::Transient(format!(
+                "cannot read {kind} {name:?} in namespace {namespace:?}: HTTP {} {}",
+                s.code, s.reason
+            )),
+            _ => Fetch::Transient(format!(
+                "cannot read {kind} {name:?} in namespace {namespace:?}: the API server did not answer"
+            )),
+        };
+        let timeout = || {
+            Fetch::Transient(format!(
+                "cannot read {kind} {name:?} in namespace {namespace:?}: timed out"
+            ))
+        };
+        let missing = || {
+            Fetch::Final(format!(
+                "{kind} {name:?} not found in namespace {namespace:?}"
+            ))
+        };
+        let wanted: HashSet<&str> = keys.iter().map(String::as_str).collect();
+        if kind == "Secret" {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let obj = tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name))
+                .await
+                .map_err(|_| timeout())?
+                .map_err(classify)?
+                .ok_or_else(missing)?;
+            Ok(obj
+                .data
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| wanted.contains(k.as_str()))
+                .map(|(k, v)| (k, v.0))
+                .collect())
+        } else {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+            let obj = tokio::time::timeout(FETCH_TIMEOUT, api.get_opt(name))
+                .await
+                .map_err(|_| timeout())?
+                .map_err(classify)?
+                .ok_or_else(missing)?;
+            let mut out: HashMap<String, Vec<u8>> = obj
+                .binary_data
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(k, _)| wanted.contains(k.as_str()))
+                .map(|(k, v)| (k, v.0))
+                .collect();
+            out.extend(
+                obj.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(k, _)| wanted.contains(k.as_str()))
+                    .map(|(k, v)| (k, v.into_bytes())),
+            );
+            Ok(out)
+        }
+    }
+}
+
+enum Fetch {
+    /// Not found, forbidden: the answer until the TTL runs out.
+    Final(String),
+    /// The API server did not answer properly: retried soon.
+    Transient(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_values() {
+        let r: Resolved = [
+            (ValueRef::secret("s", "k"), Ok(b"hunter2-s3cr3t".to_vec())),
+            (
+                ValueRef::config_map("c", "ca"),
+                Err("ConfigMap \"c\" not found".into()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        let d = format!("{r:?}");
+        assert!(!d.contains("s3cr3t"), "{d}");
+        assert!(d.contains("<14 bytes>"), "{d}");
+        assert_eq!(
+            r.get(&ValueRef::secret("s", "k")).unwrap(),
+            b"hunter2-s3cr3t"
+        );
+        assert!(
+            r.get(&ValueRef::secret("s", "other"))
+                .unwrap_err()
+                .contains("\"other\"")
+        );
+    }
+}
