@@ -7,9 +7,12 @@ fn init_logging(cfg: &Config) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    // Colours only on a terminal: `kubectl logs` would show escape codes verbatim.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(std::io::stdout().is_terminal());
     if cfg.log_format == "json" {
         builder.json().flatten_event(true).init();
     } else {
