@@ -51,6 +51,12 @@ def by_replica(expr):
 
 UP = "max by (namespace, name) (%s)" % csel("webchecker_up")
 DOWN = "(%s == 0)" % UP
+# Time-weighted uptime of each checker over the dashboard's range. A checker
+# that moved has one webchecker_up series per owner, each covering part of the
+# range: add up the samples of all owners before dividing (avg_over_time per
+# series would weigh each owner's part as a whole checker).
+UPTIME = "sum by (namespace, name) (sum_over_time(%s[$__range])) / sum by (namespace, name) (count_over_time(%s[$__range]))" % (
+    csel("webchecker_up"), csel("webchecker_up"))
 FAIL15 = "sum by (namespace, name, reason) (increase(%s[15m]))" % csel(
     "webchecker_probes_total", 'result="failure"')
 # One series per failing checker: the reason with the most failures in the last
@@ -318,8 +324,8 @@ def fleet():
     L.add(stat("Availability now", "Fraction of the selected checkers that are Ready now: avg of webchecker_up per checker.",
                targets("avg(%s)" % UP, instant=True), "percentunit",
                thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=2), 4, 4)
-    L.add(stat("Uptime over the range", "Time-weighted fraction of Ready samples over the dashboard's time range: avg of avg_over_time(webchecker_up[$__range]) per series (a checker that moved replica counts once per owner).",
-               targets("avg(avg_over_time(%s[$__range]))" % csel("webchecker_up"), instant=True), "percentunit",
+    L.add(stat("Uptime over the range", "Time-weighted fraction of Ready samples over the dashboard's time range, averaged over the checkers: per checker, the samples of webchecker_up equal to 1 divided by all its samples, whichever replica exported them (a checker that moved between replicas counts once, with the samples of all its owners).",
+               targets("avg(%s)" % UPTIME, instant=True), "percentunit",
                thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
     L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range, from webchecker_probes_total. Single failures count here even when failureThreshold keeps the checker Ready.",
                targets("sum(increase(%s[$__range])) / sum(increase(%s[$__range]))"
