@@ -278,6 +278,9 @@ impl Metrics {
         for reason in ["unreachable", "lost"] {
             m.lease_renew_failures.with_label_values(&[reason]);
         }
+        for watch in ["checkers", "leases", "sharder"] {
+            m.watch_restarts.with_label_values(&[watch]);
+        }
         for reason in ["lost", "paused"] {
             m.self_fences.with_label_values(&[reason]);
         }

@@ -63,6 +63,8 @@ pub struct CheckerStatus {
     /// What the object's status said when we last wrote (or first saw) it.
     written: Option<Summary>,
     last_write: Option<Instant>,
+    /// `lastProbeTime` found on the object when this replica took it over.
+    inherited_probe_time: Option<String>,
 }
 
 /// What one step of the reducer asks for.
@@ -118,6 +120,7 @@ impl CheckerStatus {
                 }),
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
+            inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
         }
     }
 
@@ -308,9 +311,20 @@ impl CheckerStatus {
         let summary = summarize(&status);
         let due = match self.last_write {
             Some(t) => ctx.now.duration_since(t) >= ctx.heartbeat,
-            // First time this replica handles the checker: a write is due only if
-            // the object shows something else (summary check below).
-            None => false,
+            // First time this replica handles the checker: a write is due if the
+            // status it inherited is older than a heartbeat (or shows something
+            // else: summary check below).
+            None => match (
+                self.inherited_probe_time
+                    .as_deref()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()),
+                chrono::DateTime::parse_from_rfc3339(&ctx.now_wall).ok(),
+            ) {
+                (Some(then), Some(now)) => {
+                    (now - then).to_std().is_ok_and(|age| age >= ctx.heartbeat)
+                }
+                _ => false,
+            },
         };
         if self.written.as_ref() != Some(&summary) || due {
             self.written = Some(summary);
@@ -544,6 +558,30 @@ owner: r9
         let w = s.observe(&with_cert(10), &c.ctx(1)).write.unwrap();
         assert!(w.condition(CERTIFICATE_EXPIRING).is_none());
         assert_eq!(w.conditions.len(), 1);
+    }
+
+    #[test]
+    fn a_stale_inherited_status_is_refreshed_on_the_first_probe() {
+        let existing: WebCheckerStatus = serde_yaml::from_str(
+            r#"
+conditions:
+- type: Ready
+  status: "True"
+  reason: ProbeSucceeded
+  lastTransitionTime: "2026-01-01T00:00:00Z"
+  observedGeneration: 1
+observedGeneration: 1
+lastStatusCode: 200
+lastProbeTime: "2025-12-31T23:00:00Z"
+owner: r0
+"#,
+        )
+        .unwrap();
+        let mut c = clock();
+        let mut fresh = CheckerStatus::from_existing(Some(&existing));
+        // Same summary (owner r0 again, after a restart), but an hour old: write.
+        assert!(fresh.observe(&ok(200), &c.ctx(1)).write.is_some());
+        assert!(fresh.observe(&ok(200), &c.ctx(1)).write.is_none());
     }
 
     #[test]
