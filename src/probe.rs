@@ -1230,11 +1230,9 @@ impl Prober {
             && let Ok(ip) = target.host.parse::<IpAddr>()
             && !self.policy.permits(ip)
         {
+            let what = format!("{} is an address the operator may not probe", target.host);
             return Err((
-                fail(
-                    Reason::Forbidden,
-                    format!("{} is an address the operator may not probe", target.host),
-                ),
+                fail(Reason::Forbidden, hop_context(plan, target, what)),
                 None,
             ));
         }
@@ -1250,14 +1248,20 @@ impl Prober {
             .filter(|a| self.policy.permits(a.ip()))
             .collect();
         if allowed.is_empty() {
+            let who = if proxy.is_some() { "the proxy " } else { "" };
+            let what = if dial.host.parse::<IpAddr>().is_ok() {
+                format!(
+                    "{who}{} is an address the operator may not probe",
+                    dial.host
+                )
+            } else {
+                format!(
+                    "{who}{} resolves only to addresses the operator may not probe",
+                    dial.host
+                )
+            };
             return Err((
-                fail(
-                    Reason::Forbidden,
-                    format!(
-                        "{} resolves only to addresses the operator may not probe",
-                        dial.host
-                    ),
-                ),
+                fail(Reason::Forbidden, hop_context(plan, target, what)),
                 None,
             ));
         }
@@ -1535,6 +1539,15 @@ impl Prober {
         phases.processing += processing;
         phases.transfer += transfer;
         Ok(resp)
+    }
+}
+
+/// Names the hop in a message when it is not the checker's own URL (a redirect).
+fn hop_context(plan: &ProbePlan, target: &Target, message: String) -> String {
+    if *target == plan.target {
+        message
+    } else {
+        format!("redirected to {}: {message}", target.url())
     }
 }
 

@@ -567,7 +567,8 @@ impl Engine {
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
-        if e.resolved == resolved {
+        // A draining checker is re-resolved by the Upsert that resumes it.
+        if e.resolved == resolved || e.draining {
             return;
         }
         let Some(spec) = e.spec.clone() else {

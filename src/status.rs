@@ -514,6 +514,38 @@ owner: r9
     }
 
     #[test]
+    fn success_threshold_needs_consecutive_successes() {
+        let mut c = clock();
+        let mut s = CheckerStatus::from_existing(None);
+        let ctx = |c: &mut Clock| Context {
+            success_threshold: 3,
+            ..c.ctx(1)
+        };
+        assert_eq!(
+            s.observe(&bad(Reason::ConnectError), &ctx(&mut c))
+                .transition
+                .unwrap()
+                .0,
+            "False"
+        );
+        for _ in 0..2 {
+            assert!(s.observe(&ok(200), &ctx(&mut c)).transition.is_none());
+        }
+        // A failure in between starts the count again.
+        assert!(
+            s.observe(&bad(Reason::ConnectError), &ctx(&mut c))
+                .transition
+                .is_none()
+        );
+        for _ in 0..2 {
+            assert!(s.observe(&ok(200), &ctx(&mut c)).transition.is_none());
+        }
+        assert!(!s.is_ready());
+        let e = s.observe(&ok(200), &ctx(&mut c));
+        assert_eq!(e.transition.unwrap().0, "True");
+    }
+
+    #[test]
     fn certificate_expiring_is_a_second_condition_with_one_warning() {
         let mut c = clock();
         let mut s = CheckerStatus::from_existing(None);
