@@ -48,6 +48,11 @@ impl Fleet {
         let ops: Vec<Operator> = (0..replicas)
             .map(|i| Operator::spawn(cluster, &format!("{prefix}-r{i}"), &ns, FAST_LEASES))
             .collect();
+        // Let every replica join first, so the initial assignment is already
+        // balanced (a late joiner would take its share through drains).
+        for o in &ops {
+            o.wait_ready(Duration::from_secs(60)).await;
+        }
         let names: Vec<String> = (0..checkers).map(|i| format!("c{i}")).collect();
         create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
         let f = Fleet {
