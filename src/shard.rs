@@ -597,6 +597,7 @@ impl Sharder {
         // and they count against their target when balancing.
         let mut inflight: HashMap<String, String> = HashMap::new();
         let mut written: HashMap<String, (String, String, Instant)> = HashMap::new();
+        let mut seen_while_inflight: HashMap<String, HashSet<String>> = HashMap::new();
         let mut writes: tokio::task::JoinSet<(String, Action, Result<String, kube::Error>)> =
             tokio::task::JoinSet::new();
         let mut dirty = true;
@@ -625,6 +626,11 @@ impl Sharder {
                                 if written.get(&k).is_some_and(|(rv, _, _)| *rv == s.resource_version) {
                                     written.remove(&k);
                                 }
+                                // The event of our own write may arrive before the
+                                // write's response: remember it.
+                                if let Some(seen) = seen_while_inflight.get_mut(&k) {
+                                    seen.insert(s.resource_version.clone());
+                                }
                                 objects.insert(k, s);
                             }
                         }
@@ -644,9 +650,12 @@ impl Sharder {
                 Some(done) = writes.join_next(), if !writes.is_empty() => {
                     let Ok((key, action, r)) = done else { continue };
                     let target = inflight.remove(&key).unwrap_or_default();
+                    let seen = seen_while_inflight.remove(&key).unwrap_or_default();
                     match r {
                         Ok(rv) => {
-                            written.insert(key.clone(), (rv, target, Instant::now()));
+                            if !seen.contains(&rv) {
+                                written.insert(key.clone(), (rv, target, Instant::now()));
+                            }
                             match action {
                                 Action::Assign { cause, to, .. } => {
                                     self.metrics.moves.with_label_values(&[cause]).inc();
@@ -720,6 +729,7 @@ impl Sharder {
                     continue;
                 };
                 inflight.insert(key.clone(), to);
+                seen_while_inflight.insert(key.clone(), HashSet::new());
                 let client = self.client.clone();
                 let live = live.clone();
                 let limit = self.write_limit.clone();
