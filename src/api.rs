@@ -74,7 +74,7 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("self.timeoutSeconds < self.intervalSeconds").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
+#[x_kube(validation = Rule::new("double(self.timeoutSeconds) < double(self.intervalSeconds)").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
 #[x_kube(validation = Rule::new("!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')").message("spec.auth and a header named Authorization cannot be combined; use one of them"))]
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerSpec {
@@ -97,10 +97,10 @@ pub struct WebCheckerSpec {
     #[schemars(range(min = 1, max = 86400))]
     pub interval_seconds: i32,
 
-    /// Seconds a probe may take in all (DNS, connect, TLS, request, response). Default 1, as in the seed; must be below the interval.
+    /// Seconds a probe may take in all (DNS, connect, TLS, request, response). Default 1, as in the seed; fractions are allowed (0.5), so that a 1 s interval can have a timeout below it; must be below the interval.
     #[serde(default = "default_timeout")]
-    #[schemars(range(min = 1, max = 600))]
-    pub timeout_seconds: i32,
+    #[schemars(range(min = 0.1, max = 600.0))]
+    pub timeout_seconds: f64,
 
     /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx (a superset of the seed's 200, 300-303).
     #[serde(default = "default_expected_codes")]
@@ -193,8 +193,8 @@ fn default_path() -> String {
 fn default_interval() -> i32 {
     10
 }
-fn default_timeout() -> i32 {
-    1
+fn default_timeout() -> f64 {
+    1.0
 }
 fn default_expected_codes() -> Vec<String> {
     vec!["2xx".to_string(), "3xx".to_string()]

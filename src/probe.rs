@@ -524,8 +524,13 @@ pub fn plan(
     if spec.interval_seconds < 1 {
         return Err("spec.intervalSeconds must be at least 1".into());
     }
-    if spec.timeout_seconds < 1 || spec.timeout_seconds >= spec.interval_seconds {
-        return Err("spec.timeoutSeconds must be at least 1 and below spec.intervalSeconds".into());
+    // `!(x >= min)` also rejects NaN.
+    if !(spec.timeout_seconds >= 0.1 && spec.timeout_seconds <= 600.0)
+        || spec.timeout_seconds >= f64::from(spec.interval_seconds)
+    {
+        return Err(
+            "spec.timeoutSeconds must be between 0.1 and 600 and below spec.intervalSeconds".into(),
+        );
     }
     let expected = StatusSet::parse(&spec.expected_status_codes)
         .map_err(|e| format!("spec.expectedStatusCodes: {e}"))?;
@@ -647,7 +652,7 @@ pub fn plan(
         method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
         headers,
         body: Bytes::from(spec.body.clone().unwrap_or_default()),
-        timeout: Duration::from_secs(spec.timeout_seconds as u64),
+        timeout: Duration::from_secs_f64(spec.timeout_seconds),
         interval: Duration::from_secs(spec.interval_seconds as u64),
         expected,
         max_response_time: spec

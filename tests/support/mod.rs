@@ -741,7 +741,13 @@ pub async fn create_checkers(
                     "apiVersion": "test.network.io/v1alpha1",
                     "kind": "WebChecker",
                     "metadata": {"name": n},
-                    "spec": {"host": target, "path": format!("/c/{n}"), "intervalSeconds": interval}
+                    "spec": {
+                        "host": target,
+                        "path": format!("/c/{n}"),
+                        "intervalSeconds": interval,
+                        // The timeout must stay below the interval.
+                        "timeoutSeconds": if interval > 1 { 1.0 } else { 0.5 },
+                    }
                 }))
                 .unwrap();
                 for _ in 0..5 {
