@@ -75,3 +75,13 @@ chart-sync: ## copy the CRD, alert rules and dashboards into the Helm chart (tes
 	mkdir -p $(CHART_DIR)/files/dashboards
 	rm -f $(CHART_DIR)/files/dashboards/*.json
 	cp dashboards/*.json $(CHART_DIR)/files/dashboards/
+
+## benchmarks
+
+.PHONY: bench
+
+bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended; BENCH_LARGE=1 adds 30,000 checkers)
+	hack/install-deps.sh
+	hack/build-tools.sh >/dev/null
+	cargo build --release --locked --features bench --bin bench --bin webchecker-operator
+	BENCH_COMMAND="make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" target/release/bench
