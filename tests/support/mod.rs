@@ -266,6 +266,28 @@ impl Operator {
         op
     }
 
+    /// A replica that watches every namespace (default Lease timings).
+    pub fn spawn_all_namespaces(
+        cluster: &Cluster,
+        identity: &str,
+        lease_namespace: &str,
+    ) -> Operator {
+        let mut op = Operator {
+            identity: identity.to_string(),
+            port: 0,
+            child: None,
+            log: cluster.dir.join(format!("operator-{identity}.log")),
+            args: vec![
+                format!("--identity={identity}"),
+                format!("--namespace={lease_namespace}"),
+                "--log-level=info".to_string(),
+            ],
+            kubeconfig: cluster.kubeconfig.clone(),
+        };
+        op.start();
+        op
+    }
+
     /// Starts (or restarts) the process with the same identity and flags.
     pub fn start(&mut self) {
         self.port = free_port();
@@ -276,7 +298,15 @@ impl Operator {
             .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_webchecker-operator"))
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("RUST_LOG", "info,webchecker=debug")
+            // Debug logs (every probe) unless the test chose a level.
+            .env(
+                "RUST_LOG",
+                if self.args.iter().any(|a| a.starts_with("--log-level")) {
+                    ""
+                } else {
+                    "info,webchecker=debug"
+                },
+            )
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .args(&self.args)
@@ -464,6 +494,9 @@ pub struct Hit {
 #[derive(Default)]
 struct WitnessState {
     hits: Vec<Hit>,
+    /// Count probes only (no log): for load scenarios.
+    quiet: bool,
+    count: u64,
     modes: HashMap<String, Mode>,
     default_mode: Option<Mode>,
     /// Exchanges the client abandoned before the answer (for example a probe
@@ -551,7 +584,13 @@ impl Witness {
                                         }
                                     };
                                     guard.hit = None;
-                                    state.lock().unwrap().hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                    {
+                                        let mut s = state.lock().unwrap();
+                                        s.count += 1;
+                                        if !s.quiet {
+                                            s.hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                        }
+                                    }
                                     Ok::<_, std::convert::Infallible>(
                                         hyper::Response::builder().status(code).body(Full::new(Bytes::from_static(b"ok\n"))).unwrap(),
                                     )
@@ -565,6 +604,15 @@ impl Witness {
                 }
             }
         });
+    }
+
+    /// Stop logging hits (only count them), for load scenarios.
+    pub fn set_quiet(&self) {
+        self.state.lock().unwrap().quiet = true;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.state.lock().unwrap().count
     }
 
     pub fn url(&self) -> String {

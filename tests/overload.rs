@@ -1,0 +1,226 @@
+//! Overload: 50,000 checkers on this two-core machine (3 replicas, 10 s
+//! interval, API server and targets on the same cores). Too slow for CI, so it
+//! is `#[ignore]`d and run by `make overload`; its figures go to the README.
+//!
+//! What must hold: the operator degrades visibly (schedule lag and missed
+//! intervals rise), /healthz keeps answering, readiness stays honest, memory
+//! stays bounded, nothing crashes, and it recovers when the load drops.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use support::*;
+use webchecker::api::WebChecker;
+
+struct Sample {
+    at: Duration,
+    owned: f64,
+    lag_count: Vec<(f64, f64)>,
+    missed: f64,
+    rss_mib: Vec<f64>,
+    probes: u64,
+    healthz_ms: u128,
+    ready: usize,
+}
+
+async fn sample(ops: &[Operator], witness: &Witness, t0: Instant) -> Sample {
+    let mut owned = 0.0;
+    let mut missed = 0.0;
+    let mut rss = Vec::new();
+    let mut buckets: Vec<(f64, f64)> = Vec::new();
+    let mut healthz_ms = 0;
+    let mut ready = 0;
+    for o in ops {
+        let started = Instant::now();
+        let h = o.get("/healthz").await;
+        healthz_ms = healthz_ms.max(started.elapsed().as_millis());
+        assert!(
+            matches!(h, Some((200, _))),
+            "{}: /healthz did not answer 200: {h:?}",
+            o.identity
+        );
+        if matches!(o.get("/readyz").await, Some((200, _))) {
+            ready += 1;
+        }
+        let m = o.metrics().await.expect("metrics");
+        owned += metric(&m, "webchecker_owned_checkers", &[]).unwrap_or(0.0);
+        missed += metric(&m, "webchecker_missed_intervals_total", &[]).unwrap_or(0.0);
+        rss.push(metric(&m, "process_resident_memory_bytes", &[]).unwrap_or(0.0) / 1048576.0);
+        for line in m
+            .lines()
+            .filter(|l| l.starts_with("webchecker_schedule_lag_seconds_bucket{"))
+        {
+            let le = line
+                .split("le=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let le: f64 = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap()
+            };
+            let v: f64 = line.rsplit_once(' ').unwrap().1.parse().unwrap();
+            match buckets.iter_mut().find(|(b, _)| *b == le) {
+                Some(b) => b.1 += v,
+                None => buckets.push((le, v)),
+            }
+        }
+    }
+    buckets.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    Sample {
+        at: t0.elapsed(),
+        owned,
+        lag_count: buckets,
+        missed,
+        rss_mib: rss,
+        probes: witness.total(),
+        healthz_ms,
+        ready,
+    }
+}
+
+/// p99 of the schedule lag between two samples (bucket upper bound).
+fn lag_p99(a: &Sample, b: &Sample) -> f64 {
+    let d: Vec<(f64, f64)> = b
+        .lag_count
+        .iter()
+        .map(|(le, v)| {
+            (
+                *le,
+                v - a
+                    .lag_count
+                    .iter()
+                    .find(|(l, _)| l == le)
+                    .map(|x| x.1)
+                    .unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let total = d.last().map(|x| x.1).unwrap_or(0.0);
+    if total == 0.0 {
+        return 0.0;
+    }
+    d.iter()
+        .find(|(_, c)| *c >= 0.99 * total)
+        .map(|x| x.0)
+        .unwrap_or(f64::INFINITY)
+}
+
+fn report(a: &Sample, b: &Sample, phase: &str) -> (f64, f64) {
+    let secs = (b.at - a.at).as_secs_f64();
+    let rate = (b.probes - a.probes) as f64 / secs;
+    let nominal = b.owned / 10.0;
+    let p99 = lag_p99(a, b);
+    println!(
+        "| {phase} | {:.0} | {:.0}/s | {:.0}/s | {:.3} s | {:.0}/s | {:?} MiB | {} ms | {}/3 |",
+        b.owned,
+        rate,
+        nominal,
+        p99,
+        (b.missed - a.missed) / secs,
+        b.rss_mib.iter().map(|x| x.round()).collect::<Vec<_>>(),
+        b.healthz_ms,
+        b.ready
+    );
+    (p99, (b.missed - a.missed) / secs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a load scenario (minutes); run by `make overload`"]
+async fn fifty_thousand_checkers_degrade_visibly_and_recover() {
+    let total: usize = std::env::var("OVERLOAD_CHECKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start("overload")));
+    let client = cluster.client().await;
+    let steady_ns = cluster.namespace("steady");
+    let burst_ns = cluster.namespace("burst");
+    let witness = Witness::start().await;
+    witness.set_quiet();
+    let mut ops: Vec<Operator> = (0..3)
+        .map(|i| Operator::spawn_all_namespaces(cluster, &format!("over-r{i}"), "default"))
+        .collect();
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let t0 = Instant::now();
+    let steady: Vec<String> = (0..total / 10).map(|i| format!("s{i}")).collect();
+    let burst: Vec<String> = (0..total - total / 10).map(|i| format!("b{i}")).collect();
+    create_checkers(&client, &steady_ns, &witness.url(), &steady, 10).await;
+    let created_steady = t0.elapsed();
+    let base = sample(&ops, &witness, t0).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let calm = sample(&ops, &witness, t0).await;
+    println!(
+        "| phase | checkers owned | probes at targets | nominal | lag p99 | missed intervals | RSS per replica | slowest /healthz | ready |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let (calm_p99, _) = report(&base, &calm, &format!("{} checkers", steady.len()));
+    for chunk in burst.chunks(5000) {
+        create_checkers(&client, &burst_ns, &witness.url(), chunk, 10).await;
+    }
+    let created_all = t0.elapsed();
+    // Let the overload run.
+    let mut prev = sample(&ops, &witness, t0).await;
+    let mut worst_rss: f64 = 0.0;
+    let mut overloaded_p99: f64 = 0.0;
+    let mut overloaded_missed: f64 = 0.0;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let s = sample(&ops, &witness, t0).await;
+        let (p, m) = report(&prev, &s, &format!("{total} checkers"));
+        overloaded_p99 = overloaded_p99.max(p);
+        overloaded_missed = overloaded_missed.max(m);
+        worst_rss = worst_rss.max(s.rss_mib.iter().cloned().fold(0.0, f64::max));
+        prev = s;
+    }
+    for o in ops.iter_mut() {
+        assert!(o.exited().is_none(), "{} exited under overload", o.identity);
+    }
+    // Drop the load: delete the burst namespace's checkers.
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &burst_ns,
+        &ApiResource::erase::<WebChecker>(&()),
+    );
+    api.delete_collection(&Default::default(), &Default::default())
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(300),
+        "the replicas dropped the deleted checkers",
+        || async {
+            let s = sample(&ops, &witness, t0).await;
+            (s.owned as usize == steady.len()).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let a = sample(&ops, &witness, t0).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let b = sample(&ops, &witness, t0).await;
+    let (recovered_p99, recovered_missed) = report(&a, &b, "after the load dropped");
+    println!(
+        "created {} checkers in {created_steady:?}, {total} in {created_all:?}; calm lag p99 {calm_p99} s, overloaded lag p99 {overloaded_p99} s, missed/s {overloaded_missed:.0}, worst RSS {worst_rss:.0} MiB, recovered lag p99 {recovered_p99} s, missed/s {recovered_missed:.1}",
+        steady.len()
+    );
+    assert!(worst_rss < 512.0, "memory stays bounded: {worst_rss} MiB");
+    assert!(recovered_p99 <= 0.25, "recovered: lag p99 {recovered_p99}");
+    assert!(
+        recovered_missed < 1.0,
+        "recovered: no more missed intervals ({recovered_missed}/s)"
+    );
+    for o in ops.iter_mut() {
+        assert!(o.exited().is_none(), "{} exited", o.identity);
+    }
+    drop(ops);
+    cluster.script("down");
+}
