@@ -266,6 +266,17 @@ impl Operator {
         op
     }
 
+    fn rust_log(&self) -> String {
+        match self
+            .args
+            .iter()
+            .find_map(|a| a.strip_prefix("--log-level="))
+        {
+            Some(level) => level.to_string(),
+            None => "info,webchecker=debug".to_string(),
+        }
+    }
+
     /// A replica that watches every namespace (default Lease timings).
     pub fn spawn_all_namespaces(
         cluster: &Cluster,
@@ -299,14 +310,7 @@ impl Operator {
         let child = Command::new(env!("CARGO_BIN_EXE_webchecker-operator"))
             .env("KUBECONFIG", &self.kubeconfig)
             // Debug logs (every probe) unless the test chose a level.
-            .env(
-                "RUST_LOG",
-                if self.args.iter().any(|a| a.starts_with("--log-level")) {
-                    ""
-                } else {
-                    "info,webchecker=debug"
-                },
-            )
+            .env("RUST_LOG", self.rust_log())
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .args(&self.args)
