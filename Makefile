@@ -85,3 +85,7 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended;
 	hack/build-tools.sh >/dev/null
 	cargo build --release --locked --features bench --bin bench --bin webchecker-operator
 	BENCH_COMMAND="make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" target/release/bench
+
+overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
+	hack/build-tools.sh >/dev/null
+	cargo test --locked --test overload -- --ignored --nocapture
