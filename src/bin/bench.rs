@@ -1241,7 +1241,7 @@ fn part_probe(cfg: &Cfg, img: &Path) -> Res<Section> {
             .legend(move |(x, y)| Circle::new((x + 5, y), 4, orange.filled()));
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.9))
             .draw()?;
