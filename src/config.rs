@@ -74,7 +74,7 @@ pub struct Config {
     pub workers: u32,
 
     /// Status is rewritten at least this often when nothing changes.
-    #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "20m", value_parser = parse_duration)]
     pub heartbeat: Duration,
 
     /// Lease duration (membership and leader Leases).

@@ -2498,7 +2498,7 @@ fn scale_section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f
     let mut s = String::new();
     s.push_str(&format!(
         "3 replicas of the release build (`target/release/webchecker-operator`, default flags: 1024 workers, \
-         heartbeat 5m, leases 10s/7s/2s, per-checker histogram on) against the local control plane \
+         heartbeat 20m, leases 10s/7s/2s, per-checker histogram on) against the local control plane \
          (`hack/cluster.sh`), every checker at `intervalSeconds: {INTERVAL}` on a local witness target (in the bench \
          process) that counts probes. Objects are created with 64 concurrent creates through kube. Measured over a \
          steady-state window of a whole number of intervals, after the first status write of every checker went out; \
