@@ -2570,14 +2570,21 @@ fn scale_section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f
     }
     if let (Some(b), Some((pre, post, _))) = (rows.iter().find(|r| r.m == 10_000), variant) {
         let per = b.m as f64 / 3.0;
+        let hist_kib = (median(&b.rss_pre_mib) - median(pre)) * 1024.0 / per;
+        let hist = if hist_kib.abs() < 1.0 {
+            "less than 1 KiB per checker (within the noise)".to_string()
+        } else {
+            format!(
+                "{hist_kib:.1} KiB per checker ({:.1} MiB)",
+                hist_kib * per / 1024.0
+            )
+        };
         s.push_str(&format!(
-            "\nWhere the memory goes at 3,333 checkers per replica: {:.1} MiB once every checker is probed; the \
-             per-checker latency histogram accounts for {:.1} KiB per checker ({:.1} MiB) of that; serving `/metrics` \
-             (80,000 series, 7 MiB of text, gathered into intermediate structures first) adds {:.1} MiB after one \
-             scrape without the histogram and {:.1} MiB after a dozen with it, which the allocator keeps.\n",
+            "\nWhere the memory goes at 3,333 checkers per replica: {:.1} MiB once every checker is probed, of which the \
+             per-checker latency histogram accounts for {hist}; serving `/metrics` (80,000 series, 7 MiB of text, \
+             gathered into intermediate structures first) adds {:.1} MiB after one scrape without the histogram and \
+             {:.1} MiB after a dozen with it: memory the allocator keeps.\n",
             median(&b.rss_pre_mib),
-            (median(&b.rss_pre_mib) - median(pre)) * 1024.0 / per,
-            median(&b.rss_pre_mib) - median(pre),
             median(post) - median(pre),
             median(&b.rss_mib) - median(&b.rss_pre_mib),
         ));
