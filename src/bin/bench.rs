@@ -2494,11 +2494,50 @@ fn ms(x: f64) -> String {
 
 type MemVariant = (Vec<f64>, Vec<f64>, Vec<f64>);
 
+/// The operator's default `--heartbeat`, from its `--help` (seconds).
+fn operator_heartbeat_s(bin: &Path) -> f64 {
+    let help = Command::new(bin)
+        .arg("--help")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let value = help
+        .split_once("--heartbeat")
+        .and_then(|(_, rest)| rest.split_once("[default: "))
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map(|(v, _)| v.trim().to_string())
+        .unwrap_or_default();
+    let (num, unit) = value.split_at(
+        value
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(value.len()),
+    );
+    let n: f64 = num.parse().unwrap_or(f64::NAN);
+    match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => f64::NAN,
+    }
+}
+
+fn human_s(s: f64) -> String {
+    if s >= 3600.0 && s % 3600.0 == 0.0 {
+        format!("{} h", s / 3600.0)
+    } else if s >= 60.0 && s % 60.0 == 0.0 {
+        format!("{} min", s / 60.0)
+    } else {
+        format!("{s} s")
+    }
+}
+
 fn scale_section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64) -> Section {
+    let hb_text = human_s(heartbeat_s);
     let mut s = String::new();
     s.push_str(&format!(
         "3 replicas of the release build (`target/release/webchecker-operator`, default flags: 1024 workers, \
-         heartbeat 20m, leases 10s/7s/2s, per-checker histogram on) against the local control plane \
+         heartbeat {hb_text}, leases 10s/7s/2s, per-checker histogram on) against the local control plane \
          (`hack/cluster.sh`), every checker at `intervalSeconds: {INTERVAL}` on a local witness target (in the bench \
          process) that counts probes. Objects are created with 64 concurrent creates through kube. Measured over a \
          steady-state window of a whole number of intervals, after the first status write of every checker went out; \
@@ -2623,7 +2662,7 @@ fn scale_section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f
              | no missed interval | {} in the window, {} since start | {} |\n\
              | p99 schedule lag <= 50 ms | p99 {:.1} ms (bucket <= {}), {:.2}% of probes started <= 50 ms late | {} |\n\
              | <= 64 MiB per replica | {:.1} MiB at most at the end of the window ({:.1} MiB before any /metrics scrape, peak {:.1} MiB) | {} |\n\
-             | < 1 status write per 100 probes | {:.3} per 100 in the window; in the long run {:.2} per 100, because the heartbeat rewrites every checker once per 5 m = {:.2} per 100 probes at a 10 s interval | between heartbeats: {}; long run: {} |\n",
+             | < 1 status write per 100 probes | {:.3} per 100 in the window; in the long run {:.2} per 100, because the heartbeat rewrites every checker once per {hb_text} = {:.2} per 100 probes at a 10 s interval | between heartbeats: {}; long run: {} |\n",
             100.0 * r.achieved,
             fmt_int(r.m as f64 / INTERVAL as f64),
             yes(r.achieved >= 0.99),
@@ -2648,7 +2687,7 @@ fn scale_section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f
             "Scale, 10,000 checkers on 3 replicas (10 s interval, real API server): {:.1}% of the nominal probe rate, \
              {} missed intervals, schedule lag p99 {:.1} ms (goal <= 50 ms: {}), {:.0} MiB RSS per replica at most \
              (goal <= 64 MiB: {}), {:.0}% of a core per replica at most, {:.3} status writes per 100 probes between \
-             heartbeats, {:.2} counting the 5 m heartbeat (goal < 1: {}).",
+             heartbeats, {:.2} counting the {hb_text} heartbeat (goal < 1: {}).",
             100.0 * r.achieved,
             fmt_int(r.missed_window),
             p99 * 1000.0,
@@ -3089,7 +3128,11 @@ async fn cluster_parts(
     }
     cl.down();
     let scale = cfg.part("scale").then(|| {
-        let mut sec = scale_section(&scale_rows, mem_variant.as_ref(), 300.0);
+        let mut sec = scale_section(
+            &scale_rows,
+            mem_variant.as_ref(),
+            operator_heartbeat_s(&cfg.operator),
+        );
         if let Some(e) = scale_err {
             sec.body
                 .push_str(&format!("\n**Error during this part:** {e}\n"));
