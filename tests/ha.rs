@@ -66,19 +66,25 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
     assert_eq!(total, 3000.0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
-    let mut fleet = Fleet::start("ha", "kill", 3, 600).await;
+/// The leader, and a replica that is not the leader with the checkers it owns.
+async fn non_leader_victim(fleet: &Fleet) -> (String, usize, String, Vec<String>) {
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
     let leader = fleet.leader().await.expect("a leader");
-    // Kill a non-leader (leader loss has its own test).
     let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
     let victim_id = fleet.ops[victim].identity.clone();
-    let orphans: Vec<String> = owners
+    let orphans = owners
         .iter()
         .filter(|(_, o)| **o == victim_id)
         .map(|(k, _)| k.clone())
         .collect();
+    (leader, victim, victim_id, orphans)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
+    let mut fleet = Fleet::start("ha", "kill", 3, 600).await;
+    // A non-leader (leader loss has its own test).
+    let (leader, victim, victim_id, orphans) = non_leader_victim(&fleet).await;
     let at = Instant::now();
     fleet.ops[victim].kill();
     let bound = LEASE + Duration::from_secs(2) + Duration::from_secs(INTERVAL as u64);
@@ -113,15 +119,7 @@ async fn sigkill_moves_the_dead_replicas_checkers_within_the_bound() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_releases_the_lease_and_hands_over_at_once() {
     let mut fleet = Fleet::start("ha", "term", 3, 600).await;
-    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
-    let leader = fleet.leader().await.expect("a leader");
-    let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
-    let victim_id = fleet.ops[victim].identity.clone();
-    let orphans: Vec<String> = owners
-        .iter()
-        .filter(|(_, o)| **o == victim_id)
-        .map(|(k, _)| k.clone())
-        .collect();
+    let (_, victim, victim_id, orphans) = non_leader_victim(&fleet).await;
     let at = Instant::now();
     let st = fleet.ops[victim].terminate(Duration::from_secs(25));
     assert!(st.success(), "clean exit on SIGTERM: {st:?}");
