@@ -29,6 +29,12 @@ if command -v prometheus-blackbox-exporter >/dev/null 2>&1 || command -v blackbo
 else
   missing+=(prometheus-blackbox-exporter)
 fi
+# The bench's PNG plots need a TrueType font.
+if [ -d /usr/share/fonts/truetype/dejavu ]; then
+  echo "install-deps: DejaVu fonts found"
+else
+  missing+=(fonts-dejavu-core)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || { echo "install-deps: missing ${missing[*]} and no apt-get: install them by hand" >&2; exit 1; }
