@@ -66,6 +66,23 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
     assert_eq!(total, 3000.0);
 }
 
+/// No checker of `checkers` that `replica` no longer owns carries a status
+/// written by `replica` (a fenced write never landed).
+async fn assert_no_status_from(api: &Api<DynamicObject>, checkers: &[String], replica: &str) {
+    for c in checkers {
+        let o = api.get(c).await.unwrap();
+        let owner = o.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+        let status_owner = o.data.pointer("/status/owner").and_then(|v| v.as_str());
+        if owner.map(String::as_str) != Some(replica) {
+            assert_ne!(
+                status_owner,
+                Some(replica),
+                "{c}: status written by {replica} after it lost the checker"
+            );
+        }
+    }
+}
+
 /// The leader, and a replica that is not the leader with the checkers it owns.
 async fn non_leader_victim(fleet: &Fleet) -> (String, usize, String, Vec<String>) {
     let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
@@ -435,29 +452,7 @@ async fn a_paused_replica_never_probes_or_writes_what_it_lost() {
     assert!(fences >= 1.0, "the fencing path ran");
     // No status write of a lost checker landed from the victim after the pause:
     // status.owner of every lost checker names its current owner.
-    let api = fleet.api();
-    for c in &lost {
-        let o = api.get(c).await.unwrap();
-        let owner = o
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned();
-        let status_owner = o
-            .data
-            .get("status")
-            .and_then(|s| s.get("owner"))
-            .and_then(|v| v.as_str())
-            .map(String::from);
-        if owner.as_deref() != Some(victim_id.as_str()) {
-            assert_ne!(
-                status_owner.as_deref(),
-                Some(victim_id.as_str()),
-                "{c}: stale status from the paused replica"
-            );
-        }
-    }
+    assert_no_status_from(&fleet.api(), &lost, &victim_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,28 +552,7 @@ async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
         late.len()
     );
     // It never wrote the status of a checker it lost.
-    for c in &mine {
-        let o = api.get(c).await.unwrap();
-        let owner = o
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned();
-        let status_owner = o
-            .data
-            .get("status")
-            .and_then(|s| s.get("owner"))
-            .and_then(|v| v.as_str())
-            .map(String::from);
-        if owner.as_deref() != Some("cut-r2") {
-            assert_ne!(
-                status_owner.as_deref(),
-                Some("cut-r2"),
-                "{c}: status written by the cut-off replica"
-            );
-        }
-    }
+    assert_no_status_from(&api, &mine, "cut-r2").await;
     let m = ops[2].metrics().await.unwrap();
     let fenced = metric(&m, "webchecker_self_fences_total", &[("reason", "lost")]).unwrap_or(0.0)
         + metric(
