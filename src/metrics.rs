@@ -4,9 +4,13 @@
 //! engine calls [`Metrics::forget_checker`] the moment it stops owning one, so a
 //! sum across replicas never counts a checker twice.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
 };
 
 use crate::probe::{Outcome, Reason};
@@ -34,17 +38,38 @@ const ALL_REASONS: &[Reason] = &[
     Reason::InvalidSpec,
 ];
 
+/// Per-checker series of one owned checker. Kept as plain numbers and rendered
+/// straight to the text format: the prometheus crate's label-set maps cost
+/// about 6.5 KiB per checker (a heap profile at 1,000 checkers), this costs a
+/// few hundred bytes, and rendering needs no intermediate protobuf copies.
+#[derive(Clone, Copy, Default)]
+struct CheckerSeries {
+    /// Set by a probe; a checker that was never probed (suspended, invalid)
+    /// exports only `webchecker_up`.
+    probed: bool,
+    up: bool,
+    last_success: bool,
+    last_code: u16,
+    last_success_ts: f64,
+    /// Non-cumulative counts per bucket of [`PROBE_BUCKETS`] (+Inf last).
+    buckets: [u64; PROBE_BUCKETS.len() + 1],
+    duration_sum: f64,
+    /// Probes per reason, indexed like [`ALL_REASONS`].
+    probes: [u64; ALL_REASONS.len()],
+    phases: [f64; PHASES.len()],
+    cert_expiry: Option<i64>,
+}
+
+const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
+
+type CheckerMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, CheckerSeries>>;
+
 pub struct Metrics {
     pub registry: Registry,
     per_checker_histogram: bool,
-    probe_duration: HistogramVec,
-    probes: IntCounterVec,
-    up: IntGaugeVec,
-    last_success: IntGaugeVec,
-    last_code: IntGaugeVec,
-    last_success_ts: prometheus::GaugeVec,
-    phase: prometheus::GaugeVec,
-    cert_expiry: IntGaugeVec,
+    /// namespace -> name -> series. Locked only for a lookup or a copy, never
+    /// while rendering text.
+    checkers: Mutex<CheckerMap>,
 
     pub owned: IntGauge,
     pub leader: IntGauge,
@@ -73,7 +98,6 @@ fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> 
 impl Metrics {
     pub fn new(identity: &str, per_checker_histogram: bool) -> Self {
         let r = Registry::new();
-        let ck = &["namespace", "name"];
         let build = reg(
             &r,
             IntGaugeVec::new(
@@ -95,73 +119,7 @@ impl Metrics {
         .expect("process collector registers once");
         let m = Metrics {
             per_checker_histogram,
-            probe_duration: reg(
-                &r,
-                HistogramVec::new(
-                    HistogramOpts::new("webchecker_probe_duration_seconds", "Whole probe duration")
-                        .buckets(PROBE_BUCKETS.to_vec()),
-                    ck,
-                )
-                .unwrap(),
-            ),
-            probes: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_probes_total", "Probes done, by result and reason"),
-                    &["namespace", "name", "result", "reason"],
-                )
-                .unwrap(),
-            ),
-            up: reg(
-                &r,
-                IntGaugeVec::new(Opts::new("webchecker_up", "1 when the Ready condition is True"), ck).unwrap(),
-            ),
-            last_success: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("webchecker_last_probe_success", "1 when the last probe succeeded"),
-                    ck,
-                )
-                .unwrap(),
-            ),
-            last_code: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new("webchecker_last_status_code", "HTTP status code of the last probe, 0 when none"),
-                    ck,
-                )
-                .unwrap(),
-            ),
-            last_success_ts: reg(
-                &r,
-                prometheus::GaugeVec::new(
-                    Opts::new(
-                        "webchecker_last_success_timestamp_seconds",
-                        "Unix time of the last successful probe",
-                    ),
-                    ck,
-                )
-                .unwrap(),
-            ),
-            phase: reg(
-                &r,
-                prometheus::GaugeVec::new(
-                    Opts::new("webchecker_probe_phase_duration_seconds", "Phase durations of the last probe"),
-                    &["namespace", "name", "phase"],
-                )
-                .unwrap(),
-            ),
-            cert_expiry: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "webchecker_certificate_expiry_timestamp_seconds",
-                        "notAfter of the server's leaf certificate",
-                    ),
-                    ck,
-                )
-                .unwrap(),
-            ),
+            checkers: Mutex::new(BTreeMap::new()),
             owned: reg(
                 &r,
                 IntGauge::new("webchecker_owned_checkers", "Checkers this replica owns and probes").unwrap(),
@@ -288,76 +246,239 @@ impl Metrics {
         m
     }
 
-    pub fn record_probe(&self, namespace: &str, name: &str, o: &Outcome, ready: bool) {
-        let l = &[namespace, name];
-        if self.per_checker_histogram {
-            self.probe_duration
-                .with_label_values(l)
-                .observe(o.duration.as_secs_f64());
+    fn with_checker(&self, namespace: &str, name: &str, f: impl FnOnce(&mut CheckerSeries)) {
+        let mut map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+        let names = match map.get_mut(namespace) {
+            Some(names) => names,
+            None => map.entry(Arc::from(namespace)).or_default(),
+        };
+        match names.get_mut(name) {
+            Some(series) => f(series),
+            None => f(names.entry(Arc::from(name)).or_default()),
         }
-        let result = if o.success() { "success" } else { "failure" };
-        self.probes
-            .with_label_values(&[namespace, name, result, o.reason.as_str()])
-            .inc();
-        self.up.with_label_values(l).set(ready as i64);
-        self.last_success
-            .with_label_values(l)
-            .set(o.success() as i64);
-        self.last_code
-            .with_label_values(l)
-            .set(o.status_code.map(i64::from).unwrap_or(0));
+    }
+
+    pub fn record_probe(&self, namespace: &str, name: &str, o: &Outcome, ready: bool) {
         // Exported from the first probe on, 0 until this owner saw a success
         // (docs/metrics.md).
-        let last_success_ts = self.last_success_ts.with_label_values(l);
-        if o.success() {
-            let now = std::time::SystemTime::now()
+        let now = if o.success() {
+            std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0);
-            last_success_ts.set(now);
-        }
-        for (phase, d) in o.phases.named() {
-            self.phase
-                .with_label_values(&[namespace, name, phase])
-                .set(d.as_secs_f64());
-        }
-        if let Some(t) = o.cert_not_after {
-            self.cert_expiry.with_label_values(l).set(t);
-        }
+                .unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let seconds = o.duration.as_secs_f64();
+        let reason = ALL_REASONS
+            .iter()
+            .position(|r| *r == o.reason)
+            .unwrap_or(ALL_REASONS.len() - 1);
+        let histogram = self.per_checker_histogram;
+        self.with_checker(namespace, name, |c| {
+            c.probed = true;
+            c.up = ready;
+            c.last_success = o.success();
+            c.last_code = o.status_code.unwrap_or(0);
+            if o.success() {
+                c.last_success_ts = now;
+            }
+            if histogram {
+                let b = PROBE_BUCKETS
+                    .iter()
+                    .position(|ub| seconds <= *ub)
+                    .unwrap_or(PROBE_BUCKETS.len());
+                c.buckets[b] += 1;
+                c.duration_sum += seconds;
+            }
+            c.probes[reason] += 1;
+            for (i, (_, d)) in o.phases.named().iter().enumerate() {
+                c.phases[i] = d.as_secs_f64();
+            }
+            if let Some(t) = o.cert_not_after {
+                c.cert_expiry = Some(t);
+            }
+        });
     }
 
     /// Sets the up gauge without a probe (for example a suspended or invalid checker).
     pub fn set_up(&self, namespace: &str, name: &str, ready: bool) {
-        self.up
-            .with_label_values(&[namespace, name])
-            .set(ready as i64);
+        self.with_checker(namespace, name, |c| c.up = ready);
     }
 
     /// Drops every series of a checker this replica no longer owns.
     pub fn forget_checker(&self, namespace: &str, name: &str) {
-        let l = &[namespace, name];
-        let _ = self.probe_duration.remove_label_values(l);
-        let _ = self.up.remove_label_values(l);
-        let _ = self.last_success.remove_label_values(l);
-        let _ = self.last_code.remove_label_values(l);
-        let _ = self.last_success_ts.remove_label_values(l);
-        let _ = self.cert_expiry.remove_label_values(l);
-        for reason in ALL_REASONS {
-            for result in ["success", "failure"] {
-                let _ =
-                    self.probes
-                        .remove_label_values(&[namespace, name, result, reason.as_str()]);
+        let mut map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(names) = map.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                map.remove(namespace);
             }
-        }
-        for phase in ["resolve", "connect", "tls", "processing", "transfer"] {
-            let _ = self.phase.remove_label_values(&[namespace, name, phase]);
         }
     }
 
+    /// The text exposition format: the registry's metrics, then the per-checker
+    /// families.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        let families = self.registry.gather();
+        // Copy under the lock (cheap: two reference counts and a few hundred
+        // bytes per checker), format without it, so probes never wait on a scrape.
+        let snapshot: Vec<(Arc<str>, Arc<str>, CheckerSeries)> = {
+            let map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter()
+                .flat_map(|(ns, names)| {
+                    names
+                        .iter()
+                        .map(move |(name, c)| (ns.clone(), name.clone(), *c))
+                })
+                .collect()
+        };
+        let mut out = String::with_capacity(16 * 1024 + snapshot.len() * 2048);
+        let _ = TextEncoder::new().encode_utf8(&families, &mut out);
+        render_checkers(&mut out, &snapshot, self.per_checker_histogram);
+        out
+    }
+}
+
+fn push_escaped(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Writes `family{name="..",namespace=".."` (labels sorted by name, as the
+/// prometheus crate writes them); the caller adds any further labels and `}`.
+fn push_series_start(out: &mut String, family: &str, namespace: &str, name: &str) {
+    out.push_str(family);
+    out.push_str("{name=\"");
+    push_escaped(out, name);
+    out.push_str("\",namespace=\"");
+    push_escaped(out, namespace);
+    out.push('"');
+}
+
+fn push_header(out: &mut String, family: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} {kind}");
+}
+
+type Snapshot = [(Arc<str>, Arc<str>, CheckerSeries)];
+
+fn render_gauge(
+    out: &mut String,
+    checkers: &Snapshot,
+    family: &str,
+    help: &str,
+    value: impl Fn(&CheckerSeries) -> Option<f64>,
+) {
+    let mut header = false;
+    for (ns, name, c) in checkers {
+        let Some(v) = value(c) else { continue };
+        if !header {
+            push_header(out, family, "gauge", help);
+            header = true;
+        }
+        push_series_start(out, family, ns, name);
+        let _ = writeln!(out, "}} {v}");
+    }
+}
+
+fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
+    if histogram && checkers.iter().any(|(_, _, c)| c.probed) {
+        let family = "webchecker_probe_duration_seconds";
+        push_header(out, family, "histogram", "Whole probe duration");
+        for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
+            let mut cumulative = 0;
+            for (i, n) in c.buckets.iter().enumerate() {
+                cumulative += n;
+                push_series_start(out, "webchecker_probe_duration_seconds_bucket", ns, name);
+                match PROBE_BUCKETS.get(i) {
+                    Some(ub) => {
+                        let _ = writeln!(out, ",le=\"{ub}\"}} {cumulative}");
+                    }
+                    None => {
+                        let _ = writeln!(out, ",le=\"+Inf\"}} {cumulative}");
+                    }
+                }
+            }
+            push_series_start(out, "webchecker_probe_duration_seconds_sum", ns, name);
+            let _ = writeln!(out, "}} {}", c.duration_sum);
+            push_series_start(out, "webchecker_probe_duration_seconds_count", ns, name);
+            let _ = writeln!(out, "}} {cumulative}");
+        }
+    }
+    let family = "webchecker_probes_total";
+    let mut header = false;
+    for (ns, name, c) in checkers {
+        for (i, n) in c.probes.iter().enumerate().filter(|(_, n)| **n > 0) {
+            if !header {
+                push_header(out, family, "counter", "Probes done, by result and reason");
+                header = true;
+            }
+            let reason = ALL_REASONS[i];
+            let result = if reason == Reason::ProbeSucceeded {
+                "success"
+            } else {
+                "failure"
+            };
+            push_series_start(out, family, ns, name);
+            let _ = writeln!(
+                out,
+                ",reason=\"{}\",result=\"{result}\"}} {n}",
+                reason.as_str()
+            );
+        }
+    }
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_up",
+        "1 when the Ready condition is True",
+        |c| Some(f64::from(u8::from(c.up))),
+    );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_last_probe_success",
+        "1 when the last probe succeeded",
+        |c| c.probed.then_some(f64::from(u8::from(c.last_success))),
+    );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_last_status_code",
+        "HTTP status code of the last probe, 0 when none",
+        |c| c.probed.then_some(f64::from(c.last_code)),
+    );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_last_success_timestamp_seconds",
+        "Unix time of the last successful probe",
+        |c| c.probed.then_some(c.last_success_ts),
+    );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_certificate_expiry_timestamp_seconds",
+        "notAfter of the server's leaf certificate",
+        |c| c.cert_expiry.map(|t| t as f64),
+    );
+    let family = "webchecker_probe_phase_duration_seconds";
+    let mut header = false;
+    for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
+        if !header {
+            push_header(out, family, "gauge", "Phase durations of the last probe");
+            header = true;
+        }
+        for (phase, v) in PHASES.iter().zip(c.phases) {
+            push_series_start(out, family, ns, name);
+            let _ = writeln!(out, ",phase=\"{phase}\"}} {v}");
+        }
     }
 }
 
@@ -403,6 +524,78 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// The hand-written families must read exactly like the prometheus crate's
+    /// encoder would write them (dashboards, alerts and tests depend on it).
+    #[test]
+    fn checker_families_match_the_prometheus_encoder() {
+        use prometheus::{GaugeVec, HistogramVec};
+        let ours = Metrics::new("r1", true);
+        let mut o = outcome(Reason::ProbeSucceeded);
+        o.phases.connect = Duration::from_micros(250);
+        ours.record_probe("ns", "a\"b", &o, true);
+        ours.record_probe("ns", "a\"b", &outcome(Reason::Timeout), false);
+
+        let r = Registry::new();
+        let ck = &["namespace", "name"];
+        let h = HistogramVec::new(
+            HistogramOpts::new("webchecker_probe_duration_seconds", "Whole probe duration")
+                .buckets(PROBE_BUCKETS.to_vec()),
+            ck,
+        )
+        .unwrap();
+        r.register(Box::new(h.clone())).unwrap();
+        let p = IntCounterVec::new(
+            Opts::new(
+                "webchecker_probes_total",
+                "Probes done, by result and reason",
+            ),
+            &["namespace", "name", "result", "reason"],
+        )
+        .unwrap();
+        r.register(Box::new(p.clone())).unwrap();
+        let ph = GaugeVec::new(
+            Opts::new(
+                "webchecker_probe_phase_duration_seconds",
+                "Phase durations of the last probe",
+            ),
+            &["namespace", "name", "phase"],
+        )
+        .unwrap();
+        r.register(Box::new(ph.clone())).unwrap();
+        let up = IntGaugeVec::new(
+            Opts::new("webchecker_up", "1 when the Ready condition is True"),
+            ck,
+        )
+        .unwrap();
+        r.register(Box::new(up.clone())).unwrap();
+        let l = &["ns", "a\"b"];
+        h.with_label_values(l).observe(0.012);
+        h.with_label_values(l).observe(0.012);
+        p.with_label_values(&["ns", "a\"b", "success", "ProbeSucceeded"])
+            .inc();
+        p.with_label_values(&["ns", "a\"b", "failure", "Timeout"])
+            .inc();
+        for phase in PHASES {
+            ph.with_label_values(&["ns", "a\"b", phase]).set(0.0);
+        }
+        up.with_label_values(l).set(0);
+        let reference = TextEncoder::new().encode_to_string(&r.gather()).unwrap();
+
+        let text = ours.render();
+        for line in reference
+            .lines()
+            .filter(|l| !l.contains("phase=\"connect\""))
+        {
+            assert!(
+                text.lines().any(|t| t == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.contains(
+            "webchecker_probe_phase_duration_seconds{name=\"a\\\"b\",namespace=\"ns\",phase=\"connect\"} 0\n"
+        ), "{text}");
     }
 
     #[test]

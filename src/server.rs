@@ -77,6 +77,22 @@ pub fn router(metrics: Arc<Metrics>, health: Arc<Health>) -> Router {
         .with_state(AppState { metrics, health })
 }
 
+/// glibc keeps memory freed by other threads' arenas (a shard that shrank
+/// after a failover, the text of the last scrape) and rarely gives it back, so
+/// RSS would stay at its high-water mark. Trimming every 10 s costs well under
+/// a millisecond here and keeps RSS close to what is in use.
+async fn return_free_memory() {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free pages; it is thread-safe.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
 /// Binds now (so a bad address fails start-up) and serves on a dedicated thread.
 pub fn spawn(
     addr: SocketAddr,
@@ -94,6 +110,7 @@ pub fn spawn(
                 .build()
                 .expect("server runtime");
             rt.block_on(async move {
+                tokio::spawn(return_free_memory());
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
                 let _ = axum::serve(listener, router(metrics, health)).await;
             });
