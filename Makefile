@@ -88,4 +88,4 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended;
 
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
 	hack/build-tools.sh >/dev/null
-	cargo test --locked --test overload -- --ignored --nocapture
+	cargo test --release --locked --test overload -- --ignored --nocapture

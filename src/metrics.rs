@@ -80,6 +80,7 @@ pub struct Metrics {
     pub pool_size: IntGauge,
     pub status_writes: IntCounterVec,
     pub events: IntCounterVec,
+    pub events_dropped: IntCounter,
     pub moves: IntCounterVec,
     pub drains: IntCounter,
     pub assignment_latency: Histogram,
@@ -163,6 +164,14 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new("webchecker_events_total", "Kubernetes Events emitted"),
                     &["type", "reason"],
+                )
+                .unwrap(),
+            ),
+            events_dropped: reg(
+                &r,
+                IntCounter::new(
+                    "webchecker_events_dropped_total",
+                    "Kubernetes Events not emitted because the queue to the API server was full",
                 )
                 .unwrap(),
             ),

@@ -351,14 +351,7 @@ impl Engine {
             secondary: None,
         };
         let label = if ready == "True" { "Normal" } else { "Warning" };
-        match self.events.try_send((e.object_ref.clone(), ev)) {
-            Ok(()) => self
-                .metrics
-                .events
-                .with_label_values(&[label, reason])
-                .inc(),
-            Err(_) => warn!(checker = %key, "event queue full; event dropped"),
-        }
+        self.send_event(key, e.object_ref.clone(), ev, label, reason);
         info!(checker = %key, ready, reason, "Ready changed");
     }
 
@@ -688,15 +681,35 @@ impl Engine {
             action: "Probe".into(),
             secondary: None,
         };
-        match self.events.try_send((e.object_ref.clone(), ev)) {
+        self.send_event(key, e.object_ref.clone(), ev, "Warning", reason);
+        info!(checker = %key, "{message}");
+    }
+
+    /// Queues an Event without waiting: when the API server is slower than the
+    /// transitions (an overload, a flood of new checkers), Events are the first
+    /// thing to give up. Drops are counted; the log says so once per 1,000.
+    fn send_event(
+        &self,
+        key: &str,
+        object_ref: k8s_openapi::api::core::v1::ObjectReference,
+        ev: KubeEvent,
+        type_: &str,
+        reason: &str,
+    ) {
+        match self.events.try_send((object_ref, ev)) {
             Ok(()) => self
                 .metrics
                 .events
-                .with_label_values(&["Warning", reason])
+                .with_label_values(&[type_, reason])
                 .inc(),
-            Err(_) => warn!(checker = %key, "event queue full; event dropped"),
+            Err(_) => {
+                self.metrics.events_dropped.inc();
+                let dropped = self.metrics.events_dropped.get();
+                if dropped % 1000 == 1 {
+                    warn!(checker = %key, dropped, "event queue full; Events dropped (webchecker_events_dropped_total)");
+                }
+            }
         }
-        info!(checker = %key, "{message}");
     }
 }
 

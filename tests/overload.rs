@@ -24,8 +24,16 @@ struct Sample {
     rss_mib: Vec<f64>,
     probes: u64,
     healthz_ms: u128,
+    scrape_ms: u128,
     ready: usize,
+    /// Membership churn: self-fences and checkers moved because an owner was proven dead.
+    fences: f64,
+    dead_moves: f64,
+    events_dropped: f64,
 }
+
+/// Prometheus's default scrape timeout: a scrape slower than this is a failed scrape.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn sample(ops: &[Operator], witness: &Witness, t0: Instant) -> Sample {
     let mut owned = 0.0;
@@ -33,7 +41,9 @@ async fn sample(ops: &[Operator], witness: &Witness, t0: Instant) -> Sample {
     let mut rss = Vec::new();
     let mut buckets: Vec<(f64, f64)> = Vec::new();
     let mut healthz_ms = 0;
+    let mut scrape_ms = 0;
     let mut ready = 0;
+    let (mut fences, mut dead_moves, mut events_dropped) = (0.0, 0.0, 0.0);
     for o in ops {
         let started = Instant::now();
         let h = o.get("/healthz").await;
@@ -46,7 +56,20 @@ async fn sample(ops: &[Operator], witness: &Witness, t0: Instant) -> Sample {
         if matches!(o.get("/readyz").await, Some((200, _))) {
             ready += 1;
         }
-        let m = o.metrics().await.expect("metrics");
+        let started = Instant::now();
+        let m = http_get_within(&format!("127.0.0.1:{}", o.port), "/metrics", SCRAPE_TIMEOUT)
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: /metrics did not answer within {SCRAPE_TIMEOUT:?}",
+                    o.identity
+                )
+            })
+            .1;
+        scrape_ms = scrape_ms.max(started.elapsed().as_millis());
+        fences += metric(&m, "webchecker_self_fences_total", &[]).unwrap_or(0.0);
+        dead_moves += metric(&m, "webchecker_moves_total", &[("cause", "dead")]).unwrap_or(0.0);
+        events_dropped += metric(&m, "webchecker_events_dropped_total", &[]).unwrap_or(0.0);
         owned += metric(&m, "webchecker_owned_checkers", &[]).unwrap_or(0.0);
         missed += metric(&m, "webchecker_missed_intervals_total", &[]).unwrap_or(0.0);
         rss.push(metric(&m, "process_resident_memory_bytes", &[]).unwrap_or(0.0) / 1048576.0);
@@ -82,7 +105,11 @@ async fn sample(ops: &[Operator], witness: &Witness, t0: Instant) -> Sample {
         rss_mib: rss,
         probes: witness.total(),
         healthz_ms,
+        scrape_ms,
         ready,
+        fences,
+        dead_moves,
+        events_dropped,
     }
 }
 
@@ -119,7 +146,7 @@ fn report(a: &Sample, b: &Sample, phase: &str) -> (f64, f64) {
     let nominal = b.owned / 10.0;
     let p99 = lag_p99(a, b);
     println!(
-        "| {phase} | {:.0} | {:.0}/s | {:.0}/s | {:.3} s | {:.0}/s | {:?} MiB | {} ms | {}/3 |",
+        "| {phase} | {:.0} | {:.0}/s | {:.0}/s | {:.3} s | {:.0}/s | {:?} MiB | {} ms | {} ms | {}/3 | {:.0} / {:.0} | {:.0} |",
         b.owned,
         rate,
         nominal,
@@ -127,7 +154,11 @@ fn report(a: &Sample, b: &Sample, phase: &str) -> (f64, f64) {
         (b.missed - a.missed) / secs,
         b.rss_mib.iter().map(|x| x.round()).collect::<Vec<_>>(),
         b.healthz_ms,
-        b.ready
+        b.scrape_ms,
+        b.ready,
+        b.fences - a.fences,
+        b.dead_moves - a.dead_moves,
+        b.events_dropped - a.events_dropped,
     );
     (p99, (b.missed - a.missed) / secs)
 }
@@ -160,9 +191,9 @@ async fn fifty_thousand_checkers_degrade_visibly_and_recover() {
     tokio::time::sleep(Duration::from_secs(20)).await;
     let calm = sample(&ops, &witness, t0).await;
     println!(
-        "| phase | checkers owned | probes at targets | nominal | lag p99 | missed intervals | RSS per replica | slowest /healthz | ready |"
+        "| phase | checkers owned | probes at targets | nominal | lag p99 | missed intervals | RSS per replica | slowest /healthz | slowest /metrics | ready | self-fences / moved from dead owners | Events dropped |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let (calm_p99, _) = report(&base, &calm, &format!("{} checkers", steady.len()));
     for chunk in burst.chunks(5000) {
         create_checkers(&client, &burst_ns, &witness.url(), chunk, 10).await;

@@ -401,6 +401,11 @@ impl Drop for Operator {
 
 /// Minimal HTTP/1.0 GET for the tests (no client library needed).
 pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    http_get_within(addr, path, Duration::from_secs(5)).await
+}
+
+/// `http_get` with its own deadline (for example Prometheus's scrape timeout).
+pub async fn http_get_within(addr: &str, path: &str, limit: Duration) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fut = async {
         let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -417,10 +422,7 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
             .unwrap_or_default();
         Some((code, body))
     };
-    tokio::time::timeout(Duration::from_secs(5), fut)
-        .await
-        .ok()
-        .flatten()
+    tokio::time::timeout(limit, fut).await.ok().flatten()
 }
 
 /// Value of one sample in Prometheus text format: `name{labels}` with labels as given (subset match).
