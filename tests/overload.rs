@@ -11,10 +11,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kube::Api;
+use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use support::*;
-use webchecker::api::WebChecker;
+use webchecker::api::{OWNER_LABEL, WebChecker};
 
 struct Sample {
     at: Duration,
@@ -216,15 +217,62 @@ async fn fifty_thousand_checkers_degrade_visibly_and_recover() {
     for o in ops.iter_mut() {
         assert!(o.exited().is_none(), "{} exited under overload", o.identity);
     }
-    // Drop the load: delete the burst namespace's checkers.
+    // Nothing lost: every checker is owned and probed by some replica.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = sample(&ops, &witness, t0).await;
+        if s.owned as usize == total {
+            break;
+        }
+        if Instant::now() > deadline {
+            let mut stuck = Vec::new();
+            for ns in [&steady_ns, &burst_ns] {
+                let api: Api<DynamicObject> = Api::namespaced_with(
+                    client.clone(),
+                    ns,
+                    &ApiResource::erase::<WebChecker>(&()),
+                );
+                let unassigned = ListParams::default().labels(&format!("!{OWNER_LABEL}"));
+                if let Ok(list) = api.list_metadata(&unassigned).await {
+                    stuck.extend(list.items.into_iter().map(|o| {
+                        format!(
+                            "{ns}/{} {:?}",
+                            o.metadata.name.unwrap_or_default(),
+                            o.metadata.annotations
+                        )
+                    }));
+                }
+            }
+            panic!(
+                "{} of {total} checkers owned 2 minutes after the burst; without an owner: {stuck:?}",
+                s.owned
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    // Drop the load: delete the burst namespace's checkers. One DeleteCollection
+    // of 45,000 objects outlasts the API server's request timeout, so repeat it
+    // until the namespace is empty (each call gets further).
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &burst_ns,
         &ApiResource::erase::<WebChecker>(&()),
     );
-    api.delete_collection(&Default::default(), &Default::default())
-        .await
-        .unwrap();
+    eventually(
+        Duration::from_secs(600),
+        "the burst checkers are deleted",
+        || async {
+            let _ = api
+                .delete_collection(&Default::default(), &Default::default())
+                .await;
+            let left = api
+                .list_metadata(&ListParams::default().limit(1))
+                .await
+                .ok()?;
+            left.items.is_empty().then_some(())
+        },
+    )
+    .await;
     eventually(
         Duration::from_secs(300),
         "the replicas dropped the deleted checkers",
