@@ -285,25 +285,31 @@ impl Engine {
             return;
         }
         e.inflight = None;
+        if d.outcome.is_some() {
+            e.last_probe_wall = Some(d.finished_wall);
+        }
+        if e.draining {
+            // The in-flight probe (done or held back at the last moment) was all
+            // the drain waited for: hand over now. A held-back probe must not go
+            // back to the ready queue, which skips draining checkers: the
+            // handshake would never complete and the checker would stay unowned.
+            let last = e.last_probe_wall.map(unix_ms);
+            self.writer.submit(
+                &d.key,
+                &e.namespace,
+                &e.name,
+                Op::AckDrain {
+                    last_probe_unix_ms: last,
+                },
+            );
+            return;
+        }
         let Some(outcome) = d.outcome else {
             // Held back: try again once the gate opens, same due time.
             let due = e.due;
             self.ready.push_back((d.key, due));
             return;
         };
-        e.last_probe_wall = Some(d.finished_wall);
-        if e.draining {
-            let last = unix_ms(d.finished_wall);
-            self.writer.submit(
-                &d.key,
-                &e.namespace,
-                &e.name,
-                Op::AckDrain {
-                    last_probe_unix_ms: Some(last),
-                },
-            );
-            return;
-        }
         let Some(plan) = e.plan.clone() else { return };
         let ctx = make_ctx(&self.settings, e.generation, Some(&plan));
         let effects = e.status.observe(&outcome, &ctx);

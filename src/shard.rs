@@ -648,6 +648,11 @@ impl Sharder {
                     dirty = true;
                 }
                 Some(done) = writes.join_next(), if !writes.is_empty() => {
+                    // Decisions skip keys with a write in flight; now that this one
+                    // is done, decide again even if no watch event follows (its
+                    // events, and the old owner's drain ack, may all have arrived
+                    // while the write was in flight: a quiet cluster sends no more).
+                    dirty = true;
                     let Ok((key, action, r)) = done else { continue };
                     let target = inflight.remove(&key).unwrap_or_default();
                     let seen = seen_while_inflight.remove(&key).unwrap_or_default();
@@ -672,7 +677,6 @@ impl Sharder {
                         }
                         Err(e) => {
                             warn!(checker = %key, error = %e, "assignment write failed");
-                            dirty = true;
                         }
                     }
                     continue;
@@ -698,6 +702,14 @@ impl Sharder {
                     dirty = true;
                 }
             }
+            // A write whose watch event never showed up (a later change came
+            // first) holds its key for 5 s at most; then the key is open to
+            // decisions again, event or not.
+            let before = written.len();
+            written.retain(|_, (_, _, at)| at.elapsed() < Duration::from_secs(5));
+            if written.len() < before {
+                dirty = true;
+            }
             if !dirty || last_decision.elapsed() < Duration::from_millis(50) {
                 continue;
             }
@@ -709,8 +721,6 @@ impl Sharder {
                 continue;
             }
             dirty = false;
-            let now = Instant::now();
-            written.retain(|_, (_, _, at)| now.duration_since(*at) < Duration::from_secs(5));
             let mut pending: HashMap<String, String> = inflight.clone();
             pending.extend(written.iter().map(|(k, (_, t, _))| (k.clone(), t.clone())));
             let actions = Self::decide(&live, &objects, &dead, &pending);

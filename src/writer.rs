@@ -89,7 +89,17 @@ impl StatusWriter {
     }
 
     pub fn submit(&self, key: &str, namespace: &str, name: &str, op: Op) {
-        self.lock().pending.insert(
+        let mut g = self.lock();
+        // A queued drain acknowledgement outranks a status write: the checker is
+        // being handed over, and losing the ack would leave it with no owner.
+        if matches!(op, Op::Status(_))
+            && g.pending
+                .get(key)
+                .is_some_and(|p| matches!(p.op, Op::AckDrain { .. }))
+        {
+            return;
+        }
+        g.pending.insert(
             key.to_string(),
             Pending {
                 namespace: namespace.to_string(),
@@ -98,6 +108,7 @@ impl StatusWriter {
                 attempts: 0,
             },
         );
+        drop(g);
         self.wake.notify_one();
     }
 
@@ -289,5 +300,72 @@ impl StatusWriter {
                 tokio::time::sleep(Duration::from_millis((200 * backoff as u64).min(2000))).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer() -> Arc<StatusWriter> {
+        let metrics = Arc::new(Metrics::new("r1", false));
+        let s = Duration::from_secs(1);
+        let membership = Membership::new(
+            "r1".into(),
+            "ns".into(),
+            10 * s,
+            7 * s,
+            2 * s,
+            metrics.clone(),
+        );
+        StatusWriter::new(membership, metrics, 1)
+    }
+
+    fn queued(w: &StatusWriter, key: &str) -> Option<Op> {
+        w.lock().pending.get(key).map(|p| p.op.clone())
+    }
+
+    #[test]
+    fn a_status_write_never_replaces_a_queued_drain_ack() {
+        let w = writer();
+        w.submit(
+            "ns/a",
+            "ns",
+            "a",
+            Op::AckDrain {
+                last_probe_unix_ms: Some(1),
+            },
+        );
+        w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+        assert!(matches!(
+            queued(&w, "ns/a"),
+            Some(Op::AckDrain {
+                last_probe_unix_ms: Some(1)
+            })
+        ));
+    }
+
+    #[test]
+    fn a_newer_status_replaces_an_older_one_and_an_ack_replaces_a_status() {
+        let w = writer();
+        w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+        let newer = WebCheckerStatus {
+            owner: Some("r1".into()),
+            ..Default::default()
+        };
+        w.submit("ns/a", "ns", "a", Op::Status(Box::new(newer)));
+        assert!(
+            matches!(queued(&w, "ns/a"), Some(Op::Status(s)) if s.owner.as_deref() == Some("r1"))
+        );
+        w.submit(
+            "ns/a",
+            "ns",
+            "a",
+            Op::AckDrain {
+                last_probe_unix_ms: None,
+            },
+        );
+        assert!(matches!(queued(&w, "ns/a"), Some(Op::AckDrain { .. })));
+        assert_eq!(w.pending_len(), 1);
     }
 }
