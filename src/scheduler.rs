@@ -396,6 +396,7 @@ impl Engine {
             }
             Command::Remove { key } => {
                 self.remove(&key);
+                self.shrink_if_sparse();
                 self.update_owned();
             }
             Command::Refresh { key, resolved } => self.refresh(&key, resolved),
@@ -409,6 +410,7 @@ impl Engine {
                 for k in gone {
                     self.remove(&k);
                 }
+                self.shrink_if_sparse();
                 self.update_owned();
             }
             Command::Fence { done } => {
@@ -418,6 +420,7 @@ impl Engine {
                 }
                 self.writer.forget_all();
                 self.ready.clear();
+                self.shrink_if_sparse();
                 self.update_owned();
                 let _ = done.send(());
             }
@@ -447,6 +450,15 @@ impl Engine {
             self.metrics.forget_checker(&e.namespace, &e.name);
         }
         self.writer.forget(key);
+    }
+
+    /// Gives memory back after a shard shrank a lot (load dropped, checkers
+    /// moved away): maps keep their capacity otherwise, and the entries are large.
+    fn shrink_if_sparse(&mut self) {
+        if self.entries.capacity() > 1024 && self.entries.len() < self.entries.capacity() / 4 {
+            self.entries.shrink_to_fit();
+            self.queue.compact();
+        }
     }
 
     fn update_owned(&self) {

@@ -117,12 +117,16 @@ impl StatusWriter {
         let mut g = self.lock();
         g.pending.remove(key);
         g.versions.remove(key);
+        if g.versions.capacity() > 1024 && g.versions.len() < g.versions.capacity() / 4 {
+            g.versions.shrink_to_fit();
+            g.pending.shrink_to_fit();
+        }
     }
 
     pub fn forget_all(&self) {
         let mut g = self.lock();
-        g.pending.clear();
-        g.versions.clear();
+        g.pending = HashMap::new();
+        g.versions = HashMap::new();
     }
 
     pub fn pending_len(&self) -> usize {
