@@ -452,11 +452,9 @@ impl Engine {
         self.writer.forget(key);
     }
 
-    /// Gives memory back after a shard shrank a lot (load dropped, checkers
-    /// moved away): maps keep their capacity otherwise, and the entries are large.
+    /// Gives memory back after the shard shrank a lot (the entries are large).
     fn shrink_if_sparse(&mut self) {
-        if self.entries.capacity() > 1024 && self.entries.len() < self.entries.capacity() / 4 {
-            self.entries.shrink_to_fit();
+        if crate::shrink_if_sparse(&mut self.entries) {
             self.queue.compact();
         }
     }

@@ -638,9 +638,7 @@ impl Sharder {
                             let key = key_of(&o.metadata);
                             objects.remove(&key);
                             written.remove(&key);
-                            if objects.capacity() > 1024 && objects.len() < objects.capacity() / 4 {
-                                objects.shrink_to_fit();
-                            }
+                            crate::shrink_if_sparse(&mut objects);
                         }
                         Ok(None) => return Err(Error::TaskDied("sharder watch")),
                         Err(e) => {

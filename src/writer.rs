@@ -117,10 +117,8 @@ impl StatusWriter {
         let mut g = self.lock();
         g.pending.remove(key);
         g.versions.remove(key);
-        if g.versions.capacity() > 1024 && g.versions.len() < g.versions.capacity() / 4 {
-            g.versions.shrink_to_fit();
-            g.pending.shrink_to_fit();
-        }
+        crate::shrink_if_sparse(&mut g.versions);
+        crate::shrink_if_sparse(&mut g.pending);
     }
 
     pub fn forget_all(&self) {
