@@ -548,37 +548,45 @@ mod tests {
 
         let r = Registry::new();
         let ck = &["namespace", "name"];
-        let h = HistogramVec::new(
-            HistogramOpts::new("webchecker_probe_duration_seconds", "Whole probe duration")
-                .buckets(PROBE_BUCKETS.to_vec()),
-            ck,
-        )
-        .unwrap();
-        r.register(Box::new(h.clone())).unwrap();
-        let p = IntCounterVec::new(
-            Opts::new(
-                "webchecker_probes_total",
-                "Probes done, by result and reason",
-            ),
-            &["namespace", "name", "result", "reason"],
-        )
-        .unwrap();
-        r.register(Box::new(p.clone())).unwrap();
-        let ph = GaugeVec::new(
-            Opts::new(
-                "webchecker_probe_phase_duration_seconds",
-                "Phase durations of the last probe",
-            ),
-            &["namespace", "name", "phase"],
-        )
-        .unwrap();
-        r.register(Box::new(ph.clone())).unwrap();
-        let up = IntGaugeVec::new(
-            Opts::new("webchecker_up", "1 when the Ready condition is True"),
-            ck,
-        )
-        .unwrap();
-        r.register(Box::new(up.clone())).unwrap();
+        let h = reg(
+            &r,
+            HistogramVec::new(
+                HistogramOpts::new("webchecker_probe_duration_seconds", "Whole probe duration")
+                    .buckets(PROBE_BUCKETS.to_vec()),
+                ck,
+            )
+            .unwrap(),
+        );
+        let p = reg(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "webchecker_probes_total",
+                    "Probes done, by result and reason",
+                ),
+                &["namespace", "name", "result", "reason"],
+            )
+            .unwrap(),
+        );
+        let ph = reg(
+            &r,
+            GaugeVec::new(
+                Opts::new(
+                    "webchecker_probe_phase_duration_seconds",
+                    "Phase durations of the last probe",
+                ),
+                &["namespace", "name", "phase"],
+            )
+            .unwrap(),
+        );
+        let up = reg(
+            &r,
+            IntGaugeVec::new(
+                Opts::new("webchecker_up", "1 when the Ready condition is True"),
+                ck,
+            )
+            .unwrap(),
+        );
         let l = &["ns", "a\"b"];
         h.with_label_values(l).observe(0.012);
         h.with_label_values(l).observe(0.012);
