@@ -8,9 +8,19 @@ pub enum Error {
     #[error("Kubernetes API error: {0}")]
     Kube(#[from] kube::Error),
     #[error("cannot load the kubeconfig or in-cluster config: {0}")]
-    KubeConfig(String),
+    InferConfig(#[source] kube::config::InferConfigError),
+    #[error("cannot build the Kubernetes client: {0}")]
+    KubeClient(#[source] kube::Error),
+    #[error("cannot reach the Kubernetes API server at {url}: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("the {0} task stopped")]
     TaskDied(&'static str),
+    #[error("the {0} task panicked: {1}")]
+    TaskPanicked(&'static str, String),
     #[error("missing permission: {0}")]
     Forbidden(String),
     #[error("I/O error: {0}")]
@@ -23,17 +33,13 @@ impl Error {
         match self {
             Error::Config(_) => "config",
             Error::Kube(_) => "kube",
-            Error::KubeConfig(_) => "kubeconfig",
-            Error::TaskDied(_) => "task_died",
+            Error::InferConfig(_) | Error::KubeClient(_) => "kubeconfig",
+            Error::Unreachable { .. } => "unreachable",
+            Error::TaskDied(_) | Error::TaskPanicked(..) => "task_died",
             Error::Forbidden(_) => "forbidden",
             Error::Io(_) => "io",
         }
     }
-}
-
-/// Is this API error an answer from the API server (as opposed to no answer)?
-pub fn is_api_answer(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code < 500)
 }
 
 pub fn api_code(e: &kube::Error) -> Option<u16> {

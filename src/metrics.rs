@@ -74,6 +74,7 @@ pub struct Metrics {
     pub owned: IntGauge,
     pub leader: IntGauge,
     pub ring_members: IntGauge,
+    pub orphaned_checkers: IntGauge,
     pub schedule_lag: Histogram,
     pub missed_intervals: IntCounter,
     pub inflight: IntGauge,
@@ -129,6 +130,14 @@ impl Metrics {
             ring_members: reg(
                 &r,
                 IntGauge::new("webchecker_ring_members", "Live members this replica sees").unwrap(),
+            ),
+            orphaned_checkers: reg(
+                &r,
+                IntGauge::new(
+                    "webchecker_orphaned_checkers",
+                    "Checkers the sharder has seen without a valid, live owner for longer than a lease, or draining for longer than six (leader only)",
+                )
+                .unwrap(),
             ),
             schedule_lag: reg(
                 &r,
@@ -236,13 +245,13 @@ impl Metrics {
             registry: r,
         };
         // Pre-create label sets so dashboards and alerts see zeros, not absence.
-        for res in ["ok", "conflict", "error", "fenced"] {
+        for res in ["ok", "conflict", "error", "fenced", "refused"] {
             m.status_writes.with_label_values(&[res]);
         }
         for cause in ["new", "rebalance", "dead", "departed"] {
             m.moves.with_label_values(&[cause]);
         }
-        for reason in ["unreachable", "lost"] {
+        for reason in ["unreachable", "lost", "rejected"] {
             m.lease_renew_failures.with_label_values(&[reason]);
         }
         for watch in ["checkers", "leases", "sharder"] {

@@ -6,11 +6,19 @@
 //! probe engine. Every write carries the resourceVersion this replica last saw
 //! (fencing); a conflict is re-checked against the object's current owner and
 //! epoch, never retried blindly. Nothing is written while the membership Lease
-//! is not known to be ours.
+//! is not known to be ours (except the final flush of a graceful shutdown,
+//! after the Lease was released: those writes are fenced by resourceVersion).
+//!
+//! Retries: drain acknowledgements go before status writes (a checker being
+//! handed over is unprobed until its ack lands). A write that failed without
+//! a verdict (timeout, 429, 5xx) is retried with a per-checker backoff; a
+//! refusal (other 4xx) is dropped and counted; a checker forgotten meanwhile
+//! (it moved away) is never retried.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
@@ -19,10 +27,11 @@ use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::Notify;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, WebCheckerStatus};
 use crate::error::api_code;
+use crate::kubeclient::CALL_DEADLINE;
 use crate::membership::Membership;
 use crate::metrics::Metrics;
 
@@ -45,6 +54,37 @@ struct Pending {
     name: String,
     op: Op,
     attempts: u32,
+    /// Not before this instant (backoff after a failure without a verdict).
+    not_before: Option<Instant>,
+}
+
+/// Backoff after the `attempts`-th failure without a verdict.
+fn backoff(attempts: u32) -> Duration {
+    let ms = 200u64.saturating_mul(1 << attempts.min(8));
+    Duration::from_millis(ms.min(30_000))
+}
+
+/// What to do after a write ended with this API status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Done,
+    /// Fenced: the object changed; re-check ownership before any retry.
+    Conflict,
+    Gone,
+    /// No verdict (timeout, 429, 5xx): try again later.
+    Retry,
+    /// The API server refused the write itself: retrying cannot help.
+    Refused,
+}
+
+fn verdict(code: Option<u16>) -> Verdict {
+    match code {
+        Some(200..=299) => Verdict::Done,
+        Some(409) => Verdict::Conflict,
+        Some(404) => Verdict::Gone,
+        Some(429) | Some(500..) | None => Verdict::Retry,
+        Some(_) => Verdict::Refused,
+    }
 }
 
 #[derive(Default)]
@@ -62,6 +102,8 @@ pub struct StatusWriter {
     membership: Arc<Membership>,
     metrics: Arc<Metrics>,
     concurrency: usize,
+    /// Graceful shutdown released the Lease: flush anyway (fenced by rv).
+    final_flush: AtomicBool,
 }
 
 impl StatusWriter {
@@ -77,6 +119,7 @@ impl StatusWriter {
             membership,
             metrics,
             concurrency,
+            final_flush: AtomicBool::new(false),
         })
     }
 
@@ -106,6 +149,7 @@ impl StatusWriter {
                 name: name.to_string(),
                 op,
                 attempts: 0,
+                not_before: None,
             },
         );
         drop(g);
@@ -208,64 +252,120 @@ impl StatusWriter {
         }
     }
 
+    /// One write with a deadline; a timeout is a failure without a verdict.
+    async fn attempt(
+        &self,
+        client: &Client,
+        key: &str,
+        p: &Pending,
+        rv: Option<String>,
+    ) -> Result<String, Option<u16>> {
+        match tokio::time::timeout(CALL_DEADLINE, self.write_once(client, key, p, rv)).await {
+            Ok(Ok(rv)) => Ok(rv),
+            Ok(Err(e)) => {
+                if verdict(api_code(&e)) != Verdict::Conflict {
+                    warn!(checker = %key, error = %e, "status write failed");
+                }
+                Err(api_code(&e))
+            }
+            Err(_) => {
+                warn!(checker = %key, "status write got no answer in time");
+                Err(None)
+            }
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .status_writes
+            .with_label_values(&[result])
+            .inc();
+    }
+
     async fn write(&self, client: &Client, key: String, mut p: Pending) {
-        let rv = self.lock().versions.get(&key).cloned();
-        let mut result = self.write_once(client, &key, &p, rv).await;
-        if let Err(e) = &result
-            && api_code(e) == Some(409)
+        // Fencing needs the resourceVersion we last saw; a checker forgotten
+        // meanwhile (moved away) has none and is not ours to write.
+        let Some(rv) = self.lock().versions.get(&key).cloned() else {
+            return;
+        };
+        let mut result = self.attempt(client, &key, &p, Some(rv)).await;
+        if let Err(code) = result
+            && verdict(code) == Verdict::Conflict
         {
-            self.metrics
-                .status_writes
-                .with_label_values(&["conflict"])
-                .inc();
+            self.count("conflict");
             // Fencing: re-read and retry only if the checker is still ours.
             let api = Self::api(client, &p.namespace);
-            result = match api.get_opt(&p.name).await {
-                Ok(Some(obj)) if self.still_ours(&obj, &p.op) => {
-                    self.write_once(client, &key, &p, obj.metadata.resource_version.clone())
+            result = match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&p.name)).await {
+                Ok(Ok(Some(obj))) if self.still_ours(&obj, &p.op) => {
+                    self.attempt(client, &key, &p, obj.metadata.resource_version.clone())
                         .await
                 }
-                Ok(_) => {
-                    self.metrics
-                        .status_writes
-                        .with_label_values(&["fenced"])
-                        .inc();
-                    info!(checker = %key, "write fenced: the checker is no longer ours");
-                    return;
-                }
-                Err(e) => Err(e),
+                Ok(Ok(_)) => Err(Some(409)),
+                Ok(Err(e)) => Err(api_code(&e)),
+                Err(_) => Err(None),
             };
         }
-        match result {
+        match result.map_err(verdict) {
             Ok(rv) => {
-                self.metrics.status_writes.with_label_values(&["ok"]).inc();
+                self.count("ok");
                 if matches!(p.op, Op::AckDrain { .. }) {
                     self.metrics.drains.inc();
                     debug!(checker = %key, "drain acknowledged");
                 }
-                self.lock().versions.insert(key, rv);
+                let mut g = self.lock();
+                // Only if still ours: `forget` may have run while we wrote.
+                if let Some(v) = g.versions.get_mut(&key) {
+                    *v = rv;
+                }
             }
-            Err(e) if api_code(&e) == Some(404) => {
-                debug!(checker = %key, "checker deleted before its write");
+            Err(Verdict::Done) => unreachable!("an error is never a success"),
+            Err(Verdict::Gone) => debug!(checker = %key, "checker deleted before its write"),
+            Err(Verdict::Conflict) => {
+                self.count("fenced");
+                info!(checker = %key, "write fenced: the checker is no longer ours");
             }
-            Err(e) if api_code(&e) == Some(409) => {
-                self.metrics
-                    .status_writes
-                    .with_label_values(&["fenced"])
-                    .inc();
-                info!(checker = %key, "write fenced after re-check");
+            Err(Verdict::Refused) => {
+                self.count("refused");
+                error!(checker = %key, "the API server refused a status write; dropped (see the error above)");
             }
-            Err(e) => {
-                self.metrics
-                    .status_writes
-                    .with_label_values(&["error"])
-                    .inc();
-                warn!(checker = %key, error = %e, "status write failed; will retry");
+            Err(Verdict::Retry) => {
+                self.count("error");
                 p.attempts += 1;
-                // Re-queue unless something newer was queued meanwhile.
-                self.lock().pending.entry(key).or_insert(p);
+                p.not_before = Some(Instant::now() + backoff(p.attempts));
+                let mut g = self.lock();
+                // Re-queue only if still ours and nothing newer was queued.
+                if g.versions.contains_key(&key) {
+                    g.pending.entry(key).or_insert(p);
+                }
             }
         }
+    }
+
+    /// Lets the final flush of a graceful shutdown write after the Lease was
+    /// released (each write is still fenced by resourceVersion).
+    pub fn allow_final_flush(&self) {
+        self.final_flush.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Takes up to `max` writes that are due: drain acks first.
+    fn take_batch(&self, max: usize, now: Instant) -> (Vec<(String, Pending)>, Option<Instant>) {
+        let mut g = self.lock();
+        let mut due: Vec<(bool, &String)> = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (k, p) in &g.pending {
+            match p.not_before {
+                Some(t) if t > now => next = Some(next.map_or(t, |n| n.min(t))),
+                _ => due.push((matches!(p.op, Op::Status(_)), k)),
+            }
+        }
+        due.sort_by_key(|(is_status, _)| *is_status);
+        let keys: Vec<String> = due.into_iter().take(max).map(|(_, k)| k.clone()).collect();
+        let batch = keys
+            .into_iter()
+            .filter_map(|k| g.pending.remove(&k).map(|p| (k, p)))
+            .collect();
+        (batch, next)
     }
 
     pub async fn run(self: Arc<Self>, client: Client) {
@@ -275,7 +375,7 @@ impl StatusWriter {
                 self.wake.notified().await;
                 continue;
             }
-            if !self.membership.can_write() {
+            if !self.membership.can_write() && !self.final_flush.load(Ordering::SeqCst) {
                 // Outage or lost Lease: keep the latest desired status, write later.
                 tokio::select! {
                     _ = self.membership.changed.notified() => {}
@@ -283,14 +383,17 @@ impl StatusWriter {
                 }
                 continue;
             }
-            let batch: Vec<(String, Pending)> = {
-                let mut g = self.lock();
-                let keys: Vec<String> = g.pending.keys().take(256).cloned().collect();
-                keys.into_iter()
-                    .filter_map(|k| g.pending.remove(&k).map(|p| (k, p)))
-                    .collect()
-            };
-            let backoff = batch.iter().map(|(_, p)| p.attempts).max().unwrap_or(0);
+            let (batch, next) = self.take_batch(256, Instant::now());
+            if batch.is_empty() {
+                let wait = next.map_or(Duration::from_millis(200), |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
             futures::stream::iter(batch)
                 .for_each_concurrent(self.concurrency, |(k, p)| {
                     let this = self.clone();
@@ -298,9 +401,6 @@ impl StatusWriter {
                     async move { this.write(&client, k, p).await }
                 })
                 .await;
-            if backoff > 0 {
-                tokio::time::sleep(Duration::from_millis((200 * backoff as u64).min(2000))).await;
-            }
         }
     }
 }

@@ -1,0 +1,151 @@
+//! The checker feed: a watch of this replica's own shard (label selector on
+//! the owner label), classified into engine commands, with referenced
+//! Secret/ConfigMap values attached.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, object_key};
+use crate::error::Error;
+use crate::membership::Membership;
+use crate::metrics::Metrics;
+use crate::scheduler::{Command, Incoming};
+use crate::server::Health;
+
+fn classify(
+    obj: DynamicObject,
+    membership: &Membership,
+    initial: bool,
+) -> (String, Option<Command>) {
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let key = object_key(&namespace, &name);
+    let ann = obj.metadata.annotations.clone().unwrap_or_default();
+    let owner = obj
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(OWNER_LABEL));
+    if owner != Some(&membership.identity)
+        || ann.get(EPOCH_ANNOTATION).cloned() != membership.epoch()
+    {
+        // Assigned to an earlier incarnation of this replica: not ours to probe.
+        return (key.clone(), Some(Command::Remove { key }));
+    }
+    let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
+    if ann.contains_key(DRAIN_ANNOTATION) {
+        return (
+            key.clone(),
+            Some(Command::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            }),
+        );
+    }
+    let generation = obj.metadata.generation;
+    let value = serde_json::to_value(&obj).unwrap_or_default();
+    let checker = match serde_json::from_value::<WebChecker>(value) {
+        // The referenced Secret/ConfigMap values are filled in by the feeder.
+        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default()),
+        Err(e) => Incoming::Malformed {
+            namespace,
+            name,
+            resource_version,
+            generation,
+            error: e.to_string().chars().take(200).collect(),
+        },
+    };
+    (key, Some(Command::Upsert { checker, initial }))
+}
+
+/// Feeds the engine from a watch of this replica's own shard (label selector).
+pub async fn watch_own_shard(
+    client: Client,
+    watch_namespace: Option<String>,
+    membership: Arc<Membership>,
+    commands: mpsc::Sender<Command>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+) -> Result<(), Error> {
+    let ar = ApiResource::erase::<WebChecker>(&());
+    let api: Api<DynamicObject> = match &watch_namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let cfg = watcher::Config::default()
+        .timeout(crate::kubeclient::WATCH_TIMEOUT_SECS)
+        .labels(&format!("{OWNER_LABEL}={}", membership.identity));
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut present = HashSet::new();
+    let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
+    let mut refresh = tokio::time::interval(crate::secrets::REFRESH);
+    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = refresh.tick() => {
+                for c in secrets.refresh().await {
+                    if commands.send(c).await.is_err() {
+                        return Err(Error::TaskDied("checker watch"));
+                    }
+                }
+                continue;
+            }
+        };
+        let cmd = match ev {
+            Ok(Event::Init) => {
+                present.clear();
+                None
+            }
+            Ok(Event::InitApply(o)) => {
+                let (key, cmd) = classify(o, &membership, true);
+                if matches!(cmd, Some(Command::Upsert { .. } | Command::Drain { .. })) {
+                    present.insert(key);
+                }
+                cmd
+            }
+            Ok(Event::InitDone) => {
+                health.synced.store(true, Ordering::Relaxed);
+                Some(Command::Resync {
+                    present: std::mem::take(&mut present),
+                })
+            }
+            Ok(Event::Apply(o)) => classify(o, &membership, false).1,
+            Ok(Event::Delete(o)) => Some(Command::Remove {
+                key: object_key(
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                ),
+            }),
+            Err(e) => {
+                metrics
+                    .watch_restarts
+                    .with_label_values(&["checkers"])
+                    .inc();
+                warn!(error = %e, "checker watch failed; retrying (probing goes on)");
+                None
+            }
+        };
+        if let Some(c) = cmd
+            && commands.send(secrets.attach(c).await).await.is_err()
+        {
+            break;
+        }
+    }
+    Err(Error::TaskDied("checker watch"))
+}

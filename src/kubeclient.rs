@@ -1,0 +1,82 @@
+//! Clients for the Kubernetes API with deadlines and TCP keepalive.
+//!
+//! kube's default client has no read timeout (so that watches can idle) and no
+//! TCP keepalive: a request on a half-open connection can then hang for
+//! minutes, and with it a Lease renewal, a proof of death or a drain ack. We
+//! build two clients from one config: `requests`, whose reads time out, for
+//! every ordinary call (each also wrapped in its own deadline by the caller),
+//! and `watches`, with no read timeout (the watcher's own idle timeout covers
+//! a silent stream). Both send TCP keepalives, so a dead peer breaks the
+//! connection within about half a minute even when nothing is being read.
+
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::ConfigExt;
+use kube::{Client, Config};
+use tower::{BoxError, ServiceBuilder};
+
+use crate::error::Error;
+
+/// Deadline of one ordinary API call (get, create, replace, patch, delete).
+pub const CALL_DEADLINE: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_PROBES: u32 = 3;
+
+#[derive(Clone)]
+pub struct Clients {
+    pub requests: Client,
+    pub watches: Client,
+}
+
+impl Clients {
+    pub fn new(config: Config) -> Result<Self, Error> {
+        Ok(Clients {
+            requests: build(&config, Some(CALL_DEADLINE))?,
+            watches: build(&config, None)?,
+        })
+    }
+}
+
+fn build(config: &Config, read_timeout: Option<Duration>) -> Result<Client, Error> {
+    if config.proxy_url.is_some() {
+        // kube's own stack knows HTTP and SOCKS proxies; ours does not. Callers'
+        // deadlines still hold, only keepalive is lost.
+        let mut c = config.clone();
+        c.read_timeout = read_timeout;
+        c.connect_timeout = Some(CONNECT_TIMEOUT);
+        return Client::try_from(c).map_err(Error::KubeClient);
+    }
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    tcp.set_keepalive(Some(KEEPALIVE_IDLE));
+    tcp.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    tcp.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    let https = config
+        .rustls_https_connector_with_connector(tcp)
+        .map_err(Error::KubeClient)?;
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    timed.set_read_timeout(read_timeout);
+    timed.set_write_timeout(Some(CALL_DEADLINE));
+    // A pooled connection's idle time must not count against the next answer.
+    timed.set_reset_reader_on_write(true);
+    let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(timed);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().map_err(Error::KubeClient)?)
+        .layer(config.extra_headers_layer().map_err(Error::KubeClient)?)
+        .map_err(BoxError::from)
+        .service(http);
+    Ok(Client::new(service, config.default_namespace.clone()))
+}
+
+/// Server-side timeout of every watch: a silent stream is re-opened after
+/// this (plus kube's margin) even if TCP keepalive saw nothing wrong.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;

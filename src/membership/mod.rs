@@ -1,0 +1,352 @@
+//! This replica's membership Lease and the dispatch/write gates derived from it.
+//!
+//! The Lease's UID is this replica's incarnation ("epoch"): assignments name it,
+//! and a replica probes a checker only while the checker's epoch annotation
+//! equals the UID of the Lease it holds now. Losing the Lease (the API server
+//! answered that it is gone or changed) therefore invalidates every assignment
+//! at once, even if the replica re-creates its Lease a moment later.
+//!
+//! The rules live in [`gate`], a pure state machine; this module does the I/O
+//! (create, renew, release) and keeps the heartbeat that detects pauses.
+
+pub mod gate;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use crate::api::MEMBER_LABEL;
+use crate::error::{Error, api_code};
+use crate::metrics::Metrics;
+use gate::{Answer, Gate, Seen, Timing};
+
+pub fn member_lease_name(identity: &str) -> String {
+    format!("webchecker-member-{identity}")
+}
+
+/// Shared view of the membership Lease. Cheap to query from hot paths.
+pub struct Membership {
+    pub identity: String,
+    namespace: String,
+    gate: Mutex<Gate>,
+    /// Wakes the renewal task early (pause detected).
+    kick: Notify,
+    /// Signals gate changes to waiters (writer, engine).
+    pub changed: Notify,
+    metrics: Arc<Metrics>,
+}
+
+/// Classifies the outcome of a renewal request.
+fn answer_of(r: Result<Lease, kube::Error>) -> Answer {
+    match r {
+        Ok(l) => Answer::Renewed(l.metadata.resource_version.unwrap_or_default()),
+        Err(e) => match api_code(&e) {
+            Some(404 | 409) => Answer::Lost,
+            Some(429) | Some(500..) | None => Answer::Unanswered,
+            Some(_) => Answer::Rejected,
+        },
+    }
+}
+
+impl Membership {
+    pub fn new(
+        identity: String,
+        namespace: String,
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let timing = Timing {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        };
+        Arc::new(Membership {
+            identity,
+            namespace,
+            gate: Mutex::new(Gate::new(timing, Instant::now())),
+            kick: Notify::new(),
+            changed: Notify::new(),
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn timing(&self) -> Timing {
+        self.lock().timing()
+    }
+
+    pub fn epoch(&self) -> Option<String> {
+        self.lock().epoch().map(str::to_string)
+    }
+
+    fn on_seen(&self, seen: Seen) {
+        if seen == Seen::PauseDetected {
+            self.metrics
+                .self_fences
+                .with_label_values(&["paused"])
+                .inc();
+            warn!(replica = %self.identity, "this process was paused: holding probes until a new Lease renewal is answered");
+            self.kick.notify_one();
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// May a probe start (or send its request) now? Checked before every
+    /// dispatch and again right before a request is written.
+    pub fn dispatch_allowed(&self) -> bool {
+        let (allowed, seen) = self.lock().dispatch_allowed(Instant::now());
+        self.on_seen(seen);
+        allowed
+    }
+
+    /// May status be written now? Only while the Lease is known to be ours.
+    pub fn can_write(&self) -> bool {
+        self.lock().can_write(Instant::now())
+    }
+
+    /// Since when this replica may count time against other members (the
+    /// judge rule, see [`Gate::judge_since`]).
+    pub fn judge_since(&self) -> Option<Instant> {
+        self.lock().judge_since(Instant::now())
+    }
+
+    pub fn lease_duration(&self) -> Duration {
+        self.timing().lease_duration
+    }
+
+    fn api(&self, client: &Client) -> Api<Lease> {
+        Api::namespaced(client.clone(), &self.namespace)
+    }
+
+    fn desired(&self) -> Lease {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(member_lease_name(&self.identity)),
+                namespace: Some(self.namespace.clone()),
+                labels: Some([(MEMBER_LABEL.to_string(), "true".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(self.timing().lease_duration.as_secs().max(1) as i32),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Creates our Lease, replacing a stale one left by an earlier incarnation of
+    /// the same identity (its assignments then carry a foreign epoch and move).
+    pub async fn join(&self, client: &Client) -> Result<(), Error> {
+        let api = self.api(client);
+        let name = member_lease_name(&self.identity);
+        let retry = self.timing().retry_period;
+        let deadline = crate::kubeclient::CALL_DEADLINE;
+        loop {
+            let started = Instant::now();
+            let created = tokio::time::timeout(
+                deadline,
+                api.create(&PostParams::default(), &self.desired()),
+            )
+            .await;
+            match created {
+                Ok(Ok(lease)) => {
+                    let uid = lease.metadata.uid.clone().unwrap_or_default();
+                    let rv = lease.metadata.resource_version.unwrap_or_default();
+                    self.lock().joined(uid.clone(), rv, started, Instant::now());
+                    self.metrics.api_reachable.set(1);
+                    info!(replica = %self.identity, epoch = %uid, "joined: membership Lease created");
+                    self.changed.notify_waiters();
+                    return Ok(());
+                }
+                Ok(Err(e)) if api_code(&e) == Some(409) => {
+                    // Only one process runs under an identity (the pod name), so
+                    // a Lease under our name is an earlier incarnation's.
+                    warn!(replica = %self.identity, "a membership Lease of an earlier incarnation exists; replacing it");
+                    let _ =
+                        tokio::time::timeout(deadline, api.delete(&name, &DeleteParams::default()))
+                            .await;
+                }
+                Ok(Err(e)) if api_code(&e) == Some(403) => {
+                    return Err(Error::Forbidden(format!(
+                        "cannot create Leases in namespace {:?} (coordination.k8s.io leases: create, get, update, delete): {e}",
+                        self.namespace
+                    )));
+                }
+                Ok(Err(e)) => {
+                    warn!(error = %e, "cannot create the membership Lease yet; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+                Err(_) => {
+                    warn!("creating the membership Lease got no answer in time; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        }
+    }
+
+    /// One renewal attempt. Returns true when the API server says the Lease is not ours.
+    async fn renew(&self, client: &Client) -> bool {
+        let api = self.api(client);
+        let name = member_lease_name(&self.identity);
+        let (epoch, rv, retry) = {
+            let g = self.lock();
+            (
+                g.epoch().map(str::to_string),
+                g.resource_version().map(str::to_string),
+                g.timing().retry_period,
+            )
+        };
+        if epoch.is_none() {
+            return false;
+        }
+        let mut lease = self.desired();
+        lease.metadata.resource_version = rv;
+        lease.metadata.uid = epoch.clone();
+        let started = Instant::now();
+        let attempt = tokio::time::timeout(retry, async {
+            match api.replace(&name, &PostParams::default(), &lease).await {
+                Err(e) if api_code(&e) == Some(409) => {
+                    // Our previous renewal may have landed without us hearing the answer:
+                    // the Lease is still ours if its UID is our epoch.
+                    match api.get_opt(&name).await {
+                        Ok(Some(current)) if current.metadata.uid == epoch => {
+                            lease.metadata.resource_version = current.metadata.resource_version;
+                            api.replace(&name, &PostParams::default(), &lease).await
+                        }
+                        Ok(_) => Err(e),
+                        Err(e2) => Err(e2),
+                    }
+                }
+                other => other,
+            }
+        })
+        .await;
+        let answer = match attempt {
+            Ok(r) => {
+                if let Err(e) = &r {
+                    warn!(error = %e, "membership Lease renewal failed");
+                }
+                answer_of(r)
+            }
+            Err(_) => {
+                warn!("membership Lease renewal got no answer in time");
+                Answer::Unanswered
+            }
+        };
+        let label = match &answer {
+            Answer::Renewed(_) => None,
+            Answer::Lost => Some("lost"),
+            Answer::Rejected => Some("rejected"),
+            Answer::Unanswered => Some("unreachable"),
+        };
+        if let Some(l) = label {
+            self.metrics
+                .lease_renew_failures
+                .with_label_values(&[l])
+                .inc();
+        }
+        let (lost, reachable) = {
+            let mut g = self.lock();
+            let lost = g.answered(started, answer.clone(), Instant::now());
+            (lost, g.reachable())
+        };
+        if lost {
+            error!(replica = %self.identity, "membership Lease lost: dropping every checker");
+            self.metrics.self_fences.with_label_values(&["lost"]).inc();
+        } else if answer == Answer::Rejected {
+            error!(replica = %self.identity, "membership Lease renewal refused by the API server: probing stops once the renew deadline passes");
+        }
+        self.metrics.api_reachable.set(reachable as i64);
+        self.changed.notify_waiters();
+        lost
+    }
+
+    /// The renewal loop. `on_lost` runs (and completes) before we re-join, so the
+    /// engine has dropped every checker of the old incarnation first.
+    pub async fn run<F, Fut>(self: Arc<Self>, client: Client, on_lost: F) -> Result<(), Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let heartbeat = tokio::spawn(self.clone().heartbeat());
+        let _stop_heartbeat = AbortOnDrop(heartbeat.abort_handle());
+        let retry = self.timing().retry_period;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(retry) => {}
+                _ = self.kick.notified() => {}
+            }
+            if heartbeat.is_finished() {
+                return Err(Error::TaskDied("pause detector"));
+            }
+            if self.renew(&client).await {
+                on_lost().await;
+                self.join(&client).await?;
+            }
+        }
+    }
+
+    /// Records that the process runs, often enough to see a pause as a gap.
+    async fn heartbeat(self: Arc<Self>) {
+        let every = self.timing().pause_after() / 8;
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let seen = self.lock().alive(Instant::now());
+            self.on_seen(seen);
+        }
+    }
+
+    /// Graceful shutdown: delete our Lease so the sharder moves our checkers at once.
+    pub async fn release(&self, client: &Client) {
+        let epoch = {
+            let mut g = self.lock();
+            let e = g.epoch().map(str::to_string);
+            g.released();
+            e
+        };
+        if let Some(uid) = epoch {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let api = self.api(client);
+            let name = member_lease_name(&self.identity);
+            match tokio::time::timeout(crate::kubeclient::CALL_DEADLINE, api.delete(&name, &dp))
+                .await
+            {
+                Ok(Ok(_)) => info!(replica = %self.identity, "membership Lease released"),
+                Ok(Err(e)) => warn!(error = %e, "could not release the membership Lease"),
+                Err(_) => warn!("releasing the membership Lease got no answer in time"),
+            }
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+/// Aborts a task when dropped (a helper task must not outlive its owner).
+pub(crate) struct AbortOnDrop(pub tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,240 @@
+//! One replica: wires the engine, writer, membership, member view, leader
+//! election and feed together, runs until SIGTERM or a vital task dies, and
+//! shuts down in the order DESIGN.md asks: stop probing, release the Leases
+//! (the others take over at once), then flush the last status writes (still
+//! fenced by resourceVersion, so none lands on a checker that already moved).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{error, info};
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::kubeclient::Clients;
+use crate::membership::Membership;
+use crate::metrics::Metrics;
+use crate::scheduler::{self, Command, Engine, EngineSettings};
+use crate::server::{self, Health};
+use crate::shard::{LeaderElector, LeaderGate, MemberView, Sharder};
+use crate::writer::StatusWriter;
+use crate::{feed, preflight, probe};
+
+/// Turns a finished vital task into the process's error.
+fn vital(what: &'static str, r: Result<Result<(), Error>, tokio::task::JoinError>) -> Error {
+    let e = match r {
+        Ok(Err(e)) => e,
+        Ok(Ok(())) => Error::TaskDied(what),
+        Err(j) if j.is_panic() => Error::TaskPanicked(what, panic_text(j)),
+        Err(_) => Error::TaskDied(what),
+    };
+    error!(task = what, error = %e, "a vital task stopped; exiting so the pod restarts");
+    e
+}
+
+fn panic_text(j: tokio::task::JoinError) -> String {
+    let p = j.into_panic();
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+/// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
+pub async fn run(cfg: Config) -> Result<(), Error> {
+    cfg.validate()?;
+    let identity = cfg.identity();
+    let kube_config = kube::Config::infer().await.map_err(Error::InferConfig)?;
+    let api_url = kube_config.cluster_url.to_string();
+    let clients = Clients::new(kube_config)?;
+    let client = clients.requests.clone();
+    let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
+    let health = Arc::new(Health::default());
+    let addr = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
+    info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
+
+    preflight::preflight(&client, &cfg.namespace, cfg.watch_namespace.as_deref())
+        .await
+        .map_err(|e| match e {
+            Error::Kube(k) if !matches!(k, kube::Error::Api(_)) => Error::Unreachable {
+                url: api_url.clone(),
+                source: k,
+            },
+            other => other,
+        })?;
+
+    let membership = Membership::new(
+        identity.clone(),
+        cfg.namespace.clone(),
+        cfg.lease_duration,
+        cfg.renew_deadline,
+        cfg.retry_period,
+        metrics.clone(),
+    );
+    membership.join(&client).await?;
+
+    let policy = probe::AddressPolicy {
+        deny: cfg.deny_cidrs.0.clone(),
+        allow: cfg.allow_cidrs.0.clone(),
+    };
+    let prober = Arc::new(probe::Prober::new(
+        cfg.replica_header.then_some(identity.as_str()),
+        policy,
+        cfg.max_body_bytes,
+    ));
+    // Few concurrent status writes: they are never urgent, and the API server's
+    // capacity is better spent on assignments (new checkers, failover).
+    let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
+    let (ev_tx, ev_rx) = mpsc::channel(1024);
+    let engine = Engine::new(
+        EngineSettings {
+            identity: identity.clone(),
+            workers: cfg.workers as usize,
+            heartbeat: cfg.heartbeat,
+        },
+        prober,
+        metrics.clone(),
+        membership.clone(),
+        writer.clone(),
+        ev_tx,
+    );
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "webchecker-operator".into(),
+            instance: Some(identity.clone()),
+        },
+    );
+    let view = MemberView::new(cfg.lease_duration);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let mut engine_task = tokio::spawn(async move {
+        engine.run(cmd_rx).await;
+        Ok::<(), Error>(())
+    });
+    let mut writer_task = tokio::spawn({
+        let (writer, client) = (writer.clone(), client.clone());
+        async move {
+            writer.run(client).await;
+            Ok::<(), Error>(())
+        }
+    });
+    tokio::spawn(scheduler::run_events(recorder, ev_rx));
+    let mut view_task = tokio::spawn(view.clone().run(
+        clients.watches.clone(),
+        cfg.namespace.clone(),
+        metrics.clone(),
+    ));
+    let fence_tx = cmd_tx.clone();
+    let mut lease_task = tokio::spawn(membership.clone().run(client.clone(), move || {
+        let tx = fence_tx.clone();
+        async move {
+            let (done, wait) = oneshot::channel();
+            if tx.send(Command::Fence { done }).await.is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }));
+    let leader_gate = LeaderGate::new(cfg.renew_deadline);
+    let elector = LeaderElector {
+        identity: identity.clone(),
+        namespace: cfg.namespace.clone(),
+        lease_duration: cfg.lease_duration,
+        renew_deadline: cfg.renew_deadline,
+        retry_period: cfg.retry_period,
+        metrics: metrics.clone(),
+        gate: leader_gate.clone(),
+    };
+    let sharder = {
+        let (clients, view, membership, metrics) = (
+            clients.clone(),
+            view.clone(),
+            membership.clone(),
+            metrics.clone(),
+        );
+        let (identity, watch_ns, lease_ns, retry) = (
+            identity.clone(),
+            cfg.watch_namespace.clone(),
+            cfg.namespace.clone(),
+            cfg.retry_period,
+        );
+        move || {
+            Sharder {
+                clients: clients.clone(),
+                identity: identity.clone(),
+                watch_namespace: watch_ns.clone(),
+                lease_namespace: lease_ns.clone(),
+                view: view.clone(),
+                membership: membership.clone(),
+                leader: leader_gate.clone(),
+                metrics: metrics.clone(),
+                retry_period: retry,
+                write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
+            }
+            .run()
+        }
+    };
+    let mut leader_task = tokio::spawn(elector.run(client.clone(), stop_rx, sharder));
+    let mut watch_task = tokio::spawn(feed::watch_own_shard(
+        clients.watches.clone(),
+        cfg.watch_namespace.clone(),
+        membership.clone(),
+        cmd_tx.clone(),
+        health.clone(),
+        metrics.clone(),
+    ));
+    health.alive.store(true, Ordering::Relaxed);
+
+    let outcome: Result<(), Error> = tokio::select! {
+        _ = shutdown_signal() => Ok(()),
+        r = &mut engine_task => Err(vital("engine", r)),
+        r = &mut writer_task => Err(vital("status writer", r)),
+        r = &mut view_task => Err(vital("membership view", r)),
+        r = &mut lease_task => Err(vital("membership lease", r)),
+        r = &mut leader_task => Err(vital("leader election", r)),
+        r = &mut watch_task => Err(vital("checker watch", r)),
+    };
+    health.alive.store(outcome.is_ok(), Ordering::Relaxed);
+    health.shutting_down.store(true, Ordering::Relaxed);
+    outcome?;
+
+    let deadline = Instant::now() + cfg.shutdown_timeout;
+    let left = || deadline.saturating_duration_since(Instant::now());
+    info!(replica = %identity, "shutting down: stopping probes");
+    watch_task.abort();
+    let (done, wait) = oneshot::channel();
+    if cmd_tx.send(Command::Shutdown { done }).await.is_ok() {
+        let _ = tokio::time::timeout(left(), wait).await;
+    }
+    // Hand over first: the others start probing our checkers at once...
+    lease_task.abort();
+    let _ = stop_tx.send(true);
+    let _ = tokio::time::timeout(left().min(Duration::from_secs(3)), leader_task).await;
+    writer.allow_final_flush();
+    membership.release(&client).await;
+    // ...then flush what we last saw; each write is fenced by resourceVersion.
+    writer.flush(left().min(Duration::from_secs(10))).await;
+    info!(replica = %identity, "stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
