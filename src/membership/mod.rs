@@ -121,6 +121,13 @@ impl Membership {
         self.lock().judge_since(Instant::now())
     }
 
+    /// Tests: hold the Lease `uid` as if `join` had created it just now.
+    #[cfg(test)]
+    pub(crate) fn joined_for_test(&self, uid: &str) {
+        let now = Instant::now();
+        self.lock().joined(uid.into(), "1".into(), now, now);
+    }
+
     pub fn lease_duration(&self) -> Duration {
         self.timing().lease_duration
     }

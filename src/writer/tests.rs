@@ -1,0 +1,252 @@
+use super::*;
+
+fn writer() -> Arc<StatusWriter> {
+    let metrics = Arc::new(Metrics::new("r1", false));
+    let s = Duration::from_secs(1);
+    let membership = Membership::new(
+        "r1".into(),
+        "ns".into(),
+        10 * s,
+        7 * s,
+        2 * s,
+        metrics.clone(),
+    );
+    StatusWriter::new(membership, metrics, 1)
+}
+
+fn queued(w: &StatusWriter, key: &str) -> Option<Op> {
+    w.lock().pending.get(key).map(|p| p.op.clone())
+}
+
+#[test]
+fn a_status_write_never_replaces_a_queued_drain_ack() {
+    let w = writer();
+    w.submit(
+        "ns/a",
+        "ns",
+        "a",
+        Op::AckDrain {
+            last_probe_unix_ms: Some(1),
+        },
+    );
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    assert!(matches!(
+        queued(&w, "ns/a"),
+        Some(Op::AckDrain {
+            last_probe_unix_ms: Some(1)
+        })
+    ));
+}
+
+#[test]
+fn a_newer_status_replaces_an_older_one_and_an_ack_replaces_a_status() {
+    let w = writer();
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let newer = WebCheckerStatus {
+        owner: Some("r1".into()),
+        ..Default::default()
+    };
+    w.submit("ns/a", "ns", "a", Op::Status(Box::new(newer)));
+    assert!(
+        matches!(queued(&w, "ns/a"), Some(Op::Status(s)) if s.owner.as_deref() == Some("r1"))
+    );
+    w.submit(
+        "ns/a",
+        "ns",
+        "a",
+        Op::AckDrain {
+            last_probe_unix_ms: None,
+        },
+    );
+    assert!(matches!(queued(&w, "ns/a"), Some(Op::AckDrain { .. })));
+    assert_eq!(w.pending_len(), 1);
+}
+
+// The writer against a mocked API server (kube's tower-test pattern): every
+// request it sends is checked, every answer is scripted.
+
+use http::{Request, Response};
+use kube::client::Body;
+use tower_test::mock::{self, Handle};
+
+type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+fn mocked() -> (Arc<StatusWriter>, Client, ApiHandle) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "ns");
+    let w = writer();
+    w.membership.joined_for_test("uid-r1");
+    (w, client, handle)
+}
+
+fn checker_json(owner: &str, epoch: &str, rv: &str) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "test.network.io/v1alpha1",
+        "kind": "WebChecker",
+        "metadata": {
+            "name": "a", "namespace": "ns", "resourceVersion": rv,
+            "labels": { OWNER_LABEL: owner },
+            "annotations": { EPOCH_ANNOTATION: epoch },
+        },
+        "spec": { "host": "example.invalid" },
+    }))
+    .unwrap()
+}
+
+fn status(code: u16) -> Response<Body> {
+    let body = json!({
+        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "scripted", "reason": "Scripted", "code": code,
+    });
+    Response::builder()
+        .status(code)
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+fn ok(body: Vec<u8>) -> Response<Body> {
+    Response::builder().status(200).body(Body::from(body)).unwrap()
+}
+
+/// Answers the next request after checking its method and the resourceVersion
+/// precondition it carries (if `rv` is given).
+async fn answer(h: &mut ApiHandle, method: &str, rv: Option<&str>, resp: Response<Body>) {
+    let (req, send) = h.next_request().await.expect("a request");
+    assert_eq!(req.method().as_str(), method, "{}", req.uri());
+    if let Some(rv) = rv {
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], rv, "fenced by the version last seen");
+    }
+    send.send_response(resp);
+}
+
+fn pending(w: &StatusWriter) -> Pending {
+    w.lock().pending.get("ns/a").cloned().expect("queued")
+}
+
+fn count(w: &StatusWriter, result: &str) -> u64 {
+    w.metrics.status_writes.with_label_values(&[result]).get()
+}
+
+#[tokio::test]
+async fn a_conflict_on_a_checker_that_moved_is_fenced_and_never_retried() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(409)).await;
+        answer(&mut h, "GET", None, ok(checker_json("r2", "uid-r2", "6"))).await;
+        h
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    let mut h = api.await.unwrap();
+    assert_eq!(count(&w, "fenced"), 1);
+    assert_eq!(w.pending_len(), 0);
+    // No third request: the write was not retried.
+    drop(client);
+    assert!(h.next_request().await.is_none());
+}
+
+#[tokio::test]
+async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(409)).await;
+        answer(&mut h, "GET", None, ok(checker_json("r1", "uid-r1", "6"))).await;
+        answer(&mut h, "PATCH", Some("6"), ok(checker_json("r1", "uid-r1", "7"))).await;
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    api.await.unwrap();
+    assert_eq!(count(&w, "ok"), 1);
+    assert_eq!(w.lock().versions.get("ns/a").map(String::as_str), Some("7"));
+}
+
+/// Issue 12, item 7: a write that failed with a 5xx after its checker was
+/// forgotten (it moved away meanwhile) was re-queued without a version and
+/// retried forever.
+#[tokio::test]
+async fn a_failed_write_of_a_checker_forgotten_meanwhile_is_not_retried() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let w2 = w.clone();
+    let api = tokio::spawn(async move {
+        let (_req, send) = h.next_request().await.unwrap();
+        w2.forget("ns/a");
+        send.send_response(status(503));
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    api.await.unwrap();
+    assert_eq!(w.pending_len(), 0);
+}
+
+#[tokio::test]
+async fn a_failure_without_verdict_is_retried_later_with_backoff() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(500)).await;
+    });
+    let before = Instant::now();
+    w.write(&client, "ns/a".into(), p).await;
+    api.await.unwrap();
+    let p = pending(&w);
+    assert_eq!(p.attempts, 1);
+    assert!(p.not_before.is_some_and(|t| t > before));
+    // Not due yet: the batch is empty, and says when to look again.
+    let (batch, next) = w.take_batch(10, Instant::now());
+    assert!(batch.is_empty());
+    assert!(next.is_some());
+    assert!(backoff(20) <= Duration::from_secs(30), "capped");
+}
+
+#[tokio::test]
+async fn a_refused_write_is_dropped_and_counted() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(422)).await;
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    api.await.unwrap();
+    assert_eq!(w.pending_len(), 0);
+    assert_eq!(count(&w, "refused"), 1);
+}
+
+#[test]
+fn drain_acks_are_written_before_status() {
+    let w = writer();
+    for i in 0..50 {
+        let k = format!("ns/s{i}");
+        w.submit(&k, "ns", &format!("s{i}"), Op::Status(Box::default()));
+    }
+    w.submit("ns/ack", "ns", "ack", Op::AckDrain { last_probe_unix_ms: None });
+    let (batch, _) = w.take_batch(1, Instant::now());
+    assert_eq!(batch.len(), 1);
+    assert_eq!(batch[0].0, "ns/ack");
+}
+
+#[test]
+fn verdicts() {
+    assert_eq!(verdict(Some(409)), Verdict::Conflict);
+    assert_eq!(verdict(Some(404)), Verdict::Gone);
+    for c in [None, Some(429), Some(500), Some(503), Some(504)] {
+        assert_eq!(verdict(c), Verdict::Retry, "{c:?}");
+    }
+    for c in [400, 401, 403, 422] {
+        assert_eq!(verdict(Some(c)), Verdict::Refused, "{c}");
+    }
+}
