@@ -15,7 +15,7 @@
 //! refusal (other 4xx) is dropped and counted; a checker forgotten meanwhile
 //! (it moved away) is never retried.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -92,6 +92,8 @@ struct Inner {
     pending: HashMap<String, Pending>,
     /// Last resourceVersion seen per checker (from the watch or our writes).
     versions: HashMap<String, String>,
+    /// Keys whose pending op is a drain ack: they jump every queue.
+    acks: HashSet<String>,
 }
 
 pub struct StatusWriter {
@@ -142,6 +144,9 @@ impl StatusWriter {
         {
             return;
         }
+        if matches!(op, Op::AckDrain { .. }) {
+            g.acks.insert(key.to_string());
+        }
         g.pending.insert(
             key.to_string(),
             Pending {
@@ -160,6 +165,7 @@ impl StatusWriter {
     pub fn forget(&self, key: &str) {
         let mut g = self.lock();
         g.pending.remove(key);
+        g.acks.remove(key);
         g.versions.remove(key);
         crate::shrink_if_sparse(&mut g.versions);
         crate::shrink_if_sparse(&mut g.pending);
@@ -169,6 +175,7 @@ impl StatusWriter {
         let mut g = self.lock();
         g.pending = HashMap::new();
         g.versions = HashMap::new();
+        g.acks = HashSet::new();
     }
 
     pub fn pending_len(&self) -> usize {
@@ -335,6 +342,9 @@ impl StatusWriter {
                 let mut g = self.lock();
                 // Re-queue only if still ours and nothing newer was queued.
                 if g.versions.contains_key(&key) {
+                    if matches!(p.op, Op::AckDrain { .. }) {
+                        g.acks.insert(key.clone());
+                    }
                     g.pending.entry(key).or_insert(p);
                 }
             }
@@ -363,9 +373,29 @@ impl StatusWriter {
         let keys: Vec<String> = due.into_iter().take(max).map(|(_, k)| k.clone()).collect();
         let batch = keys
             .into_iter()
-            .filter_map(|k| g.pending.remove(&k).map(|p| (k, p)))
+            .filter_map(|k| {
+                g.acks.remove(&k);
+                g.pending.remove(&k).map(|p| (k, p))
+            })
             .collect();
         (batch, next)
+    }
+
+    /// A drain ack that is due, if any (checked before every write of a batch,
+    /// so an ack never waits behind a batch of status writes).
+    fn take_ack(&self, now: Instant) -> Option<(String, Pending)> {
+        let mut g = self.lock();
+        let key = g
+            .acks
+            .iter()
+            .find(|k| {
+                g.pending
+                    .get(*k)
+                    .is_some_and(|p| p.not_before.is_none_or(|t| t <= now))
+            })?
+            .clone();
+        g.acks.remove(&key);
+        g.pending.remove(&key).map(|p| (key, p))
     }
 
     pub async fn run(self: Arc<Self>, client: Client) {
@@ -394,13 +424,18 @@ impl StatusWriter {
                 }
                 continue;
             }
-            futures::stream::iter(batch)
-                .for_each_concurrent(self.concurrency, |(k, p)| {
-                    let this = self.clone();
-                    let client = client.clone();
-                    async move { this.write(&client, k, p).await }
-                })
-                .await;
+            let this = self.clone();
+            let queue: VecDeque<(String, Pending)> = batch.into();
+            futures::stream::unfold(queue, move |mut queue| {
+                let next = this.take_ack(Instant::now()).or_else(|| queue.pop_front());
+                async move { next.map(|item| (item, queue)) }
+            })
+            .for_each_concurrent(self.concurrency, |(k, p)| {
+                let this = self.clone();
+                let client = client.clone();
+                async move { this.write(&client, k, p).await }
+            })
+            .await;
         }
     }
 }

@@ -209,14 +209,17 @@ impl Membership {
     async fn renew(&self, client: &Client) -> bool {
         let api = self.api(client);
         let name = member_lease_name(&self.identity);
-        let (epoch, rv, retry) = {
+        let (epoch, rv, timing) = {
             let g = self.lock();
             (
                 g.epoch().map(str::to_string),
                 g.resource_version().map(str::to_string),
-                g.timing().retry_period,
+                g.timing(),
             )
         };
+        // Long enough for a busy API server (a timeout here stops status
+        // writes), short enough to try again well inside the renew deadline.
+        let deadline = timing.retry_period.max(timing.renew_deadline / 2);
         if epoch.is_none() {
             return false;
         }
@@ -224,7 +227,7 @@ impl Membership {
         lease.metadata.resource_version = rv;
         lease.metadata.uid = epoch.clone();
         let started = Instant::now();
-        let attempt = tokio::time::timeout(retry, async {
+        let attempt = tokio::time::timeout(deadline, async {
             match api.replace(&name, &PostParams::default(), &lease).await {
                 Err(e) if api_code(&e) == Some(409) => {
                     // Our previous renewal may have landed without us hearing the answer:
@@ -357,3 +360,6 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -47,9 +47,7 @@ fn a_newer_status_replaces_an_older_one_and_an_ack_replaces_a_status() {
         ..Default::default()
     };
     w.submit("ns/a", "ns", "a", Op::Status(Box::new(newer)));
-    assert!(
-        matches!(queued(&w, "ns/a"), Some(Op::Status(s)) if s.owner.as_deref() == Some("r1"))
-    );
+    assert!(matches!(queued(&w, "ns/a"), Some(Op::Status(s)) if s.owner.as_deref() == Some("r1")));
     w.submit(
         "ns/a",
         "ns",
@@ -105,7 +103,10 @@ fn status(code: u16) -> Response<Body> {
 }
 
 fn ok(body: Vec<u8>) -> Response<Body> {
-    Response::builder().status(200).body(Body::from(body)).unwrap()
+    Response::builder()
+        .status(200)
+        .body(Body::from(body))
+        .unwrap()
 }
 
 /// Answers the next request after checking its method and the resourceVersion
@@ -119,7 +120,10 @@ async fn answer(h: &mut ApiHandle, method: &str, rv: Option<&str>, resp: Respons
             .unwrap()
             .to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["metadata"]["resourceVersion"], rv, "fenced by the version last seen");
+        assert_eq!(
+            v["metadata"]["resourceVersion"], rv,
+            "fenced by the version last seen"
+        );
     }
     send.send_response(resp);
 }
@@ -161,7 +165,13 @@ async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
     let api = tokio::spawn(async move {
         answer(&mut h, "PATCH", Some("5"), status(409)).await;
         answer(&mut h, "GET", None, ok(checker_json("r1", "uid-r1", "6"))).await;
-        answer(&mut h, "PATCH", Some("6"), ok(checker_json("r1", "uid-r1", "7"))).await;
+        answer(
+            &mut h,
+            "PATCH",
+            Some("6"),
+            ok(checker_json("r1", "uid-r1", "7")),
+        )
+        .await;
     });
     w.write(&client, "ns/a".into(), p).await;
     api.await.unwrap();
@@ -233,7 +243,14 @@ fn drain_acks_are_written_before_status() {
         let k = format!("ns/s{i}");
         w.submit(&k, "ns", &format!("s{i}"), Op::Status(Box::default()));
     }
-    w.submit("ns/ack", "ns", "ack", Op::AckDrain { last_probe_unix_ms: None });
+    w.submit(
+        "ns/ack",
+        "ns",
+        "ack",
+        Op::AckDrain {
+            last_probe_unix_ms: None,
+        },
+    );
     let (batch, _) = w.take_batch(1, Instant::now());
     assert_eq!(batch.len(), 1);
     assert_eq!(batch[0].0, "ns/ack");
@@ -249,4 +266,27 @@ fn verdicts() {
     for c in [400, 401, 403, 422] {
         assert_eq!(verdict(Some(c)), Verdict::Refused, "{c}");
     }
+}
+
+#[test]
+fn a_drain_ack_jumps_a_batch_already_taken() {
+    let w = writer();
+    for i in 0..10 {
+        let k = format!("ns/s{i}");
+        w.observe_version(&k, "1");
+        w.submit(&k, "ns", &format!("s{i}"), Op::Status(Box::default()));
+    }
+    let (batch, _) = w.take_batch(256, Instant::now());
+    assert_eq!(batch.len(), 10);
+    w.submit(
+        "ns/ack",
+        "ns",
+        "ack",
+        Op::AckDrain {
+            last_probe_unix_ms: None,
+        },
+    );
+    let (key, _) = w.take_ack(Instant::now()).expect("the ack goes next");
+    assert_eq!(key, "ns/ack");
+    assert!(w.take_ack(Instant::now()).is_none());
 }

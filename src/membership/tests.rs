@@ -1,0 +1,158 @@
+//! Renewal paths against a mocked API server (kube's tower-test pattern).
+
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::json;
+use tower_test::mock::{self, Handle};
+
+use super::*;
+
+type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
+    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(svc, "ns");
+    let metrics = Arc::new(Metrics::new("r1", false));
+    let m = Membership::new(
+        "r1".into(),
+        "ns".into(),
+        retry * 6,
+        retry * 4,
+        retry,
+        metrics,
+    );
+    m.joined_for_test("uid-r1");
+    (m, client, handle)
+}
+
+fn lease(uid: &str, rv: &str) -> Response<Body> {
+    let body = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": { "name": "webchecker-member-r1", "namespace": "ns", "uid": uid, "resourceVersion": rv },
+        "spec": { "holderIdentity": "r1" },
+    });
+    Response::builder()
+        .status(200)
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+fn status(code: u16) -> Response<Body> {
+    let body = json!({
+        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "message": "scripted", "reason": "Scripted", "code": code,
+    });
+    Response::builder()
+        .status(code)
+        .body(Body::from(serde_json::to_vec(&body).unwrap()))
+        .unwrap()
+}
+
+async fn answer(h: &mut ApiHandle, method: &str, resp: Response<Body>) {
+    let (req, send) = h.next_request().await.expect("a request");
+    assert_eq!(req.method().as_str(), method, "{}", req.uri());
+    send.send_response(resp);
+}
+
+fn failures(m: &Membership, reason: &str) -> u64 {
+    m.metrics
+        .lease_renew_failures
+        .with_label_values(&[reason])
+        .get()
+}
+
+#[tokio::test]
+async fn a_renewal_carries_our_version_and_keeps_the_epoch() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        let (req, send) = h.next_request().await.unwrap();
+        assert_eq!(req.method(), "PUT");
+        let body = http_body_util::BodyExt::collect(req.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "1");
+        assert_eq!(v["metadata"]["uid"], "uid-r1");
+        send.send_response(lease("uid-r1", "2"));
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(m.epoch().as_deref(), Some("uid-r1"));
+    assert!(m.can_write());
+}
+
+#[tokio::test]
+async fn a_conflict_on_our_own_lease_is_retried_with_its_version() {
+    // Our previous renewal landed but its answer was lost.
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+        answer(&mut h, "PUT", lease("uid-r1", "8")).await;
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert!(m.can_write());
+    assert_eq!(failures(&m, "lost"), 0);
+}
+
+#[tokio::test]
+async fn a_conflict_on_a_foreign_lease_is_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-other", "9")).await;
+    });
+    assert!(m.renew(&client).await, "lost");
+    api.await.unwrap();
+    assert_eq!(m.epoch(), None);
+    assert!(!m.dispatch_allowed());
+    assert_eq!(failures(&m, "lost"), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_lease_is_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(404)).await });
+    assert!(m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(m.epoch(), None);
+}
+
+/// Issue 12, item 8: 401/403/422 were counted as "unreachable" (keep probing
+/// for ever); they are answers that the Lease will expire under us.
+#[tokio::test]
+async fn a_refused_renewal_is_not_an_outage() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(403)).await });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(failures(&m, "rejected"), 1);
+    assert_eq!(failures(&m, "unreachable"), 0);
+    assert!(!m.can_write());
+    assert_eq!(m.judge_since(), None);
+}
+
+#[tokio::test]
+async fn a_renewal_that_hangs_ends_at_its_deadline_as_unanswered() {
+    let (m, client, mut h) = membership(Duration::from_millis(100));
+    let heartbeat = tokio::spawn(m.clone().heartbeat());
+    let api = tokio::spawn(async move {
+        // Accept the request and never answer.
+        let (_req, send) = h.next_request().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(send);
+    });
+    let t = Instant::now();
+    assert!(!m.renew(&client).await);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "bounded by the retry period"
+    );
+    assert_eq!(failures(&m, "unreachable"), 1);
+    assert!(!m.can_write(), "unreachable: write nothing");
+    assert!(m.dispatch_allowed(), "but keep probing");
+    api.abort();
+    heartbeat.abort();
+}
