@@ -52,14 +52,27 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 fail=0
+. "$(dirname "$0")/versions.env"
+# version_ge A B: is version A >= B (dotted numbers)?
+version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" = "$2" ]; }
 if command -v go >/dev/null 2>&1; then
-  echo "install-deps: $(go version)"
+  gov=$(go env GOVERSION | sed 's/^go//')
+  echo "install-deps: go $gov"
+  if ! version_ge "$gov" "$GO_MIN_VERSION"; then
+    echo "install-deps: error: Go $gov is older than $GO_MIN_VERSION (the go line of k8s.io/kubernetes v$KUBE_VERSION)" >&2
+    fail=1
+  fi
 else
   echo "install-deps: error: Go (>= 1.26, the go line of k8s.io/kubernetes v1.36) is required to build the control plane; it is not on PATH" >&2
   fail=1
 fi
 if command -v cargo >/dev/null 2>&1; then
-  echo "install-deps: $(cargo --version)"
+  rsv=$(rustc --version | awk '{print $2}')
+  echo "install-deps: rustc $rsv (lints pinned to $RUST_VERSION, minimum $RUST_MIN_VERSION)"
+  if ! version_ge "$rsv" "$RUST_MIN_VERSION"; then
+    echo "install-deps: error: Rust $rsv is older than $RUST_MIN_VERSION (Cargo.toml rust-version)" >&2
+    fail=1
+  fi
 else
   echo "install-deps: error: Rust (cargo) is required; it is not on PATH (install it with rustup)" >&2
   fail=1

@@ -17,21 +17,21 @@
 
 pub mod api;
 pub mod config;
-pub mod error;
+pub(crate) mod error;
 mod feed;
-pub mod kubeclient;
-pub mod membership;
-pub mod metrics;
+pub(crate) mod kubeclient;
+pub(crate) mod membership;
+pub(crate) mod metrics;
 mod preflight;
 pub mod probe;
 mod replica;
 pub mod ring;
-pub mod scheduler;
-pub mod secrets;
-pub mod server;
-pub mod shard;
+pub(crate) mod scheduler;
+pub(crate) mod secrets;
+pub(crate) mod server;
+pub(crate) mod shard;
 pub mod status;
-pub mod writer;
+pub(crate) mod writer;
 
 pub use replica::run;
 

@@ -144,7 +144,6 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         identity: identity.clone(),
         namespace: cfg.namespace.clone(),
         lease_duration: cfg.lease_duration,
-        renew_deadline: cfg.renew_deadline,
         retry_period: cfg.retry_period,
         metrics: metrics.clone(),
         gate: leader_gate.clone(),

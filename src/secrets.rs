@@ -46,13 +46,6 @@ impl Resolved {
         }
     }
 
-    pub fn insert(&mut self, r: ValueRef, v: Result<Vec<u8>, String>) {
-        self.0.insert(r, v);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl FromIterator<(ValueRef, Result<Vec<u8>, String>)> for Resolved {
@@ -210,11 +203,6 @@ impl SecretResolver {
             }
         }
         out
-    }
-
-    /// Checkers that reference values (for tests and metrics).
-    pub fn tracked(&self) -> usize {
-        self.tracked.len()
     }
 
     /// Resolves `refs` in `namespace`: from the cache while fresh, else one

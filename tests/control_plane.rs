@@ -22,7 +22,6 @@ async fn fleet_behind_proxies(prefix: &str) -> (Fleet, Vec<TcpProxy>) {
     let ns = cluster.namespace(prefix);
     let client = cluster.client().await;
     let witness = Witness::start().await;
-    witness.set_quiet();
     let mut proxies = Vec::new();
     let mut ops = Vec::new();
     for i in 0..3 {

@@ -806,3 +806,78 @@ async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
     fleet.ops.clear();
     cluster.script("down");
 }
+
+/// Issue 12, item 10: with the default leases (10 s / 7 s / 2 s), losing the
+/// leader costs no more than losing any other replica: the member view runs
+/// on every replica, so the new leader already knows the old one's Lease is
+/// stale when it takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_failover_is_no_slower_than_any_other_at_default_leases() {
+    let cluster = Cluster::shared("ha");
+    let ns = cluster.namespace("deflt");
+    let client = cluster.client().await;
+    let witness = Witness::start().await;
+    let defaults: &[&str] = &[];
+    let mut ops: Vec<Operator> = (0..3)
+        .map(|i| Operator::spawn(cluster, &format!("deflt-r{i}"), &ns, defaults))
+        .collect();
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+    ops.push(Operator::spawn(cluster, "deflt-r3", &ns, defaults));
+    let mut fleet = Fleet {
+        cluster,
+        ns,
+        ops,
+        witness,
+        names,
+        client,
+    };
+    fleet.ops[3].wait_ready(Duration::from_secs(60)).await;
+    // Default lease, renew deadline and retry period of the operator.
+    let (lease, retry) = (Duration::from_secs(10), Duration::from_secs(2));
+    let bound = lease + 2 * retry + Duration::from_secs(INTERVAL as u64);
+    let mut gaps = Vec::new();
+    for kill_leader in [false, true] {
+        let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
+        let leader = fleet.leader().await.expect("a leader");
+        let victim = fleet
+            .ops
+            .iter()
+            .position(|o| o.child.is_some() && (o.identity == leader) == kill_leader)
+            .unwrap();
+        let victim_id = fleet.ops[victim].identity.clone();
+        let orphans: Vec<String> = owners
+            .iter()
+            .filter(|(_, o)| **o == victim_id)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert!(!orphans.is_empty(), "{victim_id} owns checkers");
+        let at = Instant::now();
+        fleet.ops[victim].kill();
+        eventually(
+            bound + Duration::from_secs(20),
+            "the victim's checkers probed again",
+            || async {
+                (failover_gap(&fleet.witness.hits(), &orphans, at).0 != Duration::MAX).then_some(())
+            },
+        )
+        .await;
+        let (gap, who) = failover_gap(&fleet.witness.hits(), &orphans, at);
+        let what = if kill_leader { "leader" } else { "non-leader" };
+        println!(
+            "default leases: SIGKILL of the {what}: largest gap {gap:?} ({who}), bound {bound:?}"
+        );
+        assert!(gap <= bound, "{what}: {who} unprobed for {gap:?}");
+        gaps.push(gap);
+    }
+    assert!(
+        gaps[1] <= gaps[0] + retry,
+        "leader failover {:?} slower than a non-leader's {:?} by more than a retry period",
+        gaps[1],
+        gaps[0]
+    );
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+}

@@ -105,6 +105,7 @@ impl Gate {
         self.reachable
     }
 
+    #[cfg(test)]
     pub fn paused(&self) -> bool {
         self.paused_at.is_some()
     }

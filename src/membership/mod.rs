@@ -128,10 +128,6 @@ impl Membership {
         self.lock().joined(uid.into(), "1".into(), now, now);
     }
 
-    pub fn lease_duration(&self) -> Duration {
-        self.timing().lease_duration
-    }
-
     fn api(&self, client: &Client) -> Api<Lease> {
         Api::namespaced(client.clone(), &self.namespace)
     }

@@ -179,14 +179,6 @@ impl Book {
         self.objects.get(key)
     }
 
-    pub fn len(&self) -> usize {
-        self.objects.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
-    }
-
     pub fn list_begin(&mut self) {
         self.listing.clear();
     }

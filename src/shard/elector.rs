@@ -93,7 +93,6 @@ pub struct LeaderElector {
     pub identity: String,
     pub namespace: String,
     pub lease_duration: Duration,
-    pub renew_deadline: Duration,
     pub retry_period: Duration,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<LeaderGate>,

@@ -20,6 +20,6 @@ pub mod elector;
 pub mod sharder;
 pub mod view;
 
-pub use elector::{LEADER_LEASE, LeaderElector, LeaderGate};
+pub use elector::{LeaderElector, LeaderGate};
 pub use sharder::Sharder;
 pub use view::MemberView;

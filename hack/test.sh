@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every test, each test binary under a deadline, all of them run even when one
+# fails (`make test`, .ci/run). Prints one line per binary and a summary.
+#
+# Environment: TEST_TIMEOUT_MINUTES (per binary, default 25), CHAOS_MINUTES
+# (the campaign's length; its binary gets twice that plus 10 minutes).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. hack/versions.env
+
+per_binary=${TEST_TIMEOUT_MINUTES:-25}
+chaos_minutes=${CHAOS_MINUTES:-3}
+export CHAOS_MINUTES=$chaos_minutes
+
+# Build everything first (one build, deadlines below cover only the tests).
+cargo test --locked --all-targets --no-run || exit 1
+
+targets=("--lib" "--bins")
+for f in tests/*.rs; do
+  targets+=("--test $(basename "$f" .rs)")
+done
+
+failed=()
+passed=0
+for t in "${targets[@]}"; do
+  minutes=$per_binary
+  [ "$t" = "--test chaos" ] && minutes=$((chaos_minutes * 2 + 10))
+  start=$(date +%s)
+  # shellcheck disable=SC2086 # $t is two words on purpose
+  timeout --kill-after=30s "${minutes}m" cargo test --locked $t -- --test-threads=1
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "test.sh: ok     $t (${took}s)"
+  else
+    [ $rc -eq 124 ] && echo "test.sh: TIMEOUT $t after ${minutes} minutes" >&2
+    failed+=("$t")
+    echo "test.sh: FAILED $t (${took}s, exit $rc)"
+  fi
+done
+
+[ ${#failed[@]} -gt 0 ] && echo "test.sh: failed: ${failed[*]}"
+echo "binaries: $passed passed, ${#failed[@]} failed"
+[ ${#failed[@]} -eq 0 ]
