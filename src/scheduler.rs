@@ -494,7 +494,9 @@ impl Engine {
             .get(&key)
             .map(|e| ((e.spec.clone(), e.resolved.clone()), e.draining));
         if let Some((_, true)) = existing {
-            // A drain was requested earlier and since withdrawn: resume.
+            // A drain was requested earlier and since withdrawn: resume, and
+            // do not hand over after all.
+            self.writer.withdraw_ack(&key);
             if let Some(e) = self.entries.get_mut(&key) {
                 e.draining = false;
             }

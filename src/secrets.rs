@@ -45,7 +45,6 @@ impl Resolved {
             None => Err(format!("{r} was not read")),
         }
     }
-
 }
 
 impl FromIterator<(ValueRef, Result<Vec<u8>, String>)> for Resolved {

@@ -161,6 +161,14 @@ impl StatusWriter {
         self.wake.notify_one();
     }
 
+    /// The drain was withdrawn before its ack was written: drop the ack.
+    pub fn withdraw_ack(&self, key: &str) {
+        let mut g = self.lock();
+        if g.acks.remove(key) {
+            g.pending.remove(key);
+        }
+    }
+
     /// Drops everything queued for a checker this replica no longer owns.
     pub fn forget(&self, key: &str) {
         let mut g = self.lock();

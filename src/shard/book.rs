@@ -102,17 +102,26 @@ pub enum Action {
         key: String,
         to: String,
     },
+    /// The drain's target left and the best place is the owner itself:
+    /// withdraw the drain instead of handing the checker to its own owner.
+    ClearDrain {
+        key: String,
+        owner: String,
+    },
 }
 
 impl Action {
     pub fn key(&self) -> &str {
         match self {
-            Action::Assign { key, .. } | Action::SetDrain { key, .. } => key,
+            Action::Assign { key, .. }
+            | Action::SetDrain { key, .. }
+            | Action::ClearDrain { key, .. } => key,
         }
     }
     pub fn target(&self) -> &str {
         match self {
             Action::Assign { to, .. } | Action::SetDrain { to, .. } => to,
+            Action::ClearDrain { owner, .. } => owner,
         }
     }
 }
@@ -354,7 +363,9 @@ impl Book {
                     if self.pending(&key) || handovers.contains(&key) => {}
                 Move::Assign { key, to } => {
                     let o = &self.objects[&key];
-                    if m.valid_owner(o) {
+                    if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
+                        actions.push(Action::ClearDrain { key, owner: to });
+                    } else if m.valid_owner(o) {
                         actions.push(Action::SetDrain { key, to });
                     } else {
                         let cause = match &o.owner {

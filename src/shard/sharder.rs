@@ -94,6 +94,12 @@ impl Sharder {
                     "annotations": { DRAIN_ANNOTATION: to },
                 }
             }),
+            Action::ClearDrain { .. } => json!({
+                "metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": { DRAIN_ANNOTATION: null },
+                }
+            }),
         };
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
         match tokio::time::timeout(CALL_DEADLINE, api.patch(&name, &pp, &patch)).await {
@@ -305,6 +311,9 @@ impl Sharder {
             }
             (WriteOutcome::Written(_), Action::SetDrain { to, .. }) => {
                 debug!(checker = %key, to = %to, "drain requested");
+            }
+            (WriteOutcome::Written(_), Action::ClearDrain { owner, .. }) => {
+                debug!(checker = %key, owner = %owner, "drain withdrawn: its target left");
             }
             (WriteOutcome::Failed, _) => {}
         }

@@ -239,3 +239,19 @@ fn the_census_counts_checkers_nobody_serves_after_the_grace() {
     );
     assert_eq!(b.census(&m, t0 + 62 * s, 10 * s, 60 * s).orphaned, 3);
 }
+
+/// The drain's target left while the owner is still valid: if the owner is
+/// the best place again, the drain is withdrawn, not turned into a handover
+/// from the owner to itself (a pointless gap).
+#[test]
+fn a_drain_whose_target_left_is_withdrawn_when_the_owner_is_best() {
+    let b = book(&[meta("x", "1", Some("a"), Some("ua"), Some("gone"))]);
+    let acts = decide(&b, &members(&[("a", "ua")]), &[]);
+    assert_eq!(
+        acts,
+        [Action::ClearDrain {
+            key: "ns/x".into(),
+            owner: "a".into()
+        }]
+    );
+}
