@@ -214,7 +214,7 @@ impl Membership {
             )
         };
         // Long enough for a busy API server (a timeout here stops status
-        // writes), short enough to try again well inside the renew deadline.
+        // writes), short enough to try again inside the renew deadline.
         let deadline = timing.retry_period.max(timing.renew_deadline / 2);
         if epoch.is_none() {
             return false;

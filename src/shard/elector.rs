@@ -31,6 +31,16 @@ pub struct LeaderGate {
     last_renew_start: Mutex<Option<Instant>>,
 }
 
+/// Whether we lead, and if not, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Leading,
+    /// Our renewals did not land in time; nobody else holds the Lease (yet).
+    Lapsed,
+    /// Someone else holds the Lease, or we never did.
+    Follower,
+}
+
 impl LeaderGate {
     pub fn new(renew_deadline: Duration) -> Arc<Self> {
         Arc::new(LeaderGate {
@@ -64,6 +74,13 @@ impl LeaderGate {
 
     pub fn valid(&self) -> bool {
         self.valid_at(Instant::now())
+    }
+
+    /// Time left before the renew deadline (zero when not leading).
+    fn remaining(&self, now: Instant) -> Duration {
+        self.lock().map_or(Duration::ZERO, |t| {
+            (t + self.renew_deadline).saturating_duration_since(now)
+        })
     }
 }
 
@@ -118,20 +135,23 @@ impl LeaderElector {
             .inc();
     }
 
-    /// One election step; afterwards the gate says whether we lead.
-    async fn step(&self, api: &Api<Lease>, observed: &mut Observed) {
+    /// One election step; afterwards the gate says whether we lead. Returns
+    /// false when the Lease is someone else's.
+    async fn step(&self, api: &Api<Lease>, observed: &mut Observed) -> bool {
         let started = Instant::now();
-        let current = match tokio::time::timeout(
-            CALL_DEADLINE.min(self.retry_period),
-            api.get_opt(LEADER_LEASE),
-        )
-        .await
-        {
+        // A leader may spend until its renew deadline on a renewal (a busy API
+        // server is not a lost Lease); a candidate tries again soon.
+        let budget = self
+            .gate
+            .remaining(started)
+            .max(self.retry_period)
+            .min(CALL_DEADLINE);
+        let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
             Ok(Ok(l)) => l,
             _ => {
                 observed.read_failed();
                 self.unanswered();
-                return;
+                return true;
             }
         };
         let Some(mut lease) = current else {
@@ -152,7 +172,7 @@ impl LeaderElector {
                 info!(replica = %self.identity, "became leader (sharder)");
                 self.gate.renewed(started);
             }
-            return;
+            return true;
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
@@ -162,13 +182,18 @@ impl LeaderElector {
             self.gate.lost();
             let stale = observed.saw(&rv, Instant::now(), self.lease_duration);
             if !holder.is_empty() && !stale {
-                return;
+                return false;
             }
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
         lease.spec = Some(self.desired(transitions, if ours { spec.acquire_time } else { None }));
+        let budget = self
+            .gate
+            .remaining(Instant::now())
+            .max(self.retry_period)
+            .min(CALL_DEADLINE);
         match tokio::time::timeout(
-            self.retry_period,
+            budget,
             api.replace(LEADER_LEASE, &PostParams::default(), &lease),
         )
         .await
@@ -179,12 +204,16 @@ impl LeaderElector {
                 }
                 self.gate.renewed(started);
             }
-            Ok(Err(e)) if api_code(&e) == Some(409) => self.gate.lost(),
+            Ok(Err(e)) if api_code(&e) == Some(409) => {
+                self.gate.lost();
+                return false;
+            }
             _ => {
                 observed.read_failed();
                 self.unanswered();
             }
         }
+        true
     }
 
     pub async fn run<F, Fut>(
@@ -200,22 +229,42 @@ impl LeaderElector {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let mut observed = Observed::default();
         let mut task: Option<(tokio::task::JoinHandle<Result<(), Error>>, AbortOnDrop)> = None;
+        let mut lapsed_since: Option<Instant> = None;
         loop {
-            self.step(&api, &mut observed).await;
-            let leading = self.gate.valid();
-            match (leading, task.is_some()) {
-                (true, false) => {
-                    self.metrics.leader.set(1);
-                    let t = tokio::spawn(lead());
-                    let abort = AbortOnDrop(t.abort_handle());
-                    task = Some((t, abort));
+            let ours = self.step(&api, &mut observed).await;
+            let standing = match (self.gate.valid(), ours) {
+                (true, _) => Standing::Leading,
+                (false, true) if task.is_some() => Standing::Lapsed,
+                _ => Standing::Follower,
+            };
+            let leading = standing == Standing::Leading;
+            self.metrics.leader.set(leading as i64);
+            match standing {
+                Standing::Leading => {
+                    lapsed_since = None;
+                    if task.is_none() {
+                        let t = tokio::spawn(lead());
+                        let abort = AbortOnDrop(t.abort_handle());
+                        task = Some((t, abort));
+                    }
                 }
-                (false, true) => {
-                    warn!(replica = %self.identity, "lost leadership; sharder stopped (probing goes on)");
-                    self.metrics.leader.set(0);
-                    task = None;
+                // The sharder writes nothing while the gate is closed (it checks
+                // before every write), so it may wait for leadership to come back
+                // for a lease duration and keep its view instead of re-listing.
+                Standing::Lapsed => {
+                    let since = *lapsed_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.lease_duration {
+                        warn!(replica = %self.identity, "leadership not renewed for a lease duration; sharder stopped (probing goes on)");
+                        task = None;
+                        lapsed_since = None;
+                    }
                 }
-                _ => {}
+                Standing::Follower => {
+                    if task.take().is_some() {
+                        warn!(replica = %self.identity, "lost leadership; sharder stopped (probing goes on)");
+                    }
+                    lapsed_since = None;
+                }
             }
             if let Some((t, _)) = &task
                 && t.is_finished()
@@ -230,13 +279,13 @@ impl LeaderElector {
             tokio::select! {
                 _ = tokio::time::sleep(if leading { self.retry_period } else { self.retry_period / 2 }) => {}
                 _ = shutdown.changed() => {
-                    task = None;
+                    let held = leading || task.is_some();
+                    drop(task.take());
                     self.metrics.leader.set(0);
-                    if leading {
-                        self.gate.lost();
+                    self.gate.lost();
+                    if held {
                         self.release(&api).await;
                     }
-                    drop(task);
                     return Ok(());
                 }
             }

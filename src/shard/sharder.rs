@@ -232,6 +232,10 @@ impl Sharder {
             let Some(members) = self.view.members() else {
                 continue;
             };
+            if !self.leader.valid() {
+                // Leadership lapsed (renewals late): keep the view, write nothing.
+                continue;
+            }
             let judge_since = self.membership.judge_since();
             let stale = self.view.suspects(&self.identity, judge_since);
             if !stale.is_empty() && self.judge(&mut book, &stale).await {
@@ -258,9 +262,6 @@ impl Sharder {
                 dirty = true;
             }
             if !dirty || last_decision.elapsed() < Duration::from_millis(50) {
-                continue;
-            }
-            if !self.leader.valid() {
                 continue;
             }
             last_decision = Instant::now();
