@@ -133,10 +133,7 @@ pub async fn watch_own_shard(
                 ),
             }),
             Err(e) => {
-                metrics
-                    .watch_restarts
-                    .with_label_values(&["checkers"])
-                    .inc();
+                metrics.watch_failed("checkers", &e);
                 warn!(error = %e, "checker watch failed; retrying (probing goes on)");
                 None
             }

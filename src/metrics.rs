@@ -89,6 +89,7 @@ pub struct Metrics {
     pub self_fences: IntCounterVec,
     pub api_reachable: IntGauge,
     pub watch_restarts: IntCounterVec,
+    pub watch_expired: IntCounterVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -98,6 +99,23 @@ fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> 
 }
 
 impl Metrics {
+    /// Counts a failed watch (`watch`: checkers, leases, sharder), and
+    /// separately when the API server said its resourceVersion is gone (410).
+    pub fn watch_failed(&self, watch: &str, e: &kube::runtime::watcher::Error) {
+        use kube::runtime::watcher::Error as W;
+        self.watch_restarts.with_label_values(&[watch]).inc();
+        let gone = match e {
+            W::WatchError(s) => s.code == 410,
+            W::WatchStartFailed(k) | W::InitialListFailed(k) | W::WatchFailed(k) => {
+                crate::error::api_code(k) == Some(410)
+            }
+            _ => false,
+        };
+        if gone {
+            self.watch_expired.with_label_values(&[watch]).inc();
+        }
+    }
+
     pub fn new(identity: &str, per_checker_histogram: bool) -> Self {
         let r = Registry::new();
         let build = reg(
@@ -242,6 +260,17 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            watch_expired: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "webchecker_watch_expired_total",
+                        "Watches the API server ended with 410 Gone (resourceVersion compacted), followed by a re-list",
+                    ),
+                    &["watch"],
+                )
+                .unwrap(),
+            ),
             registry: r,
         };
         // Pre-create label sets so dashboards and alerts see zeros, not absence.
@@ -256,6 +285,7 @@ impl Metrics {
         }
         for watch in ["checkers", "leases", "sharder"] {
             m.watch_restarts.with_label_values(&[watch]);
+            m.watch_expired.with_label_values(&[watch]);
         }
         for reason in ["lost", "paused"] {
             m.self_fences.with_label_values(&[reason]);

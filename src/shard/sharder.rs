@@ -201,7 +201,7 @@ impl Sharder {
                         Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
                         Ok(None) => return Err(Error::TaskDied("sharder watch")),
                         Err(e) => {
-                            self.metrics.watch_restarts.with_label_values(&["sharder"]).inc();
+                            self.metrics.watch_failed("sharder", &e);
                             warn!(error = %e, "sharder watch failed; it resumes (decisions go on)");
                         }
                     }

@@ -225,7 +225,7 @@ impl MemberView {
                     }
                 }
                 Err(e) => {
-                    metrics.watch_restarts.with_label_values(&["leases"]).inc();
+                    metrics.watch_failed("leases", &e);
                     warn!(error = %e, "membership Lease watch failed; nobody is judged until it delivers again");
                     self.lock().watch_failed();
                 }
