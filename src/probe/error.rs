@@ -68,6 +68,21 @@ impl HopError {
     }
 }
 
+/// Why a probe stopped before it had checked a final response.
+#[derive(Debug)]
+pub(super) enum Stop {
+    Failed(HopError),
+    /// The gate was closed when a request head was about to be written, so
+    /// nothing was sent and the probe has no outcome.
+    GateClosed,
+}
+
+impl From<HopError> for Stop {
+    fn from(e: HopError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
 /// Classifies a hyper error: a TLS alert or error inside becomes TLSError
 /// (for example a client certificate refused after a TLS 1.3 handshake), the
 /// rest ProtocolError.

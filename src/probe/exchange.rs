@@ -10,7 +10,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::error::{HopError, Reason, hyper_failure};
+use super::error::{HopError, Reason, Stop, hyper_failure};
 use super::hop::Hop;
 use super::outcome::Phase;
 use super::prober::Probe;
@@ -35,7 +35,7 @@ impl Probe<'_> {
         hop: &Hop,
         io: S,
         absolute_form: bool,
-    ) -> Result<Response, HopError>
+    ) -> Result<Response, Stop>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -47,6 +47,9 @@ impl Probe<'_> {
             .await
             .map_err(|e| hyper_failure("HTTP handshake failed", &e))?;
         let req = self.request(hop, absolute_form)?;
+        // hyper writes nothing before `send_request`: this is the last moment
+        // to hold the probe back without a request byte reaching the target.
+        self.pass_gate()?;
         let max_body = self.prober.max_body_bytes;
         let want_body = self.plan.body_match.is_some() || !self.plan.json_checks.is_empty();
         let phase = &mut self.phase;

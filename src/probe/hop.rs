@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::Method;
 
 use super::dial::{CloseOnDrop, connect_any, resolve};
-use super::error::{HopError, Reason, short_io};
+use super::error::{HopError, Reason, Stop, short_io};
 use super::exchange::Response;
 use super::outcome::Phase;
 use super::plan::{ProbePlan, ProxyPlan};
@@ -33,7 +33,7 @@ impl Hop {
 }
 
 impl Probe<'_> {
-    pub(super) async fn hop(&mut self, hop: &Hop) -> Result<Response, HopError> {
+    pub(super) async fn hop(&mut self, hop: &Hop) -> Result<Response, Stop> {
         let target = &hop.target;
         let proxy = self.proxy_for(target)?;
         let policy = &self.prober.policy;
@@ -44,7 +44,7 @@ impl Probe<'_> {
             && !policy.permits(ip)
         {
             let what = format!("{} is an address the operator may not probe", target.host);
-            return Err(self.forbidden(target, what));
+            return Err(self.forbidden(target, what).into());
         }
         let dial = proxy.as_ref().unwrap_or(target);
 
@@ -75,7 +75,7 @@ impl Probe<'_> {
                     dial.host
                 )
             };
-            return Err(self.forbidden(target, what));
+            return Err(self.forbidden(target, what).into());
         }
 
         self.phase = Phase::Connect;
@@ -93,7 +93,8 @@ impl Probe<'_> {
                         dial.host_port(),
                         short_io(&e)
                     ),
-                ));
+                )
+                .into());
             }
         };
         let _ = stream.set_nodelay(true);

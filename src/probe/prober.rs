@@ -10,7 +10,7 @@ use http::HeaderValue;
 
 use super::checks;
 use super::dial::AddressPolicy;
-use super::error::{HopError, Reason};
+use super::error::{Reason, Stop};
 use super::hop::Hop;
 use super::outcome::{Outcome, Phase, Phases, human_duration};
 use super::plan::{MinTlsVersion, ProbePlan};
@@ -58,11 +58,22 @@ impl Prober {
     }
 
     /// Runs one probe under the plan's deadline. Never panics on any target.
-    pub async fn probe(&self, plan: &ProbePlan) -> Outcome {
+    ///
+    /// `gate` is asked right before each request head is written: on every
+    /// redirect hop, and before a CONNECT to a proxy. When it answers false
+    /// the probe ends there, no request byte is sent, and the result is
+    /// `None` (the probe did not happen). The operator's gate is its
+    /// membership: a process paused after dispatch must not probe on resume.
+    pub async fn probe(
+        &self,
+        plan: &ProbePlan,
+        gate: &(dyn Fn() -> bool + Sync),
+    ) -> Option<Outcome> {
         let started = Instant::now();
         let mut probe = Probe {
             prober: self,
             plan,
+            gate,
             phase: Phase::Resolve,
             phases: Phases::default(),
             cert_not_after: None,
@@ -75,7 +86,8 @@ impl Prober {
                 let (reason, message) = checks::latency(plan, code, duration);
                 (reason, message, Some(code))
             }
-            Ok(Err(e)) => (e.reason, e.message, e.status_code),
+            Ok(Err(Stop::Failed(e))) => (e.reason, e.message, e.status_code),
+            Ok(Err(Stop::GateClosed)) => return None,
             Err(_) => {
                 let reason = if probe.phase == Phase::Resolve {
                     Reason::DnsError
@@ -90,7 +102,7 @@ impl Prober {
                 (reason, message, None)
             }
         };
-        Outcome {
+        Some(Outcome {
             reason,
             message,
             status_code,
@@ -98,7 +110,7 @@ impl Prober {
             phases: probe.phases,
             cert_not_after: probe.cert_not_after,
             redirects: probe.redirects,
-        }
+        })
     }
 }
 
@@ -108,6 +120,7 @@ impl Prober {
 pub(super) struct Probe<'a> {
     pub prober: &'a Prober,
     pub plan: &'a ProbePlan,
+    gate: &'a (dyn Fn() -> bool + Sync),
     pub phase: Phase,
     pub phases: Phases,
     pub cert_not_after: Option<i64>,
@@ -116,7 +129,7 @@ pub(super) struct Probe<'a> {
 
 impl Probe<'_> {
     /// Hops until a final response and checks it; its status code.
-    async fn run(&mut self) -> Result<u16, HopError> {
+    async fn run(&mut self) -> Result<u16, Stop> {
         let mut hop = Hop::first(self.plan);
         loop {
             let resp = self.hop(&hop).await?;
@@ -130,6 +143,15 @@ impl Probe<'_> {
                     return Ok(resp.status.as_u16());
                 }
             }
+        }
+    }
+
+    /// Called right before a request head is written (see [`Prober::probe`]).
+    pub(super) fn pass_gate(&self) -> Result<(), Stop> {
+        if (self.gate)() {
+            Ok(())
+        } else {
+            Err(Stop::GateClosed)
         }
     }
 }
