@@ -120,6 +120,9 @@ pub fn plan(
 fn target(spec: &WebCheckerSpec) -> Result<Target, String> {
     let base = url::Url::parse(spec.host.trim())
         .map_err(|e| format!("spec.host {:?} is not a URL: {e}", spec.host))?;
+    // Checked before the join, which fails on some bad hosts (mailto:) and
+    // would blame the path.
+    Target::parse(&base).map_err(|e| format!("spec.host: {e}"))?;
     let path = if spec.path.is_empty() {
         "/"
     } else {
