@@ -59,11 +59,12 @@ impl Prober {
 
     /// Runs one probe under the plan's deadline. Never panics on any target.
     ///
-    /// `gate` is asked right before each request head is written: on every
-    /// redirect hop, and before a CONNECT to a proxy. When it answers false
-    /// the probe ends there, no request byte is sent, and the result is
-    /// `None` (the probe did not happen). The operator's gate is its
-    /// membership: a process paused after dispatch must not probe on resume.
+    /// `gate` is asked right before each request head is written (the
+    /// request of every hop, a redirect's too, and a CONNECT to a proxy).
+    /// When it answers false the probe ends there, that request is not sent,
+    /// and the result is `None`: the probe did not happen. The operator's
+    /// gate is its membership: a process paused after dispatch must not
+    /// probe on resume.
     pub async fn probe(
         &self,
         plan: &ProbePlan,
