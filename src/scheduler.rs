@@ -239,10 +239,12 @@ impl Engine {
             let seq = entry.seq;
             let membership = self.membership.clone();
             let task = tokio::spawn(async move {
-                // Re-check right before any byte leaves: the process may have been
-                // paused between dispatch and now.
-                let outcome = if membership.dispatch_allowed() {
-                    Some(prober.probe(&plan).await)
+                // The process may be paused at any point after dispatch: check
+                // again before connecting, and let the prober check right before
+                // it writes each request.
+                let gate = || membership.dispatch_allowed();
+                let outcome = if gate() {
+                    prober.probe(&plan, &gate).await
                 } else {
                     None
                 };

@@ -465,7 +465,10 @@ fn mk(yaml: &str) -> ProbePlan {
 /// by the outcome's own clock and by the wall clock.
 async fn probe_timed(p: &Prober, plan: &ProbePlan) -> Outcome {
     let t = Instant::now();
-    let o = p.probe(plan).await;
+    let o = p
+        .probe(plan, &|| true)
+        .await
+        .expect("an open gate always gives an outcome");
     let wall = t.elapsed();
     let limit = plan.timeout + Duration::from_millis(100);
     assert!(
@@ -1043,6 +1046,147 @@ async fn proxy_from_environment_honours_no_proxy() {
         &probe_timed(&p, &mk(&yaml)).await,
         Reason::InvalidSpec,
         "proxy environment is not usable",
+    );
+}
+
+// ============================================================== the gate
+
+/// A raw target that records every byte each connection sends it, and
+/// answers 200 to whatever ends with a request head.
+struct Recorder {
+    server: Server,
+    received: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Recorder {
+    async fn start() -> Recorder {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let r2 = received.clone();
+        let server = Server::raw("127.0.0.1:0", move |mut s| {
+            let received = r2.clone();
+            async move {
+                let head = read_head(&mut s).await;
+                if head.ends_with(b"\r\n\r\n") {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                }
+                received.lock().unwrap().push(head);
+            }
+        })
+        .await;
+        Recorder { server, received }
+    }
+
+    /// What each connection sent, once `n` connections have ended.
+    async fn received(&self, n: usize) -> Vec<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let r = self.received.lock().unwrap().clone();
+            if r.len() >= n || Instant::now() > deadline {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A gate that is open for its first `open` calls, then closed; counts calls.
+fn gate_open_for(open: usize) -> (Arc<AtomicUsize>, impl Fn() -> bool + Sync) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    (calls, move || c.fetch_add(1, Ordering::SeqCst) < open)
+}
+
+/// The prober asks the gate right before it writes each request head (every
+/// redirect hop, a CONNECT and the request inside the tunnel). A closed gate
+/// means no outcome and no request byte at the target, which may have seen
+/// the connection.
+#[tokio::test]
+async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
+    let p = prober();
+    let t = Recorder::start().await;
+    let plan = mk(&format!("host: {}", t.server.url()));
+
+    // Closed: not a byte of a request, and no outcome.
+    let (calls, closed) = gate_open_for(0);
+    let held = p.probe(&plan, &closed).await;
+    let got = t.received(1).await;
+    assert_eq!(got.len(), 1, "the gate is asked after the connect");
+    assert!(got[0].is_empty(), "request bytes: {:?}", text(&got[0]));
+    assert_eq!(held, None);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Open: an ordinary probe, the gate asked once per request.
+    let (calls, open) = gate_open_for(usize::MAX);
+    let o = p.probe(&plan, &open).await.expect("open gate: an outcome");
+    expect(&o, Reason::ProbeSucceeded, "HTTP 200");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let got = t.received(2).await;
+    assert!(
+        got[1].starts_with(b"GET / HTTP/1.1\r\n"),
+        "{}",
+        text(&got[1])
+    );
+
+    // A redirect hop is gated too: open for the first request only.
+    let second = Recorder::start().await;
+    let to = second.server.url();
+    let first = Server::http("127.0.0.1:0", move |_| Reply::redirect(302, &to)).await;
+    let plan = mk(&format!("host: {}\nfollowRedirects: true", first.url()));
+    let (calls, once) = gate_open_for(1);
+    let held = p.probe(&plan, &once).await;
+    let got = second.received(1).await;
+    assert_eq!(got.len(), 1);
+    assert!(got[0].is_empty(), "request bytes: {:?}", text(&got[0]));
+    assert_eq!(first.seen().len(), 1);
+    assert_eq!(held, None);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+    // Through a proxy: nothing reaches the proxy with the gate closed (http
+    // target, absolute form; https target, CONNECT), and with the gate open
+    // for the CONNECT only the target sees a TLS handshake but no request.
+    let proxy = Proxy::start(false).await;
+    let leaf = self_signed(&["127.0.0.1"]);
+    let tls = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
+        Reply::ok("")
+    })
+    .await;
+    let via = format!("proxy: {{url: '{}'}}", proxy.url());
+    let plain = mk(&format!("host: {}\n{via}", t.server.url()));
+    let https = mk(&format!(
+        "host: {}\ntls: {{insecureSkipVerify: true}}\n{via}",
+        tls.https_url()
+    ));
+    let mut held = Vec::new();
+    for plan in [&plain, &https] {
+        let (_, closed) = gate_open_for(0);
+        held.push(p.probe(plan, &closed).await);
+    }
+    let (calls, once) = gate_open_for(1);
+    held.push(p.probe(&https, &once).await);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while proxy.lines().len() < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let lines = proxy.lines();
+    assert_eq!(
+        lines.iter().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+        vec![&format!("CONNECT {} HTTP/1.1", tls.addr)],
+        "only the CONNECT the gate let through"
+    );
+    assert_eq!((proxy.server.accepts(), lines.len()), (3, 3));
+    assert!(tls.seen().is_empty(), "{:?}", tls.seen());
+    assert_eq!(tls.accepts(), 1);
+    assert_eq!(held, vec![None, None, None]);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let (calls, open) = gate_open_for(usize::MAX);
+    let o = p.probe(&https, &open).await.expect("open gate: an outcome");
+    expect(&o, Reason::ProbeSucceeded, "");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the CONNECT and the request"
     );
 }
 

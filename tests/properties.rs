@@ -1,12 +1,15 @@
 //! Property tests of the pure paths: spec to probe plan, status reducer. No
-//! input may make them panic, and the reducer keeps its promises on any
-//! sequence of outcomes.
+//! input may make them panic, a spec the schema accepts always plans, one bad
+//! field always gives an InvalidSpec message naming it, and the reducer keeps
+//! its promises on any sequence of outcomes.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use serde_json::{Map, Value, json};
 use webchecker::api::WebCheckerSpec;
-use webchecker::probe::{Outcome, Phases, Reason, plan};
+use webchecker::probe::{Outcome, Phases, Reason, ValueRef, plan};
 use webchecker::status::{CheckerStatus, Context};
 
 const REASONS: &[Reason] = &[
@@ -32,6 +35,427 @@ fn outcome(reason: Reason, code: Option<u16>) -> Outcome {
         phases: Phases::default(),
         cert_not_after: None,
         redirects: 0,
+    }
+}
+
+// ============================================================== specs
+
+/// Every referenced value resolves (to something that is not PEM), except
+/// those of a Secret named `missing`.
+fn values(r: &ValueRef) -> Result<Vec<u8>, String> {
+    if r.name() == "missing" {
+        Err(format!("{} {:?} not found", r.kind(), r.name()))
+    } else {
+        Ok(b"v4lue\n".to_vec())
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Host {
+    Name(String),
+    V4(Ipv4Addr),
+    V6(Ipv6Addr),
+}
+
+/// A spec the schema accepts, and what its plan must say.
+#[derive(Clone, Debug)]
+struct Valid {
+    spec: Map<String, Value>,
+    https: bool,
+    host: Host,
+    port: Option<u16>,
+    path_and_query: String,
+    interval: i32,
+    /// One code each expectedStatusCodes item accepts.
+    codes: Vec<u16>,
+    /// Request headers the plan carries (`headers`, plus one for `auth`).
+    headers: usize,
+}
+
+fn host() -> impl Strategy<Value = Host> {
+    prop_oneof![
+        // Labels start with a letter, so the last one never reads as IPv4.
+        3 => proptest::collection::vec("[a-zA-Z][a-zA-Z0-9]{0,7}(-[a-zA-Z0-9]{1,4})?", 1..4)
+            .prop_map(|l| Host::Name(l.join("."))),
+        1 => any::<[u8; 4]>().prop_map(|o| Host::V4(Ipv4Addr::from(o))),
+        1 => any::<[u16; 8]>().prop_map(|s| Host::V6(Ipv6Addr::from(s))),
+    ]
+}
+
+/// An expectedStatusCodes item and one code it accepts.
+fn status_item() -> impl Strategy<Value = (String, u16)> {
+    prop_oneof![
+        (100u16..600).prop_map(|c| (c.to_string(), c)),
+        (1u16..6, 0u16..100).prop_map(|(k, d)| (format!("{k}xx"), k * 100 + d)),
+        (100u16..600, 0u16..100).prop_map(|(lo, d)| {
+            let hi = (lo + d).min(599);
+            (format!("{lo}-{hi}"), hi)
+        }),
+    ]
+}
+
+fn header() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        ("x-[a-z0-9-]{1,12}", "[ -~]{0,20}").prop_map(|(n, v)| json!({"name": n, "value": v})),
+        ("x-[a-z0-9-]{1,12}", "[a-z]{1,8}", "[a-z.]{1,8}").prop_map(|(n, s, k)| {
+            json!({"name": n, "valueFrom": {"secretKeyRef": {"name": s, "key": k}}})
+        }),
+    ]
+}
+
+/// The optional fields, each absent or valid.
+fn options() -> impl Strategy<Value = Map<String, Value>> {
+    let method = proptest::sample::select(vec![
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
+    ]);
+    let auth = prop_oneof![
+        Just(json!({"basic": {"secretName": "creds"}})),
+        Just(json!({"basic": {"secretName": "c", "usernameKey": "u", "passwordKey": "p"}})),
+        Just(json!({"bearer": {"secretKeyRef": {"name": "t", "key": "token"}}})),
+    ];
+    let tls = (
+        any::<bool>(),
+        proptest::option::of("[a-z]{1,8}\\.example"),
+        proptest::sample::select(vec!["TLS12", "TLS13"]),
+        proptest::option::of(1i32..=3650),
+    )
+        .prop_map(|(insecure, name, min, days)| {
+            json!({"insecureSkipVerify": insecure, "serverName": name, "minVersion": min,
+                   "certificateExpiryWarningDays": days})
+        });
+    let proxy = prop_oneof![
+        ("[a-z]{1,8}", 1u16..=65535)
+            .prop_map(|(h, p)| json!({"url": format!("http://{h}.local:{p}")})),
+        ("[a-z]{1,8}", 1u16..=65535).prop_map(|(h, p)| json!({"url": format!("{h}:{p}")})),
+        Just(json!({"fromEnvironment": true})),
+    ];
+    let checks = (
+        proptest::option::of(("\\PC{1,12}", any::<bool>())),
+        proptest::option::of(proptest::collection::vec(
+            ("(/[a-z0-9~]{1,5}){0,3}", proptest::option::of("\\PC{0,8}")),
+            0..4,
+        )),
+        proptest::option::of(proptest::collection::vec(
+            ("x-[a-z]{1,8}", proptest::option::of("\\PC{1,8}")),
+            0..4,
+        )),
+    )
+        .prop_map(|(body, json_checks, header_checks)| {
+            let mut m = Map::new();
+            if let Some((text, invert)) = body {
+                m.insert(
+                    "bodyMatch".into(),
+                    json!({"regex": regex::escape(&text), "invert": invert}),
+                );
+            }
+            if let Some(c) = json_checks {
+                let c: Vec<Value> = c
+                    .into_iter()
+                    .map(|(p, e)| json!({"pointer": p, "equals": e}))
+                    .collect();
+                m.insert("jsonChecks".into(), c.into());
+            }
+            if let Some(c) = header_checks {
+                let c: Vec<Value> = c
+                    .into_iter()
+                    .map(|(n, r)| json!({"name": n, "regex": r.map(|r| regex::escape(&r))}))
+                    .collect();
+                m.insert("headerChecks".into(), c.into());
+            }
+            m
+        });
+    let numbers = (
+        proptest::option::of(1i32..=600_000),
+        proptest::option::of(1i32..=100),
+        proptest::option::of(1i32..=100),
+        proptest::option::of(0i32..=20),
+        proptest::option::of(any::<bool>()),
+        proptest::option::of(any::<bool>()),
+    );
+    (
+        proptest::option::of(method),
+        proptest::option::of("\\PC{0,40}"),
+        proptest::option::of(auth),
+        proptest::option::of(tls),
+        proptest::option::of(proxy),
+        proptest::option::of(proptest::sample::select(vec!["Auto", "IPv4", "IPv6"])),
+        checks,
+        numbers,
+    )
+        .prop_map(
+            |(method, body, auth, tls, proxy, family, checks, numbers)| {
+                let (max_ms, failure, success, max_redirects, follow, suspend) = numbers;
+                let mut m = checks;
+                for (k, v) in [
+                    ("method", method.map(Value::from)),
+                    ("body", body.map(Value::from)),
+                    ("auth", auth),
+                    ("tls", tls),
+                    ("proxy", proxy),
+                    ("ipFamily", family.map(Value::from)),
+                    ("maxResponseTimeMillis", max_ms.map(Value::from)),
+                    ("failureThreshold", failure.map(Value::from)),
+                    ("successThreshold", success.map(Value::from)),
+                    ("maxRedirects", max_redirects.map(Value::from)),
+                    ("followRedirects", follow.map(Value::from)),
+                    ("suspend", suspend.map(Value::from)),
+                ] {
+                    if let Some(v) = v {
+                        m.insert(k.into(), v);
+                    }
+                }
+                m
+            },
+        )
+}
+
+prop_compose! {
+    fn valid_spec()(
+        https in any::<bool>(),
+        host in host(),
+        port in proptest::option::of(1u16..=65535),
+        path in "/|(/[A-Za-z0-9_~-]{1,8}){1,4}/?",
+        query in proptest::option::of("[a-z0-9]{1,5}=[A-Za-z0-9]{0,5}"),
+        interval in 1i32..=86400,
+        timeout_share in 0.0f64..0.99,
+        codes in proptest::collection::vec(status_item(), 1..5),
+        headers in proptest::collection::vec(header(), 0..5),
+        options in options(),
+    ) -> Valid {
+        let scheme = if https { "https" } else { "http" };
+        let host_text = match &host {
+            Host::Name(n) => n.clone(),
+            Host::V4(ip) => ip.to_string(),
+            Host::V6(ip) => format!("[{ip}]"),
+        };
+        let port_text = port.map(|p| format!(":{p}")).unwrap_or_default();
+        let path_and_query = match &query {
+            Some(q) => format!("{path}?{q}"),
+            None => path,
+        };
+        let ceiling = f64::from(interval).min(600.0);
+        let timeout = 0.1 + timeout_share * (ceiling - 0.1);
+        let auth = options.contains_key("auth");
+        let mut spec = options;
+        spec.insert("host".into(), format!("{scheme}://{host_text}{port_text}").into());
+        spec.insert("path".into(), path_and_query.clone().into());
+        spec.insert("intervalSeconds".into(), interval.into());
+        spec.insert("timeoutSeconds".into(), timeout.into());
+        spec.insert(
+            "expectedStatusCodes".into(),
+            codes.iter().map(|(item, _)| item.clone()).collect::<Vec<_>>().into(),
+        );
+        let header_count = headers.len() + usize::from(auth);
+        spec.insert("headers".into(), headers.into());
+        Valid {
+            spec,
+            https,
+            host,
+            port,
+            path_and_query,
+            interval,
+            codes: codes.into_iter().map(|(_, c)| c).collect(),
+            headers: header_count,
+        }
+    }
+}
+
+/// One field made invalid.
+#[derive(Clone, Debug)]
+enum Bad {
+    Host(String),
+    Path(String),
+    Interval(i32),
+    /// Added to the interval.
+    TimeoutAbove(f64),
+    Timeout(f64),
+    StatusItem(String),
+    NoStatus,
+    HeaderName(String),
+    HeaderValue(String),
+    HeaderValueAndFrom,
+    MissingSecret,
+    AuthAndHeader,
+    AuthBoth,
+    BodyRegex(String),
+    JsonPointer(String),
+    HeaderCheckName(String),
+    HeaderCheckRegex(String),
+    ProxyUrl(String),
+    ProxyNeither,
+    CaBundle,
+    ClientCertificate,
+}
+
+fn bad() -> impl Strategy<Value = Bad> {
+    let bad_regex = proptest::sample::select(vec!["(", "[a", "a{2,1}", "*", "(?P<x", "\\"]);
+    prop_oneof![
+        proptest::sample::select(vec![
+            "ftp://example.com",
+            "file:///etc",
+            "mailto:a@b.c",
+            "ws://a.b",
+            "example.com",
+            "",
+            "http://exa mple.com",
+            "http://[::1",
+            "https://",
+            "http://a.b:99999",
+            "//a.b",
+        ])
+        .prop_map(|h| Bad::Host(h.into())),
+        "[^/][a-z/?]{0,8}".prop_map(Bad::Path),
+        (-5i32..=0).prop_map(Bad::Interval),
+        (0.0f64..100.0).prop_map(Bad::TimeoutAbove),
+        prop_oneof![-10.0f64..0.1, 600.001f64..1e9].prop_map(Bad::Timeout),
+        prop_oneof![
+            proptest::sample::select(vec![
+                "600", "99", "0xx", "6xx", "300-200", "abc", "", "2x", "200-", "-1"
+            ])
+            .prop_map(String::from),
+            "[a-z ]{1,6}",
+        ]
+        .prop_map(Bad::StatusItem),
+        Just(Bad::NoStatus),
+        prop_oneof![
+            Just(String::new()),
+            "[a-z]{0,4}[ :()\"@,;=/?{}]{1,2}[a-z]{0,4}"
+        ]
+        .prop_map(Bad::HeaderName),
+        "[a-z]{0,4}[\\x00-\\x08\\x0a-\\x1f\\x7f][a-z]{0,4}".prop_map(Bad::HeaderValue),
+        Just(Bad::HeaderValueAndFrom),
+        Just(Bad::MissingSecret),
+        Just(Bad::AuthAndHeader),
+        Just(Bad::AuthBoth),
+        bad_regex.clone().prop_map(|r| Bad::BodyRegex(r.into())),
+        "[^/][a-z/]{0,8}".prop_map(Bad::JsonPointer),
+        "[a-z]{0,4}[ :()\"@,;=/?{}][a-z]{0,4}".prop_map(Bad::HeaderCheckName),
+        bad_regex.prop_map(|r| Bad::HeaderCheckRegex(r.into())),
+        proptest::sample::select(vec![
+            "https://p.local:1",
+            "http://u:pw@p.local:1",
+            "socks5://p.local:1",
+            "http://[::1"
+        ])
+        .prop_map(|u| Bad::ProxyUrl(u.into())),
+        Just(Bad::ProxyNeither),
+        Just(Bad::CaBundle),
+        Just(Bad::ClientCertificate),
+    ]
+}
+
+impl Bad {
+    /// Breaks `spec` (valid, with this interval); returns what the message
+    /// must name.
+    fn apply(&self, spec: &mut Map<String, Value>, interval: i32) -> String {
+        let mut set = |k: &str, v: Value| {
+            spec.insert(k.into(), v);
+        };
+        match self {
+            Bad::Host(h) => {
+                set("host", h.as_str().into());
+                "spec.host".into()
+            }
+            Bad::Path(p) => {
+                set("path", p.as_str().into());
+                "spec.path".into()
+            }
+            Bad::Interval(i) => {
+                set("intervalSeconds", (*i).into());
+                "spec.intervalSeconds".into()
+            }
+            Bad::TimeoutAbove(d) => {
+                set("timeoutSeconds", (f64::from(interval) + d).into());
+                "spec.timeoutSeconds".into()
+            }
+            Bad::Timeout(t) => {
+                set("timeoutSeconds", (*t).into());
+                "spec.timeoutSeconds".into()
+            }
+            Bad::StatusItem(item) => {
+                let Some(Value::Array(codes)) = spec.get_mut("expectedStatusCodes") else {
+                    unreachable!("a valid spec has codes")
+                };
+                codes.push(item.as_str().into());
+                "spec.expectedStatusCodes".into()
+            }
+            Bad::NoStatus => {
+                set("expectedStatusCodes", json!([]));
+                "spec.expectedStatusCodes".into()
+            }
+            Bad::HeaderName(n) => {
+                set("headers", json!([{"name": n, "value": "v"}]));
+                format!("header name {n:?}")
+            }
+            Bad::HeaderValue(v) => {
+                set("headers", json!([{"name": "X-Bad", "value": v}]));
+                "the value of header \"X-Bad\"".into()
+            }
+            Bad::HeaderValueAndFrom => {
+                set(
+                    "headers",
+                    json!([{"name": "X-Two", "value": "v", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+                );
+                "header \"X-Two\" needs exactly one of value or valueFrom".into()
+            }
+            Bad::MissingSecret => {
+                set(
+                    "headers",
+                    json!([{"name": "X-Key", "valueFrom": {"secretKeyRef": {"name": "missing", "key": "k"}}}]),
+                );
+                "header \"X-Key\": Secret \"missing\"".into()
+            }
+            Bad::AuthAndHeader => {
+                set("headers", json!([{"name": "Authorization", "value": "x"}]));
+                set(
+                    "auth",
+                    json!({"bearer": {"secretKeyRef": {"name": "t", "key": "k"}}}),
+                );
+                "spec.auth".into()
+            }
+            Bad::AuthBoth => {
+                set(
+                    "auth",
+                    json!({"basic": {"secretName": "c"}, "bearer": {"secretKeyRef": {"name": "t", "key": "k"}}}),
+                );
+                "spec.auth".into()
+            }
+            Bad::BodyRegex(r) => {
+                set("bodyMatch", json!({"regex": r}));
+                "spec.bodyMatch.regex".into()
+            }
+            Bad::JsonPointer(p) => {
+                set("jsonChecks", json!([{"pointer": p}]));
+                "spec.jsonChecks".into()
+            }
+            Bad::HeaderCheckName(n) => {
+                set("headerChecks", json!([{"name": n}]));
+                "spec.headerChecks".into()
+            }
+            Bad::HeaderCheckRegex(r) => {
+                set("headerChecks", json!([{"name": "x-v", "regex": r}]));
+                "spec.headerChecks".into()
+            }
+            Bad::ProxyUrl(u) => {
+                set("proxy", json!({"url": u}));
+                "spec.proxy.url".into()
+            }
+            Bad::ProxyNeither => {
+                set("proxy", json!({}));
+                "spec.proxy".into()
+            }
+            Bad::CaBundle => {
+                set(
+                    "tls",
+                    json!({"caBundle": {"configMapKeyRef": {"name": "ca", "key": "ca.crt"}}}),
+                );
+                "spec.tls.caBundle".into()
+            }
+            Bad::ClientCertificate => {
+                set("tls", json!({"clientCertificate": {"secretName": "mtls"}}));
+                "spec.tls.clientCertificate".into()
+            }
+        }
     }
 }
 
@@ -67,6 +491,48 @@ proptest! {
                 prop_assert!(p.target.path_and_query.starts_with('/'));
             }
             Err(msg) => prop_assert!(!msg.is_empty()),
+        }
+    }
+
+    /// A spec the schema accepts plans, and the plan says what the spec says.
+    #[test]
+    fn valid_specs_plan(v in valid_spec()) {
+        let spec: WebCheckerSpec = serde_json::from_value(Value::Object(v.spec.clone())).unwrap();
+        let p = match plan(&spec, &values) {
+            Ok(p) => p,
+            Err(e) => return Err(TestCaseError::fail(format!("{e}\nspec: {}", Value::Object(v.spec)))),
+        };
+        prop_assert_eq!(p.target.https, v.https);
+        match &v.host {
+            Host::Name(n) => prop_assert!(p.target.host.eq_ignore_ascii_case(n), "{} != {n}", p.target.host),
+            Host::V4(ip) => prop_assert_eq!(p.target.host.parse::<IpAddr>().ok(), Some(IpAddr::V4(*ip))),
+            Host::V6(ip) => prop_assert_eq!(p.target.host.parse::<IpAddr>().ok(), Some(IpAddr::V6(*ip))),
+        }
+        let default_port = if v.https { 443 } else { 80 };
+        prop_assert_eq!(p.target.port, v.port.unwrap_or(default_port));
+        prop_assert_eq!(&p.target.path_and_query, &v.path_and_query);
+        prop_assert_eq!(p.interval, Duration::from_secs(v.interval as u64));
+        prop_assert!(p.timeout >= Duration::from_millis(100) && p.timeout < p.interval);
+        for c in &v.codes {
+            prop_assert!(p.expected.contains(*c), "{c} not accepted");
+        }
+        prop_assert_eq!(p.headers.len(), v.headers);
+    }
+
+    /// One bad field in an otherwise valid spec: an InvalidSpec message that
+    /// names it.
+    #[test]
+    fn invalid_specs_are_reported(v in valid_spec(), bad in bad()) {
+        let mut spec = v.spec.clone();
+        let names = bad.apply(&mut spec, v.interval);
+        let spec: WebCheckerSpec = serde_json::from_value(Value::Object(spec)).unwrap();
+        match plan(&spec, &values) {
+            Ok(_) => prop_assert!(false, "{bad:?} planned"),
+            Err(msg) => {
+                prop_assert!(msg.contains(&names), "{bad:?}: {msg:?} does not name {names:?}");
+                let o = Outcome::invalid_spec(msg);
+                prop_assert_eq!(o.reason, Reason::InvalidSpec);
+            }
         }
     }
 

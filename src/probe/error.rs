@@ -1,0 +1,129 @@
+//! Why a probe failed: the reasons it reports, the error a hop returns, and
+//! short messages from I/O and hyper errors.
+
+use super::tls::rustls_cause;
+
+/// Why a probe ended the way it did. Also the `reason` of the Ready condition
+/// and of the `webchecker_probes_total` metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    ProbeSucceeded,
+    DnsError,
+    ConnectError,
+    TlsError,
+    CertificateInvalid,
+    Timeout,
+    UnexpectedStatus,
+    BodyMismatch,
+    SlowResponse,
+    Forbidden,
+    ProtocolError,
+    InvalidSpec,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ProbeSucceeded => "ProbeSucceeded",
+            Reason::DnsError => "DNSError",
+            Reason::ConnectError => "ConnectError",
+            Reason::TlsError => "TLSError",
+            Reason::CertificateInvalid => "CertificateInvalid",
+            Reason::Timeout => "Timeout",
+            Reason::UnexpectedStatus => "UnexpectedStatus",
+            Reason::BodyMismatch => "BodyMismatch",
+            Reason::SlowResponse => "SlowResponse",
+            Reason::Forbidden => "Forbidden",
+            Reason::ProtocolError => "ProtocolError",
+            Reason::InvalidSpec => "InvalidSpec",
+        }
+    }
+}
+
+/// A failed hop: the reason and message of the probe's outcome.
+#[derive(Debug)]
+pub(super) struct HopError {
+    pub reason: Reason,
+    /// Short; never a response body nor a header value.
+    pub message: String,
+    /// Set when a response came but failed a check.
+    pub status_code: Option<u16>,
+}
+
+impl HopError {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        HopError {
+            reason,
+            message: message.into(),
+            status_code: None,
+        }
+    }
+
+    /// The same failure, of a response with this status.
+    pub fn with_status(self, code: u16) -> Self {
+        HopError {
+            status_code: Some(code),
+            ..self
+        }
+    }
+}
+
+/// Why a probe stopped before it had checked a final response.
+#[derive(Debug)]
+pub(super) enum Stop {
+    Failed(HopError),
+    /// The gate was closed when a request head was about to be written, so
+    /// nothing was sent and the probe has no outcome.
+    GateClosed,
+}
+
+impl From<HopError> for Stop {
+    fn from(e: HopError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+/// Classifies a hyper error: a TLS alert or error inside becomes TLSError
+/// (for example a client certificate refused after a TLS 1.3 handshake), the
+/// rest ProtocolError.
+pub(super) fn hyper_failure(context: &str, e: &hyper::Error) -> HopError {
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        if let Some(io) = inner.downcast_ref::<std::io::Error>()
+            && let Some(t) = rustls_cause(io)
+        {
+            return HopError::new(Reason::TlsError, format!("{context}: TLS: {t}"));
+        }
+        src = inner.source();
+    }
+    HopError::new(
+        Reason::ProtocolError,
+        format!("{context}: {}", hyper_cause(e)),
+    )
+}
+
+pub(super) fn short_io(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+        std::io::ErrorKind::ConnectionReset => "connection reset".into(),
+        std::io::ErrorKind::UnexpectedEof => "connection closed".into(),
+        _ => {
+            let s = e.to_string();
+            if s.contains("failed to lookup address") || s.contains("Name or service not known") {
+                "no such host".into()
+            } else {
+                s.chars().take(160).collect()
+            }
+        }
+    }
+}
+
+fn hyper_cause(e: &hyper::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s = format!("{s}: {inner}");
+        src = inner.source();
+    }
+    s.chars().take(160).collect()
+}

@@ -1,0 +1,94 @@
+//! What a probe reports: its [`Outcome`] and the time spent in each phase.
+
+use std::time::Duration;
+
+use super::error::Reason;
+
+/// The phase a probe is in; a timeout names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Phase {
+    Resolve,
+    Connect,
+    Tls,
+    Processing,
+    Transfer,
+}
+
+impl Phase {
+    /// For "timed out during ...".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::Resolve => "name resolution",
+            Phase::Connect => "connect",
+            Phase::Tls => "TLS handshake",
+            Phase::Processing => "response headers",
+            Phase::Transfer => "response body",
+        }
+    }
+}
+
+/// Phase timings of one probe (summed over redirect hops).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Phases {
+    pub resolve: Duration,
+    pub connect: Duration,
+    pub tls: Duration,
+    /// Request sent to response headers received (time to first byte).
+    pub processing: Duration,
+    /// Response headers to the end of the (capped) body.
+    pub transfer: Duration,
+}
+
+impl Phases {
+    pub fn named(&self) -> [(&'static str, Duration); 5] {
+        [
+            ("resolve", self.resolve),
+            ("connect", self.connect),
+            ("tls", self.tls),
+            ("processing", self.processing),
+            ("transfer", self.transfer),
+        ]
+    }
+}
+
+/// Result of one probe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    pub reason: Reason,
+    /// Short, human-readable; never a response body nor a header value.
+    pub message: String,
+    pub status_code: Option<u16>,
+    pub duration: Duration,
+    pub phases: Phases,
+    /// notAfter of the leaf certificate, unix seconds.
+    pub cert_not_after: Option<i64>,
+    pub redirects: u32,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        self.reason == Reason::ProbeSucceeded
+    }
+
+    pub fn invalid_spec(message: impl Into<String>) -> Self {
+        Outcome {
+            reason: Reason::InvalidSpec,
+            message: message.into(),
+            status_code: None,
+            duration: Duration::ZERO,
+            phases: Phases::default(),
+            cert_not_after: None,
+            redirects: 0,
+        }
+    }
+}
+
+pub fn human_duration(d: Duration) -> String {
+    if d.as_millis() < 1000 {
+        format!("{}ms", d.as_millis())
+    } else if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}

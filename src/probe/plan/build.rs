@@ -1,0 +1,138 @@
+//! [`plan`]: a WebChecker spec to a [`ProbePlan`].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, Method};
+use regex::Regex;
+
+use super::credentials::request_headers;
+use super::tls::tls_plan;
+use super::values::ValueRef;
+use super::{AddressFamily, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
+use crate::api::{IpFamily, TlsSpec, WebCheckerSpec};
+use crate::probe::proxy::proxy_target;
+use crate::probe::target::Target;
+
+/// Turns a spec into a plan. Errors are the `InvalidSpec` messages: what the
+/// schema could not catch (the CRD rejects most bad input at admission), and
+/// unusable referenced values. `resolve` returns the value of a Secret or
+/// ConfigMap key (see [`super::references`]); values never appear in errors.
+pub fn plan(
+    spec: &WebCheckerSpec,
+    resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
+) -> Result<ProbePlan, String> {
+    let target = target(spec)?;
+    if spec.interval_seconds < 1 {
+        return Err("spec.intervalSeconds must be at least 1".into());
+    }
+    // `!(x >= min)` also rejects NaN.
+    if !(spec.timeout_seconds >= 0.1 && spec.timeout_seconds <= 600.0)
+        || spec.timeout_seconds >= f64::from(spec.interval_seconds)
+    {
+        return Err(
+            "spec.timeoutSeconds must be between 0.1 and 600 and below spec.intervalSeconds".into(),
+        );
+    }
+    let expected = StatusSet::parse(&spec.expected_status_codes)
+        .map_err(|e| format!("spec.expectedStatusCodes: {e}"))?;
+    let headers = request_headers(
+        spec.headers.as_deref().unwrap_or_default(),
+        spec.auth.as_ref(),
+        resolve,
+    )?;
+    let body_match = match &spec.body_match {
+        Some(m) => Some((
+            Regex::new(&m.regex).map_err(|e| format!("spec.bodyMatch.regex is not valid: {e}"))?,
+            m.invert.unwrap_or(false),
+        )),
+        None => None,
+    };
+    let mut json_checks = Vec::new();
+    for c in spec.json_checks.iter().flatten() {
+        if !(c.pointer.is_empty() || c.pointer.starts_with('/')) {
+            return Err(format!(
+                "spec.jsonChecks: pointer {:?} must be empty or start with '/'",
+                c.pointer
+            ));
+        }
+        json_checks.push(JsonCheckPlan {
+            pointer: c.pointer.clone(),
+            equals: c.equals.clone(),
+        });
+    }
+    let mut header_checks = Vec::new();
+    for c in spec.header_checks.iter().flatten() {
+        let name = HeaderName::from_bytes(c.name.as_bytes())
+            .map_err(|_| format!("spec.headerChecks: header name {:?} is not valid", c.name))?;
+        let re = match &c.regex {
+            Some(r) => Some(Regex::new(r).map_err(|e| {
+                format!(
+                    "spec.headerChecks: the regex of {:?} is not valid: {e}",
+                    c.name
+                )
+            })?),
+            None => None,
+        };
+        header_checks.push((name, re));
+    }
+    let tls = tls_plan(spec.tls.as_ref().unwrap_or(&TlsSpec::default()), resolve)?;
+    let proxy = match &spec.proxy {
+        None => ProxyPlan::Direct,
+        Some(p) => match (&p.url, p.from_environment.unwrap_or(false)) {
+            (Some(u), false) => {
+                ProxyPlan::Url(proxy_target(u).map_err(|e| format!("spec.proxy.url {u:?}: {e}"))?)
+            }
+            (None, true) => ProxyPlan::FromEnvironment,
+            _ => return Err("spec.proxy needs exactly one of url or fromEnvironment: true".into()),
+        },
+    };
+    Ok(ProbePlan {
+        target,
+        method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
+        headers,
+        body: Bytes::from(spec.body.clone().unwrap_or_default()),
+        timeout: Duration::from_secs_f64(spec.timeout_seconds),
+        interval: Duration::from_secs(spec.interval_seconds as u64),
+        expected,
+        max_response_time: spec
+            .max_response_time_millis
+            .map(|ms| Duration::from_millis(ms.max(1) as u64)),
+        body_match,
+        json_checks,
+        header_checks,
+        follow_redirects: spec.follow_redirects.unwrap_or(false),
+        max_redirects: spec.max_redirects.unwrap_or(5).clamp(0, 20) as u32,
+        tls,
+        ip_family: match spec.ip_family.unwrap_or(IpFamily::Auto) {
+            IpFamily::Auto => AddressFamily::Auto,
+            IpFamily::IPv4 => AddressFamily::V4,
+            IpFamily::IPv6 => AddressFamily::V6,
+        },
+        proxy,
+        failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
+        success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
+        suspend: spec.suspend.unwrap_or(false),
+    })
+}
+
+/// `spec.host` joined with `spec.path`.
+fn target(spec: &WebCheckerSpec) -> Result<Target, String> {
+    let base = url::Url::parse(spec.host.trim())
+        .map_err(|e| format!("spec.host {:?} is not a URL: {e}", spec.host))?;
+    // Checked before the join, which fails on some bad hosts (mailto:) and
+    // would blame the path.
+    Target::parse(&base).map_err(|e| format!("spec.host: {e}"))?;
+    let path = if spec.path.is_empty() {
+        "/"
+    } else {
+        spec.path.as_str()
+    };
+    if !path.starts_with('/') {
+        return Err(format!("spec.path {path:?} must start with '/'"));
+    }
+    let full = base
+        .join(path)
+        .map_err(|e| format!("spec.path {path:?} is not a valid path: {e}"))?;
+    Target::parse(&full).map_err(|e| format!("spec.host: {e}"))
+}

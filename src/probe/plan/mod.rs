@@ -1,0 +1,175 @@
+//! What one probe does: the [`ProbePlan`].
+//!
+//! [`plan`] builds it from a WebChecker spec and the Secret and ConfigMap
+//! values the spec references ([`references`]). The submodules here are the
+//! only part of the prober that reads the API types; the plan itself is plain
+//! data, so the prober never sees a spec.
+
+mod build;
+mod credentials;
+mod tls;
+mod values;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method};
+use regex::Regex;
+
+use super::target::Target;
+
+pub use build::plan;
+pub use credentials::base64;
+pub use values::{ValueRef, references};
+
+/// Everything needed to run one probe, derived once per spec (or referenced
+/// value) change.
+#[derive(Clone, Debug)]
+pub struct ProbePlan {
+    pub target: Target,
+    pub method: Method,
+    /// Request headers; values from Secrets (and `auth`) are marked sensitive
+    /// and are not sent across a redirect to another origin.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: Bytes,
+    pub timeout: Duration,
+    pub interval: Duration,
+    pub expected: StatusSet,
+    pub max_response_time: Option<Duration>,
+    pub body_match: Option<(Regex, bool)>,
+    pub json_checks: Vec<JsonCheckPlan>,
+    pub header_checks: Vec<(HeaderName, Option<Regex>)>,
+    pub follow_redirects: bool,
+    pub max_redirects: u32,
+    pub tls: TlsPlan,
+    pub ip_family: AddressFamily,
+    pub proxy: ProxyPlan,
+    pub failure_threshold: u32,
+    pub success_threshold: u32,
+    pub suspend: bool,
+}
+
+/// Accepted status codes, as inclusive ranges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StatusSet(Vec<(u16, u16)>);
+
+impl StatusSet {
+    pub fn parse(items: &[String]) -> Result<Self, String> {
+        let mut ranges = Vec::with_capacity(items.len());
+        for item in items {
+            let item = item.trim();
+            let range = if let Some(class) = item.strip_suffix("xx") {
+                let c: u16 = class
+                    .parse()
+                    .map_err(|_| format!("bad status class {item:?}"))?;
+                (c * 100, c * 100 + 99)
+            } else if let Some((lo, hi)) = item.split_once('-') {
+                let lo: u16 = lo
+                    .parse()
+                    .map_err(|_| format!("bad status range {item:?}"))?;
+                let hi: u16 = hi
+                    .parse()
+                    .map_err(|_| format!("bad status range {item:?}"))?;
+                if lo > hi {
+                    return Err(format!("status range {item:?} is reversed"));
+                }
+                (lo, hi)
+            } else {
+                let c: u16 = item
+                    .parse()
+                    .map_err(|_| format!("bad status code {item:?}"))?;
+                (c, c)
+            };
+            if range.0 < 100 || range.1 > 599 {
+                return Err(format!("status {item:?} is outside 100-599"));
+            }
+            ranges.push(range);
+        }
+        if ranges.is_empty() {
+            return Err("expectedStatusCodes is empty".into());
+        }
+        Ok(StatusSet(ranges))
+    }
+
+    pub fn contains(&self, code: u16) -> bool {
+        self.0.iter().any(|&(lo, hi)| lo <= code && code <= hi)
+    }
+}
+
+/// One JSON body check.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JsonCheckPlan {
+    pub pointer: String,
+    pub equals: Option<String>,
+}
+
+/// Which resolved addresses a probe may connect to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddressFamily {
+    /// Both, interleaved, the resolver's first family first.
+    Auto,
+    V4,
+    V6,
+}
+
+/// An HTTP proxy choice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProxyPlan {
+    /// Connect to the target (the default).
+    Direct,
+    /// The operator's HTTP_PROXY / HTTPS_PROXY / NO_PROXY ([`super::Prober::env_proxy`]).
+    FromEnvironment,
+    /// This proxy (http://, so `https` is false; the path is ignored).
+    Url(Target),
+}
+
+/// The lowest TLS version a probe accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MinTlsVersion {
+    Tls12,
+    Tls13,
+}
+
+/// A rustls client configuration of one checker (custom roots, client
+/// certificate or minimum version). Its Debug never prints key material.
+#[derive(Clone)]
+pub struct TlsConfig(pub Arc<rustls::ClientConfig>);
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TlsConfig { .. }")
+    }
+}
+
+/// TLS part of a plan.
+#[derive(Clone, Debug)]
+pub struct TlsPlan {
+    pub insecure_skip_verify: bool,
+    pub server_name: Option<String>,
+    pub min_version: MinTlsVersion,
+    /// Certificates of `caBundle` (they replace the built-in roots).
+    pub ca_certificates: usize,
+    pub client_certificate: bool,
+    pub expiry_warning_days: Option<u32>,
+    /// Set when anything differs from the prober's shared configurations.
+    pub config: Option<TlsConfig>,
+}
+
+impl Default for TlsPlan {
+    fn default() -> Self {
+        TlsPlan {
+            insecure_skip_verify: false,
+            server_name: None,
+            min_version: MinTlsVersion::Tls12,
+            ca_certificates: 0,
+            client_certificate: false,
+            expiry_warning_days: None,
+            config: None,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The [`Prober`] (shared configuration) and one probe in progress
+//! ([`Probe`]): the deadline, the redirect loop and the outcome.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::HeaderValue;
+
+use super::checks;
+use super::dial::AddressPolicy;
+use super::error::{Reason, Stop};
+use super::hop::Hop;
+use super::outcome::{Outcome, Phase, Phases, human_duration};
+use super::plan::{MinTlsVersion, ProbePlan};
+use super::proxy::EnvProxy;
+use super::redirect::next_hop;
+use super::tls::{Trust, client_config, webpki_store};
+
+/// Shared, immutable prober configuration.
+pub struct Prober {
+    pub user_agent: HeaderValue,
+    pub replica_header: Option<HeaderValue>,
+    pub policy: AddressPolicy,
+    pub max_body_bytes: usize,
+    /// Proxy settings for `proxy.fromEnvironment`, read from the environment by [`Prober::new`].
+    pub env_proxy: EnvProxy,
+    /// Names answered without the system resolver, like entries of /etc/hosts
+    /// (empty in the operator; tests use it for dual-stack names).
+    pub static_hosts: HashMap<String, Vec<IpAddr>>,
+    /// The configurations of checkers without TLS options of their own,
+    /// built once: building one per probe would cost more than the handshake.
+    pub(super) verified: Arc<rustls::ClientConfig>,
+    pub(super) unverified: Arc<rustls::ClientConfig>,
+}
+
+impl Prober {
+    pub fn new(identity: Option<&str>, policy: AddressPolicy, max_body_bytes: usize) -> Self {
+        let verified = client_config(Trust::Roots(webpki_store()), MinTlsVersion::Tls12, None)
+            .expect("ring supports TLS 1.2 and 1.3");
+        let unverified = client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None)
+            .expect("ring supports TLS 1.2 and 1.3");
+        Prober {
+            user_agent: HeaderValue::from_str(&format!(
+                "webchecker-operator/{}",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .expect("version is ASCII"),
+            replica_header: identity.and_then(|i| HeaderValue::from_str(i).ok()),
+            policy,
+            max_body_bytes,
+            env_proxy: EnvProxy::from_env(),
+            static_hosts: Default::default(),
+            verified: Arc::new(verified),
+            unverified: Arc::new(unverified),
+        }
+    }
+
+    /// Runs one probe under the plan's deadline. Never panics on any target.
+    ///
+    /// `gate` is asked right before each request head is written (the
+    /// request of every hop, a redirect's too, and a CONNECT to a proxy).
+    /// When it answers false the probe ends there, that request is not sent,
+    /// and the result is `None`: the probe did not happen. The operator's
+    /// gate is its membership: a process paused after dispatch must not
+    /// probe on resume.
+    pub async fn probe(
+        &self,
+        plan: &ProbePlan,
+        gate: &(dyn Fn() -> bool + Sync),
+    ) -> Option<Outcome> {
+        let started = Instant::now();
+        let mut probe = Probe {
+            prober: self,
+            plan,
+            gate,
+            phase: Phase::Resolve,
+            phases: Phases::default(),
+            cert_not_after: None,
+            redirects: 0,
+        };
+        let result = tokio::time::timeout(plan.timeout, probe.run()).await;
+        let duration = started.elapsed();
+        let (reason, message, status_code) = match result {
+            Ok(Ok(code)) => {
+                let (reason, message) = checks::latency(plan, code, duration);
+                (reason, message, Some(code))
+            }
+            Ok(Err(Stop::Failed(e))) => (e.reason, e.message, e.status_code),
+            Ok(Err(Stop::GateClosed)) => return None,
+            Err(_) => {
+                let reason = if probe.phase == Phase::Resolve {
+                    Reason::DnsError
+                } else {
+                    Reason::Timeout
+                };
+                let message = format!(
+                    "timed out after {} during {}",
+                    human_duration(plan.timeout),
+                    probe.phase.describe()
+                );
+                (reason, message, None)
+            }
+        };
+        Some(Outcome {
+            reason,
+            message,
+            status_code,
+            duration,
+            phases: probe.phases,
+            cert_not_after: probe.cert_not_after,
+            redirects: probe.redirects,
+        })
+    }
+}
+
+/// One probe in progress. What it measures lives here rather than in the
+/// deadline's future, so that a timeout still reports the phase it hit and
+/// the times so far.
+pub(super) struct Probe<'a> {
+    pub prober: &'a Prober,
+    pub plan: &'a ProbePlan,
+    gate: &'a (dyn Fn() -> bool + Sync),
+    pub phase: Phase,
+    pub phases: Phases,
+    pub cert_not_after: Option<i64>,
+    pub redirects: u32,
+}
+
+impl Probe<'_> {
+    /// Hops until a final response and checks it; its status code.
+    async fn run(&mut self) -> Result<u16, Stop> {
+        let mut hop = Hop::first(self.plan);
+        loop {
+            let resp = self.hop(&hop).await?;
+            match next_hop(self.plan, &hop, &resp, self.redirects)? {
+                Some(next) => {
+                    hop = next;
+                    self.redirects += 1;
+                }
+                None => {
+                    checks::response(self.plan, &resp)?;
+                    return Ok(resp.status.as_u16());
+                }
+            }
+        }
+    }
+
+    /// Called right before a request head is written (see [`Prober::probe`]).
+    pub(super) fn pass_gate(&self) -> Result<(), Stop> {
+        if (self.gate)() {
+            Ok(())
+        } else {
+            Err(Stop::GateClosed)
+        }
+    }
+}

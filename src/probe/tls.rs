@@ -1,0 +1,190 @@
+//! TLS: the rustls client configurations, the handshake, and what it tells
+//! (certificate errors, the leaf certificate's notAfter).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::client::TlsStream;
+
+use super::dial::CloseOnDrop;
+use super::error::{HopError, Reason, short_io};
+use super::outcome::Phase;
+use super::plan::MinTlsVersion;
+use super::prober::Probe;
+use super::target::Target;
+
+/// Which server certificates a configuration accepts.
+pub(super) enum Trust {
+    Roots(rustls::RootCertStore),
+    /// `insecureSkipVerify`.
+    AnyCertificate,
+}
+
+/// A client certificate chain and its private key.
+pub(super) struct ClientIdentity {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+/// The public web's roots (webpki-roots), for checkers without a `caBundle`.
+pub(super) fn webpki_store() -> rustls::RootCertStore {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    roots
+}
+
+pub(super) fn client_config(
+    trust: Trust,
+    min_version: MinTlsVersion,
+    client: Option<ClientIdentity>,
+) -> Result<rustls::ClientConfig, rustls::Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
+        MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+        MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(versions)?;
+    let builder = match trust {
+        Trust::Roots(roots) => builder.with_root_certificates(roots),
+        Trust::AnyCertificate => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider))),
+    };
+    let mut config = match client {
+        Some(c) => builder.with_client_auth_cert(c.chain, c.key)?,
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+impl Probe<'_> {
+    /// The TLS handshake with `target` over a connected stream. Records the
+    /// notAfter of the server's leaf certificate.
+    pub(super) async fn handshake(
+        &mut self,
+        target: &Target,
+        stream: CloseOnDrop,
+    ) -> Result<TlsStream<CloseOnDrop>, HopError> {
+        self.phase = Phase::Tls;
+        let t = Instant::now();
+        let tls = &self.plan.tls;
+        let config = match &tls.config {
+            Some(c) => c.0.clone(),
+            None if tls.insecure_skip_verify => self.prober.unverified.clone(),
+            None => self.prober.verified.clone(),
+        };
+        let sni = tls
+            .server_name
+            .clone()
+            .unwrap_or_else(|| target.host.clone());
+        let name = ServerName::try_from(sni)
+            .map_err(|_| HopError::new(Reason::InvalidSpec, "TLS server name is not valid"))?;
+        let stream = tokio_rustls::TlsConnector::from(config)
+            .connect(name, stream)
+            .await
+            .map_err(|e| tls_failure(&e))?;
+        self.phases.tls += t.elapsed();
+        if let Some(der) = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+        {
+            self.cert_not_after = not_after(der.as_ref());
+        }
+        Ok(stream)
+    }
+}
+
+/// The rustls error inside an I/O error, if any.
+pub(super) fn rustls_cause(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+}
+
+fn tls_failure(e: &std::io::Error) -> HopError {
+    match rustls_cause(e) {
+        Some(rustls::Error::InvalidCertificate(c)) => HopError::new(
+            Reason::CertificateInvalid,
+            format!("server certificate rejected: {}", cert_error(c)),
+        ),
+        Some(other) => HopError::new(Reason::TlsError, format!("TLS handshake failed: {other}")),
+        None => HopError::new(
+            Reason::TlsError,
+            format!("TLS handshake failed: {}", short_io(e)),
+        ),
+    }
+}
+
+fn cert_error(c: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as C;
+    match c {
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "it is not valid for the server name".into()
+        }
+        C::UnknownIssuer => "issued by an unknown certificate authority".into(),
+        C::Expired | C::ExpiredContext { .. } => "it has expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet".into(),
+        C::Revoked => "it is revoked".into(),
+        C::BadSignature => "bad signature".into(),
+        C::BadEncoding => "bad encoding".into(),
+        other => format!("{other:?}").chars().take(160).collect(),
+    }
+}
+
+fn not_after(der: &[u8]) -> Option<i64> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.validity().not_after.timestamp())
+}
+
+/// Verifier for `insecureSkipVerify`: accepts any certificate but still checks
+/// the handshake signatures, so the connection is at least to the key holder.
+#[derive(Debug)]
+struct AcceptAnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
