@@ -129,7 +129,7 @@ impl CheckerStatus {
     }
 
     /// Folds one probe outcome in.
-    pub fn observe(&mut self, o: &Outcome, ctx: &Context) -> Effects {
+    pub fn observe(&mut self, o: &Outcome, ctx: &Context<'_>) -> Effects {
         let (target, reason) = if o.success() {
             self.consecutive_successes += 1;
             self.consecutive_failures = 0;
@@ -179,7 +179,7 @@ impl CheckerStatus {
     /// Updates CertificateExpiring from the certificate a probe saw (a probe
     /// that saw none leaves it as it was). Returns the Warning event's message
     /// when the condition turns True.
-    fn observe_certificate(&mut self, not_after: Option<i64>, ctx: &Context) -> Option<String> {
+    fn observe_certificate(&mut self, not_after: Option<i64>, ctx: &Context<'_>) -> Option<String> {
         let Some(days) = ctx.certificate_warning_days else {
             self.certificate = None;
             return None;
@@ -242,7 +242,7 @@ impl CheckerStatus {
         ready: &str,
         reason: &str,
         message: &str,
-        ctx: &Context,
+        ctx: &Context<'_>,
     ) -> Effects {
         let mut transition = None;
         if self.ready != ready {
@@ -265,7 +265,7 @@ impl CheckerStatus {
         }
     }
 
-    fn render(&self, ctx: &Context, o: Option<&Outcome>) -> WebCheckerStatus {
+    fn render(&self, ctx: &Context<'_>, o: Option<&Outcome>) -> WebCheckerStatus {
         let mut conditions = vec![Condition {
             type_: READY.into(),
             status: self.ready.clone(),
@@ -307,7 +307,11 @@ impl CheckerStatus {
         }
     }
 
-    fn maybe_write(&mut self, status: WebCheckerStatus, ctx: &Context) -> Option<WebCheckerStatus> {
+    fn maybe_write(
+        &mut self,
+        status: WebCheckerStatus,
+        ctx: &Context<'_>,
+    ) -> Option<WebCheckerStatus> {
         let summary = summarize(&status);
         let due = match self.last_write {
             Some(t) => ctx.now.duration_since(t) >= ctx.heartbeat,

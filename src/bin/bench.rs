@@ -556,7 +556,7 @@ type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
 fn save_png(
     path: &Path,
     (w, h): (u32, u32),
-    draw: impl FnOnce(&Area) -> Result<(), Box<dyn Error>>,
+    draw: impl FnOnce(&Area<'_>) -> Result<(), Box<dyn Error>>,
 ) -> Res<()> {
     let mut buf = vec![0u8; (w * h * 3) as usize];
     {

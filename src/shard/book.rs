@@ -306,7 +306,7 @@ impl Book {
     /// Decides what to write. Keys with a write pending are left alone and count
     /// against that write's target; checkers of a suspect (stale, unproven)
     /// member are left alone and count nowhere: they move only after proof.
-    pub fn decide(&self, m: &Membership) -> Vec<Action> {
+    pub fn decide(&self, m: &Membership<'_>) -> Vec<Action> {
         let ring_members: Vec<String> =
             m.members.keys().filter(|id| m.fresh(id)).cloned().collect();
         if ring_members.is_empty() {
@@ -388,7 +388,7 @@ impl Book {
     /// for longer than `grace`, or draining for longer than `drain_bound`.
     pub fn census(
         &mut self,
-        m: &Membership,
+        m: &Membership<'_>,
         now: Instant,
         grace: Duration,
         drain_bound: Duration,
