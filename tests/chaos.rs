@@ -412,6 +412,8 @@ struct Campaign {
     proxies: Vec<FaultProxy>,
     ops: Vec<Operator>,
     paused: HashSet<usize>,
+    /// When each replica's process was last started.
+    started: HashMap<usize, Instant>,
     checkers: Vec<(String, Instant)>,
     /// Cut-off exception: (replica, from, until).
     isolations: Vec<(String, Instant, Instant)>,
@@ -611,13 +613,61 @@ impl Campaign {
         Ok(out)
     }
 
+    /// What the running replicas say about themselves (for failure messages):
+    /// leader flag, ring members, owned checkers, API reachability, watch
+    /// restarts, self fences, moves. Best effort: series that do not exist are
+    /// left out.
+    async fn diagnose(&self) -> String {
+        const SERIES: &[&str] = &[
+            "webchecker_leader",
+            "webchecker_ring_members",
+            "webchecker_owned_checkers",
+            "webchecker_api_reachable",
+            "webchecker_watch_restarts_total",
+            "webchecker_self_fences_total",
+            "webchecker_moves_total",
+        ];
+        let running = self.running();
+        let mut out = Vec::new();
+        for o in self.ops.iter().filter(|o| running.contains(&o.identity)) {
+            let text = http_get_within(
+                &format!("127.0.0.1:{}", o.port),
+                "/metrics",
+                Duration::from_secs(2),
+            )
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+            let series: Vec<String> = text
+                .lines()
+                .filter(|l| {
+                    !l.starts_with('#')
+                        && SERIES.iter().any(|s| {
+                            l.strip_prefix(s)
+                                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+                        })
+                })
+                .map(|l| l.replace("webchecker_", "").replace(' ', "="))
+                .collect();
+            out.push(format!("{}: {}", o.identity, series.join(" ")));
+        }
+        format!("replicas say: {}", out.join(" | "))
+    }
+
     /// Sight: every running replica answers /metrics (within 3 s).
     async fn metrics_answer(&self) -> Vec<String> {
         let running = self.running();
+        // A process just started may not listen yet.
+        let young: Vec<&str> = self
+            .started
+            .iter()
+            .filter(|(_, at)| at.elapsed() < Duration::from_secs(10))
+            .map(|(i, _)| self.ops[*i].identity.as_str())
+            .collect();
         let futs = self
             .ops
             .iter()
-            .filter(|o| running.contains(&o.identity))
+            .filter(|o| running.contains(&o.identity) && !young.contains(&o.identity.as_str()))
             .map(|o| async move {
                 let r = http_get_within(
                     &format!("127.0.0.1:{}", o.port),
@@ -644,8 +694,9 @@ impl Campaign {
         let _ = self.cp.thaw(Part::Etcd);
         let _ = self.cp.thaw(Part::ApiServer);
         self.paused.clear();
-        for op in self.ops.iter_mut() {
+        for (i, op) in self.ops.iter_mut().enumerate() {
             restart(op);
+            self.started.insert(i, Instant::now());
         }
         let names = self.all_names();
         let settled = self
@@ -708,8 +759,9 @@ impl Campaign {
                 }
             }
             Fault::Blip(targets) => {
-                for i in self.resolve_all(targets, &leader) {
-                    self.proxies[i].reset_connections();
+                proxied = self.resolve_all(targets, &leader);
+                for i in &proxied {
+                    self.proxies[*i].reset_connections();
                 }
             }
             Fault::Kill(t) => {
@@ -757,6 +809,7 @@ impl Campaign {
             Fault::Restart(t) => {
                 let i = self.resolve(t, &leader);
                 restart(&mut self.ops[i]);
+                self.started.insert(i, Instant::now());
                 victim = Some(i);
             }
             Fault::EtcdFreeze => self.cp.freeze(Part::Etcd).expect("freeze etcd"),
@@ -858,6 +911,7 @@ impl Campaign {
             Fault::Kill(_) | Fault::Term(_) => {
                 let i = victim.expect("victim");
                 self.ops[i].start();
+                self.started.insert(i, Instant::now());
             }
             Fault::Stop(_) => {
                 let i = victim.expect("victim");
@@ -957,9 +1011,14 @@ impl Campaign {
             .await;
         rec.new_assigned = got.map(|_| Instant::now() - t1);
         let assigned_after_creation = got.map(|_| Instant::now() - created_at);
-        if assigned_after_creation.is_none_or(|d| d > new_assign_bound()) {
+        let new_late = assigned_after_creation.is_none_or(|d| d > new_assign_bound());
+        if new_late {
             let left = self.unowned(&new_names);
-            let detail = self.describe_unowned(&left);
+            let detail = format!(
+                "{}; {}",
+                self.describe_unowned(&left),
+                self.diagnose().await
+            );
             v(
                 &mut rec,
                 Inv::Liveness,
@@ -995,12 +1054,23 @@ impl Campaign {
             .await;
         rec.all_probed = probed.map(|_| Instant::now() - t1);
         let mut unsettled = false;
+        let left = self.unowned(&names);
         if settled.is_none() {
-            let left = self.unowned(&names);
             let (sizes, bound, balanced) = self.balance();
-            if !left.is_empty() {
-                unsettled = true;
-                let detail = self.describe_unowned(&left);
+            unsettled = !left.is_empty();
+            // New checkers left unowned were reported above.
+            let old_left: Vec<String> = left
+                .iter()
+                .filter(|n| !(new_late && new_names.contains(n)))
+                .cloned()
+                .collect();
+            if !old_left.is_empty() {
+                let left = old_left;
+                let detail = format!(
+                    "{}; {}",
+                    self.describe_unowned(&left),
+                    self.diagnose().await
+                );
                 v(
                     &mut rec,
                     Inv::Liveness,
@@ -1032,23 +1102,26 @@ impl Campaign {
         }
         if probed.is_none() {
             let seen = self.probes.probed_since(t1);
+            // Unowned checkers were reported above.
             let missing: Vec<&String> = names
                 .iter()
-                .filter(|n| !seen.contains(n.as_str()))
+                .filter(|n| !seen.contains(n.as_str()) && !left.contains(n))
                 .collect();
-            v(
-                &mut rec,
-                Inv::Coverage,
-                missing.first().map(|s| s.as_str()),
-                &[],
-                Instant::now(),
-                format!(
-                    "{} checkers not probed at all in the {:.1}s after the fault ended: {:?}",
-                    missing.len(),
-                    settle_bound().as_secs_f64(),
-                    missing.iter().take(10).collect::<Vec<_>>()
-                ),
-            );
+            if !missing.is_empty() {
+                v(
+                    &mut rec,
+                    Inv::Coverage,
+                    missing.first().map(|s| s.as_str()),
+                    &[],
+                    Instant::now(),
+                    format!(
+                        "{} checkers not probed at all in the {:.1}s after the fault ended: {:?}",
+                        missing.len(),
+                        settle_bound().as_secs_f64(),
+                        missing.iter().take(10).collect::<Vec<_>>()
+                    ),
+                );
+            }
         }
         // Invariant 6: a status from the current owner.
         if !unsettled {
@@ -1482,6 +1555,7 @@ async fn randomized_fault_campaign() {
         proxies,
         ops,
         paused: HashSet::new(),
+        started: HashMap::new(),
         checkers: names.iter().map(|n| (n.clone(), created[n])).collect(),
         isolations: Vec::new(),
         graceful: Vec::new(),
