@@ -138,6 +138,7 @@ const KINDS: &[&str] = &[
     "compaction",
     "proxy:blip",
     "proxy:black-hole",
+    "proxy:stall-open",
     "proxy:reset",
     "proxy:hang",
     "proxy:errors",
@@ -153,6 +154,7 @@ impl Fault {
         match self {
             Fault::Proxy { mode, .. } => match mode {
                 ProxyMode::BlackHole => "proxy:black-hole",
+                ProxyMode::StallOpen => "proxy:stall-open",
                 ProxyMode::Reset => "proxy:reset",
                 ProxyMode::Hang => "proxy:hang",
                 ProxyMode::Errors { .. } => "proxy:errors",
@@ -308,10 +310,11 @@ impl Schedule {
                 };
                 (Fault::Blip(targets), hold)
             }
-            "proxy:black-hole" | "proxy:reset" | "proxy:hang" | "proxy:errors"
-            | "proxy:latency" => {
+            "proxy:black-hole" | "proxy:stall-open" | "proxy:reset" | "proxy:hang"
+            | "proxy:errors" | "proxy:latency" => {
                 let mode = match kind {
                     "proxy:black-hole" => ProxyMode::BlackHole,
+                    "proxy:stall-open" => ProxyMode::StallOpen,
                     "proxy:reset" => ProxyMode::Reset,
                     "proxy:hang" => ProxyMode::Hang,
                     "proxy:errors" => ProxyMode::Errors {
@@ -867,7 +870,9 @@ impl Campaign {
             .collect();
 
         // Hold the fault; watch failover and sight meanwhile.
-        let hold_until = t0 + w.hold;
+        // Held from the moment the fault is in place (stopping kube-apiserver
+        // gracefully, for one, takes a while).
+        let hold_until = Instant::now() + w.hold;
         let mut next_sight = Instant::now();
         while Instant::now() < hold_until {
             self.absorb();
@@ -2317,6 +2322,23 @@ async fn fault_proxy_modes() {
         "a new connection gets nothing"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stalled.is_finished(), "the open connection is stalled");
+    proxy.set_mode(ProxyMode::Pass);
+    let r = tokio::time::timeout(limit, stalled)
+        .await
+        .expect("resumes")
+        .unwrap();
+    assert_eq!(r.unwrap().0, 200);
+    // Stall open connections: the open one stalls, new ones pass.
+    let mut held = client_conn(&proxy).await.unwrap();
+    assert_eq!(get(&mut held, "/ok").await.unwrap().0, 200);
+    proxy.set_mode(ProxyMode::StallOpen);
+    let stalled = tokio::spawn(async move { get(&mut held, "/ok").await });
+    assert_eq!(
+        get_within(&proxy, "/ok", limit).await.unwrap().unwrap().0,
+        200,
+        "a new connection passes"
+    );
     assert!(!stalled.is_finished(), "the open connection is stalled");
     proxy.set_mode(ProxyMode::Pass);
     let r = tokio::time::timeout(limit, stalled)

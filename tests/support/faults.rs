@@ -104,6 +104,12 @@ pub enum ProxyMode {
     /// (TCP handshakes complete, TLS handshakes do not). Everything resumes
     /// where it stopped when the mode changes: a network partition that heals.
     BlackHole,
+    /// Connections open at the switch stall (no byte moves, nothing is
+    /// closed) while new ones pass: a watch or a pooled connection that goes
+    /// silent (a conntrack entry dropped, a stuck stream) while the server is
+    /// fine. A client without read deadlines hangs on them; a watch without an
+    /// idle check never hears another event. They resume when the mode changes.
+    StallOpen,
     /// Every connection, existing and new, is reset (RST).
     Reset,
     /// Each request waits this long before it is forwarded.
@@ -143,6 +149,7 @@ impl fmt::Display for ProxyMode {
         match self {
             ProxyMode::Pass => write!(f, "pass"),
             ProxyMode::BlackHole => write!(f, "black-hole"),
+            ProxyMode::StallOpen => write!(f, "stall open connections"),
             ProxyMode::Reset => write!(f, "reset every connection"),
             ProxyMode::Latency(d) => write!(f, "latency {}ms", d.as_millis()),
             ProxyMode::Errors { share, codes } => write!(
@@ -191,6 +198,9 @@ impl fmt::Display for ProxyStats {
 
 struct Ctl {
     mode: Mutex<ProxyMode>,
+    /// Connections are numbered as accepted; StallOpen stalls those below this.
+    next_conn: AtomicU64,
+    stall_below: AtomicU64,
     /// Tasks stalled by BlackHole, woken when the mode changes.
     wakers: Mutex<Vec<Waker>>,
     /// Bumped to reset every open connection.
@@ -204,10 +214,15 @@ impl Ctl {
         self.mode.lock().unwrap().clone()
     }
 
-    /// True (and the waker registered) while the black-hole holds.
-    fn stalled(&self, cx: &mut Context<'_>) -> bool {
+    /// True (and the waker registered) while connection `id` must not move.
+    fn stalled(&self, id: u64, cx: &mut Context<'_>) -> bool {
         let m = self.mode.lock().unwrap();
-        if *m != ProxyMode::BlackHole {
+        let stall = match *m {
+            ProxyMode::BlackHole => true,
+            ProxyMode::StallOpen => id < self.stall_below.load(Ordering::SeqCst),
+            _ => false,
+        };
+        if !stall {
             return false;
         }
         // Registered under the mode lock, so a mode change cannot slip between
@@ -223,6 +238,7 @@ impl Ctl {
 /// The client side of a proxied connection; its I/O stops while black-holed.
 struct Gated {
     io: TcpStream,
+    id: u64,
     ctl: Arc<Ctl>,
 }
 
@@ -233,7 +249,7 @@ impl AsyncRead for Gated {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.ctl.stalled(cx) {
+        if this.ctl.stalled(this.id, cx) {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_read(cx, buf)
@@ -247,7 +263,7 @@ impl AsyncWrite for Gated {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.ctl.stalled(cx) {
+        if this.ctl.stalled(this.id, cx) {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_write(cx, buf)
@@ -255,7 +271,7 @@ impl AsyncWrite for Gated {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.ctl.stalled(cx) {
+        if this.ctl.stalled(this.id, cx) {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_flush(cx)
@@ -431,6 +447,7 @@ async fn handle_connection(
     reset.borrow_and_update();
     let gated = Gated {
         io: tcp,
+        id: ctl.next_conn.fetch_add(1, Ordering::SeqCst),
         ctl: ctl.clone(),
     };
     let c2 = ctl.clone();
@@ -528,6 +545,8 @@ impl FaultProxy {
         let (reset, _) = tokio::sync::watch::channel(0u64);
         let ctl = Arc::new(Ctl {
             mode: Mutex::new(ProxyMode::Pass),
+            next_conn: AtomicU64::new(0),
+            stall_below: AtomicU64::new(0),
             wakers: Mutex::new(Vec::new()),
             reset,
             rng: Mutex::new(Prng::new(seed)),
@@ -607,6 +626,11 @@ impl FaultProxy {
         let reset = mode == ProxyMode::Reset;
         let stalled = {
             let mut m = self.ctl.mode.lock().unwrap();
+            if mode == ProxyMode::StallOpen {
+                self.ctl
+                    .stall_below
+                    .store(self.ctl.next_conn.load(Ordering::SeqCst), Ordering::SeqCst);
+            }
             *m = mode;
             std::mem::take(&mut *self.ctl.wakers.lock().unwrap())
         };
