@@ -1217,18 +1217,49 @@ impl Campaign {
             .extend(overlaps(&self.probes, &by, &exempt, &clk));
         let (fence, moved, seq) = self.objs.with(|s| {
             let fence = fencing(&s.objs, &s.leases, from, t2, &graceful, &clk);
-            let moved = if w.fault.alike() {
-                moves(&s.objs, t0, t2, &clk)
+            let moved: Vec<Violation> = if w.fault.alike() {
+                let all: Vec<Violation> = moves(&s.objs, t0, t2, &clk)
                     .into_iter()
                     .filter(|m| m.checker.as_ref().is_none_or(|c| !new_names.contains(c)))
-                    .map(|mut m| {
-                        m.detail = format!(
-                            "a checker moved because of an outage that hit every replica alike: {}",
-                            m.detail
-                        );
-                        m
-                    })
-                    .collect()
+                    .collect();
+                if all.is_empty() {
+                    Vec::new()
+                } else {
+                    // One violation per window: who was judged gone, and a sample.
+                    let deleted: Vec<String> = s
+                        .leases
+                        .iter()
+                        .filter(|l| l.kind == RecKind::Deleted && l.at >= t0 && l.at <= t2)
+                        .map(|l| {
+                            format!(
+                                "{} (Lease {}, rv {}, seen {})",
+                                l.holder.as_deref().unwrap_or("?"),
+                                l.uid,
+                                l.rv,
+                                clk.t(l.at)
+                            )
+                        })
+                        .collect();
+                    let sample: Vec<&str> = all.iter().take(3).map(|m| m.detail.as_str()).collect();
+                    let replicas: Vec<&str> = all
+                        .iter()
+                        .flat_map(|m| m.replicas.iter().map(String::as_str))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    vec![Violation::new(
+                        Inv::Sight,
+                        all[0].checker.as_deref(),
+                        &replicas,
+                        all[0].at,
+                        format!(
+                            "{} checkers moved because of an outage that hit every replica alike; member Leases deleted meanwhile: {}; for example: {}",
+                            all.len(),
+                            if deleted.is_empty() { "none".to_string() } else { deleted.join(", ") },
+                            sample.join("; ")
+                        ),
+                    )]
+                }
             } else {
                 Vec::new()
             };
@@ -1277,6 +1308,11 @@ impl Campaign {
             }
             self.absorb();
             self.prev_check = Instant::now();
+            // Coverage starts afresh after a heal (every process restarted).
+            let healed_at = self.prev_check;
+            for (_, since) in self.checkers.iter_mut() {
+                *since = (*since).max(healed_at);
+            }
         }
         rec
     }
@@ -1592,8 +1628,20 @@ async fn randomized_fault_campaign() {
         let w = schedule.next_window();
         println!("chaos: {} (at {})", w.describe(), c.clk.t(Instant::now()));
         let rec = c.run_window(&w).await;
+        let mut shown: HashMap<Inv, usize> = HashMap::new();
         for v in &rec.violations {
-            println!("chaos: VIOLATION {}", violation_line(&c, &rec, v));
+            let n = shown.entry(v.inv).or_default();
+            *n += 1;
+            if *n <= 5 {
+                println!("chaos: VIOLATION {}", violation_line(&c, &rec, v));
+            }
+        }
+        for (inv, n) in shown.iter().filter(|(_, n)| **n > 5) {
+            println!(
+                "chaos: ... and {} more {inv} violations in window {} (see the report)",
+                n - 5,
+                w.index
+            );
         }
         println!(
             "chaos: window {} done: failover {}, new owned {}, all probed {}, largest gap {}, {} violations",

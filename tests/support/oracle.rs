@@ -192,11 +192,19 @@ pub fn coverage(
             .and_then(|id| by.get(&id))
             .map(Vec::as_slice)
             .unwrap_or(&[]);
+        // The last probe before the range, but not before `since` (a checker
+        // created, or a fleet restarted, then).
         let mut prev: (Instant, Option<u16>) = probes
             .iter()
             .rev()
             .find(|p| p.start < start)
-            .map(|p| (p.start, Some(p.replica)))
+            .map(|p| {
+                if p.start >= *since {
+                    (p.start, Some(p.replica))
+                } else {
+                    (*since, None)
+                }
+            })
             .unwrap_or((
                 if *since >= start.checked_sub(lookback).unwrap_or(start) {
                     *since
