@@ -2377,9 +2377,21 @@ async fn fault_proxy_modes() {
         .expect("resumes")
         .unwrap();
     assert_eq!(r.unwrap().0, 200);
-    // Stall open connections: the open one stalls, new ones pass.
+    // Stall open connections: the open one stalls, new ones pass, a watch
+    // streaming meanwhile goes on.
     let mut held = client_conn(&proxy).await.unwrap();
     assert_eq!(get(&mut held, "/ok").await.unwrap().0, 200);
+    let mut watch = {
+        use http_body_util::BodyExt;
+        let mut s = client_conn(&proxy).await.unwrap();
+        let req = hyper::Request::get("/stream?watch=true")
+            .header("host", "x")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let mut body = s.send_request(req).await.unwrap().into_body();
+        tokio::time::timeout(limit, body.frame()).await.unwrap();
+        (s, body)
+    };
     proxy.set_mode(ProxyMode::StallOpen);
     let stalled = tokio::spawn(async move { get(&mut held, "/ok").await });
     assert_eq!(
@@ -2387,6 +2399,16 @@ async fn fault_proxy_modes() {
         200,
         "a new connection passes"
     );
+    {
+        use http_body_util::BodyExt;
+        for _ in 0..3 {
+            let f = tokio::time::timeout(Duration::from_secs(1), watch.1.frame())
+                .await
+                .expect("the watch flows on");
+            assert!(f.is_some_and(|f| f.is_ok()));
+        }
+    }
+    drop(watch);
     assert!(!stalled.is_finished(), "the open connection is stalled");
     proxy.set_mode(ProxyMode::Pass);
     let r = tokio::time::timeout(limit, stalled)

@@ -23,7 +23,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -105,10 +105,13 @@ pub enum ProxyMode {
     /// where it stopped when the mode changes: a network partition that heals.
     BlackHole,
     /// Connections open at the switch stall (no byte moves, nothing is
-    /// closed) while new ones pass: a watch or a pooled connection that goes
-    /// silent (a conntrack entry dropped, a stuck stream) while the server is
-    /// fine. A client without read deadlines hangs on them; a watch without an
-    /// idle check never hears another event. They resume when the mode changes.
+    /// closed) while new ones pass, except those carrying a watch: half-open
+    /// pooled connections (after a load balancer failover, say). A request
+    /// sent on one hangs; a client with deadlines drops it and opens a new
+    /// one, a client without hangs. They resume when the mode changes.
+    /// (Watches are spared: a watch that goes silent without an error cannot
+    /// be told from a quiet one sooner than the server's bookmark interval, so
+    /// no bound of the campaign could be met.)
     StallOpen,
     /// Every connection, existing and new, is reset (RST).
     Reset,
@@ -139,6 +142,7 @@ impl ProxyMode {
     pub fn isolates(&self) -> bool {
         match self {
             ProxyMode::Errors { share, .. } => *share >= 0.5,
+            ProxyMode::StallOpen => true,
             m => m.cuts_off(),
         }
     }
@@ -215,11 +219,11 @@ impl Ctl {
     }
 
     /// True (and the waker registered) while connection `id` must not move.
-    fn stalled(&self, id: u64, cx: &mut Context<'_>) -> bool {
+    fn stalled(&self, id: u64, watching: bool, cx: &mut Context<'_>) -> bool {
         let m = self.mode.lock().unwrap();
         let stall = match *m {
             ProxyMode::BlackHole => true,
-            ProxyMode::StallOpen => id < self.stall_below.load(Ordering::SeqCst),
+            ProxyMode::StallOpen => !watching && id < self.stall_below.load(Ordering::SeqCst),
             _ => false,
         };
         if !stall {
@@ -239,6 +243,8 @@ impl Ctl {
 struct Gated {
     io: TcpStream,
     id: u64,
+    /// The last request on this connection was a watch.
+    watching: Arc<AtomicBool>,
     ctl: Arc<Ctl>,
 }
 
@@ -249,7 +255,10 @@ impl AsyncRead for Gated {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.ctl.stalled(this.id, cx) {
+        if this
+            .ctl
+            .stalled(this.id, this.watching.load(Ordering::SeqCst), cx)
+        {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_read(cx, buf)
@@ -263,7 +272,10 @@ impl AsyncWrite for Gated {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.ctl.stalled(this.id, cx) {
+        if this
+            .ctl
+            .stalled(this.id, this.watching.load(Ordering::SeqCst), cx)
+        {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_write(cx, buf)
@@ -271,7 +283,10 @@ impl AsyncWrite for Gated {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.ctl.stalled(this.id, cx) {
+        if this
+            .ctl
+            .stalled(this.id, this.watching.load(Ordering::SeqCst), cx)
+        {
             return Poll::Pending;
         }
         Pin::new(&mut this.io).poll_flush(cx)
@@ -380,13 +395,20 @@ fn injected(code: u16) -> hyper::Response<ProxyBody> {
     .unwrap()
 }
 
+fn is_watch(uri: &hyper::Uri) -> bool {
+    uri.query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"))
+}
+
 async fn handle_request(
     req: hyper::Request<Incoming>,
     ctl: Arc<Ctl>,
     up: Arc<Upstream>,
     link: Link,
+    watching: Arc<AtomicBool>,
 ) -> Result<hyper::Response<ProxyBody>, io::Error> {
     ctl.stats.requests.fetch_add(1, Ordering::Relaxed);
+    watching.store(is_watch(req.uri()), Ordering::SeqCst);
     match ctl.mode() {
         ProxyMode::Hang => {
             ctl.stats.hung.fetch_add(1, Ordering::Relaxed);
@@ -445,9 +467,11 @@ async fn handle_connection(
     }
     let mut reset = ctl.reset.subscribe();
     reset.borrow_and_update();
+    let watching = Arc::new(AtomicBool::new(false));
     let gated = Gated {
         io: tcp,
         id: ctl.next_conn.fetch_add(1, Ordering::SeqCst),
+        watching: watching.clone(),
         ctl: ctl.clone(),
     };
     let c2 = ctl.clone();
@@ -458,7 +482,9 @@ async fn handle_connection(
             return;
         };
         let link: Link = Arc::new(tokio::sync::Mutex::new(None));
-        let svc = service_fn(move |req| handle_request(req, c2.clone(), up.clone(), link.clone()));
+        let svc = service_fn(move |req| {
+            handle_request(req, c2.clone(), up.clone(), link.clone(), watching.clone())
+        });
         let _ = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(tls), svc)
             .await;
