@@ -1460,17 +1460,14 @@ fn report(c: &Campaign, minutes: f64, ran: Duration, kinds: &[&str]) -> String {
     for w in &c.records {
         let _ = writeln!(
             r,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             w.desc.split(' ').next().unwrap_or(""),
-            format!(
-                "{}{}",
-                w.desc.split_once(' ').map(|x| x.1).unwrap_or(""),
-                if w.alike {
-                    " (every replica alike)"
-                } else {
-                    ""
-                }
-            ),
+            w.desc.split_once(' ').map(|x| x.1).unwrap_or(""),
+            if w.alike {
+                " (every replica alike)"
+            } else {
+                ""
+            },
             w.started.map(|t| clk.t(t)).unwrap_or_default(),
             w.ended.map(|t| clk.t(t)).unwrap_or_default(),
             fmt_d(w.failover),
@@ -1745,6 +1742,7 @@ fn hit(checker: &str, replica: &str, start: Instant, ms: u64) -> Hit {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rec(
     at: Instant,
     rv: u64,

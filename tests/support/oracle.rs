@@ -329,7 +329,7 @@ pub fn ownership(objs: &[ObjRec], from: Instant, to: Instant) -> HashMap<String,
         if r.at > to {
             break;
         }
-        if seq.get(&r.name).is_none()
+        if !seq.contains_key(&r.name)
             && let Some(b) = before.get(r.name.as_str())
             && let Some(o) = &b.owner
         {
