@@ -1280,17 +1280,31 @@ impl Campaign {
             .objs
             .with(|s| (owners_at(&s.objs, t1), owners_at(&s.objs, t2)));
         rec.moved_after = moved_between(&a, &b);
-        let n = self.running().len();
-        let bound = movement_bound(names.len(), n);
-        if rec.moved_after > bound {
-            let d = format!(
-                "{} checkers moved between the end of the fault ({}) and the settled state ({}), over the bound {bound} for {} checkers on {n} replicas",
-                rec.moved_after,
-                clk.t(t1),
-                clk.t(t2),
-                names.len()
-            );
-            v(&mut rec, Inv::Movement, None, &[], t2, d);
+        // Invariant 5 bounds one N -> N+1 step: judge the rejoin only when the
+        // end of the fault brought exactly one replica (back) into the ring.
+        let holders = |m: &HashMap<String, Option<String>>| {
+            m.values()
+                .flatten()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        };
+        let (n1, n2) = (holders(&a), holders(&b));
+        if n2 == n1 + 1 {
+            let bound = movement_bound(names.len(), n2);
+            rec.notes.push(format!(
+                "{n1} -> {n2} replicas after the fault: {} moved (bound {bound})",
+                rec.moved_after
+            ));
+            if rec.moved_after > bound {
+                let d = format!(
+                    "{} checkers moved between the end of the fault ({}) and the settled state ({}) as the ring went from {n1} to {n2} replicas, over the bound {bound} for {} checkers",
+                    rec.moved_after,
+                    clk.t(t1),
+                    clk.t(t2),
+                    names.len()
+                );
+                v(&mut rec, Inv::Movement, None, &[], t2, d);
+            }
         }
         let gaps = self.objs.with(|s| gaps_in(&s.gaps, from, t2).len());
         if gaps > 0 {
