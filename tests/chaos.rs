@@ -1106,6 +1106,8 @@ impl Campaign {
             }
         }
         if probed.is_none() {
+            // Owned but not probed: the fleet is not healthy either.
+            unsettled = true;
             let seen = self.probes.probed_since(t1);
             // Unowned checkers were reported above.
             let missing: Vec<&String> = names

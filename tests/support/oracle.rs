@@ -238,12 +238,17 @@ pub fn coverage(
                 replicas: before.iter().chain(after.iter()).cloned().collect(),
                 at: largest.1,
                 detail: format!(
-                    "{name} not probed for {:.1}s ({} .. {}), bound {:.1}s; probe before by {}, next {}",
+                    "{name} not probed for {:.1}s ({} .. {}), bound {:.1}s; {}, next {}",
                     largest.0.as_secs_f64(),
                     clk.t(largest.1),
                     clk.t(largest.3),
                     bound.as_secs_f64(),
-                    before.as_deref().unwrap_or("nobody"),
+                    match &before {
+                        Some(b) => format!("probe before by {b}"),
+                        None =>
+                            "no probe before it in range (created then, or not probed for a minute)"
+                                .into(),
+                    },
                     match &after {
                         Some(a) => format!("by {a}"),
                         None => "none yet".into(),
