@@ -95,3 +95,14 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended;
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
 	hack/build-tools.sh >/dev/null
 	cargo test --release --locked --test overload -- --ignored --nocapture
+
+## fault campaign
+
+.PHONY: chaos
+
+CHAOS_MINUTES ?= 60
+
+chaos: ## randomized fault campaign -> target/chaos-report.md (CHAOS_MINUTES=60; CHAOS_SEED=n replays; CHAOS_FAULTS=etcd-freeze,proxy:blip,... focuses)
+	hack/build-tools.sh >/dev/null
+	CHAOS_MINUTES='$(CHAOS_MINUTES)' CHAOS_SEED='$(CHAOS_SEED)' CHAOS_FAULTS='$(CHAOS_FAULTS)' \
+		cargo test --locked --test chaos randomized_fault_campaign -- --exact --nocapture

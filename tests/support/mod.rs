@@ -3,7 +3,10 @@
 //! HTTP targets that log who probed them and when.
 #![allow(dead_code)]
 
+pub mod faults;
 pub mod fleet;
+pub mod objlog;
+pub mod oracle;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -650,6 +653,15 @@ impl Witness {
 
     pub fn hits(&self) -> Vec<Hit> {
         self.state.lock().unwrap().hits.clone()
+    }
+
+    /// Takes every exchange logged so far (answered and abandoned) out of the
+    /// witness, for long runs that keep their own compact log.
+    pub fn take_hits(&self) -> Vec<Hit> {
+        let mut s = self.state.lock().unwrap();
+        let mut out = std::mem::take(&mut s.hits);
+        out.append(&mut s.abandoned);
+        out
     }
 
     pub fn hits_for(&self, checker: &str) -> Vec<Hit> {

@@ -1,0 +1,455 @@
+//! The oracle's view of the objects: a watch of every WebChecker and every
+//! membership Lease in a namespace, straight to the API server (no fault
+//! proxy), recording every change in order: when the test saw it, its
+//! resourceVersion, the owner label, epoch and drain annotations, and the
+//! status (with the replica that wrote it). Tests can then check every write,
+//! not only the last one.
+//!
+//! resourceVersions of one etcd are revisions, comparable across kinds: a
+//! status write and a Lease deletion can be ordered exactly. When the watch
+//! must re-list (410 Gone after a compaction or an API server restart), the
+//! changes in between are lost; such a gap is recorded, and the list's items
+//! come in as `Listed` baselines rather than changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use webchecker::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL, WebChecker};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecKind {
+    Added,
+    Modified,
+    Deleted,
+    /// Seen in a (re-)list: a baseline, not a change in order.
+    Listed,
+}
+
+/// One version of one WebChecker.
+#[derive(Clone, Debug)]
+pub struct ObjRec {
+    pub at: Instant,
+    pub rv: u64,
+    pub kind: RecKind,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub owner: Option<String>,
+    pub epoch: Option<String>,
+    pub drain: Option<String>,
+    /// `status.owner`: the replica that wrote the status.
+    pub status_owner: Option<String>,
+    pub observed_generation: Option<i64>,
+    /// The whole status, serialized ("" when none).
+    pub status: String,
+}
+
+impl ObjRec {
+    /// Assigned, not draining: (owner, epoch).
+    pub fn assignment(&self) -> Option<(&str, &str)> {
+        match (&self.owner, &self.epoch, &self.drain) {
+            (Some(o), Some(e), None) => Some((o, e)),
+            _ => None,
+        }
+    }
+}
+
+/// One version of one membership Lease.
+#[derive(Clone, Debug)]
+pub struct LeaseRec {
+    pub at: Instant,
+    pub rv: u64,
+    pub kind: RecKind,
+    pub name: String,
+    pub holder: Option<String>,
+    pub uid: String,
+    /// A deletion inferred from a re-list (the Lease was gone): its rv is the
+    /// list's, an upper bound.
+    pub inferred: bool,
+}
+
+/// A stretch of history the watch did not see (it re-listed).
+#[derive(Clone, Debug)]
+pub struct Gap {
+    pub at: Instant,
+    pub what: &'static str,
+    /// Last resourceVersion seen before the gap, and the list's.
+    pub after_rv: u64,
+    pub list_rv: u64,
+}
+
+#[derive(Default)]
+pub struct LogState {
+    pub objs: Vec<ObjRec>,
+    pub leases: Vec<LeaseRec>,
+    pub gaps: Vec<Gap>,
+    pub watch_errors: Vec<(Instant, &'static str, String)>,
+    /// Latest version of every WebChecker that exists.
+    pub current: BTreeMap<String, ObjRec>,
+    /// Latest version of every membership Lease that exists, by name.
+    pub leases_now: BTreeMap<String, LeaseRec>,
+    last_rv: HashMap<&'static str, u64>,
+}
+
+impl LogState {
+    /// Current members: holder -> Lease UID.
+    pub fn members(&self) -> BTreeMap<String, String> {
+        self.leases_now
+            .values()
+            .filter_map(|l| Some((l.holder.clone()?, l.uid.clone())))
+            .collect()
+    }
+
+    /// Is this checker assigned to a current member under that member's
+    /// current Lease, with no drain in progress?
+    pub fn validly_owned(&self, o: &ObjRec) -> bool {
+        let members = self.members();
+        o.assignment()
+            .is_some_and(|(owner, epoch)| members.get(owner).map(String::as_str) == Some(epoch))
+    }
+}
+
+pub struct ObjectLog {
+    state: Arc<Mutex<LogState>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn rv_of(meta: &kube::core::ObjectMeta) -> u64 {
+    meta.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn obj_rec(o: &DynamicObject, kind: RecKind, at: Instant) -> ObjRec {
+    let labels = o.metadata.labels.as_ref();
+    let ann = o.metadata.annotations.as_ref();
+    let status = o.data.get("status");
+    ObjRec {
+        at,
+        rv: rv_of(&o.metadata),
+        kind,
+        name: o.metadata.name.clone().unwrap_or_default(),
+        generation: o.metadata.generation,
+        owner: labels.and_then(|l| l.get(OWNER_LABEL)).cloned(),
+        epoch: ann.and_then(|a| a.get(EPOCH_ANNOTATION)).cloned(),
+        drain: ann.and_then(|a| a.get(DRAIN_ANNOTATION)).cloned(),
+        status_owner: status
+            .and_then(|s| s.get("owner"))
+            .and_then(|v| v.as_str())
+            .map(String::from),
+        observed_generation: status
+            .and_then(|s| s.get("observedGeneration"))
+            .and_then(|v| v.as_i64()),
+        status: status.map(|s| s.to_string()).unwrap_or_default(),
+    }
+}
+
+fn lease_rec(l: &Lease, kind: RecKind, at: Instant) -> LeaseRec {
+    LeaseRec {
+        at,
+        rv: rv_of(&l.metadata),
+        kind,
+        name: l.metadata.name.clone().unwrap_or_default(),
+        holder: l.spec.as_ref().and_then(|s| s.holder_identity.clone()),
+        uid: l.metadata.uid.clone().unwrap_or_default(),
+        inferred: false,
+    }
+}
+
+enum Seen<'a, K> {
+    Listed { items: &'a [K], list_rv: u64 },
+    Change(RecKind, &'a K),
+    Error(String),
+}
+
+type Handler<K> = Arc<dyn Fn(&mut LogState, Instant, Seen<'_, K>) + Send + Sync>;
+
+/// List, then watch from the list's resourceVersion; resume after errors from
+/// the last version seen; re-list only on 410 Gone. Retries are bounded in
+/// time (a few hundred ms), never given up.
+async fn watch_loop<K>(
+    api: Api<K>,
+    labels: Option<String>,
+    state: Arc<Mutex<LogState>>,
+    handler: Handler<K>,
+) where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let mut resume: Option<String> = None;
+    let call = Duration::from_secs(15);
+    loop {
+        let rv = match resume.clone() {
+            Some(rv) => rv,
+            None => {
+                let mut lp = ListParams::default();
+                if let Some(l) = &labels {
+                    lp = lp.labels(l);
+                }
+                match tokio::time::timeout(call, api.list(&lp)).await {
+                    Ok(Ok(list)) => {
+                        let rv = list.metadata.resource_version.clone().unwrap_or_default();
+                        let mut s = state.lock().unwrap();
+                        handler(
+                            &mut s,
+                            Instant::now(),
+                            Seen::Listed {
+                                items: &list.items,
+                                list_rv: rv.parse().unwrap_or(0),
+                            },
+                        );
+                        rv
+                    }
+                    Ok(Err(e)) => {
+                        handler(
+                            &mut state.lock().unwrap(),
+                            Instant::now(),
+                            Seen::Error(format!("list: {e}")),
+                        );
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        continue;
+                    }
+                    Err(_) => {
+                        handler(
+                            &mut state.lock().unwrap(),
+                            Instant::now(),
+                            Seen::Error("list: no answer in 15s".into()),
+                        );
+                        continue;
+                    }
+                }
+            }
+        };
+        resume = Some(rv.clone());
+        let mut wp = WatchParams::default().timeout(50);
+        if let Some(l) = &labels {
+            wp = wp.labels(l);
+        }
+        let stream = match tokio::time::timeout(call, api.watch(&wp, &rv)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
+                handler(
+                    &mut state.lock().unwrap(),
+                    Instant::now(),
+                    Seen::Error("watch: 410 Gone".into()),
+                );
+                resume = None;
+                continue;
+            }
+            Ok(Err(e)) => {
+                handler(
+                    &mut state.lock().unwrap(),
+                    Instant::now(),
+                    Seen::Error(format!("watch: {e}")),
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Err(_) => {
+                handler(
+                    &mut state.lock().unwrap(),
+                    Instant::now(),
+                    Seen::Error("watch: no answer in 15s".into()),
+                );
+                continue;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            // The server ends a watch after `timeout` (50 s) and sends
+            // bookmarks meanwhile; 70 s of silence means a dead connection.
+            let ev = match tokio::time::timeout(Duration::from_secs(70), stream.next()).await {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(_) => {
+                    handler(
+                        &mut state.lock().unwrap(),
+                        Instant::now(),
+                        Seen::Error("watch: silent for 70s".into()),
+                    );
+                    break;
+                }
+            };
+            let at = Instant::now();
+            let (kind, obj) = match ev {
+                Ok(WatchEvent::Added(o)) => (RecKind::Added, o),
+                Ok(WatchEvent::Modified(o)) => (RecKind::Modified, o),
+                Ok(WatchEvent::Deleted(o)) => (RecKind::Deleted, o),
+                Ok(WatchEvent::Bookmark(b)) => {
+                    resume = Some(b.metadata.resource_version);
+                    continue;
+                }
+                Ok(WatchEvent::Error(s)) => {
+                    handler(
+                        &mut state.lock().unwrap(),
+                        at,
+                        Seen::Error(format!("watch event: {} {}", s.code, s.message)),
+                    );
+                    if s.code == 410 {
+                        resume = None;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    handler(
+                        &mut state.lock().unwrap(),
+                        at,
+                        Seen::Error(format!("watch stream: {e}")),
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    break;
+                }
+            };
+            if let Some(rv) = obj.meta().resource_version.clone() {
+                resume = Some(rv);
+            }
+            handler(&mut state.lock().unwrap(), at, Seen::Change(kind, &obj));
+        }
+    }
+}
+
+impl ObjectLog {
+    /// Starts watching the WebCheckers and membership Leases of `namespace`,
+    /// and waits (up to 30 s) for both first lists.
+    pub async fn start(client: Client, namespace: &str) -> ObjectLog {
+        let state = Arc::new(Mutex::new(LogState::default()));
+        let checkers: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &ApiResource::erase::<WebChecker>(&()),
+        );
+        let leases: Api<Lease> = Api::namespaced(client, namespace);
+        let on_checker: Handler<DynamicObject> = Arc::new(|s, at, seen| match seen {
+            Seen::Listed { items, list_rv } => {
+                let before = s.last_rv.get("checkers").copied();
+                if let Some(after_rv) = before {
+                    s.gaps.push(Gap {
+                        at,
+                        what: "checkers",
+                        after_rv,
+                        list_rv,
+                    });
+                }
+                let listed: BTreeMap<String, ObjRec> = items
+                    .iter()
+                    .map(|o| {
+                        let r = obj_rec(o, RecKind::Listed, at);
+                        (r.name.clone(), r)
+                    })
+                    .collect();
+                for (name, old) in std::mem::take(&mut s.current) {
+                    if !listed.contains_key(&name) {
+                        let mut r = old.clone();
+                        r.kind = RecKind::Deleted;
+                        r.rv = list_rv;
+                        r.at = at;
+                        s.objs.push(r);
+                    }
+                }
+                for r in listed.values() {
+                    s.objs.push(r.clone());
+                }
+                s.current = listed;
+                s.last_rv.insert("checkers", list_rv);
+            }
+            Seen::Change(kind, o) => {
+                let r = obj_rec(o, kind, at);
+                s.last_rv.insert("checkers", r.rv);
+                if kind == RecKind::Deleted {
+                    s.current.remove(&r.name);
+                } else {
+                    s.current.insert(r.name.clone(), r.clone());
+                }
+                s.objs.push(r);
+            }
+            Seen::Error(e) => s.watch_errors.push((at, "checkers", e)),
+        });
+        let on_lease: Handler<Lease> = Arc::new(|s, at, seen| match seen {
+            Seen::Listed { items, list_rv } => {
+                if let Some(after_rv) = s.last_rv.get("leases").copied() {
+                    s.gaps.push(Gap {
+                        at,
+                        what: "leases",
+                        after_rv,
+                        list_rv,
+                    });
+                }
+                let listed: BTreeMap<String, LeaseRec> = items
+                    .iter()
+                    .map(|l| {
+                        let r = lease_rec(l, RecKind::Listed, at);
+                        (r.name.clone(), r)
+                    })
+                    .collect();
+                for (name, old) in std::mem::take(&mut s.leases_now) {
+                    // Gone, or replaced by a Lease of the same name.
+                    if listed.get(&name).is_none_or(|l| l.uid != old.uid) {
+                        let mut r = old.clone();
+                        r.kind = RecKind::Deleted;
+                        r.rv = list_rv;
+                        r.at = at;
+                        r.inferred = true;
+                        s.leases.push(r);
+                    }
+                }
+                for r in listed.values() {
+                    s.leases.push(r.clone());
+                }
+                s.leases_now = listed;
+                s.last_rv.insert("leases", list_rv);
+            }
+            Seen::Change(kind, l) => {
+                let r = lease_rec(l, kind, at);
+                s.last_rv.insert("leases", r.rv);
+                if kind == RecKind::Deleted {
+                    s.leases_now.remove(&r.name);
+                } else {
+                    s.leases_now.insert(r.name.clone(), r.clone());
+                }
+                s.leases.push(r);
+            }
+            Seen::Error(e) => s.watch_errors.push((at, "leases", e)),
+        });
+        let tasks = vec![
+            tokio::spawn(watch_loop(checkers, None, state.clone(), on_checker)),
+            tokio::spawn(watch_loop(
+                leases,
+                Some(format!("{MEMBER_LABEL}=true")),
+                state.clone(),
+                on_lease,
+            )),
+        ];
+        let log = ObjectLog { state, tasks };
+        super::eventually(
+            Duration::from_secs(30),
+            "the object log's first lists",
+            || async {
+                let s = log.state.lock().unwrap();
+                (s.last_rv.contains_key("checkers") && s.last_rv.contains_key("leases"))
+                    .then_some(())
+            },
+        )
+        .await;
+        log
+    }
+
+    /// Runs `f` on the log under its lock (keep it short: the watch waits).
+    pub fn with<R>(&self, f: impl FnOnce(&LogState) -> R) -> R {
+        f(&self.state.lock().unwrap())
+    }
+}
+
+impl Drop for ObjectLog {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
