@@ -34,6 +34,8 @@ pub mod status;
 pub(crate) mod writer;
 
 pub use replica::run;
+/// Name of the leader Lease (tests and tools read it).
+pub use shard::elector::LEADER_LEASE;
 
 /// Gives a map's memory back once it holds less than a quarter of its
 /// capacity (a shard that shrank: load dropped, checkers moved away); maps

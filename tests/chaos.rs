@@ -466,7 +466,7 @@ impl Campaign {
         let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
         let l = tokio::time::timeout(
             Duration::from_secs(3),
-            api.get_opt(webchecker::shard::LEADER_LEASE),
+            api.get_opt(webchecker::LEADER_LEASE),
         )
         .await
         .ok()?
