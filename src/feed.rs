@@ -87,7 +87,9 @@ pub async fn watch_own_shard(
     let cfg = watcher::Config::default()
         .timeout(crate::kubeclient::WATCH_TIMEOUT_SECS)
         .labels(&format!("{OWNER_LABEL}={}", membership.identity));
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut stream = watcher::watcher(api, cfg)
+        .backoff(crate::kubeclient::WatchBackoff::default())
+        .boxed();
     let mut present = HashSet::new();
     let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
     let mut refresh = tokio::time::interval(crate::secrets::REFRESH);

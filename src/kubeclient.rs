@@ -80,3 +80,58 @@ fn build(config: &Config, read_timeout: Option<Duration>) -> Result<Client, Erro
 /// Server-side timeout of every watch: a silent stream is re-opened after
 /// this (plus kube's margin) even if TCP keepalive saw nothing wrong.
 pub const WATCH_TIMEOUT_SECS: u32 = 60;
+
+/// Backoff of every watch after an error: from 200 ms doubling to 2 s, with
+/// jitter, reset by the first event. kube's default grows to 30 s, which
+/// after an API server restart leaves a replica blind to its new checkers
+/// (or the sharder to new members) for half a minute.
+pub struct WatchBackoff {
+    next: Duration,
+}
+
+const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(200);
+const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        WatchBackoff {
+            next: WATCH_BACKOFF_MIN,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(WATCH_BACKOFF_MAX);
+        // Up to +50%, so that replicas do not reconnect in lockstep.
+        let jitter = base.mul_f64(rand::random::<f64>() * 0.5);
+        Some(base + jitter)
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_BACKOFF_MIN;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::utils::Backoff;
+
+    #[test]
+    fn watch_backoff_is_capped_and_resets() {
+        let mut b = WatchBackoff::default();
+        let first = b.next().unwrap();
+        assert!(first >= WATCH_BACKOFF_MIN && first <= WATCH_BACKOFF_MIN * 3 / 2);
+        for _ in 0..20 {
+            assert!(b.next().unwrap() <= WATCH_BACKOFF_MAX * 3 / 2);
+        }
+        b.reset();
+        assert!(b.next().unwrap() <= WATCH_BACKOFF_MIN * 3 / 2);
+    }
+}

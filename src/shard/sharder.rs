@@ -176,7 +176,7 @@ impl Sharder {
         info!("sharder started");
         let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
         let mut stream = watcher::watcher(self.checkers(), cfg)
-            .default_backoff()
+            .backoff(crate::kubeclient::WatchBackoff::default())
             .boxed();
         let mut book = Book::default();
         let mut writes: tokio::task::JoinSet<WriteOutcome> = tokio::task::JoinSet::new();

@@ -207,7 +207,9 @@ impl MemberView {
         let cfg = watcher::Config::default()
             .labels(&format!("{MEMBER_LABEL}=true"))
             .timeout(crate::kubeclient::WATCH_TIMEOUT_SECS);
-        let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+        let mut stream = watcher::watcher(api, cfg)
+            .backoff(crate::kubeclient::WatchBackoff::default())
+            .boxed();
         let mut listing: Vec<Lease> = Vec::new();
         while let Some(ev) = stream.next().await {
             let now = Instant::now();
