@@ -323,13 +323,18 @@ impl StatusWriter {
         match result.map_err(verdict) {
             Ok(rv) => {
                 self.count("ok");
+                let mut g = self.lock();
                 if matches!(p.op, Op::AckDrain { .. }) {
                     self.metrics.drains.inc();
                     debug!(checker = %key, "drain acknowledged");
-                }
-                let mut g = self.lock();
-                // Only if still ours: `forget` may have run while we wrote.
-                if let Some(v) = g.versions.get_mut(&key) {
+                    // Handed over: the checker is no longer ours. Keeping the
+                    // version our own ack produced would let a later status
+                    // write pass the resourceVersion fence.
+                    g.versions.remove(&key);
+                    g.pending.remove(&key);
+                    g.acks.remove(&key);
+                } else if let Some(v) = g.versions.get_mut(&key) {
+                    // Only if still ours: `forget` may have run while we wrote.
                     *v = rv;
                 }
             }

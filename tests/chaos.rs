@@ -702,9 +702,15 @@ impl Campaign {
             self.started.insert(i, Instant::now());
         }
         let names = self.all_names();
+        let restarted = Instant::now();
+        // Settled means owned, balanced and probed again: the next fault must
+        // not find owners that have not yet heard of their checkers.
         let settled = self
             .wait_for(Duration::from_secs(90), |c| {
-                c.unowned(&names).is_empty() && c.balance().2
+                let seen = c.probes.probed_since(restarted);
+                c.unowned(&names).is_empty()
+                    && c.balance().2
+                    && names.iter().all(|n| seen.contains(n.as_str()))
             })
             .await;
         rec.notes.push(match settled {

@@ -290,3 +290,33 @@ fn a_drain_ack_jumps_a_batch_already_taken() {
     assert_eq!(key, "ns/ack");
     assert!(w.take_ack(Instant::now()).is_none());
 }
+
+/// Found by the fault campaign (seed 366952557, window 36): after our drain
+/// ack landed, a status write queued later carried the version the ack
+/// produced and landed on a checker whose owner label named nobody.
+#[tokio::test]
+async fn nothing_is_written_after_our_drain_ack_landed() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit(
+        "ns/a",
+        "ns",
+        "a",
+        Op::AckDrain {
+            last_probe_unix_ms: None,
+        },
+    );
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), ok(checker_json("", "", "6"))).await;
+        h
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    let mut h = api.await.unwrap();
+    // A status write submitted afterwards (a probe that finished late).
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    w.write(&client, "ns/a".into(), p).await;
+    drop(client);
+    assert!(h.next_request().await.is_none(), "no request after the ack");
+}
