@@ -22,6 +22,8 @@ mod feed;
 pub(crate) mod kubeclient;
 pub(crate) mod membership;
 pub(crate) mod metrics;
+#[cfg(test)]
+mod mock_api;
 mod preflight;
 pub mod probe;
 mod replica;

@@ -1,17 +1,14 @@
 //! Renewal paths against a mocked API server (kube's tower-test pattern).
 
-use http::{Request, Response};
+use http::Response;
 use kube::client::Body;
 use serde_json::json;
-use tower_test::mock::{self, Handle};
 
 use super::*;
-
-type ApiHandle = Handle<Request<Body>, Response<Body>>;
+use crate::mock_api::{ApiHandle, ok, status};
 
 fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(svc, "ns");
+    let (client, handle) = crate::mock_api::client();
     let metrics = Arc::new(Metrics::new("r1", false));
     let m = Membership::new(
         "r1".into(),
@@ -26,32 +23,15 @@ fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
 }
 
 fn lease(uid: &str, rv: &str) -> Response<Body> {
-    let body = json!({
+    ok(json!({
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": { "name": "webchecker-member-r1", "namespace": "ns", "uid": uid, "resourceVersion": rv },
         "spec": { "holderIdentity": "r1" },
-    });
-    Response::builder()
-        .status(200)
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-        .unwrap()
-}
-
-fn status(code: u16) -> Response<Body> {
-    let body = json!({
-        "apiVersion": "v1", "kind": "Status", "status": "Failure",
-        "message": "scripted", "reason": "Scripted", "code": code,
-    });
-    Response::builder()
-        .status(code)
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-        .unwrap()
+    }))
 }
 
 async fn answer(h: &mut ApiHandle, method: &str, resp: Response<Body>) {
-    let (req, send) = h.next_request().await.expect("a request");
-    assert_eq!(req.method().as_str(), method, "{}", req.uri());
-    send.send_response(resp);
+    crate::mock_api::answer(h, method, None, resp).await
 }
 
 fn failures(m: &Membership, reason: &str) -> u64 {
@@ -67,11 +47,7 @@ async fn a_renewal_carries_our_version_and_keeps_the_epoch() {
     let api = tokio::spawn(async move {
         let (req, send) = h.next_request().await.unwrap();
         assert_eq!(req.method(), "PUT");
-        let body = http_body_util::BodyExt::collect(req.into_body())
-            .await
-            .unwrap()
-            .to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let v = crate::mock_api::body_json(req).await;
         assert_eq!(v["metadata"]["resourceVersion"], "1");
         assert_eq!(v["metadata"]["uid"], "uid-r1");
         send.send_response(lease("uid-r1", "2"));

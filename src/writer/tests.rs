@@ -63,22 +63,17 @@ fn a_newer_status_replaces_an_older_one_and_an_ack_replaces_a_status() {
 // The writer against a mocked API server (kube's tower-test pattern): every
 // request it sends is checked, every answer is scripted.
 
-use http::{Request, Response};
-use kube::client::Body;
-use tower_test::mock::{self, Handle};
-
-type ApiHandle = Handle<Request<Body>, Response<Body>>;
+use crate::mock_api::{ApiHandle, answer, ok, status};
 
 fn mocked() -> (Arc<StatusWriter>, Client, ApiHandle) {
-    let (svc, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let client = Client::new(svc, "ns");
+    let (client, handle) = crate::mock_api::client();
     let w = writer();
     w.membership.joined_for_test("uid-r1");
     (w, client, handle)
 }
 
-fn checker_json(owner: &str, epoch: &str, rv: &str) -> Vec<u8> {
-    serde_json::to_vec(&json!({
+fn checker_json(owner: &str, epoch: &str, rv: &str) -> serde_json::Value {
+    json!({
         "apiVersion": "test.network.io/v1alpha1",
         "kind": "WebChecker",
         "metadata": {
@@ -87,45 +82,7 @@ fn checker_json(owner: &str, epoch: &str, rv: &str) -> Vec<u8> {
             "annotations": { EPOCH_ANNOTATION: epoch },
         },
         "spec": { "host": "example.invalid" },
-    }))
-    .unwrap()
-}
-
-fn status(code: u16) -> Response<Body> {
-    let body = json!({
-        "apiVersion": "v1", "kind": "Status", "status": "Failure",
-        "message": "scripted", "reason": "Scripted", "code": code,
-    });
-    Response::builder()
-        .status(code)
-        .body(Body::from(serde_json::to_vec(&body).unwrap()))
-        .unwrap()
-}
-
-fn ok(body: Vec<u8>) -> Response<Body> {
-    Response::builder()
-        .status(200)
-        .body(Body::from(body))
-        .unwrap()
-}
-
-/// Answers the next request after checking its method and the resourceVersion
-/// precondition it carries (if `rv` is given).
-async fn answer(h: &mut ApiHandle, method: &str, rv: Option<&str>, resp: Response<Body>) {
-    let (req, send) = h.next_request().await.expect("a request");
-    assert_eq!(req.method().as_str(), method, "{}", req.uri());
-    if let Some(rv) = rv {
-        let body = http_body_util::BodyExt::collect(req.into_body())
-            .await
-            .unwrap()
-            .to_bytes();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            v["metadata"]["resourceVersion"], rv,
-            "fenced by the version last seen"
-        );
-    }
-    send.send_response(resp);
+    })
 }
 
 fn pending(w: &StatusWriter) -> Pending {
