@@ -873,9 +873,11 @@ async fn leader_failover_is_no_slower_than_any_other_at_default_leases() {
         assert!(gap <= bound, "{what}: {who} unprobed for {gap:?}");
         gaps.push(gap);
     }
+    // The new leader polls the leader Lease every half retry period and its
+    // sharder lists the checkers before deciding: allow two retry periods.
     assert!(
-        gaps[1] <= gaps[0] + retry,
-        "leader failover {:?} slower than a non-leader's {:?} by more than a retry period",
+        gaps[1] <= gaps[0] + 2 * retry,
+        "leader failover {:?} slower than a non-leader's {:?} by more than two retry periods",
         gaps[1],
         gaps[0]
     );
