@@ -42,7 +42,9 @@ done
 
 echo "==> three operator replicas (metrics on 127.0.0.1:9090-9092, logs in $state/)"
 for i in 0 1 2; do
-  POD_NAME=webchecker-operator-$i POD_NAMESPACE=webchecker-system \
+  # The demo targets listen on loopback, which the operator denies by default
+  # (docs/security.md); the API server stays denied.
+  POD_NAME=webchecker-operator-$i POD_NAMESPACE=webchecker-system WEBCHECKER_ALLOW_LOOPBACK=true \
     nohup target/release/webchecker-operator --listen "127.0.0.1:909$i" >"$state/operator-$i.log" 2>&1 &
   echo $! >"$state/operator-$i.pid"
 done

@@ -83,6 +83,7 @@ pub struct WebCheckerSpec {
     #[x_kube(validation = Rule::new("!isURL(self) || url(self).getHostname() != ''").message("spec.host must name a host, for example https://example.com"))]
     #[x_kube(validation = Rule::new("!isURL(self) || url(self).getEscapedPath() in ['', '/']").message("spec.host must not contain a path; put it in spec.path"))]
     #[x_kube(validation = Rule::new("!self.contains('?') && !self.contains('#')").message("spec.host must not contain a query or fragment; put the query in spec.path"))]
+    #[x_kube(validation = Rule::new("!self.contains('@')").message("spec.host must not carry credentials (user:password@); put them in a Secret and use spec.auth.basic"))]
     #[schemars(length(min = 1, max = 2048))]
     pub host: String,
 
@@ -90,6 +91,11 @@ pub struct WebCheckerSpec {
     #[serde(default = "default_path")]
     #[schemars(length(min = 1, max = 2048))]
     #[x_kube(validation = Rule::new("self.startsWith('/')").message("spec.path must start with '/', for example /healthz"))]
+    // A URL reads `//name`, `/\name` or `/<tab>/name` as another host; the
+    // operator refuses them at run time as well (src/probe/plan/build.rs).
+    #[x_kube(validation = Rule::new("!self.startsWith('//')").message("spec.path must not start with '//', which a URL reads as another host; start it with a single '/', the host goes in spec.host"))]
+    #[x_kube(validation = Rule::new("!self.contains('\\\\')").message("spec.path must not contain a backslash, which a URL reads as '/' and which can make it name another host; write it as %5C"))]
+    #[x_kube(validation = Rule::new("!self.matches('[\\\\x00-\\\\x1f\\\\x7f]')").message("spec.path must not contain control characters (tab, line breaks), which a URL drops and which can make it name another host; percent-encode them (%09, %0A)"))]
     pub path: String,
 
     /// Seconds between two probes. Default 10, as in the seed.

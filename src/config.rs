@@ -29,6 +29,10 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// The default of `--restricted-namespaces`: the label an admin sets on a
+/// namespace to close private networks to its checkers.
+pub const RESTRICTED_NAMESPACES: &str = "webchecker.test.network.io/private-networks=deny";
+
 /// A comma-separated list of networks; the empty string is the empty list.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Cidrs(pub Vec<ipnet::IpNet>);
@@ -101,13 +105,42 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_PER_CHECKER_HISTOGRAM", default_value_t = true, action = clap::ArgAction::Set)]
     pub per_checker_histogram: bool,
 
-    /// Probes never connect to these networks (comma separated CIDRs).
-    #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "169.254.0.0/16,fe80::/10", value_parser = parse_cidrs)]
+    /// Probes never connect to these networks (comma separated CIDRs), on top
+    /// of the built-in denials (docs/security.md).
+    #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "", value_parser = parse_cidrs)]
     pub deny_cidrs: Cidrs,
 
     /// If set, probes only connect to these networks (comma separated CIDRs).
     #[arg(long, env = "WEBCHECKER_ALLOW_CIDRS", default_value = "", value_parser = parse_cidrs)]
     pub allow_cidrs: Cidrs,
+
+    /// Let probes reach loopback (local demos and tests only); the API server
+    /// and the kubelets stay denied.
+    #[arg(long, env = "WEBCHECKER_ALLOW_LOOPBACK", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub allow_loopback: bool,
+
+    /// Label selector of the namespaces whose checkers may not reach
+    /// --private-cidrs; empty: no namespace is restricted.
+    #[arg(long, env = "WEBCHECKER_RESTRICTED_NAMESPACES", default_value = RESTRICTED_NAMESPACES)]
+    pub restricted_namespaces: String,
+
+    /// Networks closed to the checkers of restricted namespaces.
+    #[arg(long, env = "WEBCHECKER_PRIVATE_CIDRS", default_value = crate::probe::PRIVATE_NETWORKS, value_parser = parse_cidrs)]
+    pub private_cidrs: Cidrs,
+
+    /// Resolve a proxied target's name and refuse it when any of its
+    /// addresses is denied, before the proxy is asked.
+    #[arg(long, env = "WEBCHECKER_CHECK_PROXIED_TARGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub check_proxied_targets: bool,
+
+    /// Name servers, search list and options (ndots, timeout, attempts, rotate)
+    /// of the probes' resolver. A `nameserver` may carry a port (`127.0.0.1:5353`).
+    #[arg(long, env = "WEBCHECKER_RESOLV_CONF", default_value = crate::probe::DEFAULT_RESOLV_CONF)]
+    pub resolv_conf: std::path::PathBuf,
+
+    /// Names the probes' resolver answers before asking DNS.
+    #[arg(long, env = "WEBCHECKER_HOSTS_FILE", default_value = crate::probe::DEFAULT_HOSTS_FILE)]
+    pub hosts_file: std::path::PathBuf,
 
     /// Response body bytes read at most.
     #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]
@@ -187,8 +220,22 @@ mod tests {
         assert_eq!(parse_cidrs("10.0.0.0/8, ::1").unwrap().0.len(), 2);
         assert!(parse_cidrs("10.0.0.0/33").is_err());
         let c = Config::parse_from(["x", "--identity", "r0"]);
-        assert_eq!(c.deny_cidrs.0.len(), 2);
+        assert!(
+            c.deny_cidrs.0.is_empty(),
+            "the built-in denials need no flag"
+        );
         assert!(c.allow_cidrs.0.is_empty());
+        assert_eq!(c.private_cidrs.0.len(), 5);
+        assert!(!c.allow_loopback && c.check_proxied_targets);
+        assert_eq!(c.restricted_namespaces, RESTRICTED_NAMESPACES);
+        for (args, want) in [
+            (&["--allow-loopback"][..], true),
+            (&["--allow-loopback=true"], true),
+            (&["--allow-loopback=false"], false),
+        ] {
+            let c = Config::parse_from(["x"].iter().chain(args));
+            assert_eq!(c.allow_loopback, want, "{args:?}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The checker feed: a watch of this replica's own shard (label selector on
 //! the owner label), classified into engine commands, with referenced
-//! Secret/ConfigMap values attached.
+//! Secret/ConfigMap values and compiled patterns attached.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -57,8 +57,9 @@ fn classify(
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
     let checker = match serde_json::from_value::<WebChecker>(value) {
-        // The referenced Secret/ConfigMap values are filled in by the feeder.
-        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default()),
+        // The referenced Secret/ConfigMap values and the compiled patterns
+        // are filled in by the feeder.
+        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default(), None),
         Err(e) => Incoming::Malformed {
             namespace,
             name,
@@ -87,11 +88,16 @@ pub async fn watch_own_shard(
     let cfg = watcher::Config::default()
         .timeout(crate::kubeclient::WATCH_TIMEOUT_SECS)
         .labels(&format!("{OWNER_LABEL}={}", membership.identity));
-    let mut stream = watcher::watcher(api, cfg)
-        .backoff(crate::kubeclient::WatchBackoff::default())
-        .boxed();
+    let open = || {
+        watcher::watcher(api.clone(), cfg.clone())
+            .backoff(crate::kubeclient::WatchBackoff::default())
+            .boxed()
+    };
+    let mut stream = open();
+    let mut reconnects = membership.reconnects();
     let mut present = HashSet::new();
     let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
+    let mut patterns = crate::compiler::PatternCache::default();
     let mut refresh = tokio::time::interval(crate::secrets::REFRESH);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -100,6 +106,12 @@ pub async fn watch_own_shard(
                 Some(ev) => ev,
                 None => break,
             },
+            Ok(()) = reconnects.changed() => {
+                // List afresh on a new watch (the re-list ends in a Resync,
+                // so nothing of the old watch is lost).
+                stream = open();
+                continue;
+            }
             _ = refresh.tick() => {
                 for c in secrets.refresh().await {
                     if commands.send(c).await.is_err() {
@@ -141,7 +153,10 @@ pub async fn watch_own_shard(
             }
         };
         if let Some(c) = cmd
-            && commands.send(secrets.attach(c).await).await.is_err()
+            && commands
+                .send(patterns.attach(secrets.attach(c).await).await)
+                .await
+                .is_err()
         {
             break;
         }

@@ -3,11 +3,14 @@
 //! kube's default client has no read timeout (so that watches can idle) and no
 //! TCP keepalive: a request on a half-open connection can then hang for
 //! minutes, and with it a Lease renewal, a proof of death or a drain ack. We
-//! build two clients from one config: `requests`, whose reads time out, for
-//! every ordinary call (each also wrapped in its own deadline by the caller),
-//! and `watches`, with no read timeout (the watcher's own idle timeout covers
-//! a silent stream). Both send TCP keepalives, so a dead peer breaks the
-//! connection within about half a minute even when nothing is being read.
+//! build three clients from one config: `requests`, whose reads time out, for
+//! every ordinary call (each also wrapped in its own deadline by the caller);
+//! `leases`, the same without connection reuse; and `watches`, whose response
+//! head must come within a call deadline and whose body may idle a little
+//! longer than the server-side watch timeout. All send TCP keepalives, so a
+//! dead peer breaks the connection within about half a minute even when
+//! nothing is being read; the read timeouts catch a peer that still
+//! acknowledges packets but never answers (a stalled proxy).
 
 use std::time::Duration;
 
@@ -30,18 +33,56 @@ const KEEPALIVE_PROBES: u32 = 3;
 pub struct Clients {
     pub requests: Client,
     pub watches: Client,
+    /// Lease renewals: a fresh connection per request, so a renewal never
+    /// waits on a pooled connection that went silent (a half-open path).
+    pub leases: Client,
 }
 
 impl Clients {
     pub fn new(config: Config) -> Result<Self, Error> {
+        let requests = Shape {
+            read_timeout: CALL_DEADLINE,
+            head_timeout: None,
+            pooled: true,
+        };
         Ok(Clients {
-            requests: build(&config, Some(CALL_DEADLINE))?,
-            watches: build(&config, None)?,
+            requests: build(&config, requests)?,
+            watches: build(
+                &config,
+                Shape {
+                    read_timeout: WATCH_IDLE_LIMIT,
+                    head_timeout: Some(CALL_DEADLINE),
+                    pooled: true,
+                },
+            )?,
+            leases: build(
+                &config,
+                Shape {
+                    pooled: false,
+                    ..requests
+                },
+            )?,
         })
     }
 }
 
-fn build(config: &Config, read_timeout: Option<Duration>) -> Result<Client, Error> {
+#[derive(Clone, Copy)]
+struct Shape {
+    /// Longest silence while reading an answer.
+    read_timeout: Duration,
+    /// Deadline of the response head (status and headers), the body aside.
+    head_timeout: Option<Duration>,
+    /// Reuse connections.
+    pooled: bool,
+}
+
+fn build(config: &Config, shape: Shape) -> Result<Client, Error> {
+    let Shape {
+        read_timeout,
+        head_timeout,
+        pooled,
+    } = shape;
+    let read_timeout = Some(read_timeout);
     if config.proxy_url.is_some() {
         // kube's own stack knows HTTP and SOCKS proxies; ours does not. Callers'
         // deadlines still hold, only keepalive is lost.
@@ -67,19 +108,26 @@ fn build(config: &Config, read_timeout: Option<Duration>) -> Result<Client, Erro
     // A pooled connection's idle time must not count against the next answer.
     timed.set_reset_reader_on_write(true);
     let http: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(timed);
+        hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(if pooled { usize::MAX } else { 0 })
+            .build(timed);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer().map_err(Error::KubeClient)?)
         .layer(config.extra_headers_layer().map_err(Error::KubeClient)?)
+        .option_layer(head_timeout.map(tower::timeout::TimeoutLayer::new))
         .map_err(BoxError::from)
         .service(http);
     Ok(Client::new(service, config.default_namespace.clone()))
 }
 
-/// Server-side timeout of every watch: a silent stream is re-opened after
-/// this (plus kube's margin) even if TCP keepalive saw nothing wrong.
-pub const WATCH_TIMEOUT_SECS: u32 = 60;
+/// Server-side timeout of every watch: the server ends each watch after this
+/// and the watcher resumes it from the last resourceVersion (no re-list).
+pub const WATCH_TIMEOUT_SECS: u32 = 20;
+
+/// A watch body silent for this long is dead (the server would have ended it):
+/// a stalled connection is replaced within this bound.
+const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 10);
 
 /// Backoff of every watch after an error: from 200 ms doubling to 2 s, with
 /// jitter, reset by the first event. kube's default grows to 30 s, which

@@ -5,19 +5,25 @@
 //! - [`api`]: the CRD types;
 //! - [`probe`]: the HTTP prober with phase timings and the forgery guard;
 //! - [`scheduler`]: the per-replica engine (timer wheel, worker pool, reducer effects);
+//! - `fairness`: the engine's ready queue, a fair share of the workers per namespace;
 //! - [`status`]: the pure status reducer and write policy;
 //! - [`writer`]: fenced status writes and drain acknowledgements;
 //! - [`membership`]: this replica's Lease and the dispatch/write gates;
 //! - [`ring`]: pure assignment logic (rendezvous hashing with bounded loads);
 //! - [`shard`]: member view and judge rule, leader election, the sharder;
 //! - [`feed`]: the watch of this replica's own shard;
+//! - [`compiler`]: the checkers' regular expressions, compiled in the feed;
 //! - [`replica`]: one replica's tasks, start-up and graceful shutdown;
+//! - [`egress`]: what the forgery guard learns from the cluster (API server, kubelets, restricted namespaces);
 //! - [`kubeclient`]: API clients with deadlines and TCP keepalive;
 //! - [`metrics`], [`server`]: Prometheus metrics and /metrics /healthz /readyz.
 
 pub mod api;
+mod compiler;
 pub mod config;
+pub(crate) mod egress;
 pub(crate) mod error;
+mod fairness;
 mod feed;
 pub(crate) mod kubeclient;
 pub(crate) mod membership;

@@ -3,7 +3,14 @@ use tracing_subscriber::EnvFilter;
 
 use webchecker::config::Config;
 
-fn init_logging(cfg: &Config) {
+/// Logs go through a bounded buffer to a thread of their own, and lines are
+/// dropped when it is full: a stalled stdout (a full disk, a slow log pipe)
+/// must never stop probing. The guard flushes what is buffered when dropped.
+fn init_logging(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .thread_name("log-writer")
+        .finish(std::io::stdout());
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(&cfg.log_level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
@@ -12,20 +19,23 @@ fn init_logging(cfg: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_writer(writer)
         .with_ansi(std::io::stdout().is_terminal());
     if cfg.log_format == "json" {
         builder.json().flatten_event(true).init();
     } else {
         builder.init();
     }
+    guard
 }
 
 #[tokio::main]
 async fn main() {
     let cfg = Config::parse();
-    init_logging(&cfg);
+    let logs = init_logging(&cfg);
     if let Err(e) = webchecker::run(cfg).await {
         tracing::error!(error = %e, kind = e.metric_label(), "webchecker-operator failed");
+        drop(logs);
         eprintln!("webchecker-operator: {e}");
         std::process::exit(1);
     }

@@ -90,6 +90,7 @@ pub struct Metrics {
     pub api_reachable: IntGauge,
     pub watch_restarts: IntCounterVec,
     pub watch_expired: IntCounterVec,
+    pub address_discovery_up: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -268,6 +269,17 @@ impl Metrics {
                         "Watches the API server ended with 410 Gone (resourceVersion compacted), followed by a re-list",
                     ),
                     &["watch"],
+                )
+                .unwrap(),
+            ),
+            address_discovery_up: reg(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "webchecker_address_discovery_up",
+                        "1 while the forgery guard knows the addresses of this source (the API server's Service and EndpointSlices, Nodes, restricted namespaces); 0 when it was never listed or its watch keeps failing",
+                    ),
+                    &["source"],
                 )
                 .unwrap(),
             ),

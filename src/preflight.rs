@@ -9,40 +9,107 @@ use kube::{Api, Client};
 
 use crate::error::Error;
 
+/// Where a permission is needed.
+enum Where {
+    /// The Lease namespace.
+    Lease,
+    /// The watched namespace, or all of them.
+    Watched,
+    /// A cluster-scoped resource.
+    Cluster,
+}
+
+/// (group, resource, verb, subresource, where).
+type Check = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Where,
+);
+
 /// Checks every permission the operator needs and names all that are missing.
 pub async fn preflight(
     client: &Client,
     lease_namespace: &str,
     watch_namespace: Option<&str>,
+    restricted_namespaces: bool,
 ) -> Result<(), Error> {
-    let checks: &[(&str, &str, &str, Option<&str>, bool)] = &[
-        ("test.network.io", "webcheckers", "list", None, false),
-        ("test.network.io", "webcheckers", "watch", None, false),
-        ("test.network.io", "webcheckers", "get", None, false),
-        ("test.network.io", "webcheckers", "patch", None, false),
+    let mut checks: Vec<Check> = vec![
+        (
+            "test.network.io",
+            "webcheckers",
+            "list",
+            None,
+            Where::Watched,
+        ),
+        (
+            "test.network.io",
+            "webcheckers",
+            "watch",
+            None,
+            Where::Watched,
+        ),
+        (
+            "test.network.io",
+            "webcheckers",
+            "get",
+            None,
+            Where::Watched,
+        ),
+        (
+            "test.network.io",
+            "webcheckers",
+            "patch",
+            None,
+            Where::Watched,
+        ),
         (
             "test.network.io",
             "webcheckers",
             "patch",
             Some("status"),
-            false,
+            Where::Watched,
         ),
-        ("events.k8s.io", "events", "create", None, false),
-        ("events.k8s.io", "events", "patch", None, false),
-        ("coordination.k8s.io", "leases", "get", None, true),
-        ("coordination.k8s.io", "leases", "list", None, true),
-        ("coordination.k8s.io", "leases", "watch", None, true),
-        ("coordination.k8s.io", "leases", "create", None, true),
-        ("coordination.k8s.io", "leases", "update", None, true),
-        ("coordination.k8s.io", "leases", "delete", None, true),
+        ("events.k8s.io", "events", "create", None, Where::Watched),
+        ("events.k8s.io", "events", "patch", None, Where::Watched),
+        ("coordination.k8s.io", "leases", "get", None, Where::Lease),
+        ("coordination.k8s.io", "leases", "list", None, Where::Lease),
+        ("coordination.k8s.io", "leases", "watch", None, Where::Lease),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "create",
+            None,
+            Where::Lease,
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            None,
+            Where::Lease,
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "delete",
+            None,
+            Where::Lease,
+        ),
     ];
+    if restricted_namespaces {
+        // --restricted-namespaces must be listed before probing starts.
+        checks.push(("", "namespaces", "list", None, Where::Cluster));
+        checks.push(("", "namespaces", "watch", None, Where::Cluster));
+    }
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut missing = Vec::new();
-    for (group, resource, verb, sub, in_lease_ns) in checks {
-        let namespace = if *in_lease_ns {
-            Some(lease_namespace.to_string())
-        } else {
-            watch_namespace.map(str::to_string)
+    for (group, resource, verb, sub, scope) in &checks {
+        let namespace = match scope {
+            Where::Lease => Some(lease_namespace.to_string()),
+            Where::Watched => watch_namespace.map(str::to_string),
+            Where::Cluster => None,
         };
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
@@ -71,11 +138,17 @@ pub async fn preflight(
                 Some(s) => format!("{resource}/{s}"),
                 None => resource.to_string(),
             };
-            let scope = match &namespace {
-                Some(ns) => format!("in namespace {ns}"),
-                None => "in all namespaces".to_string(),
+            let scope = match (&namespace, scope) {
+                (Some(ns), _) => format!("in namespace {ns}"),
+                (None, Where::Cluster) => "(cluster-wide)".to_string(),
+                (None, _) => "in all namespaces".to_string(),
             };
-            missing.push(format!("{verb} {group} {res} {scope}"));
+            let what = if group.is_empty() {
+                res
+            } else {
+                format!("{group} {res}")
+            };
+            missing.push(format!("{verb} {what} {scope}"));
         }
     }
     if missing.is_empty() {

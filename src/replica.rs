@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -21,7 +21,7 @@ use crate::scheduler::{self, Command, Engine, EngineSettings};
 use crate::server::{self, Health};
 use crate::shard::{LeaderElector, LeaderGate, MemberView, Sharder};
 use crate::writer::StatusWriter;
-use crate::{feed, preflight, probe};
+use crate::{egress, feed, preflight, probe};
 
 /// Turns a finished vital task into the process's error.
 fn vital(what: &'static str, r: Result<Result<(), Error>, tokio::task::JoinError>) -> Error {
@@ -49,6 +49,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let identity = cfg.identity();
     let kube_config = kube::Config::infer().await.map_err(Error::InferConfig)?;
     let api_url = kube_config.cluster_url.to_string();
+    let api_uri = kube_config.cluster_url.clone();
     let clients = Clients::new(kube_config)?;
     let client = clients.requests.clone();
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
@@ -56,15 +57,37 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let addr = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
 
-    preflight::preflight(&client, &cfg.namespace, cfg.watch_namespace.as_deref())
-        .await
-        .map_err(|e| match e {
-            Error::Kube(k) if !matches!(k, kube::Error::Api(_)) => Error::Unreachable {
-                url: api_url.clone(),
-                source: k,
-            },
-            other => other,
-        })?;
+    let restricted = cfg.restricted_namespaces.trim();
+    preflight::preflight(
+        &client,
+        &cfg.namespace,
+        cfg.watch_namespace.as_deref(),
+        !restricted.is_empty(),
+    )
+    .await
+    .map_err(|e| match e {
+        Error::Kube(k) if !matches!(k, kube::Error::Api(_)) => Error::Unreachable {
+            url: api_url.clone(),
+            source: k,
+        },
+        other => other,
+    })?;
+
+    // Before joining (a member that cannot probe yet would hold checkers):
+    // the addresses the forgery guard learns from the cluster, and the
+    // namespaces closed to private networks.
+    let cluster = egress::start(
+        clients.watches.clone(),
+        &api_uri,
+        restricted,
+        metrics.clone(),
+    )
+    .await?;
+    if cfg.allow_loopback {
+        warn!(
+            "--allow-loopback: probes may reach this pod's loopback (meant for local demos and tests)"
+        );
+    }
 
     let membership = Membership::new(
         identity.clone(),
@@ -74,17 +97,29 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cfg.retry_period,
         metrics.clone(),
     );
-    membership.join(&client).await?;
+    membership.join(&clients.leases).await?;
 
     let policy = probe::AddressPolicy {
         deny: cfg.deny_cidrs.0.clone(),
         allow: cfg.allow_cidrs.0.clone(),
+        allow_loopback: cfg.allow_loopback,
+        private: cfg.private_cidrs.0.clone(),
+        check_proxied_targets: cfg.check_proxied_targets,
+        cluster,
     };
-    let prober = Arc::new(probe::Prober::new(
+    let (resolver, warnings) = probe::Resolver::from_files(&cfg.resolv_conf, &cfg.hosts_file)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    for w in warnings {
+        warn!("resolver: {w}");
+    }
+    info!("resolver: {}", resolver.describe());
+    let mut prober = probe::Prober::new(
         cfg.replica_header.then_some(identity.as_str()),
         policy,
         cfg.max_body_bytes,
-    ));
+    );
+    prober.resolver = Arc::new(resolver);
+    let prober = Arc::new(prober);
     // Few concurrent status writes: they are never urgent, and the API server's
     // capacity is better spent on assignments (new checkers, failover).
     let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
@@ -130,7 +165,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         metrics.clone(),
     ));
     let fence_tx = cmd_tx.clone();
-    let mut lease_task = tokio::spawn(membership.clone().run(client.clone(), move || {
+    let mut lease_task = tokio::spawn(membership.clone().run(clients.leases.clone(), move || {
         let tx = fence_tx.clone();
         async move {
             let (done, wait) = oneshot::channel();
@@ -177,7 +212,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             .run()
         }
     };
-    let mut leader_task = tokio::spawn(elector.run(client.clone(), stop_rx, sharder));
+    let mut leader_task = tokio::spawn(elector.run(clients.leases.clone(), stop_rx, sharder));
     let mut watch_task = tokio::spawn(feed::watch_own_shard(
         clients.watches.clone(),
         cfg.watch_namespace.clone(),
@@ -214,7 +249,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let _ = stop_tx.send(true);
     let _ = tokio::time::timeout(left().min(Duration::from_secs(3)), leader_task).await;
     writer.allow_final_flush();
-    membership.release(&client).await;
+    membership.release(&clients.leases).await;
     // ...then flush what we last saw; each write is fenced by resourceVersion.
     writer.flush(left().min(Duration::from_secs(10))).await;
     info!(replica = %identity, "stopped");

@@ -8,7 +8,7 @@
 //! At most one probe per checker is in flight: the next one is scheduled only
 //! when the previous one finished.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -23,9 +23,10 @@ use tokio_util::time::delay_queue::Key as DelayKey;
 use tracing::{debug, info, warn};
 
 use crate::api::{WebChecker, WebCheckerSpec};
+use crate::fairness::FairQueue;
 use crate::membership::Membership;
 use crate::metrics::Metrics;
-use crate::probe::{Outcome, ProbePlan, Prober};
+use crate::probe::{Compiled, Outcome, ProbePlan, Prober};
 use crate::secrets::Resolved;
 use crate::status::{CheckerStatus, Context};
 use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
@@ -34,8 +35,9 @@ use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
 #[derive(Debug)]
 pub enum Incoming {
     /// With the values of the Secret and ConfigMap keys it references
-    /// (resolved by the feeder, see crate::secrets).
-    Valid(Box<WebChecker>, Resolved),
+    /// (resolved by the feeder, see crate::secrets) and its compiled patterns
+    /// (crate::compiler; `None` only before the feeder attached them).
+    Valid(Box<WebChecker>, Resolved, Option<Compiled>),
     /// Does not deserialise (for example written under an older schema).
     Malformed {
         namespace: String,
@@ -84,6 +86,7 @@ struct Entry {
     generation: Option<i64>,
     spec: Option<WebCheckerSpec>,
     resolved: Resolved,
+    patterns: Option<Compiled>,
     plan: Option<Arc<ProbePlan>>,
     object_ref: k8s_openapi::api::core::v1::ObjectReference,
     delay: Option<DelayKey>,
@@ -109,7 +112,8 @@ pub struct Engine {
     events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
     entries: HashMap<String, Entry>,
     queue: DelayQueue<String>,
-    ready: VecDeque<(String, Instant)>,
+    /// Due probes, handed to the pool fairly between namespaces.
+    ready: FairQueue,
     pool: Arc<Semaphore>,
     next_seq: u64,
     stopping: Option<oneshot::Sender<()>>,
@@ -135,6 +139,7 @@ impl Engine {
         events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
     ) -> Self {
         metrics.pool_size.set(settings.workers as i64);
+        let workers = settings.workers;
         Engine {
             pool: Arc::new(Semaphore::new(settings.workers)),
             settings,
@@ -145,10 +150,23 @@ impl Engine {
             events,
             entries: HashMap::new(),
             queue: DelayQueue::new(),
-            ready: VecDeque::new(),
+            ready: FairQueue::new(workers),
             next_seq: 0,
             stopping: None,
         }
+    }
+}
+
+/// The plan of a spec, with the patterns the feed compiled (compiled here
+/// only if it did not, which the feed never lets happen).
+fn plan_of(
+    spec: &WebCheckerSpec,
+    resolved: &Resolved,
+    patterns: Option<&Compiled>,
+) -> Result<ProbePlan, String> {
+    match patterns {
+        Some(c) => crate::probe::plan_with(spec, &|v| resolved.get(v), c),
+        None => crate::probe::plan(spec, &|v| resolved.get(v)),
     }
 }
 
@@ -198,39 +216,43 @@ impl Engine {
                     let key = exp.into_inner();
                     if let Some(e) = self.entries.get_mut(&key) {
                         e.delay = None;
-                        self.ready.push_back((key, e.due));
+                        self.ready.push(&e.namespace, key, e.due);
                     }
                 }
-                _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && !self.ready.is_empty() => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && self.ready.has_ready() => {}
             }
         }
     }
 
-    /// Starts as many ready probes as the pool and the membership gate allow.
-    /// Returns false when the gate held probes back.
+    /// Starts as many ready probes as the pool, the namespaces' fair shares
+    /// (crate::fairness) and the membership gate allow. Returns false when the
+    /// gate held probes back.
     fn dispatch(&mut self, done_tx: &mpsc::Sender<Done>) -> bool {
         if self.stopping.is_some() {
-            self.ready.clear();
+            self.ready.clear_ready();
             return true;
         }
-        while let Some((key, due)) = self.ready.front().cloned() {
-            let Some(entry) = self.entries.get(&key) else {
-                self.ready.pop_front();
-                continue;
-            };
-            if entry.draining || entry.inflight.is_some() || entry.plan.is_none() {
-                self.ready.pop_front();
-                continue;
-            }
+        while self.ready.has_ready() {
             if !self.membership.dispatch_allowed() {
                 return false;
             }
             let Ok(permit) = self.pool.clone().try_acquire_owned() else {
                 return true;
             };
-            self.ready.pop_front();
-            let entry = self.entries.get_mut(&key).expect("checked above");
+            // Free workers, counting the one just taken.
+            let free = self.pool.available_permits() + 1;
+            let Some((ns, key, due)) = self.ready.pop(free) else {
+                // The waiting namespaces wait for a worker to come back.
+                return true;
+            };
+            let Some(entry) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            if entry.draining || entry.inflight.is_some() || entry.plan.is_none() {
+                continue;
+            }
             let plan = entry.plan.clone().expect("checked above");
+            let namespace = entry.namespace.clone();
             let lag = Instant::now().saturating_duration_since(due);
             self.metrics.schedule_lag.observe(lag.as_secs_f64());
             let inflight = InflightGuard::new(self.metrics.clone());
@@ -244,7 +266,7 @@ impl Engine {
                 // it writes each request.
                 let gate = || membership.dispatch_allowed();
                 let outcome = if gate() {
-                    prober.probe(&plan, &gate).await
+                    prober.probe(&plan, &namespace, &gate).await
                 } else {
                     None
                 };
@@ -260,6 +282,7 @@ impl Engine {
                     .await;
             });
             entry.inflight = Some(task.abort_handle());
+            self.ready.started(&ns);
         }
         true
     }
@@ -287,6 +310,7 @@ impl Engine {
             return;
         }
         e.inflight = None;
+        self.ready.finished(&e.namespace);
         if d.outcome.is_some() {
             e.last_probe_wall = Some(d.finished_wall);
         }
@@ -308,8 +332,7 @@ impl Engine {
         }
         let Some(outcome) = d.outcome else {
             // Held back: try again once the gate opens, same due time.
-            let due = e.due;
-            self.ready.push_back((d.key, due));
+            self.ready.push(&e.namespace, d.key, e.due);
             return;
         };
         let Some(plan) = e.plan.clone() else { return };
@@ -421,13 +444,13 @@ impl Engine {
                     self.remove(&k);
                 }
                 self.writer.forget_all();
-                self.ready.clear();
+                self.ready.clear_ready();
                 self.shrink_if_sparse();
                 self.update_owned();
                 let _ = done.send(());
             }
             Command::Shutdown { done } => {
-                self.ready.clear();
+                self.ready.clear_ready();
                 let keys: Vec<String> = self.entries.keys().cloned().collect();
                 for k in &keys {
                     if let Some(e) = self.entries.get_mut(k)
@@ -445,7 +468,9 @@ impl Engine {
         if let Some(mut e) = self.entries.remove(key) {
             if let Some(h) = e.inflight.take() {
                 h.abort();
+                self.ready.finished(&e.namespace);
             }
+            self.ready.remove_checker(&e.namespace);
             if let Some(k) = e.delay.take() {
                 self.queue.remove(&k);
             }
@@ -469,7 +494,7 @@ impl Engine {
 
     fn upsert(&mut self, checker: Incoming, initial: bool) {
         let (key, namespace, name, rv, generation) = match &checker {
-            Incoming::Valid(wc, _) => (
+            Incoming::Valid(wc, ..) => (
                 crate::api::object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
                 wc.namespace().unwrap_or_default(),
                 wc.name_any(),
@@ -503,9 +528,9 @@ impl Engine {
                 e.draining = false;
             }
         }
-        let (spec, resolved) = match &checker {
-            Incoming::Valid(wc, r) => (Some(wc.spec.clone()), r.clone()),
-            Incoming::Malformed { .. } => (None, Resolved::default()),
+        let (spec, resolved, patterns) = match &checker {
+            Incoming::Valid(wc, r, c) => (Some(wc.spec.clone()), r.clone(), c.clone()),
+            Incoming::Malformed { .. } => (None, Resolved::default(), None),
         };
         let unchanged =
             matches!(&existing, Some(((old, old_r), false)) if *old == spec && *old_r == resolved);
@@ -516,13 +541,13 @@ impl Engine {
             return;
         }
         let plan: Result<ProbePlan, String> = match &checker {
-            Incoming::Valid(wc, r) => crate::probe::plan(&wc.spec, &|v| r.get(v)),
+            Incoming::Valid(wc, r, c) => plan_of(&wc.spec, r, c.as_ref()),
             Incoming::Malformed { error, .. } => Err(format!(
                 "the object does not match the WebChecker schema: {error}"
             )),
         };
         let object_ref = match &checker {
-            Incoming::Valid(wc, _) => wc.object_ref(&()),
+            Incoming::Valid(wc, ..) => wc.object_ref(&()),
             Incoming::Malformed {
                 namespace, name, ..
             } => k8s_openapi::api::core::v1::ObjectReference {
@@ -536,8 +561,9 @@ impl Engine {
         let new_entry = !self.entries.contains_key(&key);
         if new_entry {
             self.next_seq += 1;
+            self.ready.add_checker(&namespace);
             let status = match &checker {
-                Incoming::Valid(wc, _) => CheckerStatus::from_existing(wc.status.as_ref()),
+                Incoming::Valid(wc, ..) => CheckerStatus::from_existing(wc.status.as_ref()),
                 Incoming::Malformed { .. } => CheckerStatus::from_existing(None),
             };
             self.entries.insert(
@@ -549,6 +575,7 @@ impl Engine {
                     generation,
                     spec: None,
                     resolved: Resolved::default(),
+                    patterns: None,
                     plan: None,
                     object_ref: object_ref.clone(),
                     delay: None,
@@ -561,7 +588,7 @@ impl Engine {
             );
         }
         let handover = match &checker {
-            Incoming::Valid(wc, _) => wc
+            Incoming::Valid(wc, ..) => wc
                 .annotations()
                 .get(LAST_PROBE_ANNOTATION)
                 .and_then(|v| v.parse::<i64>().ok()),
@@ -571,6 +598,7 @@ impl Engine {
         e.generation = generation;
         e.spec = spec;
         e.resolved = resolved;
+        e.patterns = patterns;
         e.object_ref = object_ref;
         self.apply_plan(&key, plan, handover, initial);
     }
@@ -587,7 +615,7 @@ impl Engine {
         let Some(spec) = e.spec.clone() else {
             return;
         };
-        let plan = crate::probe::plan(&spec, &|v| resolved.get(v));
+        let plan = plan_of(&spec, &resolved, e.patterns.as_ref());
         e.resolved = resolved;
         self.apply_plan(key, plan, None, false);
     }

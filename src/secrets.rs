@@ -10,6 +10,8 @@
 //! about 25 s.
 //!
 //! Values are never logged, and [`Resolved`]'s Debug prints only their length.
+//! Secrets of a type meant never to leave the cluster (ServiceAccount and
+//! bootstrap tokens) are refused, whoever wrote the checker.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -30,6 +32,31 @@ pub const REFRESH: Duration = Duration::from_secs(15);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A transient read error is retried after this long.
 const RETRY: Duration = Duration::from_secs(10);
+
+/// Secret types whose values are never meant to leave the cluster: refused
+/// whoever wrote the checker and whatever the admission policy allowed
+/// (docs/security.md, "Secrets a checker can use"), with why.
+const REFUSED_TYPES: &[(&str, &str)] = &[
+    (
+        "kubernetes.io/service-account-token",
+        "a ServiceAccount token grants access to the API server",
+    ),
+    (
+        "bootstrap.kubernetes.io/token",
+        "a bootstrap token lets a node join the cluster",
+    ),
+];
+
+/// The InvalidSpec message for a Secret of a refused type, if it is one.
+fn refused_type(namespace: &str, name: &str, type_: Option<&str>) -> Option<String> {
+    let t = type_?;
+    let (_, why) = REFUSED_TYPES.iter().find(|(r, _)| *r == t)?;
+    Some(format!(
+        "Secret {name:?} in namespace {namespace:?} is of type {t}, which the operator never \
+         uses ({why}): put a credential made for the target in a Secret of type Opaque \
+         (for the cluster's CA certificate, use the ConfigMap kube-root-ca.crt)"
+    ))
+}
 
 /// The resolved values of one checker's references: the value, or why it
 /// could not be read (a message naming the object and key, never a value).
@@ -112,7 +139,7 @@ impl SecretResolver {
     pub async fn attach(&mut self, cmd: Command) -> Command {
         match cmd {
             Command::Upsert {
-                checker: Incoming::Valid(wc, _),
+                checker: Incoming::Valid(wc, _, compiled),
                 initial,
             } => {
                 let namespace = wc.metadata.namespace.clone().unwrap_or_default();
@@ -137,7 +164,7 @@ impl SecretResolver {
                     r
                 };
                 Command::Upsert {
-                    checker: Incoming::Valid(wc, resolved),
+                    checker: Incoming::Valid(wc, resolved, compiled),
                     initial,
                 }
             }
@@ -313,6 +340,9 @@ impl SecretResolver {
                 .map_err(|_| timeout())?
                 .map_err(classify)?
                 .ok_or_else(missing)?;
+            if let Some(msg) = refused_type(namespace, name, obj.type_.as_deref()) {
+                return Err(Fetch::Final(msg));
+            }
             Ok(obj
                 .data
                 .unwrap_or_default()
@@ -356,6 +386,30 @@ enum Fetch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn token_secrets_are_refused_with_an_actionable_message() {
+        for t in [
+            "kubernetes.io/service-account-token",
+            "bootstrap.kubernetes.io/token",
+        ] {
+            let msg = refused_type("shop", "tok", Some(t)).expect(t);
+            assert!(
+                msg.contains("Secret \"tok\" in namespace \"shop\""),
+                "{msg}"
+            );
+            assert!(msg.contains(t) && msg.contains("Opaque"), "{msg}");
+        }
+        for t in [
+            None,
+            Some("Opaque"),
+            Some("kubernetes.io/basic-auth"),
+            Some("kubernetes.io/tls"),
+            Some("kubernetes.io/dockerconfigjson"),
+        ] {
+            assert_eq!(refused_type("shop", "s", t), None, "{t:?}");
+        }
+    }
 
     #[test]
     fn debug_never_prints_values() {

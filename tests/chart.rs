@@ -26,6 +26,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use serde::Deserialize;
 use serde_yaml::Value;
+use support::release::{ok, text};
 use support::*;
 use webchecker::api::{OWNER_LABEL, WebChecker};
 use webchecker::config::Config;
@@ -54,7 +55,7 @@ fn tools_bin() -> &'static Path {
         if let Some(b) = std::env::var_os("WEBCHECKER_TOOLS_BIN") {
             return PathBuf::from(b);
         }
-        let out = Command::new("bash")
+        let out = bounded("bash", SETUP_LIMIT)
             .arg(repo().join("hack/build-tools.sh"))
             .stderr(Stdio::inherit())
             .output()
@@ -74,7 +75,7 @@ fn tools_bin() -> &'static Path {
 /// directories (nothing written to $HOME) and the given cluster, if any.
 fn helm_cmd(bin: &Path, kubeconfig: Option<&Path>, args: &[&str]) -> Command {
     let home = repo().join("target").join("e2e").join("helm-home");
-    let mut c = Command::new(bin.join("helm"));
+    let mut c = bounded(bin.join("helm"), TOOL_LIMIT);
     c.current_dir(repo())
         .args(args)
         .env("HELM_CACHE_HOME", home.join("cache"))
@@ -93,22 +94,6 @@ fn helm(args: &[&str]) -> Output {
         .expect("run helm")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
-
-/// Asserts success; returns stdout.
-fn ok(out: Output, what: &str) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
 /// Runs a command off the async worker threads (the witness shares them).
 async fn run(mut cmd: Command) -> Output {
     tokio::task::spawn_blocking(move || cmd.output().expect("run command"))
@@ -117,7 +102,7 @@ async fn run(mut cmd: Command) -> Output {
 }
 
 fn kubectl_cmd(cluster: &Cluster, kubeconfig: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(cluster.bin.join("kubectl"));
+    let mut c = bounded(cluster.bin.join("kubectl"), TOOL_LIMIT);
     c.env("KUBECONFIG", kubeconfig).args(args);
     c
 }
@@ -160,6 +145,16 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     let v = of_kind(docs, kind);
     assert_eq!(v.len(), 1, "exactly one {kind} rendered");
+    v[0]
+}
+
+/// The one object of `kind` in `namespace`.
+fn one_in<'a>(docs: &'a [Value], kind: &str, namespace: &str) -> &'a Value {
+    let v: Vec<&Value> = of_kind(docs, kind)
+        .into_iter()
+        .filter(|d| d["metadata"]["namespace"].as_str() == Some(namespace))
+        .collect();
+    assert_eq!(v.len(), 1, "exactly one {kind} rendered in {namespace}");
     v[0]
 }
 
@@ -365,6 +360,18 @@ fn operator_cluster_grants() -> BTreeSet<(String, String, String)> {
         ),
         ("test.network.io", "webcheckers/status", &["patch"]),
         ("events.k8s.io", "events", &["create", "patch"]),
+        // The forgery guard: kubelet addresses, restricted namespaces.
+        ("", "nodes", &["list", "watch"]),
+        ("", "namespaces", &["list", "watch"]),
+    ])
+}
+
+/// The forgery guard's permissions in namespace default: the API server's
+/// Service (by name) and EndpointSlices.
+fn operator_discovery_grants() -> BTreeSet<(String, String, String)> {
+    grant_set(&[
+        ("", "services", &["list", "watch"]),
+        ("discovery.k8s.io", "endpointslices", &["list", "watch"]),
     ])
 }
 
@@ -486,8 +493,23 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     assert_eq!(cfg.retry_period, Duration::from_secs(2));
     assert_eq!(cfg.shutdown_timeout, Duration::from_secs(20));
     assert!(cfg.replica_header && cfg.per_checker_histogram);
-    assert_eq!(cfg.deny_cidrs.0.len(), 2, "link-local denied by default");
+    assert!(
+        cfg.deny_cidrs.0.is_empty(),
+        "link-local, loopback... are denied without a flag"
+    );
     assert!(cfg.allow_cidrs.0.is_empty());
+    assert!(!cfg.allow_loopback && cfg.check_proxied_targets);
+    assert_eq!(
+        cfg.restricted_namespaces,
+        webchecker::config::RESTRICTED_NAMESPACES
+    );
+    assert_eq!(cfg.private_cidrs.0.len(), 5);
+    assert_eq!(
+        cfg.resolv_conf,
+        Path::new("/etc/resolv.conf"),
+        "the pod's own"
+    );
+    assert_eq!(cfg.hosts_file, Path::new("/etc/hosts"));
     assert_eq!(
         dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64(),
         Some(30)
@@ -500,8 +522,13 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
         Some(FULLNAME)
     );
-    for kind in ["ClusterRoleBinding", "RoleBinding"] {
-        let s = &one(&docs, kind)["subjects"][0];
+    for b in [
+        one(&docs, "ClusterRoleBinding"),
+        one_in(&docs, "RoleBinding", RELEASE_NS),
+        one_in(&docs, "RoleBinding", "default"),
+    ] {
+        let kind = b["kind"].as_str().unwrap();
+        let s = &b["subjects"][0];
         assert_eq!(s["kind"].as_str(), Some("ServiceAccount"), "{kind}");
         assert_eq!(s["name"].as_str(), Some(FULLNAME), "{kind}");
         assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS), "{kind}");
@@ -549,7 +576,12 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert!(!cfg.replica_header && !cfg.per_checker_histogram);
     assert_eq!(cfg.deny_cidrs.0.len(), 3);
     assert_eq!(cfg.allow_cidrs.0.len(), 3);
+    assert!(cfg.allow_loopback && !cfg.check_proxied_targets);
+    assert_eq!(cfg.restricted_namespaces, "tenancy in (external,partner)");
+    assert_eq!(cfg.private_cidrs.0.len(), 2);
     assert_eq!(cfg.max_body_bytes, 1048576);
+    assert_eq!(cfg.resolv_conf, Path::new("/etc/webchecker/resolv.conf"));
+    assert_eq!(cfg.hosts_file, Path::new("/etc/webchecker/hosts"));
     assert_eq!(cfg.log_format, "json");
     assert_eq!(
         container(dep)["image"].as_str(),
@@ -653,13 +685,17 @@ fn all_on_values_render_monitoring_and_every_option() {
         assert!(d["panels"].as_array().is_some_and(|p| !p.is_empty()), "{k}");
     }
 
-    // readSecrets/readConfigMaps add exactly their one permission each.
-    let mut cluster = operator_cluster_grants();
-    cluster.extend(grant_set(&[
-        ("", "secrets", &["get"]),
-        ("", "configmaps", &["get"]),
-    ]));
-    assert_eq!(grants(one(&docs, "ClusterRole")), cluster);
+    // readSecrets/readConfigMaps add exactly their one permission each, in
+    // the watched namespace only: not in the ClusterRole.
+    assert_eq!(grants(one(&docs, "ClusterRole")), operator_cluster_grants());
+    let (role, binding) = references_role(&docs, "probes");
+    assert_eq!(
+        grants(role),
+        grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])])
+    );
+    let s = &binding["subjects"][0];
+    assert_eq!(s["name"].as_str(), Some("webchecker"));
+    assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));
     assert!(of_kind(&docs, "PodDisruptionBudget").len() == 1);
 }
 
@@ -671,15 +707,201 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         operator_cluster_grants(),
         "ClusterRole"
     );
-    let role = one(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"].as_str(), Some(RELEASE_NS));
+    let role = one_in(&docs, "Role", RELEASE_NS);
     assert_eq!(grants(role), operator_lease_grants(), "Role");
+    let discovery = one_in(&docs, "Role", "default");
+    assert_eq!(grants(discovery), operator_discovery_grants(), "Role");
+    assert_eq!(
+        discovery["rules"][0]["resourceNames"][0].as_str(),
+        Some("kubernetes"),
+        "only the kubernetes Service"
+    );
+    assert_eq!(of_kind(&docs, "Role").len(), 2);
+    // Without restricted namespaces the operator does not read namespaces.
+    let docs = render(&["--set", "operator.restrictedNamespaces="]);
+    let mut without = operator_cluster_grants();
+    without.retain(|(_, r, _)| r != "namespaces");
+    assert_eq!(grants(one(&docs, "ClusterRole")), without);
+    // readSecrets/readConfigMaps without a watched namespace: cluster-wide.
+    let docs = render(&[
+        "--set",
+        "rbac.readSecrets=true",
+        "--set",
+        "rbac.readConfigMaps=true",
+    ]);
+    let mut cluster = operator_cluster_grants();
+    cluster.extend(grant_set(&[
+        ("", "secrets", &["get"]),
+        ("", "configmaps", &["get"]),
+    ]));
+    assert_eq!(grants(one(&docs, "ClusterRole")), cluster);
+    assert_eq!(
+        of_kind(&docs, "Role").len(),
+        2,
+        "only the Lease and discovery Roles"
+    );
+    // With a watched namespace: there only, one permission per switch.
+    for (set, want) in [
+        ("rbac.readSecrets=true", "secrets"),
+        ("rbac.readConfigMaps=true", "configmaps"),
+    ] {
+        let docs = render(&["--set", "operator.watchNamespace=shop", "--set", set]);
+        assert_eq!(
+            grants(one(&docs, "ClusterRole")),
+            operator_cluster_grants(),
+            "{set}"
+        );
+        let (role, _) = references_role(&docs, "shop");
+        assert_eq!(grants(role), grant_set(&[("", want, &["get"])]), "{set}");
+    }
+    // Neither switch: no such Role.
+    let docs = render(&["--set", "operator.watchNamespace=shop"]);
+    assert_eq!(
+        of_kind(&docs, "Role").len(),
+        2,
+        "only the Lease and discovery Roles"
+    );
+    assert_eq!(of_kind(&docs, "RoleBinding").len(), 2);
     // No RBAC at all with rbac.create=false.
-    let docs = render(&["--set", "rbac.create=false"]);
+    let docs = render(&[
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "operator.watchNamespace=shop",
+        "--set",
+        "rbac.readSecrets=true",
+    ]);
     let k = kinds(&docs);
     for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
         assert!(!k.contains(kind), "{kind} rendered with rbac.create=false");
     }
+}
+
+/// The Role and RoleBinding granting Secret/ConfigMap reads in `namespace`.
+fn references_role<'a>(docs: &'a [Value], namespace: &str) -> (&'a Value, &'a Value) {
+    let find = |kind: &str| {
+        let v: Vec<&Value> = of_kind(docs, kind)
+            .into_iter()
+            .filter(|d| d["metadata"]["namespace"].as_str() == Some(namespace))
+            .collect();
+        assert_eq!(v.len(), 1, "one {kind} in namespace {namespace}");
+        v[0]
+    };
+    let (role, binding) = (find("Role"), find("RoleBinding"));
+    assert_eq!(
+        binding["roleRef"]["name"].as_str(),
+        role["metadata"]["name"].as_str()
+    );
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+    assert_eq!(
+        binding["subjects"][0]["kind"].as_str(),
+        Some("ServiceAccount")
+    );
+    (role, binding)
+}
+
+/// The most distinct Secrets and ConfigMaps a WebChecker can name, from the
+/// CRD: every header, and the other reference fields.
+fn most_references_of_the_crd() -> usize {
+    let crd: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("crds/webcheckers.test.network.io.yaml")).unwrap(),
+    )
+    .unwrap();
+    let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let headers = spec["headers"]["maxItems"]
+        .as_u64()
+        .expect("headers maxItems") as usize;
+    // auth (basic or bearer), tls.caBundle (Secret or ConfigMap),
+    // tls.clientCertificate: one object each at most.
+    for (path, field) in [
+        ("auth", "basic"),
+        ("auth", "bearer"),
+        ("tls", "caBundle"),
+        ("tls", "clientCertificate"),
+    ] {
+        assert!(
+            spec[path]["properties"][field].is_mapping(),
+            "spec.{path}.{field} in the CRD"
+        );
+    }
+    headers + 3
+}
+
+#[test]
+fn admission_policy_is_on_by_default_and_checks_every_reference() {
+    let docs = render(&[]);
+    let policy = one(&docs, "ValidatingAdmissionPolicy");
+    let binding = one(&docs, "ValidatingAdmissionPolicyBinding");
+    let name = format!("{FULLNAME}-references");
+    assert_eq!(
+        policy["apiVersion"].as_str(),
+        Some("admissionregistration.k8s.io/v1")
+    );
+    assert_eq!(policy["metadata"]["name"].as_str(), Some(name.as_str()));
+    assert_eq!(binding["spec"]["policyName"].as_str(), Some(name.as_str()));
+    assert_eq!(
+        binding["spec"]["validationActions"],
+        serde_yaml::from_str::<Value>("[Deny]").unwrap()
+    );
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"].as_str(), Some("Fail"));
+    let rules = spec["matchConstraints"]["resourceRules"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    // Not the status subresource: the operator's status writes pass untouched.
+    assert_eq!(
+        rules[0]["resources"],
+        serde_yaml::from_str::<Value>("[webcheckers]").unwrap()
+    );
+    assert_eq!(
+        rules[0]["operations"],
+        serde_yaml::from_str::<Value>("[CREATE, UPDATE]").unwrap()
+    );
+    assert_eq!(rules[0]["apiGroups"][0].as_str(), Some("test.network.io"));
+    // Every field of src/probe/plan/values.rs references() is read.
+    let text = serde_yaml::to_string(spec).unwrap();
+    for field in [
+        "object.spec.auth.basic.secretName",
+        "object.spec.auth.bearer.secretKeyRef.name",
+        "object.spec.tls.caBundle.secretKeyRef.name",
+        "object.spec.tls.caBundle.configMapKeyRef.name",
+        "object.spec.tls.clientCertificate.secretName",
+        "h.valueFrom.secretKeyRef.name",
+    ] {
+        assert!(text.contains(field), "{field} not read by the policy");
+    }
+    // One validation per distinct object the CRD allows, each calling the
+    // authorizer, and the guard before them.
+    let checks = spec["validations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|v| {
+            v["expression"]
+                .as_str()
+                .is_some_and(|e| e.contains("authorizer"))
+        })
+        .count();
+    let most = most_references_of_the_crd();
+    assert_eq!(checks, most, "validations with an authorizer check");
+    assert!(
+        text.contains(&format!("size(variables.targets) <= {most}")),
+        "the guard refuses more than {most} objects"
+    );
+    // Off on request, with nothing else changed.
+    let off = render(&["--set", "admissionPolicy.enabled=false"]);
+    let k = kinds(&off);
+    for kind in [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ] {
+        assert!(
+            !k.contains(kind),
+            "{kind} rendered with admissionPolicy.enabled=false"
+        );
+    }
+    assert_eq!(off.len() + 2, docs.len());
 }
 
 #[test]
@@ -751,20 +973,23 @@ fn live_env(dep: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The objects of the release: (kubectl kind, namespaced).
-const RELEASE_OBJECTS: &[(&str, bool)] = &[
-    ("deployment", true),
-    ("serviceaccount", true),
-    ("service", true),
-    ("role", true),
-    ("rolebinding", true),
-    ("poddisruptionbudget", true),
-    ("clusterrole", false),
-    ("clusterrolebinding", false),
+/// The objects of the release: (kubectl kind, namespaced, name suffix).
+const RELEASE_OBJECTS: &[(&str, bool, &str)] = &[
+    ("deployment", true, ""),
+    ("serviceaccount", true, ""),
+    ("service", true, ""),
+    ("role", true, ""),
+    ("rolebinding", true, ""),
+    ("poddisruptionbudget", true, ""),
+    ("clusterrole", false, ""),
+    ("clusterrolebinding", false, ""),
+    ("validatingadmissionpolicy", false, "-references"),
+    ("validatingadmissionpolicybinding", false, "-references"),
 ];
 
-async fn object_exists(cluster: &Cluster, kind: &str, namespaced: bool) -> bool {
-    let mut args = vec!["get", kind, FULLNAME];
+async fn object_exists(cluster: &Cluster, kind: &str, namespaced: bool, suffix: &str) -> bool {
+    let name = format!("{FULLNAME}{suffix}");
+    let mut args = vec!["get", kind, &name];
     if namespaced {
         args.extend(["-n", RELEASE_NS]);
     }
@@ -803,10 +1028,10 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
     assert_eq!(rel[0]["name"], "wc");
     assert_eq!(rel[0]["status"], "deployed");
     assert_eq!(revision(&rel[0]), "1");
-    for (kind, namespaced) in RELEASE_OBJECTS {
+    for (kind, namespaced, suffix) in RELEASE_OBJECTS {
         assert!(
-            object_exists(cluster, kind, *namespaced).await,
-            "{kind} {FULLNAME} not installed"
+            object_exists(cluster, kind, *namespaced, suffix).await,
+            "{kind} {FULLNAME}{suffix} not installed"
         );
     }
     let dep = kubectl_json(cluster, &["get", "deployment", FULLNAME, "-n", RELEASE_NS]).await;
@@ -898,8 +1123,8 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
         Duration::from_secs(30),
         "every object of the release deleted",
         || async {
-            for (kind, namespaced) in RELEASE_OBJECTS {
-                if object_exists(cluster, kind, *namespaced).await {
+            for (kind, namespaced, suffix) in RELEASE_OBJECTS {
+                if object_exists(cluster, kind, *namespaced, suffix).await {
                     return None;
                 }
             }
@@ -943,12 +1168,16 @@ impl Replica {
             .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_webchecker-operator"));
         cmd.env_clear().env("KUBECONFIG", kubeconfig);
+        let dns = support::dns::Dns::shared();
         for (k, v) in env {
             let v = match (k.as_str(), v.as_str()) {
                 (_, "metadata.name") => identity.to_string(),
                 (_, "metadata.namespace") => RELEASE_NS.to_string(),
                 // The pod binds 0.0.0.0:<port>; here every replica needs a port of its own.
                 ("WEBCHECKER_LISTEN", _) => format!("127.0.0.1:{port}"),
+                // The pod's resolver files are the test kit's (tests/support/dns.rs).
+                ("WEBCHECKER_RESOLV_CONF", _) => dns.resolv_conf().display().to_string(),
+                ("WEBCHECKER_HOSTS_FILE", _) => dns.hosts_file().display().to_string(),
                 _ => v.clone(),
             };
             cmd.env(k, v);
@@ -1114,6 +1343,9 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
                 "--create-namespace",
                 "--set",
                 "rbac.readSecrets=false",
+                // The test's targets listen on loopback.
+                "--set",
+                "operator.allowLoopback=true",
             ],
         )
         .await,
@@ -1178,6 +1410,9 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         &["create", "leases.coordination.k8s.io", "-n", "default"],
         &["list", "pods", "-A"],
         &["create", "events", "-A"],
+        &["list", "services", "-n", "default"],
+        &["get", "services", "-n", "default"],
+        &["list", "endpointslices.discovery.k8s.io", "-A"],
     ] {
         assert!(
             !can_i(cluster, &sa_kc, denied).await,
@@ -1202,6 +1437,18 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         o.wait_ready(Duration::from_secs(60)).await;
     }
     println!("3 replicas ready: {:?}", t0.elapsed());
+    // The chart's permissions are enough for every source of the forgery guard.
+    for o in &ops {
+        let m = o.metrics().await.expect("metrics");
+        for source in ["service", "endpointslices", "nodes", "namespaces"] {
+            assert_eq!(
+                metric(&m, "webchecker_address_discovery_up", &[("source", source)]),
+                Some(1.0),
+                "{}: {source}",
+                o.identity
+            );
+        }
+    }
 
     // 60 checkers in a namespace of their own.
     let probes_ns = cluster.namespace("probes");

@@ -20,8 +20,6 @@ const CHECKERS: usize = 300;
 async fn fleet_behind_proxies(prefix: &str) -> (Fleet, Vec<TcpProxy>) {
     let cluster = Cluster::shared("cpfault");
     let ns = cluster.namespace(prefix);
-    let client = cluster.client().await;
-    let witness = Witness::start().await;
     let mut proxies = Vec::new();
     let mut ops = Vec::new();
     for i in 0..3 {
@@ -35,24 +33,7 @@ async fn fleet_behind_proxies(prefix: &str) -> (Fleet, Vec<TcpProxy>) {
         ));
         proxies.push(p);
     }
-    for o in &ops {
-        o.wait_ready(Duration::from_secs(60)).await;
-    }
-    let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i}")).collect();
-    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
-    let fleet = Fleet {
-        cluster,
-        ns,
-        ops,
-        witness,
-        names,
-        client,
-    };
-    fleet.wait_all_assigned(Duration::from_secs(60)).await;
-    fleet
-        .wait_all_probed_since(Instant::now(), Duration::from_secs(30))
-        .await;
-    (fleet, proxies)
+    (Fleet::start_with(cluster, ns, ops, CHECKERS).await, proxies)
 }
 
 /// Counters that must not move because of a control-plane fault.
@@ -171,27 +152,11 @@ where
     );
 
     // Liveness 2: a replica killed afterwards still fails over within the bound.
-    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
-    let leader = fleet.leader().await.expect("a leader");
-    let victim = fleet.ops.iter().position(|o| o.identity != leader).unwrap();
-    let victim_id = fleet.ops[victim].identity.clone();
-    let orphans: Vec<String> = owners
-        .iter()
-        .filter(|(_, o)| **o == victim_id)
-        .map(|(k, _)| k.clone())
-        .collect();
-    let at = Instant::now();
-    fleet.ops[victim].kill();
+    let victim = fleet.victim(false).await;
     let kill_bound = LEASE + Duration::from_secs(2) + Duration::from_secs(INTERVAL as u64);
-    eventually(
-        kill_bound + Duration::from_secs(10),
-        "the killed replica's checkers probed again",
-        || async {
-            (failover_gap(&fleet.witness.hits(), &orphans, at).0 != Duration::MAX).then_some(())
-        },
-    )
-    .await;
-    let (gap, who) = failover_gap(&fleet.witness.hits(), &orphans, at);
+    let (gap, who) = fleet
+        .kill_and_wait_failover(&victim, kill_bound + Duration::from_secs(10))
+        .await;
     println!("{what}: SIGKILL afterwards: largest gap {gap:?} ({who}), bound {kill_bound:?}");
     assert!(
         gap <= kill_bound,

@@ -112,8 +112,9 @@ fn dump_log_tail(op: &Operator, lines: usize) -> String {
 // ---------------------------------------------------------------- 1
 
 /// The seed article's two manifests, unchanged: accepted, probed, and shown in
-/// the seed's status shape with the name-resolution failure (there is no
-/// network, so both hosts fail to resolve).
+/// the seed's status shape with the name-resolution failure. The operator asks
+/// the test kit's name server (tests/support/dns.rs), which answers NXDOMAIN for
+/// both public names at once: the machine's DNS is never asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_manifests_work_unchanged() {
     let (c, ns, id) = world("seed");
@@ -156,6 +157,10 @@ async fn seed_manifests_work_unchanged() {
             cond.message.contains(&format!("cannot resolve {host}"))
                 && cond.message.contains("no such host"),
             "the message must name the name-resolution failure: {cond:?}"
+        );
+        assert!(
+            support::dns::Dns::shared().queries(host) > 0,
+            "{host} was asked of the test's name server"
         );
     }
     assert!(applied.elapsed() < Duration::from_secs(15));

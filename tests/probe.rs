@@ -32,6 +32,7 @@ use webchecker::probe::{
     AddressPolicy, EnvProxy, Outcome, ProbePlan, Prober, Reason, ValueRef, base64, plan,
 };
 
+use support::dns::{Dns, HOSTS_FILE_NAME};
 use support::*;
 
 // ============================================================== targets
@@ -428,19 +429,30 @@ const BOTH: &[&rustls::SupportedProtocolVersion] =
 
 // ============================================================== probing
 
+/// The targets of these tests listen on loopback.
 fn prober() -> Prober {
-    Prober::new(Some("probe-test"), AddressPolicy::default(), 64 * 1024)
+    test_dns(Prober::new(
+        Some("probe-test"),
+        AddressPolicy::with_loopback(),
+        64 * 1024,
+    ))
 }
 
 fn deny(cidrs: &[&str]) -> Prober {
-    Prober::new(
+    test_dns(Prober::new(
         Some("probe-test"),
         AddressPolicy {
             deny: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
-            allow: vec![],
+            ..AddressPolicy::with_loopback()
         },
         64 * 1024,
-    )
+    ))
+}
+
+/// Names resolve through the test kit's name server, never the machine's.
+fn test_dns(mut p: Prober) -> Prober {
+    p.resolver = Arc::new(Dns::shared().resolver());
+    p
 }
 
 fn spec(yaml: &str) -> WebCheckerSpec {
@@ -466,7 +478,7 @@ fn mk(yaml: &str) -> ProbePlan {
 async fn probe_timed(p: &Prober, plan: &ProbePlan) -> Outcome {
     let t = Instant::now();
     let o = p
-        .probe(plan, &|| true)
+        .probe(plan, "probe-test", &|| true)
         .await
         .expect("an open gate always gives an outcome");
     let wall = t.elapsed();
@@ -814,11 +826,9 @@ async fn a_redirect_to_a_denied_address_is_forbidden_and_nothing_is_sent() {
     expect(
         &o,
         Reason::Forbidden,
-        &format!(
-            "redirected to http://{}/meta-data: 127.0.0.2 is an address the operator may not probe",
-            denied.addr
-        ),
+        "after a redirect (HTTP 302) to another origin: the new host is an address the operator may not probe",
     );
+    assert!(!o.message.contains("127.0.0.2"), "{}", o.message);
     assert_eq!(o.redirects, 1);
     assert_eq!(t.accepts(), 1);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -839,25 +849,27 @@ async fn a_redirect_to_a_denied_address_is_forbidden_and_nothing_is_sent() {
 
 #[tokio::test]
 async fn a_name_resolving_to_a_denied_address_is_forbidden() {
-    // /etc/hosts: localhost is 127.0.0.1.
+    let name = format!("guard-{}.probe.test", rand_suffix());
+    Dns::shared().add(&name, &["127.0.0.1".parse().unwrap()]);
     let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
-    let url = format!("http://localhost:{}", t.addr.port());
+    let url = format!("http://{name}:{}", t.addr.port());
     let o = probe_timed(&deny(&["127.0.0.1/32"]), &mk(&format!("host: {url}"))).await;
     expect(
         &o,
         Reason::Forbidden,
-        "localhost resolves only to addresses the operator may not probe",
+        &format!("{name} resolves only to addresses the operator may not probe"),
     );
     assert_eq!(t.accepts(), 0);
+    assert!(Dns::shared().queries(&name) > 0, "resolved through DNS");
     // allow-list form of the guard.
-    let only_ten = Prober::new(
+    let only_ten = test_dns(Prober::new(
         None,
         AddressPolicy {
-            deny: vec![],
             allow: vec!["10.0.0.0/8".parse().unwrap()],
+            ..AddressPolicy::with_loopback()
         },
         65536,
-    );
+    ));
     expect(
         &probe_timed(&only_ten, &mk(&format!("host: {url}"))).await,
         Reason::Forbidden,
@@ -932,6 +944,149 @@ async fn ip_family_filters_resolved_addresses_and_auto_falls_back() {
     ))
     .await;
     expect(&o, Reason::DnsError, "has no IPv6 address");
+}
+
+// ============================================================== resolution
+
+/// Names go to the configured name server (here the test kit's): an answer,
+/// NXDOMAIN, a name without an address of the family asked for, and a name
+/// of the hosts file (answered without asking DNS). The resolve phase is timed.
+#[tokio::test]
+async fn names_resolve_through_the_configured_name_server() {
+    let dns = Dns::shared();
+    let zone = format!("r{}.resolve.test", rand_suffix());
+    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let v6 = Server::http("[::1]:0", |_| Reply::ok("")).await;
+    dns.add(&format!("www.{zone}"), &["127.0.0.1".parse().unwrap()]);
+    dns.add(&format!("six.{zone}"), &["::1".parse().unwrap()]);
+    let port = t.addr.port();
+
+    let o = run(&format!("host: http://www.{zone}:{port}")).await;
+    expect(&o, Reason::ProbeSucceeded, "");
+    assert!(o.phases.resolve > Duration::ZERO, "{:?}", o.phases);
+    assert_eq!(dns.queries(&format!("www.{zone}")), 2, "A and AAAA");
+    // Upper case and a trailing dot are the same name.
+    let o = run(&format!("host: http://WWW.{}.:{port}", zone.to_uppercase())).await;
+    expect(&o, Reason::ProbeSucceeded, "");
+
+    let o = run(&format!("host: http://nope.{zone}:{port}")).await;
+    expect(
+        &o,
+        Reason::DnsError,
+        &format!("cannot resolve nope.{zone}: no such host"),
+    );
+
+    let six = format!("host: http://six.{zone}:{}", v6.addr.port());
+    expect(&run(&six).await, Reason::ProbeSucceeded, "");
+    expect(
+        &run(&format!("{six}\nipFamily: IPv4")).await,
+        Reason::DnsError,
+        &format!("six.{zone} has no IPv4 address (spec.ipFamily IPv4)"),
+    );
+    assert_eq!(v6.accepts(), 1);
+
+    let o = run(&format!("host: http://{HOSTS_FILE_NAME}:{port}")).await;
+    expect(&o, Reason::ProbeSucceeded, "");
+    assert_eq!(dns.queries(HOSTS_FILE_NAME), 0, "the hosts file answered");
+    assert_eq!(t.accepts(), 3);
+}
+
+/// A zone whose name server never answers: the probe ends at its deadline
+/// with DNSError, and the lookup ends with it (no query is sent after the
+/// probe returned). A zone that answers A but drops AAAA queries costs the
+/// resolution delay (50 ms), not the probe.
+#[tokio::test]
+async fn a_black_holed_lookup_ends_with_the_probe() {
+    let dns = Dns::shared();
+    let zone = format!("b{}.blackhole.test", rand_suffix());
+    dns.black_hole(&zone);
+    let name = format!("www.{zone}");
+    // Queries time out after 2 s and are tried 5 times: a lookup that went on
+    // after the probe would ask again at 2 s and 4 s.
+    let mut p = prober();
+    p.resolver = Arc::new(dns.resolver_with("timeout:2 attempts:5"));
+    let o = probe_timed(&p, &mk(&format!("host: http://{name}"))).await;
+    expect(
+        &o,
+        Reason::DnsError,
+        "timed out after 1s during name resolution",
+    );
+    let sent = dns.queries(&name);
+    assert!(sent >= 2, "A and AAAA were asked: {sent}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(dns.queries(&name), sent, "no query after the probe ended");
+
+    let half = format!("h{}.noaaaa.test", rand_suffix());
+    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    dns.add(&half, &["127.0.0.1".parse().unwrap()]);
+    dns.black_hole_type(&half, hickory_resolver::proto::rr::RecordType::AAAA);
+    let url = format!("host: http://{half}:{}", t.addr.port());
+    let o = run(&url).await;
+    expect(&o, Reason::ProbeSucceeded, "");
+    assert!(
+        o.phases.resolve >= webchecker::probe::RESOLUTION_DELAY
+            && o.phases.resolve < Duration::from_millis(500),
+        "resolve took {:?}",
+        o.phases.resolve
+    );
+    expect(
+        &run(&format!("{url}\nipFamily: IPv6")).await,
+        Reason::DnsError,
+        "timed out after 1s during name resolution",
+    );
+}
+
+/// Resolution never takes a thread of the blocking pool: with a pool of one
+/// thread and 50 probes stuck in black-holed lookups, a probe of a name that
+/// answers still succeeds at once (getaddrinfo on the blocking pool, as
+/// before, would wait for a thread).
+#[test]
+fn lookups_do_not_use_the_blocking_pool() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dns = Dns::shared();
+        let zone = format!("p{}.pool.test", rand_suffix());
+        dns.black_hole(&format!("stuck.{zone}"));
+        dns.add(&format!("ok.{zone}"), &["127.0.0.1".parse().unwrap()]);
+        let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+        // Hold the only blocking thread for the whole test.
+        let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        let held = tokio::task::spawn_blocking(move || hold_rx.recv());
+        let p = Arc::new(prober());
+        let stuck: Vec<_> = (0..50)
+            .map(|i| {
+                let p = p.clone();
+                let plan = mk(&format!(
+                    "host: http://c{i}.stuck.{zone}\nintervalSeconds: 5\ntimeoutSeconds: 3"
+                ));
+                tokio::spawn(async move { p.probe(&plan, "probe-test", &|| true).await })
+            })
+            .collect();
+        // Every stuck probe has sent its queries.
+        eventually(
+            Duration::from_secs(2),
+            "stuck lookups under way",
+            || async { (dns.queries_under(&format!("stuck.{zone}")) >= 100).then_some(()) },
+        )
+        .await;
+        let o = probe_timed(
+            &p,
+            &mk(&format!("host: http://ok.{zone}:{}", t.addr.port())),
+        )
+        .await;
+        expect(&o, Reason::ProbeSucceeded, "");
+        for s in stuck {
+            let o = s.await.unwrap().unwrap();
+            expect(&o, Reason::DnsError, "during name resolution");
+        }
+        hold_tx.send(()).unwrap();
+        held.await.unwrap().unwrap();
+    });
 }
 
 #[tokio::test]
@@ -1110,7 +1265,7 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
 
     // Closed: not a byte of a request, and no outcome.
     let (calls, closed) = gate_open_for(0);
-    let held = p.probe(&plan, &closed).await;
+    let held = p.probe(&plan, "probe-test", &closed).await;
     let got = t.received(1).await;
     assert_eq!(got.len(), 1, "the gate is asked after the connect");
     assert!(got[0].is_empty(), "request bytes: {:?}", text(&got[0]));
@@ -1119,7 +1274,10 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
 
     // Open: an ordinary probe, the gate asked once per request.
     let (calls, open) = gate_open_for(usize::MAX);
-    let o = p.probe(&plan, &open).await.expect("open gate: an outcome");
+    let o = p
+        .probe(&plan, "probe-test", &open)
+        .await
+        .expect("open gate: an outcome");
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let got = t.received(2).await;
@@ -1135,7 +1293,7 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
     let first = Server::http("127.0.0.1:0", move |_| Reply::redirect(302, &to)).await;
     let plan = mk(&format!("host: {}\nfollowRedirects: true", first.url()));
     let (calls, once) = gate_open_for(1);
-    let held = p.probe(&plan, &once).await;
+    let held = p.probe(&plan, "probe-test", &once).await;
     let got = second.received(1).await;
     assert_eq!(got.len(), 1);
     assert!(got[0].is_empty(), "request bytes: {:?}", text(&got[0]));
@@ -1161,10 +1319,10 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
     let mut held = Vec::new();
     for plan in [&plain, &https] {
         let (_, closed) = gate_open_for(0);
-        held.push(p.probe(plan, &closed).await);
+        held.push(p.probe(plan, "probe-test", &closed).await);
     }
     let (calls, once) = gate_open_for(1);
-    held.push(p.probe(&https, &once).await);
+    held.push(p.probe(&https, "probe-test", &once).await);
     let deadline = Instant::now() + Duration::from_secs(2);
     while proxy.lines().len() < 3 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -1181,7 +1339,10 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
     assert_eq!(held, vec![None, None, None]);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     let (calls, open) = gate_open_for(usize::MAX);
-    let o = p.probe(&https, &open).await.expect("open gate: an outcome");
+    let o = p
+        .probe(&https, "probe-test", &open)
+        .await
+        .expect("open gate: an outcome");
     expect(&o, Reason::ProbeSucceeded, "");
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -1805,7 +1966,8 @@ impl Op {
         cmd.env("KUBECONFIG", &c.kubeconfig)
             .env("RUST_LOG", rust_log)
             .env_remove("POD_NAME")
-            .env_remove("POD_NAMESPACE");
+            .env_remove("POD_NAMESPACE")
+            .envs(Dns::shared().operator_env());
         for v in [
             "http_proxy",
             "HTTP_PROXY",
@@ -1816,6 +1978,8 @@ impl Op {
         ] {
             cmd.env_remove(v);
         }
+        // Test targets listen on loopback (denied by default).
+        cmd.env("WEBCHECKER_ALLOW_LOOPBACK", "true");
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -2704,12 +2868,14 @@ async fn forgery_guard_through_the_operator() {
     )
     .await;
     let local = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let by_name = format!("guard-{ns2}.probe.test");
+    Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
     apply_ok(
         &ns2,
         &checker(
             "by-name",
             &format!(
-                "host: http://localhost:{}\nintervalSeconds: 2",
+                "host: http://{by_name}:{}\nintervalSeconds: 2",
                 local.addr.port()
             ),
         ),
@@ -2756,13 +2922,17 @@ async fn forgery_guard_through_the_operator() {
         r.message, d.message, n.message
     );
     assert!(
-        n.message
-            .contains("localhost resolves only to addresses the operator may not probe")
-    );
-    assert!(
-        r.message.starts_with("redirected to http://127.0.0.2:"),
+        n.message.contains(&format!(
+            "{by_name} resolves only to addresses the operator may not probe"
+        )),
         "{}",
-        r.message
+        n.message
+    );
+    assert!(Dns::shared().queries(&by_name) > 0, "resolved through DNS");
+    // The status never quotes the Location (a header value).
+    assert_eq!(
+        r.message,
+        "after a redirect (HTTP 302) to another origin: the new host is an address the operator may not probe (in --deny-cidrs)"
     );
     assert!(
         d.message
@@ -2775,7 +2945,7 @@ async fn forgery_guard_through_the_operator() {
         "the redirecting hop was probed"
     );
     assert_eq!(denied.accepts(), 0, "no connection to 127.0.0.2");
-    assert_eq!(local.accepts(), 0, "no connection to localhost");
+    assert_eq!(local.accepts(), 0, "no connection to {by_name}");
     let m = op1.metrics().await;
     assert!(
         metric(

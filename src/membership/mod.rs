@@ -39,6 +39,9 @@ pub struct Membership {
     kick: Notify,
     /// Signals gate changes to waiters (writer, engine).
     pub changed: Notify,
+    /// Counts joins and returns of the API server: the checker feed opens a
+    /// new watch on each (see [`Membership::reconnects`]).
+    reconnects: tokio::sync::watch::Sender<u64>,
     metrics: Arc<Metrics>,
 }
 
@@ -74,6 +77,7 @@ impl Membership {
             gate: Mutex::new(Gate::new(timing, Instant::now())),
             kick: Notify::new(),
             changed: Notify::new(),
+            reconnects: tokio::sync::watch::Sender::new(0),
             metrics,
         })
     }
@@ -128,6 +132,16 @@ impl Membership {
         self.lock().joined(uid.into(), "1".into(), now, now);
     }
 
+    /// Tells of every join, and every renewal answered after renewals went
+    /// unanswered, from now on. Both follow a fault on this replica's path
+    /// to the API server, during which a watch may have been opened that
+    /// hangs unanswered; the leader may hand new checkers to this replica at
+    /// once, so the feed starts a fresh watch rather than wait for the old
+    /// one to time out.
+    pub fn reconnects(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reconnects.subscribe()
+    }
+
     fn api(&self, client: &Client) -> Api<Lease> {
         Api::namespaced(client.clone(), &self.namespace)
     }
@@ -172,6 +186,7 @@ impl Membership {
                     self.lock().joined(uid.clone(), rv, started, Instant::now());
                     self.metrics.api_reachable.set(1);
                     info!(replica = %self.identity, epoch = %uid, "joined: membership Lease created");
+                    self.reconnects.send_modify(|n| *n += 1);
                     self.changed.notify_waiters();
                     return Ok(());
                 }
@@ -265,11 +280,15 @@ impl Membership {
                 .with_label_values(&[l])
                 .inc();
         }
-        let (lost, reachable) = {
+        let (lost, reachable, was_reachable) = {
             let mut g = self.lock();
+            let was = g.reachable();
             let lost = g.answered(started, answer.clone(), Instant::now());
-            (lost, g.reachable())
+            (lost, g.reachable(), was)
         };
+        if reachable && !was_reachable {
+            self.reconnects.send_modify(|n| *n += 1);
+        }
         if lost {
             error!(replica = %self.identity, "membership Lease lost: dropping every checker");
             self.metrics.self_fences.with_label_values(&["lost"]).inc();

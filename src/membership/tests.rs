@@ -132,3 +132,23 @@ async fn a_renewal_that_hangs_ends_at_its_deadline_as_unanswered() {
     api.abort();
     heartbeat.abort();
 }
+
+/// Campaign window "accept and never answer": a watch opened during the
+/// fault hangs; the feed must hear that the API server answers again.
+#[tokio::test]
+async fn a_renewal_answered_after_an_outage_is_told_as_a_reconnect() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let reconnects = m.reconnects();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", lease("uid-r1", "2")).await;
+        answer(&mut h, "PUT", status(503)).await;
+        answer(&mut h, "PUT", lease("uid-r1", "3")).await;
+    });
+    assert!(!m.renew(&client).await);
+    assert!(!reconnects.has_changed().unwrap(), "no outage yet");
+    assert!(!m.renew(&client).await);
+    assert!(!reconnects.has_changed().unwrap(), "still out");
+    assert!(!m.renew(&client).await);
+    assert!(reconnects.has_changed().unwrap(), "back after the outage");
+    api.await.unwrap();
+}

@@ -1,5 +1,5 @@
-//! Reaching a target: name resolution, the forgery guard ([`AddressPolicy`])
-//! and the TCP connection.
+//! Reaching a target: name resolution and the TCP connection (the forgery
+//! guard that sits between them is `policy`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -7,43 +7,25 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use ipnet::IpNet;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::error::{HopError, Reason, short_io};
+use super::error::{HopError, Reason};
 use super::plan::AddressFamily;
-
-/// The forgery guard: where probes may connect.
-#[derive(Clone, Debug, Default)]
-pub struct AddressPolicy {
-    pub deny: Vec<IpNet>,
-    pub allow: Vec<IpNet>,
-}
-
-impl AddressPolicy {
-    pub fn permits(&self, ip: IpAddr) -> bool {
-        // An IPv4-mapped IPv6 address is judged as the IPv4 address it carries.
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
-            v4 => v4,
-        };
-        if self.deny.iter().any(|n| n.contains(&ip)) {
-            return false;
-        }
-        self.allow.is_empty() || self.allow.iter().any(|n| n.contains(&ip))
-    }
-}
+use super::resolve::Resolver;
 
 /// Delay before the next address is tried while a connection attempt is still
 /// pending (Happy Eyeballs, RFC 8305 section 5).
 pub const CONNECTION_ATTEMPT_DELAY: Duration = Duration::from_millis(250);
 
 /// The addresses of `host` of the plan's family, interleaved by family
-/// (Auto) so a fallback to the other family comes early.
+/// (Auto) so a fallback to the other family comes early. Messages call the
+/// host `name` (a host from a redirect is not named).
 pub(super) async fn resolve(
     static_hosts: &HashMap<String, Vec<IpAddr>>,
+    resolver: &Resolver,
     host: &str,
+    name: &str,
     port: u16,
     family: AddressFamily,
 ) -> Result<Vec<SocketAddr>, HopError> {
@@ -52,20 +34,18 @@ pub(super) async fn resolve(
     } else if let Some(ips) = static_hosts.get(&host.to_ascii_lowercase()) {
         ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()
     } else {
-        tokio::net::lookup_host((host, port))
+        resolver
+            .lookup(host, family)
             .await
-            .map_err(|e| {
-                HopError::new(
-                    Reason::DnsError,
-                    format!("cannot resolve {host}: {}", short_io(&e)),
-                )
-            })?
+            .map_err(|e| HopError::new(Reason::DnsError, e.message(name)))?
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
             .collect()
     };
     if addrs.is_empty() {
         return Err(HopError::new(
             Reason::DnsError,
-            format!("{host} has no address"),
+            format!("{name} has no address"),
         ));
     }
     let (v4, v6): (Vec<SocketAddr>, Vec<SocketAddr>) = addrs.iter().partition(|a| {
@@ -103,7 +83,7 @@ pub(super) async fn resolve(
         };
         return Err(HopError::new(
             Reason::DnsError,
-            format!("{host} has no {fam} address (spec.ipFamily {fam})"),
+            format!("{name} has no {fam} address (spec.ipFamily {fam})"),
         ));
     }
     Ok(picked)
@@ -195,31 +175,5 @@ impl AsyncWrite for CloseOnDrop {
         _cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::task::Poll::Ready(Ok(()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policy_denies_link_local_and_mapped_addresses() {
-        let p = AddressPolicy {
-            deny: vec![
-                "169.254.0.0/16".parse().unwrap(),
-                "fe80::/10".parse().unwrap(),
-            ],
-            allow: vec![],
-        };
-        assert!(!p.permits("169.254.169.254".parse().unwrap()));
-        assert!(!p.permits("::ffff:169.254.169.254".parse().unwrap()));
-        assert!(!p.permits("fe80::1".parse().unwrap()));
-        assert!(p.permits("127.0.0.1".parse().unwrap()));
-        let only_loopback = AddressPolicy {
-            deny: vec![],
-            allow: vec!["127.0.0.0/8".parse().unwrap()],
-        };
-        assert!(only_loopback.permits("127.0.0.2".parse().unwrap()));
-        assert!(!only_loopback.permits("10.0.0.1".parse().unwrap()));
     }
 }

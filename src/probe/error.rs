@@ -107,14 +107,7 @@ pub(super) fn short_io(e: &std::io::Error) -> String {
         std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
         std::io::ErrorKind::ConnectionReset => "connection reset".into(),
         std::io::ErrorKind::UnexpectedEof => "connection closed".into(),
-        _ => {
-            let s = e.to_string();
-            if s.contains("failed to lookup address") || s.contains("Name or service not known") {
-                "no such host".into()
-            } else {
-                s.chars().take(160).collect()
-            }
-        }
+        _ => e.to_string().chars().take(160).collect(),
     }
 }
 

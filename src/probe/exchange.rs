@@ -14,6 +14,7 @@ use super::error::{HopError, Reason, Stop, hyper_failure};
 use super::hop::Hop;
 use super::outcome::Phase;
 use super::prober::Probe;
+use super::redirect::hop_headers;
 
 /// What one hop brought back.
 pub(super) struct Response {
@@ -103,12 +104,8 @@ impl Probe<'_> {
         if let Some(r) = &self.prober.replica_header {
             req.headers_mut().insert("x-webchecker-replica", r.clone());
         }
-        // Credentials go to the checker's own origin only, not across redirects.
-        let send_sensitive = target.same_origin(&self.plan.target);
-        for (k, v) in &self.plan.headers {
-            if v.is_sensitive() && !send_sensitive {
-                continue;
-            }
+        // Credentials go to the checker's own origin only (redirect.rs).
+        for (k, v) in hop_headers(&self.plan.headers, hop) {
             req.headers_mut().insert(k.clone(), v.clone());
         }
         Ok(req)

@@ -1,5 +1,6 @@
 //! One hop of a probe: pick the proxy, apply the forgery guard to the
-//! addresses actually dialled, connect, tunnel, TLS, then the exchange.
+//! target behind a proxy and to the addresses actually dialled, connect,
+//! tunnel, TLS, then the exchange.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
@@ -11,7 +12,8 @@ use super::dial::{CloseOnDrop, connect_any, resolve};
 use super::error::{HopError, Reason, Stop, short_io};
 use super::exchange::Response;
 use super::outcome::Phase;
-use super::plan::{ProbePlan, ProxyPlan};
+use super::plan::{AddressFamily, ProbePlan, ProxyPlan};
+use super::policy::Scope;
 use super::prober::Probe;
 use super::target::Target;
 
@@ -20,6 +22,14 @@ pub(super) struct Hop {
     pub target: Target,
     pub method: Method,
     pub body: Bytes,
+    /// The redirect status that led here; `None` for the checker's own request.
+    pub via: Option<u16>,
+    /// On the origin (scheme, host, port) of `spec.host`: only such a hop
+    /// gets the spec's credentials and TLS settings, and only its host may
+    /// be named in a message (another one comes from a `Location` header).
+    pub own_origin: bool,
+    /// A redirect dropped the body (a 303; a 301 or 302 after a POST).
+    pub body_dropped: bool,
 }
 
 impl Hop {
@@ -28,54 +38,114 @@ impl Hop {
             target: plan.target.clone(),
             method: plan.method.clone(),
             body: plan.body.clone(),
+            via: None,
+            own_origin: true,
+            body_dropped: false,
+        }
+    }
+
+    /// How messages name the host of this hop.
+    pub fn host_name(&self) -> String {
+        if self.own_origin {
+            self.target.host.clone()
+        } else {
+            "the new host".into()
+        }
+    }
+
+    /// A failure of this hop, said so when a redirect led to it.
+    fn failure(&self, e: HopError) -> HopError {
+        let Some(code) = self.via else { return e };
+        let whither = if self.own_origin {
+            ""
+        } else {
+            " to another origin"
+        };
+        HopError {
+            message: format!("after a redirect (HTTP {code}){whither}: {}", e.message),
+            ..e
         }
     }
 }
 
+/// The proxy of a hop, and whether the admin chose it (the operator's
+/// environment) rather than the checker's author (`proxy.url`).
+struct Proxy {
+    target: Target,
+    admin: bool,
+}
+
 impl Probe<'_> {
     pub(super) async fn hop(&mut self, hop: &Hop) -> Result<Response, Stop> {
-        let target = &hop.target;
-        let proxy = self.proxy_for(target)?;
-        let policy = &self.prober.policy;
-        // Behind a proxy the proxy resolves the target's name; a literal address
-        // is still checked here.
-        if proxy.is_some()
-            && let Ok(ip) = target.host.parse::<IpAddr>()
-            && !policy.permits(ip)
-        {
-            let what = format!("{} is an address the operator may not probe", target.host);
-            return Err(self.forbidden(target, what).into());
+        match self.hop_inner(hop).await {
+            Err(Stop::Failed(e)) => Err(Stop::Failed(hop.failure(e))),
+            other => other,
         }
-        let dial = proxy.as_ref().unwrap_or(target);
+    }
+
+    async fn hop_inner(&mut self, hop: &Hop) -> Result<Response, Stop> {
+        let target = &hop.target;
+        let name = hop.host_name();
+        let proxy = self.proxy_for(target)?;
+        if proxy.is_some() {
+            self.check_proxied(target, &name).await?;
+        }
+        let (dial, scope) = match &proxy {
+            Some(p) if p.admin => (&p.target, Scope::Admin),
+            Some(p) => (&p.target, Scope::Namespace(self.namespace)),
+            None => (target, Scope::Namespace(self.namespace)),
+        };
+        // The proxy comes from the spec or the operator: it may be named.
+        let dial_name = match &proxy {
+            Some(p) => p.target.host.clone(),
+            None => name.clone(),
+        };
 
         self.phase = Phase::Resolve;
         let t = Instant::now();
         let resolved = resolve(
             &self.prober.static_hosts,
+            &self.prober.resolver,
             &dial.host,
+            &dial_name,
             dial.port,
             self.plan.ip_family,
         )
         .await;
         self.phases.resolve += t.elapsed();
+        // Denied addresses are skipped; the first denial explains a refusal.
+        let mut denied = None;
         let allowed: Vec<SocketAddr> = resolved?
             .into_iter()
-            .filter(|a| policy.permits(a.ip()))
+            .filter(|a| match self.prober.policy.judge(*a, scope) {
+                Ok(()) => true,
+                Err(d) => {
+                    denied.get_or_insert(d);
+                    false
+                }
+            })
             .collect();
-        if allowed.is_empty() {
+        // `resolve` returns at least one address: nothing allowed means
+        // something denied.
+        if let (true, Some(why)) = (allowed.is_empty(), denied) {
             let who = if proxy.is_some() { "the proxy " } else { "" };
             let what = if dial.host.parse::<IpAddr>().is_ok() {
-                format!(
-                    "{who}{} is an address the operator may not probe",
-                    dial.host
-                )
+                // An address written in the spec (or a Location): say all.
+                let shown = if why.why.port_specific() && dial_name == dial.host {
+                    dial.host_port()
+                } else {
+                    dial_name
+                };
+                format!("{who}{shown} is an address the operator may not probe ({why})")
             } else {
+                // What a name resolves to is the resolver's business, not
+                // the checker author's: only the class is said.
                 format!(
-                    "{who}{} resolves only to addresses the operator may not probe",
-                    dial.host
+                    "{who}{dial_name} resolves only to addresses the operator may not probe ({})",
+                    why.why
                 )
             };
-            return Err(self.forbidden(target, what).into());
+            return Err(HopError::new(Reason::Forbidden, what).into());
         }
 
         self.phase = Phase::Connect;
@@ -85,21 +155,21 @@ impl Probe<'_> {
             Ok(s) => s,
             Err(e) => {
                 self.phases.connect += t.elapsed();
-                let what = if proxy.is_some() { "proxy " } else { "" };
+                let what = match &proxy {
+                    Some(p) => format!("proxy {}", p.target.host_port()),
+                    None if hop.own_origin => target.host_port(),
+                    None => name.clone(),
+                };
                 return Err(HopError::new(
                     Reason::ConnectError,
-                    format!(
-                        "cannot connect to {what}{}: {}",
-                        dial.host_port(),
-                        short_io(&e)
-                    ),
+                    format!("cannot connect to {what}: {}", short_io(&e)),
                 )
                 .into());
             }
         };
         let _ = stream.set_nodelay(true);
         if proxy.is_some() && target.https {
-            let tunnel = self.tunnel(&mut stream, target).await;
+            let tunnel = self.tunnel(&mut stream, target, &name).await;
             self.phases.connect += t.elapsed();
             tunnel?;
         } else {
@@ -107,7 +177,9 @@ impl Probe<'_> {
         }
 
         if target.https {
-            let tls = self.handshake(target, CloseOnDrop(stream)).await?;
+            let tls = self
+                .handshake(target, hop.own_origin, CloseOnDrop(stream))
+                .await?;
             self.exchange(hop, tls, false).await
         } else {
             let absolute_form = proxy.is_some();
@@ -115,30 +187,81 @@ impl Probe<'_> {
         }
     }
 
+    /// Behind a proxy the proxy connects to the target, so the guard judges
+    /// the target before the proxy is asked for it: a literal address always,
+    /// a name by resolving it here (unless `--check-proxied-targets=false`)
+    /// and refusing it when any of its addresses is denied, since the proxy
+    /// may pick any of them. The proxy resolves the name again: a name whose
+    /// answers change between the two lookups is the proxy's to police.
+    async fn check_proxied(&mut self, target: &Target, name: &str) -> Result<(), Stop> {
+        let policy = &self.prober.policy;
+        let scope = Scope::Namespace(self.namespace);
+        if let Ok(ip) = target.host.parse::<IpAddr>() {
+            return match policy.judge(SocketAddr::new(ip, target.port), scope) {
+                Ok(()) => Ok(()),
+                Err(why) => {
+                    let shown = if why.why.port_specific() && name == target.host {
+                        target.host_port()
+                    } else {
+                        name.to_string()
+                    };
+                    let what = format!("{shown} is an address the operator may not probe ({why})");
+                    Err(HopError::new(Reason::Forbidden, what).into())
+                }
+            };
+        }
+        if !policy.check_proxied_targets {
+            return Ok(());
+        }
+        self.phase = Phase::Resolve;
+        let t = Instant::now();
+        let resolved = resolve(
+            &self.prober.static_hosts,
+            &self.prober.resolver,
+            &target.host,
+            name,
+            target.port,
+            AddressFamily::Auto,
+        )
+        .await;
+        self.phases.resolve += t.elapsed();
+        let addrs = resolved.map_err(|mut e| {
+            e.message.push_str(
+                " (the operator resolves a proxied target to check its addresses; \
+                 --check-proxied-targets=false leaves that to the proxy)",
+            );
+            e
+        })?;
+        if let Some(why) = addrs.iter().find_map(|a| policy.judge(*a, scope).err()) {
+            let what = format!(
+                "{name} resolves to an address the operator may not probe ({}); \
+                 the proxy was not asked",
+                why.why
+            );
+            return Err(HopError::new(Reason::Forbidden, what).into());
+        }
+        Ok(())
+    }
+
     /// The proxy of this hop, if any.
-    fn proxy_for(&self, target: &Target) -> Result<Option<Target>, HopError> {
+    fn proxy_for(&self, target: &Target) -> Result<Option<Proxy>, HopError> {
         match &self.plan.proxy {
             ProxyPlan::Direct => Ok(None),
-            ProxyPlan::Url(p) => Ok(Some(p.clone())),
+            ProxyPlan::Url(p) => Ok(Some(Proxy {
+                target: p.clone(),
+                admin: false,
+            })),
             ProxyPlan::FromEnvironment => match self.prober.env_proxy.for_target(target) {
                 None => Ok(None),
-                Some(Ok(p)) => Ok(Some(p.clone())),
+                Some(Ok(p)) => Ok(Some(Proxy {
+                    target: p.clone(),
+                    admin: true,
+                })),
                 Some(Err(e)) => Err(HopError::new(
                     Reason::InvalidSpec,
                     format!("the operator's proxy environment is not usable: {e}"),
                 )),
             },
         }
-    }
-
-    /// A Forbidden failure; names the hop when it is not the checker's own URL
-    /// (a redirect).
-    fn forbidden(&self, target: &Target, message: String) -> HopError {
-        let message = if *target == self.plan.target {
-            message
-        } else {
-            format!("redirected to {}: {message}", target.url())
-        };
-        HopError::new(Reason::Forbidden, message)
     }
 }

@@ -13,7 +13,9 @@
 //!
 //! The parts of a probe, in order: `prober` (deadline, redirect loop,
 //! outcome), `hop` (one request: proxy choice, forgery guard), `dial`
-//! (resolution, address policy, connect), `proxy` (CONNECT tunnels), `tls`
+//! (resolution, connect), `policy` (the forgery guard), `resolve` and
+//! `resolv_conf` (the async resolver and its files), `proxy` (CONNECT
+//! tunnels), `tls`
 //! (handshake), `exchange` (request and response), `redirect`, `checks`
 //! (status, headers, body, JSON, latency); `error` and `outcome` are what a
 //! probe reports.
@@ -25,19 +27,32 @@ mod exchange;
 mod hop;
 mod outcome;
 mod plan;
+mod policy;
 mod prober;
 mod proxy;
 mod redirect;
+mod resolv_conf;
+mod resolve;
 mod target;
 mod tls;
 
-pub use dial::{AddressPolicy, CONNECTION_ATTEMPT_DELAY};
+pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use error::Reason;
 pub use outcome::{Outcome, Phases, human_duration};
 pub use plan::{
-    AddressFamily, JsonCheckPlan, MinTlsVersion, ProbePlan, ProxyPlan, StatusSet, TlsConfig,
-    TlsPlan, ValueRef, base64, plan, references,
+    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, JsonCheckPlan, MinTlsVersion,
+    PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns, ProbePlan, ProxyPlan, StatusSet,
+    TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan, plan_with,
+    references,
+};
+pub use policy::{
+    AddressPolicy, ClusterAddresses, Denial, KUBELET_PORTS, PRIVATE_NETWORKS, Scope, Why,
+    embedded_v4,
 };
 pub use prober::Prober;
 pub use proxy::{EnvProxy, proxy_target};
+pub use resolv_conf::ResolvConf;
+pub use resolve::{
+    DEFAULT_HOSTS_FILE, DEFAULT_RESOLV_CONF, LookupError, RESOLUTION_DELAY, Resolver,
+};
 pub use target::Target;

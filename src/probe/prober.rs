@@ -9,13 +9,14 @@ use std::time::Instant;
 use http::HeaderValue;
 
 use super::checks;
-use super::dial::AddressPolicy;
 use super::error::{Reason, Stop};
 use super::hop::Hop;
 use super::outcome::{Outcome, Phase, Phases, human_duration};
 use super::plan::{MinTlsVersion, ProbePlan};
+use super::policy::AddressPolicy;
 use super::proxy::EnvProxy;
 use super::redirect::next_hop;
+use super::resolve::Resolver;
 use super::tls::{Trust, client_config, webpki_store};
 
 /// Shared, immutable prober configuration.
@@ -29,6 +30,10 @@ pub struct Prober {
     /// Names answered without the system resolver, like entries of /etc/hosts
     /// (empty in the operator; tests use it for dual-stack names).
     pub static_hosts: HashMap<String, Vec<IpAddr>>,
+    /// Everything else that is not an address: the hosts file, then DNS.
+    /// [`Resolver::system`] unless replaced (the operator builds it from
+    /// `--resolv-conf` and `--hosts-file`; tests point it at their own server).
+    pub resolver: Arc<Resolver>,
     /// The configurations of checkers without TLS options of their own,
     /// built once: building one per probe would cost more than the handshake.
     pub(super) verified: Arc<rustls::ClientConfig>,
@@ -52,6 +57,7 @@ impl Prober {
             max_body_bytes,
             env_proxy: EnvProxy::from_env(),
             static_hosts: Default::default(),
+            resolver: Arc::new(Resolver::system()),
             verified: Arc::new(verified),
             unverified: Arc::new(unverified),
         }
@@ -59,7 +65,8 @@ impl Prober {
 
     /// Runs one probe under the plan's deadline. Never panics on any target.
     ///
-    /// `gate` is asked right before each request head is written (the
+    /// `namespace` is the checker's: the address policy may close private
+    /// networks to it. `gate` is asked right before each request head is written (the
     /// request of every hop, a redirect's too, and a CONNECT to a proxy).
     /// When it answers false the probe ends there, that request is not sent,
     /// and the result is `None`: the probe did not happen. The operator's
@@ -68,12 +75,14 @@ impl Prober {
     pub async fn probe(
         &self,
         plan: &ProbePlan,
+        namespace: &str,
         gate: &(dyn Fn() -> bool + Sync),
     ) -> Option<Outcome> {
         let started = Instant::now();
         let mut probe = Probe {
             prober: self,
             plan,
+            namespace,
             gate,
             phase: Phase::Resolve,
             phases: Phases::default(),
@@ -121,6 +130,7 @@ impl Prober {
 pub(super) struct Probe<'a> {
     pub prober: &'a Prober,
     pub plan: &'a ProbePlan,
+    pub namespace: &'a str,
     gate: &'a (dyn Fn() -> bool + Sync),
     pub phase: Phase,
     pub phases: Phases,

@@ -109,7 +109,13 @@ impl EnvProxy {
 
 impl Probe<'_> {
     /// Opens a CONNECT tunnel through an HTTP proxy (counted as connect time).
-    pub(super) async fn tunnel(&self, stream: &mut TcpStream, target: &Target) -> Result<(), Stop> {
+    /// `name` is how messages call the target.
+    pub(super) async fn tunnel(
+        &self,
+        stream: &mut TcpStream,
+        target: &Target,
+        name: &str,
+    ) -> Result<(), Stop> {
         let hp = target.host_port();
         let ua = self
             .prober
@@ -119,12 +125,12 @@ impl Probe<'_> {
         let req = format!("CONNECT {hp} HTTP/1.1\r\nHost: {hp}\r\nUser-Agent: {ua}\r\n\r\n");
         // A CONNECT is a request head too, if not one the target sees.
         self.pass_gate()?;
-        Ok(connect(stream, &req, &hp).await?)
+        Ok(connect(stream, &req, name).await?)
     }
 }
 
 /// Sends a CONNECT request head and reads the proxy's answer.
-async fn connect(stream: &mut TcpStream, req: &str, hp: &str) -> Result<(), HopError> {
+async fn connect(stream: &mut TcpStream, req: &str, name: &str) -> Result<(), HopError> {
     stream.write_all(req.as_bytes()).await.map_err(|e| {
         HopError::new(
             Reason::ConnectError,
@@ -176,7 +182,7 @@ async fn connect(stream: &mut TcpStream, req: &str, hp: &str) -> Result<(), HopE
         Some(c) if (200..300).contains(&c) => Ok(()),
         Some(c) => Err(HopError::new(
             Reason::ConnectError,
-            format!("the proxy refused CONNECT {hp}: HTTP {c}"),
+            format!("the proxy refused CONNECT to {name}: HTTP {c}"),
         )),
         None => Err(HopError::new(
             Reason::ProtocolError,

@@ -63,23 +63,31 @@ pub(super) fn client_config(
 impl Probe<'_> {
     /// The TLS handshake with `target` over a connected stream. Records the
     /// notAfter of the server's leaf certificate.
+    ///
+    /// The spec's TLS settings (`caBundle`, `serverName`,
+    /// `insecureSkipVerify`, `clientCertificate`, `minVersion`) are made for
+    /// its own origin; another origin that a redirect leads to gets the
+    /// defaults: verified against the built-in roots, its own name in SNI,
+    /// no client certificate.
     pub(super) async fn handshake(
         &mut self,
         target: &Target,
+        own_origin: bool,
         stream: CloseOnDrop,
     ) -> Result<TlsStream<CloseOnDrop>, HopError> {
         self.phase = Phase::Tls;
         let t = Instant::now();
         let tls = &self.plan.tls;
         let config = match &tls.config {
+            _ if !own_origin => self.prober.verified.clone(),
             Some(c) => c.0.clone(),
             None if tls.insecure_skip_verify => self.prober.unverified.clone(),
             None => self.prober.verified.clone(),
         };
-        let sni = tls
-            .server_name
-            .clone()
-            .unwrap_or_else(|| target.host.clone());
+        let sni = match &tls.server_name {
+            Some(name) if own_origin => name.clone(),
+            _ => target.host.clone(),
+        };
         let name = ServerName::try_from(sni)
             .map_err(|_| HopError::new(Reason::InvalidSpec, "TLS server name is not valid"))?;
         let stream = tokio_rustls::TlsConnector::from(config)

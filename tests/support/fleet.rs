@@ -17,6 +17,15 @@ pub const INTERVAL: u32 = 2;
 pub const LEASE: Duration = Duration::from_secs(3);
 pub const RETRY: Duration = Duration::from_millis(500);
 
+/// A replica chosen to suffer a fault.
+pub struct Victim {
+    pub index: usize,
+    pub identity: String,
+    /// The leader when it was chosen.
+    pub leader: String,
+    pub checkers: Vec<String>,
+}
+
 pub struct Fleet {
     pub cluster: &'static Cluster,
     pub ns: String,
@@ -43,11 +52,22 @@ impl Fleet {
         checkers: usize,
     ) -> Fleet {
         let ns = cluster.namespace(prefix);
-        let client = cluster.client().await;
-        let witness = Witness::start().await;
         let ops: Vec<Operator> = (0..replicas)
             .map(|i| Operator::spawn(cluster, &format!("{prefix}-r{i}"), &ns, FAST_LEASES))
             .collect();
+        Self::start_with(cluster, ns, ops, checkers).await
+    }
+
+    /// A fleet of replicas the caller spawned (in `ns`, for example behind
+    /// proxies of its own), with `checkers` new checkers, settled.
+    pub async fn start_with(
+        cluster: &'static Cluster,
+        ns: String,
+        ops: Vec<Operator>,
+        checkers: usize,
+    ) -> Fleet {
+        let client = cluster.client().await;
+        let witness = Witness::start().await;
         // Let every replica join first, so the initial assignment is already
         // balanced (a late joiner would take its share through drains).
         for o in &ops {
@@ -67,6 +87,52 @@ impl Fleet {
         f.wait_all_probed_since(Instant::now(), Duration::from_secs(30))
             .await;
         f
+    }
+
+    /// The leader (`leader`) or a live replica that is not the leader: its
+    /// index, identity and the checkers it owns once every checker is owned.
+    pub async fn victim(&self, leader: bool) -> Victim {
+        let owners = self.wait_all_assigned(Duration::from_secs(60)).await;
+        let leader_id = self.leader().await.expect("a leader");
+        let index = self
+            .ops
+            .iter()
+            .position(|o| o.child.is_some() && (o.identity == leader_id) == leader)
+            .expect("a live victim");
+        let identity = self.ops[index].identity.clone();
+        let checkers: Vec<String> = owners
+            .iter()
+            .filter(|(_, o)| **o == identity)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert!(!checkers.is_empty(), "{identity} owns checkers");
+        Victim {
+            index,
+            identity,
+            leader: leader_id,
+            checkers,
+        }
+    }
+
+    /// SIGKILLs `v` and waits (up to `limit`) until each of its checkers is
+    /// probed again; returns the largest gap and the checker it was seen on.
+    pub async fn kill_and_wait_failover(
+        &mut self,
+        v: &Victim,
+        limit: Duration,
+    ) -> (Duration, String) {
+        let at = Instant::now();
+        self.ops[v.index].kill();
+        eventually(
+            limit,
+            "the killed replica's checkers probed again",
+            || async {
+                (failover_gap(&self.witness.hits(), &v.checkers, at).0 != Duration::MAX)
+                    .then_some(())
+            },
+        )
+        .await;
+        failover_gap(&self.witness.hits(), &v.checkers, at)
     }
 
     pub fn api(&self) -> Api<DynamicObject> {

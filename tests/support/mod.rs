@@ -3,10 +3,13 @@
 //! HTTP targets that log who probed them and when.
 #![allow(dead_code)]
 
+pub mod dns;
 pub mod faults;
 pub mod fleet;
 pub mod objlog;
 pub mod oracle;
+pub mod release;
+pub mod targets;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -26,6 +29,22 @@ use tokio::net::TcpListener;
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// `program` under coreutils' `timeout`: no external command can hang the
+/// suite (killed `limit` after its start, SIGKILL 10 s later if it lingers;
+/// exit status 124 then).
+pub fn bounded(program: impl AsRef<std::ffi::OsStr>, limit: Duration) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("--kill-after=10s")
+        .arg(format!("{}s", limit.as_secs().max(1)))
+        .arg(program);
+    c
+}
+
+/// Bound of one kubectl or helm call (a `--wait` included).
+pub const TOOL_LIMIT: Duration = Duration::from_secs(300);
+/// Bound of bringing a control plane up (it may build the tools first).
+pub const SETUP_LIMIT: Duration = Duration::from_secs(3600);
 
 /// Polls `f` until it returns Some, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
@@ -72,7 +91,7 @@ impl Cluster {
             .join("e2e")
             .join(format!("{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("bash")
+        let out = bounded("bash", SETUP_LIMIT)
             .arg(repo().join("hack/cluster.sh"))
             .arg("up")
             .arg(&dir)
@@ -120,7 +139,7 @@ impl Cluster {
     }
 
     pub fn script(&self, sub: &str) {
-        let st = Command::new("bash")
+        let st = bounded("bash", TOOL_LIMIT)
             .arg(repo().join("hack/cluster.sh"))
             .arg(sub)
             .arg(&self.dir)
@@ -130,7 +149,7 @@ impl Cluster {
     }
 
     pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        Command::new(self.bin.join("kubectl"))
+        bounded(self.bin.join("kubectl"), TOOL_LIMIT)
             .env("KUBECONFIG", &self.kubeconfig)
             .args(args)
             .output()
@@ -139,7 +158,7 @@ impl Cluster {
 
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
         use std::io::Write;
-        let mut child = Command::new(self.bin.join("kubectl"))
+        let mut child = bounded(self.bin.join("kubectl"), TOOL_LIMIT)
             .env("KUBECONFIG", &self.kubeconfig)
             .args(args)
             .stdin(Stdio::piped())
@@ -286,16 +305,28 @@ impl Operator {
         identity: &str,
         lease_namespace: &str,
     ) -> Operator {
+        Self::spawn_all_namespaces_with(cluster, identity, lease_namespace, &[])
+    }
+
+    /// Same, with extra flags.
+    pub fn spawn_all_namespaces_with(
+        cluster: &Cluster,
+        identity: &str,
+        lease_namespace: &str,
+        extra: &[&str],
+    ) -> Operator {
+        let mut args = vec![
+            format!("--identity={identity}"),
+            format!("--namespace={lease_namespace}"),
+            "--log-level=info".to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
         let mut op = Operator {
             identity: identity.to_string(),
             port: 0,
             child: None,
             log: cluster.dir.join(format!("operator-{identity}.log")),
-            args: vec![
-                format!("--identity={identity}"),
-                format!("--namespace={lease_namespace}"),
-                "--log-level=info".to_string(),
-            ],
+            args,
             kubeconfig: cluster.kubeconfig.clone(),
         };
         op.start();
@@ -316,6 +347,11 @@ impl Operator {
             .env("RUST_LOG", self.rust_log())
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
+            // Test targets listen on loopback, which the operator denies by
+            // default; a test that wants the default passes --allow-loopback=false.
+            .env("WEBCHECKER_ALLOW_LOOPBACK", "true")
+            // Names resolve through the test's own name server, never the machine's.
+            .envs(dns::Dns::shared().operator_env())
             .args(&self.args)
             .arg(format!("--listen=127.0.0.1:{}", self.port))
             .stdout(log.try_clone().unwrap())

@@ -107,6 +107,29 @@ impl LogState {
             .collect()
     }
 
+    /// Stretches in which the checker watch was blind: from each error to
+    /// the next version it delivered (or `now`), merged.
+    pub fn blind_periods(&self, now: Instant) -> Vec<(Instant, Instant)> {
+        let mut out: Vec<(Instant, Instant)> = Vec::new();
+        for (at, what, _) in &self.watch_errors {
+            if *what != "checkers" {
+                continue;
+            }
+            let end = self
+                .objs
+                .iter()
+                .map(|o| o.at)
+                .filter(|t| t >= at)
+                .min()
+                .unwrap_or(now);
+            match out.last_mut() {
+                Some((_, e)) if *at <= *e => *e = (*e).max(end),
+                _ => out.push((*at, end)),
+            }
+        }
+        out
+    }
+
     /// Is this checker assigned to a current member under that member's
     /// current Lease, with no drain in progress?
     pub fn validly_owned(&self, o: &ObjRec) -> bool {

@@ -378,15 +378,25 @@ pub fn ownership(objs: &[ObjRec], from: Instant, to: Instant) -> HashMap<String,
 /// old owner never probes it again, unless the checker was assigned back to
 /// it. Each run of probes by one replica must match an assignment to that
 /// replica, in order, seen at most `slack` after the run began (the test's
-/// watch may lag the replica's). Exempt probes are left out.
+/// watch may lag the replica's), or, for a run that began while the test's
+/// watch was `blind` (erroring, from its first error to the next event it
+/// delivered), by the end of that blindness plus `slack`: the order of what
+/// the test could not see is unknown. Exempt probes are left out.
 pub fn stale_probes(
     log: &ProbeLog,
     by: &HashMap<u32, Vec<Probe>>,
     owners: &HashMap<String, Vec<Assignment>>,
     exempt: &dyn Fn(&str, Instant) -> bool,
     slack: Duration,
+    blind: &[(Instant, Instant)],
     clk: &Clock,
 ) -> Vec<Violation> {
+    let seen_in_time = |probe: Instant, seen: Instant| {
+        seen <= probe + slack
+            || blind
+                .iter()
+                .any(|(from, to)| probe + slack >= *from && seen <= *to + slack)
+    };
     let mut out = Vec::new();
     let empty = Vec::new();
     let mut ids: Vec<&u32> = by.keys().collect();
@@ -430,7 +440,7 @@ pub fn stale_probes(
                     ));
                     break;
                 }
-                Some(k) if seq[k].at > p.start + slack => {
+                Some(k) if !seen_in_time(p.start, seq[k].at) => {
                     out.push(Violation::new(
                         Inv::Exclusivity,
                         Some(name),

@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, Method};
-use regex::Regex;
 
 use super::credentials::request_headers;
+use super::patterns::{Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
 use super::{AddressFamily, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
@@ -18,9 +18,22 @@ use crate::probe::target::Target;
 /// schema could not catch (the CRD rejects most bad input at admission), and
 /// unusable referenced values. `resolve` returns the value of a Secret or
 /// ConfigMap key (see [`super::references`]); values never appear in errors.
+///
+/// Compiles the spec's patterns here; the operator compiles them ahead, off
+/// its engine task, and calls [`plan_with`].
 pub fn plan(
     spec: &WebCheckerSpec,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
+) -> Result<ProbePlan, String> {
+    plan_with(spec, resolve, &compile(spec))
+}
+
+/// [`plan`] with the spec's patterns already compiled ([`super::compile_patterns`]).
+/// Patterns of another spec are compiled again here.
+pub fn plan_with(
+    spec: &WebCheckerSpec,
+    resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
+    patterns: &Result<Patterns, String>,
 ) -> Result<ProbePlan, String> {
     let target = target(spec)?;
     if spec.interval_seconds < 1 {
@@ -41,12 +54,18 @@ pub fn plan(
         spec.auth.as_ref(),
         resolve,
     )?;
-    let body_match = match &spec.body_match {
-        Some(m) => Some((
-            Regex::new(&m.regex).map_err(|e| format!("spec.bodyMatch.regex is not valid: {e}"))?,
-            m.invert.unwrap_or(false),
-        )),
-        None => None,
+    let recompiled;
+    let patterns = match patterns {
+        Ok(p) if !p.belong_to(spec) => {
+            recompiled = compile(spec);
+            &recompiled
+        }
+        other => other,
+    };
+    let patterns = patterns.as_ref().map_err(Clone::clone)?;
+    let body_match = match (&spec.body_match, &patterns.body) {
+        (Some(m), Some(p)) => Some((p.clone(), m.invert.unwrap_or(false))),
+        _ => None,
     };
     let mut json_checks = Vec::new();
     for c in spec.json_checks.iter().flatten() {
@@ -65,15 +84,7 @@ pub fn plan(
     for c in spec.header_checks.iter().flatten() {
         let name = HeaderName::from_bytes(c.name.as_bytes())
             .map_err(|_| format!("spec.headerChecks: header name {:?} is not valid", c.name))?;
-        let re = match &c.regex {
-            Some(r) => Some(Regex::new(r).map_err(|e| {
-                format!(
-                    "spec.headerChecks: the regex of {:?} is not valid: {e}",
-                    c.name
-                )
-            })?),
-            None => None,
-        };
+        let re = patterns.headers.get(header_checks.len()).cloned().flatten();
         header_checks.push((name, re));
     }
     let tls = tls_plan(spec.tls.as_ref().unwrap_or(&TlsSpec::default()), resolve)?;
@@ -123,16 +134,45 @@ fn target(spec: &WebCheckerSpec) -> Result<Target, String> {
     // Checked before the join, which fails on some bad hosts (mailto:) and
     // would blame the path.
     Target::parse(&base).map_err(|e| format!("spec.host: {e}"))?;
+    if has_userinfo(&base) {
+        return Err(HOST_USERINFO.into());
+    }
     let path = if spec.path.is_empty() {
         "/"
     } else {
         spec.path.as_str()
     };
+    Target::parse(&join_path(&base, path)?).map_err(|e| format!("spec.host: {e}"))
+}
+
+/// What admission says about credentials in `spec.host` (src/api.rs).
+const HOST_USERINFO: &str = "spec.host must not carry credentials (user:password@); put them in a Secret and use spec.auth.basic";
+
+fn has_userinfo(u: &url::Url) -> bool {
+    !u.username().is_empty() || u.password().is_some()
+}
+
+/// `base` joined with `path`, which must stay on the origin of `base`. A URL
+/// parser reads `//name/x` (and `/\name/x`, `/<tab>/name/x`: backslashes
+/// count as slashes, tabs and line breaks are dropped) as another host, which
+/// would take the checker's credentials and its TLS settings there and slip
+/// past any admission policy on `spec.host`. Admission rejects these paths
+/// already (src/api.rs); this holds for objects admitted before that.
+pub(super) fn join_path(base: &url::Url, path: &str) -> Result<url::Url, String> {
     if !path.starts_with('/') {
         return Err(format!("spec.path {path:?} must start with '/'"));
     }
     let full = base
         .join(path)
         .map_err(|e| format!("spec.path {path:?} is not a valid path: {e}"))?;
-    Target::parse(&full).map_err(|e| format!("spec.host: {e}"))
+    let same = full.scheme() == base.scheme()
+        && full.host() == base.host()
+        && full.port_or_known_default() == base.port_or_known_default()
+        && !has_userinfo(&full);
+    if !same {
+        return Err(format!(
+            "spec.path {path:?} leaves the host of spec.host: a URL reads a path that starts with '//' (or contains a backslash, a tab or a line break) as another host; start it with a single '/' and put the host in spec.host"
+        ));
+    }
+    Ok(full)
 }

@@ -7,6 +7,7 @@
 
 mod build;
 mod credentials;
+mod patterns;
 mod tls;
 mod values;
 
@@ -19,12 +20,15 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
-use regex::Regex;
 
 use super::target::Target;
 
-pub use build::plan;
+pub use build::{plan, plan_with};
 pub use credentials::base64;
+pub use patterns::{
+    CHECKER_PATTERN_BUDGET, Compiled, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns,
+    compile as compile_patterns, sources as pattern_sources,
+};
 pub use values::{ValueRef, references};
 
 /// Everything needed to run one probe, derived once per spec (or referenced
@@ -41,9 +45,9 @@ pub struct ProbePlan {
     pub interval: Duration,
     pub expected: StatusSet,
     pub max_response_time: Option<Duration>,
-    pub body_match: Option<(Regex, bool)>,
+    pub body_match: Option<(Pattern, bool)>,
     pub json_checks: Vec<JsonCheckPlan>,
-    pub header_checks: Vec<(HeaderName, Option<Regex>)>,
+    pub header_checks: Vec<(HeaderName, Option<Pattern>)>,
     pub follow_redirects: bool,
     pub max_redirects: u32,
     pub tls: TlsPlan,

@@ -70,6 +70,86 @@ fn runtime_invalid_specs_are_reported_not_panicked() {
 }
 
 #[test]
+fn a_path_never_changes_the_origin() {
+    for path in [
+        "//b.example/x",
+        "//b.example",
+        "/\\b.example/x",
+        "/\\/b.example",
+        "/\t/b.example/x",
+        "/\n/b.example/x",
+        "/\r\n/b.example",
+        "//a.example:8443/x",
+        "//user:pw@a.example/x",
+    ] {
+        let s = WebCheckerSpec {
+            path: path.to_string(),
+            ..spec("host: http://a.example")
+        };
+        let err = plan(&s, &no_secrets).unwrap_err();
+        assert!(
+            err.starts_with(&format!("spec.path {path:?} leaves the host of spec.host")),
+            "{path:?}: {err}"
+        );
+    }
+    let s = WebCheckerSpec {
+        path: "///b.example".into(),
+        ..spec("host: http://a.example")
+    };
+    let err = plan(&s, &no_secrets).unwrap_err();
+    assert!(
+        err.starts_with("spec.path \"///b.example\" is not a valid path"),
+        "{err}"
+    );
+    // Paths that look odd but stay on the host: percent-encoded slashes and
+    // backslashes are not decoded, dot segments cannot climb above the root.
+    for (path, want) in [
+        ("/%2F%2Fb.example/x", "/%2F%2Fb.example/x"),
+        ("/%5Cb.example", "/%5Cb.example"),
+        ("/../b.example", "/b.example"),
+        ("/..//b.example", "//b.example"),
+        ("/a@b.example:80", "/a@b.example:80"),
+        ("/x?next=//b.example", "/x?next=//b.example"),
+    ] {
+        let s = WebCheckerSpec {
+            path: path.to_string(),
+            ..spec("host: http://a.example:8080")
+        };
+        let p = plan(&s, &no_secrets).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert_eq!(
+            (
+                p.target.host.as_str(),
+                p.target.port,
+                p.target.path_and_query.as_str()
+            ),
+            ("a.example", 8080, want),
+            "{path:?}"
+        );
+        // The request URL reads back as the same origin (redirects and
+        // proxies parse it again).
+        let again = url::Url::parse(&p.target.url()).unwrap();
+        assert_eq!(again.host_str(), Some("a.example"), "{path:?}");
+    }
+}
+
+#[test]
+fn credentials_in_the_host_are_refused_not_dropped() {
+    for host in [
+        "http://user:pw@a.example",
+        "https://user@a.example:8443",
+        "http://:pw@a.example",
+    ] {
+        let err = plan(&spec(&format!("host: '{host}'")), &no_secrets).unwrap_err();
+        assert!(
+            err.starts_with("spec.host must not carry credentials")
+                && err.contains("spec.auth.basic"),
+            "{host}: {err}"
+        );
+        assert!(!err.contains("pw"), "{err}");
+    }
+}
+
+#[test]
 fn secret_values_stay_out_of_errors() {
     let s =
         spec("host: http://x\nheaders: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]");

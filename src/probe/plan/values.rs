@@ -69,6 +69,9 @@ pub(super) fn basic_keys(b: &BasicAuth) -> (&str, &str) {
 
 /// Every Secret and ConfigMap key the spec references: exactly what the
 /// caller must resolve before [`super::plan`] (in the checker's namespace).
+/// The chart's admission policy (templates/admission-policy.yaml) checks that
+/// the author may read each object named by these same fields: a new
+/// reference field must be added there too (docs/security.md).
 pub fn references(spec: &WebCheckerSpec) -> Vec<ValueRef> {
     let mut out = Vec::new();
     for h in spec.headers.iter().flatten() {

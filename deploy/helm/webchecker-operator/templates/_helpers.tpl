@@ -120,7 +120,7 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- fail (printf "operator.leaseDuration (%s) must be at least 1s (Leases count whole seconds)" (toString $op.leaseDuration)) }}
 {{- end }}
 {{- $cidr := `^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|([0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}/(12[0-8]|1[01][0-9]|[1-9]?[0-9])|([0-9a-fA-F]{0,4}:){2,6}((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$` }}
-{{- range $list := list "denyCidrs" "allowCidrs" }}
+{{- range $list := list "denyCidrs" "allowCidrs" "privateCidrs" }}
 {{- range $i, $c := (index $op $list | default list) }}
 {{- if not (regexMatch $cidr (toString $c)) }}
 {{- fail (printf "operator.%s[%d]: %q is not a network in CIDR notation (address/prefix length, e.g. 10.0.0.0/8 or fd00::/8)" $list $i (toString $c)) }}

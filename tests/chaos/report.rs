@@ -1,0 +1,222 @@
+//! Settings from the environment, and the report.
+
+use super::*;
+
+/// Checkers of `names` that are not validly owned by one of `running`.
+pub(super) fn unowned_in(s: &LogState, names: &[String], running: &[String]) -> Vec<String> {
+    names
+        .iter()
+        .filter(|n| {
+            s.current.get(*n).is_none_or(|o| {
+                !s.validly_owned(o) || o.owner.as_ref().is_none_or(|ow| !running.contains(ow))
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+pub(super) fn seed_from_env() -> u64 {
+    match std::env::var("CHAOS_SEED") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("CHAOS_SEED={s:?} is not a number")),
+        _ => {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            // Keep seeds short enough to type.
+            (t.as_nanos() as u64 ^ ((std::process::id() as u64) << 20)) % 1_000_000_000
+        }
+    }
+}
+
+pub(super) fn minutes_from_env() -> f64 {
+    match std::env::var("CHAOS_MINUTES") {
+        Ok(s) if !s.trim().is_empty() => s
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("CHAOS_MINUTES={s:?} is not a number")),
+        _ => 3.0,
+    }
+}
+
+pub(super) fn fmt_d(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.1}s", d.as_secs_f64()))
+        .unwrap_or_else(|| "-".into())
+}
+
+pub(super) fn report(c: &Campaign, minutes: f64, ran: Duration, kinds: &[&str]) -> String {
+    let clk = c.clk;
+    let mut r = String::new();
+    let all: Vec<(&WindowRecord, &Violation)> = c
+        .records
+        .iter()
+        .flat_map(|w| w.violations.iter().map(move |v| (w, v)))
+        .collect();
+    let _ = writeln!(r, "# Chaos campaign report\n");
+    let _ = writeln!(
+        r,
+        "Seed **{}** ({} minutes asked, {:.1} min ran, {} windows). Replay: `CHAOS_SEED={} CHAOS_MINUTES={minutes} make chaos`.\n",
+        c.seed,
+        minutes,
+        ran.as_secs_f64() / 60.0,
+        c.records.len(),
+        c.seed
+    );
+    let _ = writeln!(
+        r,
+        "{REPLICAS} replicas (lease {}s, retry {}ms, each behind its own fault proxy), {} checkers at the end ({CHECKERS} at the start, {NEW_PER_WINDOW} new per window), interval {INTERVAL_S}s. Fault kinds drawn: {}.\n",
+        LEASE.as_secs(),
+        RETRY.as_millis(),
+        c.checkers.len(),
+        kinds.join(", ")
+    );
+    let _ = writeln!(
+        r,
+        "Bounds: coverage gap {:.1}s (interval + failover {:.1}s); gap while every replica's API access is down {:.1}s; new checker owned {:.1}s after creation; settle {:.1}s after the fault; cut-off replica stops {:.1}s after reconnecting; test watch lag {:.1}s.\n",
+        coverage_bound().as_secs_f64(),
+        failover_bound().as_secs_f64(),
+        outage_gap_bound().as_secs_f64(),
+        new_assign_bound().as_secs_f64(),
+        settle_bound().as_secs_f64(),
+        cutoff_grace().as_secs_f64(),
+        WATCH_SLACK.as_secs_f64()
+    );
+    if let Some(a) = &c.aborted {
+        let _ = writeln!(r, "**Campaign aborted**: {a}\n");
+    }
+    // Faults by kind.
+    let mut by_kind: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for w in &c.records {
+        let e = by_kind.entry(w.kind).or_default();
+        e.0 += 1;
+        if !w.violations.is_empty() {
+            e.1 += 1;
+        }
+    }
+    let _ = writeln!(
+        r,
+        "## Faults injected\n\n| kind | windows | windows with violations |\n|---|---|---|"
+    );
+    for (k, (n, bad)) in &by_kind {
+        let _ = writeln!(r, "| {k} | {n} | {bad} |");
+    }
+    // Violations by invariant.
+    let mut by_inv: BTreeMap<Inv, usize> = BTreeMap::new();
+    for (_, v) in &all {
+        *by_inv.entry(v.inv).or_default() += 1;
+    }
+    let _ = writeln!(r, "\n## Violations: {}\n", all.len());
+    if !by_inv.is_empty() {
+        let _ = writeln!(r, "| invariant | violations |\n|---|---|");
+        for (inv, n) in &by_inv {
+            let _ = writeln!(r, "| {inv} | {n} |");
+        }
+        let _ = writeln!(r);
+    }
+    // Recovery times.
+    let mut probed: Vec<Duration> = c.records.iter().filter_map(|w| w.all_probed).collect();
+    let mut assigned: Vec<Duration> = c.records.iter().filter_map(|w| w.new_assigned).collect();
+    probed.sort();
+    assigned.sort();
+    let stat = |v: &[Duration]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "median {:.1}s, max {:.1}s",
+                v[v.len() / 2].as_secs_f64(),
+                v[v.len() - 1].as_secs_f64()
+            )
+        }
+    };
+    let _ = writeln!(
+        r,
+        "## Recovery\n\nFault end to every checker probed: {}. Fault end to every new checker owned: {}.\n",
+        stat(&probed),
+        stat(&assigned)
+    );
+    let _ = writeln!(
+        r,
+        "## Windows\n\n| window | fault | start | end | failover | end->new owned | end->all probed | largest gap | gap during fault | moved after | violations | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for w in &c.records {
+        let _ = writeln!(
+            r,
+            "| {} | {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            w.desc.split(' ').next().unwrap_or(""),
+            w.desc.split_once(' ').map(|x| x.1).unwrap_or(""),
+            if w.alike {
+                " (every replica alike)"
+            } else {
+                ""
+            },
+            w.started.map(|t| clk.t(t)).unwrap_or_default(),
+            w.ended.map(|t| clk.t(t)).unwrap_or_default(),
+            fmt_d(w.failover),
+            fmt_d(w.new_assigned),
+            fmt_d(w.all_probed),
+            w.largest_gap
+                .as_ref()
+                .map(|(d, n)| format!("{:.1}s ({n})", d.as_secs_f64()))
+                .unwrap_or_default(),
+            w.gap_during_fault
+                .as_ref()
+                .map(|(d, n)| format!("{:.1}s ({n})", d.as_secs_f64()))
+                .unwrap_or_default(),
+            w.moved_after,
+            w.violations.len(),
+            w.notes.join("; ")
+        );
+    }
+    if !all.is_empty() {
+        let _ = writeln!(
+            r,
+            "\n## Violations in detail (first 20 per window and invariant)\n"
+        );
+        for w in &c.records {
+            let mut shown: HashMap<Inv, usize> = HashMap::new();
+            for v in &w.violations {
+                let n = shown.entry(v.inv).or_default();
+                *n += 1;
+                if *n <= 20 {
+                    let _ = writeln!(r, "- {}", violation_line(c, w, v));
+                } else if *n == 21 {
+                    let more = w.violations.iter().filter(|x| x.inv == v.inv).count() - 20;
+                    let _ = writeln!(
+                        r,
+                        "- window {}: ... {more} more {} violations",
+                        w.desc.split(' ').next().unwrap_or(""),
+                        v.inv
+                    );
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        r,
+        "\nOperator logs: {} (operator-*.log).",
+        c.cluster.dir.display()
+    );
+    r
+}
+
+pub(super) fn violation_line(c: &Campaign, w: &WindowRecord, v: &Violation) -> String {
+    let clk = c.clk;
+    format!(
+        "[seed {}] window {} (fault {} .. {}, checked {}): {}: {}{}",
+        c.seed,
+        w.desc,
+        w.started.map(|t| clk.t(t)).unwrap_or_default(),
+        w.ended.map(|t| clk.t(t)).unwrap_or_default(),
+        w.checked.map(|t| clk.t(t)).unwrap_or_default(),
+        v.inv,
+        v.detail,
+        if v.replicas.is_empty() {
+            String::new()
+        } else {
+            format!(" [replicas {}]", v.replicas.join(","))
+        }
+    )
+}

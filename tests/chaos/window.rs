@@ -1,0 +1,623 @@
+//! One fault window: inject, hold, end, then judge liveness and invariants.
+
+use super::*;
+
+impl Campaign {
+    pub(super) async fn run_window(&mut self, w: &Window) -> WindowRecord {
+        let clk = self.clk;
+        let mut rec = WindowRecord {
+            desc: w.describe(),
+            kind: w.fault.kind(),
+            alike: w.fault.alike(),
+            ..Default::default()
+        };
+        self.absorb();
+        let leader = self.leader().await;
+        let t0 = Instant::now();
+        rec.started = Some(t0);
+        let owners_before = self.objs.with(|s| {
+            s.current
+                .values()
+                .filter_map(|o| Some((o.name.clone(), o.owner.clone()?)))
+                .collect::<HashMap<String, String>>()
+        });
+        let v = |rec: &mut WindowRecord,
+                 inv: Inv,
+                 checker: Option<&str>,
+                 reps: &[&str],
+                 at: Instant,
+                 d: String| {
+            rec.violations
+                .push(Violation::new(inv, checker, reps, at, d));
+        };
+        // Replicas whose checkers must move during the hold.
+        let mut victims: Vec<usize> = Vec::new();
+        let mut proxied: Vec<usize> = Vec::new();
+        let mut victim = None;
+        match &w.fault {
+            Fault::Proxy { mode, targets } => {
+                proxied = self.resolve_all(targets, &leader);
+                for i in &proxied {
+                    self.proxies[*i].set_mode(mode.clone());
+                }
+                if mode.cuts_off()
+                    && proxied.len() < self.ops.len()
+                    && w.hold >= failover_bound() + RETRY
+                {
+                    victims = proxied.clone();
+                }
+            }
+            Fault::Blip(targets) => {
+                proxied = self.resolve_all(targets, &leader);
+                for i in &proxied {
+                    self.proxies[*i].reset_connections();
+                }
+            }
+            Fault::Kill(t) => {
+                let i = self.resolve(t, &leader);
+                sigkill(&mut self.ops[i]);
+                victims = vec![i];
+                victim = Some(i);
+            }
+            Fault::Stop(t) => {
+                let i = self.resolve(t, &leader);
+                pause(&self.ops[i]);
+                self.paused.insert(i);
+                if w.hold >= failover_bound() + RETRY {
+                    victims = vec![i];
+                }
+                victim = Some(i);
+            }
+            Fault::Term(t) => {
+                let i = self.resolve(t, &leader);
+                let id = self.ops[i].identity.clone();
+                match sigterm(&mut self.ops[i], Duration::from_secs(25)).await {
+                    Ok((st, took)) => {
+                        rec.notes.push(format!(
+                            "{id} exited {st} {:.1}s after SIGTERM",
+                            took.as_secs_f64()
+                        ));
+                        if !st.success() {
+                            v(
+                                &mut rec,
+                                Inv::Liveness,
+                                None,
+                                &[&id],
+                                t0,
+                                format!("{id} exited with {st} after SIGTERM"),
+                            );
+                        }
+                    }
+                    Err(e) => v(&mut rec, Inv::Liveness, None, &[&id], t0, e),
+                }
+                self.graceful
+                    .push((id, t0, Instant::now() + Duration::from_secs(2)));
+                victims = vec![i];
+                victim = Some(i);
+            }
+            Fault::Restart(t) => {
+                let i = self.resolve(t, &leader);
+                restart(&mut self.ops[i]);
+                self.started.insert(i, Instant::now());
+                victim = Some(i);
+            }
+            Fault::EtcdFreeze => self.cp.freeze(Part::Etcd).expect("freeze etcd"),
+            Fault::ApiFreeze => self
+                .cp
+                .freeze(Part::ApiServer)
+                .expect("freeze kube-apiserver"),
+            Fault::EtcdRestart => {
+                if let Err(e) = self.cp.restart_etcd().await {
+                    rec.notes.push(e);
+                }
+            }
+            Fault::ApiDown => {
+                if let Err(e) = self.cp.stop_apiserver().await {
+                    rec.notes.push(e);
+                }
+            }
+            Fault::Compaction => {
+                if let Err(e) = self.cp.compact().await {
+                    rec.notes.push(e);
+                }
+            }
+        }
+        if let Some(i) = victim {
+            let was_leader = leader.as_deref() == Some(self.ops[i].identity.as_str());
+            rec.notes.push(format!(
+                "victim {}{}",
+                self.ops[i].identity,
+                if was_leader { " (the leader)" } else { "" }
+            ));
+        }
+        if !proxied.is_empty() {
+            let ids: Vec<&str> = proxied
+                .iter()
+                .map(|i| self.ops[*i].identity.as_str())
+                .collect();
+            rec.notes.push(format!(
+                "proxied: {}{}",
+                ids.join(","),
+                if leader.as_ref().is_some_and(|l| ids.contains(&l.as_str())) {
+                    " (leader among them)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let victim_ids: Vec<String> = victims
+            .iter()
+            .map(|i| self.ops[*i].identity.clone())
+            .collect();
+        let victim_checkers: Vec<String> = owners_before
+            .iter()
+            .filter(|(_, o)| victim_ids.contains(o))
+            .map(|(k, _)| k.clone())
+            .collect();
+
+        // Hold the fault; watch failover and sight meanwhile.
+        // Held from the moment the fault is in place (stopping kube-apiserver
+        // gracefully, for one, takes a while).
+        let hold_until = Instant::now() + w.hold;
+        let mut next_sight = Instant::now();
+        while Instant::now() < hold_until {
+            self.absorb();
+            if !victim_ids.is_empty() && rec.failover.is_none() {
+                let moved = self.objs.with(|s| {
+                    victim_checkers.iter().all(|n| {
+                        s.current.get(n).is_some_and(|o| {
+                            o.owner.as_ref().is_some_and(|ow| !victim_ids.contains(ow))
+                                && s.validly_owned(o)
+                        })
+                    })
+                });
+                if moved {
+                    rec.failover = Some(t0.elapsed());
+                }
+            }
+            if Instant::now() >= next_sight {
+                next_sight = Instant::now() + INTERVAL;
+                let at = Instant::now();
+                for id in self.metrics_answer().await {
+                    v(
+                        &mut rec,
+                        Inv::Sight,
+                        None,
+                        &[&id],
+                        at,
+                        format!("{id}: /metrics did not answer within 3s at {}", clk.t(at)),
+                    );
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        // End the fault.
+        match &w.fault {
+            Fault::Proxy { .. } | Fault::Blip(_) => {
+                for p in &self.proxies {
+                    p.set_mode(ProxyMode::Pass);
+                }
+            }
+            Fault::Kill(_) | Fault::Term(_) => {
+                let i = victim.expect("victim");
+                self.ops[i].start();
+                self.started.insert(i, Instant::now());
+            }
+            Fault::Stop(_) => {
+                let i = victim.expect("victim");
+                resume(&self.ops[i]);
+                self.paused.remove(&i);
+            }
+            Fault::EtcdFreeze => self.cp.thaw(Part::Etcd).expect("thaw etcd"),
+            Fault::ApiFreeze => self.cp.thaw(Part::ApiServer).expect("thaw kube-apiserver"),
+            Fault::ApiDown => {
+                if let Err(e) = self.cp.start_apiserver().await {
+                    panic!("seed {}: kube-apiserver does not come back: {e}", self.seed);
+                }
+            }
+            Fault::Restart(_) | Fault::EtcdRestart | Fault::Compaction => {}
+        }
+        let t1 = Instant::now();
+        rec.ended = Some(t1);
+        if let Fault::Proxy { mode, .. } = &w.fault
+            && mode.isolates()
+            && proxied.len() < self.ops.len()
+        {
+            for i in &proxied {
+                self.isolations
+                    .push((self.ops[*i].identity.clone(), t0, t1 + cutoff_grace()));
+            }
+        }
+        if !victim_ids.is_empty() {
+            match rec.failover {
+                Some(d) if d <= failover_bound() => {}
+                Some(d) => v(
+                    &mut rec,
+                    Inv::Liveness,
+                    None,
+                    &victim_ids.iter().map(String::as_str).collect::<Vec<_>>(),
+                    t0,
+                    format!(
+                        "the checkers of {} moved only {:.1}s after the fault began (bound {:.1}s)",
+                        victim_ids.join(","),
+                        d.as_secs_f64(),
+                        failover_bound().as_secs_f64()
+                    ),
+                ),
+                None => {
+                    let left: Vec<String> = self.objs.with(|s| {
+                        victim_checkers
+                            .iter()
+                            .filter(|n| {
+                                s.current.get(*n).is_none_or(|o| {
+                                    o.owner.as_ref().is_none_or(|ow| victim_ids.contains(ow))
+                                        || !s.validly_owned(o)
+                                })
+                            })
+                            .cloned()
+                            .collect()
+                    });
+                    let detail = self.describe_unowned(&left);
+                    v(
+                        &mut rec,
+                        Inv::Liveness,
+                        left.first().map(String::as_str),
+                        &victim_ids.iter().map(String::as_str).collect::<Vec<_>>(),
+                        t0,
+                        format!(
+                            "{} of the {} checkers of {} not moved to a live replica by the end of the fault ({:.1}s, bound {:.1}s): {detail}",
+                            left.len(),
+                            victim_checkers.len(),
+                            victim_ids.join(","),
+                            w.hold.as_secs_f64(),
+                            failover_bound().as_secs_f64()
+                        ),
+                    );
+                }
+            }
+        }
+
+        // Liveness: new checkers get owners.
+        let new_names: Vec<String> = (0..NEW_PER_WINDOW)
+            .map(|k| format!("n{}-{}", w.index, k))
+            .collect();
+        let created = match self.create(&new_names).await {
+            Ok(c) => c,
+            Err(e) => {
+                v(
+                    &mut rec,
+                    Inv::Liveness,
+                    None,
+                    &[],
+                    Instant::now(),
+                    format!("the API server does not take new checkers after the fault: {e}"),
+                );
+                Vec::new()
+            }
+        };
+        let created_at = created.iter().map(|(_, t)| *t).max().unwrap_or(t1);
+        let got = self
+            .wait_for(settle_bound(), |c| c.unowned(&new_names).is_empty())
+            .await;
+        rec.new_assigned = got.map(|_| Instant::now() - t1);
+        let assigned_after_creation = got.map(|_| Instant::now() - created_at);
+        let new_late = assigned_after_creation.is_none_or(|d| d > new_assign_bound());
+        if new_late {
+            let left = self.unowned(&new_names);
+            let detail = format!(
+                "{}; {}",
+                self.describe_unowned(&left),
+                self.diagnose().await
+            );
+            v(
+                &mut rec,
+                Inv::Liveness,
+                new_names.first().map(String::as_str),
+                &[],
+                created_at,
+                format!(
+                    "new checkers created at {} (fault ended {}) not all validly owned within {:.1}s: {}; now: {detail}",
+                    clk.t(created_at),
+                    clk.t(t1),
+                    new_assign_bound().as_secs_f64(),
+                    match assigned_after_creation {
+                        Some(d) => format!("took {:.1}s", d.as_secs_f64()),
+                        None => format!("still unowned after {:.1}s", settle_bound().as_secs_f64()),
+                    }
+                ),
+            );
+        }
+        self.checkers.extend(created.iter().cloned());
+
+        // Settle: every checker validly owned, balanced, probed since the end.
+        let names = self.all_names();
+        let settled = self
+            .wait_for(settle_bound().saturating_sub(t1.elapsed()), |c| {
+                c.unowned(&names).is_empty() && c.balance().2
+            })
+            .await;
+        let probed = self
+            .wait_for(settle_bound().saturating_sub(t1.elapsed()), |c| {
+                let seen = c.probes.probed_since(t1);
+                names.iter().all(|n| seen.contains(n.as_str()))
+            })
+            .await;
+        rec.all_probed = probed.map(|_| Instant::now() - t1);
+        let mut unsettled = false;
+        let left = self.unowned(&names);
+        if settled.is_none() {
+            let (sizes, bound, balanced) = self.balance();
+            unsettled = !left.is_empty();
+            // New checkers left unowned were reported above.
+            let old_left: Vec<String> = left
+                .iter()
+                .filter(|n| !(new_late && new_names.contains(n)))
+                .cloned()
+                .collect();
+            if !old_left.is_empty() {
+                let left = old_left;
+                let detail = format!(
+                    "{}; {}",
+                    self.describe_unowned(&left),
+                    self.diagnose().await
+                );
+                v(
+                    &mut rec,
+                    Inv::Liveness,
+                    left.first().map(String::as_str),
+                    &[],
+                    Instant::now(),
+                    format!(
+                        "{} checkers not validly owned by a running replica {:.1}s after the fault ended: {detail}",
+                        left.len(),
+                        settle_bound().as_secs_f64()
+                    ),
+                );
+            }
+            if !balanced {
+                v(
+                    &mut rec,
+                    Inv::Balance,
+                    None,
+                    &[],
+                    Instant::now(),
+                    format!(
+                        "shard sizes {sizes:?} over the bound {bound} ({} checkers, {} replicas) {:.1}s after the fault ended",
+                        names.len(),
+                        self.running().len(),
+                        settle_bound().as_secs_f64()
+                    ),
+                );
+            }
+        }
+        if probed.is_none() {
+            // Owned but not probed: the fleet is not healthy either.
+            unsettled = true;
+            let seen = self.probes.probed_since(t1);
+            // Unowned checkers were reported above.
+            let missing: Vec<&String> = names
+                .iter()
+                .filter(|n| !seen.contains(n.as_str()) && !left.contains(n))
+                .collect();
+            if !missing.is_empty() {
+                v(
+                    &mut rec,
+                    Inv::Coverage,
+                    missing.first().map(|s| s.as_str()),
+                    &[],
+                    Instant::now(),
+                    format!(
+                        "{} checkers not probed at all in the {:.1}s after the fault ended: {:?}",
+                        missing.len(),
+                        settle_bound().as_secs_f64(),
+                        missing.iter().take(10).collect::<Vec<_>>()
+                    ),
+                );
+            }
+        }
+        // Invariant 6: a status from the current owner.
+        if !unsettled {
+            let fresh = self
+                .wait_for(INTERVAL * 2 + Duration::from_secs(2), |c| {
+                    c.stale_status().is_empty()
+                })
+                .await;
+            if fresh.is_none() {
+                let stale = self.stale_status();
+                let first = stale.first().cloned();
+                let detail = self.objs.with(|s| {
+                    stale
+                        .iter()
+                        .take(5)
+                        .filter_map(|n| s.current.get(n))
+                        .map(|o| {
+                            format!(
+                                "{}: owner {:?}, status by {:?}, generation {:?} observed {:?}",
+                                o.name,
+                                o.owner,
+                                o.status_owner,
+                                o.generation,
+                                o.observed_generation
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                });
+                v(
+                    &mut rec,
+                    Inv::Fresh,
+                    first.as_deref(),
+                    &[],
+                    Instant::now(),
+                    format!(
+                        "{} checkers without a status from their current owner 2 intervals after settling: {detail}",
+                        stale.len()
+                    ),
+                );
+            }
+        }
+        self.absorb();
+        let t2 = Instant::now();
+        rec.checked = Some(t2);
+
+        // Judge the whole stretch since the last check.
+        let from = self.prev_check;
+        let isolations = self.isolations.clone();
+        let exempt = move |r: &str, at: Instant| {
+            isolations
+                .iter()
+                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
+        };
+        let graceful_list = self.graceful.clone();
+        let graceful = move |r: &str, at: Instant| {
+            graceful_list
+                .iter()
+                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
+        };
+        let old: Vec<(String, Instant)> = self
+            .checkers
+            .iter()
+            .filter(|(n, _)| !new_names.contains(n))
+            .cloned()
+            .collect();
+        let (gaps, largest) = coverage(&self.probes, &old, from, t2, coverage_bound(), &clk);
+        rec.largest_gap = largest;
+        rec.violations.extend(gaps);
+        if w.fault.alike() && t1 > t0 + INTERVAL {
+            let (gaps, largest) = coverage(
+                &self.probes,
+                &old,
+                t0 + INTERVAL,
+                t1,
+                outage_gap_bound(),
+                &clk,
+            );
+            rec.gap_during_fault = largest;
+            rec.violations.extend(gaps.into_iter().map(|mut g| {
+                g.inv = Inv::Sight;
+                g.detail = format!("while every replica's API access was down: {}", g.detail);
+                g
+            }));
+        }
+        let by = self.probes.by_checker(from, t2);
+        rec.violations
+            .extend(overlaps(&self.probes, &by, &exempt, &clk));
+        let blind = self.objs.with(|s| s.blind_periods(t2));
+        let (fence, moved, seq) = self.objs.with(|s| {
+            let fence = fencing(&s.objs, &s.leases, from, t2, &graceful, &clk);
+            let moved: Vec<Violation> = if w.fault.alike() {
+                let all: Vec<Violation> = moves(&s.objs, t0, t2, &clk)
+                    .into_iter()
+                    .filter(|m| m.checker.as_ref().is_none_or(|c| !new_names.contains(c)))
+                    .collect();
+                if all.is_empty() {
+                    Vec::new()
+                } else {
+                    // One violation per window: who was judged gone, and a sample.
+                    let deleted: Vec<String> = s
+                        .leases
+                        .iter()
+                        .filter(|l| l.kind == RecKind::Deleted && l.at >= t0 && l.at <= t2)
+                        .map(|l| {
+                            format!(
+                                "{} (Lease {}, rv {}, seen {})",
+                                l.holder.as_deref().unwrap_or("?"),
+                                l.uid,
+                                l.rv,
+                                clk.t(l.at)
+                            )
+                        })
+                        .collect();
+                    let sample: Vec<&str> = all.iter().take(3).map(|m| m.detail.as_str()).collect();
+                    let replicas: Vec<&str> = all
+                        .iter()
+                        .flat_map(|m| m.replicas.iter().map(String::as_str))
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect();
+                    vec![Violation::new(
+                        Inv::Sight,
+                        all[0].checker.as_deref(),
+                        &replicas,
+                        all[0].at,
+                        format!(
+                            "{} checkers moved because of an outage that hit every replica alike; member Leases deleted meanwhile: {}; for example: {}",
+                            all.len(),
+                            if deleted.is_empty() { "none".to_string() } else { deleted.join(", ") },
+                            sample.join("; ")
+                        ),
+                    )]
+                }
+            } else {
+                Vec::new()
+            };
+            (fence, moved, ownership(&s.objs, from, t2))
+        });
+        rec.violations.extend(stale_probes(
+            &self.probes,
+            &by,
+            &seq,
+            &exempt,
+            WATCH_SLACK,
+            &blind,
+            &clk,
+        ));
+        rec.violations.extend(fence);
+        rec.violations.extend(moved);
+        // Invariant 5: what the end of the fault set moving stays within one step's bound.
+        let (a, b) = self
+            .objs
+            .with(|s| (owners_at(&s.objs, t1), owners_at(&s.objs, t2)));
+        rec.moved_after = moved_between(&a, &b);
+        // Invariant 5 bounds one N -> N+1 step: judge the rejoin only when the
+        // end of the fault brought exactly one replica (back) into the ring.
+        let holders = |m: &HashMap<String, Option<String>>| {
+            m.values()
+                .flatten()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        };
+        let (n1, n2) = (holders(&a), holders(&b));
+        if n2 == n1 + 1 {
+            let bound = movement_bound(names.len(), n2);
+            rec.notes.push(format!(
+                "{n1} -> {n2} replicas after the fault: {} moved (bound {bound})",
+                rec.moved_after
+            ));
+            if rec.moved_after > bound {
+                let d = format!(
+                    "{} checkers moved between the end of the fault ({}) and the settled state ({}) as the ring went from {n1} to {n2} replicas, over the bound {bound} for {} checkers",
+                    rec.moved_after,
+                    clk.t(t1),
+                    clk.t(t2),
+                    names.len()
+                );
+                v(&mut rec, Inv::Movement, None, &[], t2, d);
+            }
+        }
+        let gaps = self.objs.with(|s| gaps_in(&s.gaps, from, t2).len());
+        if gaps > 0 {
+            rec.notes.push(format!(
+                "the test's watch re-listed {gaps} times (history has gaps)"
+            ));
+        }
+        self.prev_check = t2;
+        if unsettled {
+            if !self.heal(&mut rec).await {
+                self.aborted = Some(format!(
+                    "window {}: the system did not settle even after restarting every replica",
+                    w.index
+                ));
+            }
+            self.absorb();
+            self.prev_check = Instant::now();
+            // Coverage starts afresh after a heal (every process restarted).
+            let healed_at = self.prev_check;
+            for (_, since) in self.checkers.iter_mut() {
+                *since = (*since).max(healed_at);
+            }
+        }
+        rec
+    }
+}

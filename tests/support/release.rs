@@ -1,0 +1,194 @@
+//! A release of the chart as `helm template` renders it (the real helm),
+//! applied to a real control plane, and an operator replica running as a pod
+//! of it would: with a token of the chart's ServiceAccount (TokenRequest API),
+//! Leases in the release namespace, one watched namespace. Also clients acting
+//! as any ServiceAccount, for tests of what a user may do.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::{Cluster, FAST_LEASES, free_port, http_get, repo};
+
+pub const CHART: &str = "deploy/helm/webchecker-operator";
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+pub fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Runs a command off the async worker threads (the witnesses share them).
+pub async fn run(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("run command"))
+        .await
+        .unwrap()
+}
+
+pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
+    let mut c = Command::new(cluster.bin.join("kubectl"));
+    c.env("KUBECONFIG", &cluster.kubeconfig).args(args);
+    ok(run(c).await, &format!("kubectl {args:?}"))
+}
+
+/// The chart as users install it: `helm template` with the real helm (own
+/// config/cache/data directories, nothing written to $HOME).
+pub async fn helm_template(
+    cluster: &Cluster,
+    release: &str,
+    namespace: &str,
+    sets: &[&str],
+) -> String {
+    let home = repo().join("target").join("e2e").join("helm-home");
+    let mut c = Command::new(cluster.bin.join("helm"));
+    c.current_dir(repo())
+        .args(["template", release, CHART, "-n", namespace])
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG");
+    for s in sets {
+        c.args(["--set", s]);
+    }
+    ok(run(c).await, &format!("helm template {sets:?}"))
+}
+
+/// A kubeconfig of the cluster whose only user is a ServiceAccount token
+/// (TokenRequest API, `kubectl create token`), and a client using it.
+pub async fn service_account(cluster: &Cluster, namespace: &str, name: &str) -> (PathBuf, Client) {
+    let token = kubectl(
+        cluster,
+        &["create", "token", name, "-n", namespace, "--duration=1h"],
+    )
+    .await;
+    let mut kc: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&cluster.kubeconfig).unwrap()).unwrap();
+    kc["users"] = serde_yaml::from_str(&format!(
+        "- name: {name}\n  user:\n    token: {}\n",
+        token.trim()
+    ))
+    .unwrap();
+    for ctx in kc["contexts"].as_sequence_mut().expect("contexts") {
+        ctx["context"]["user"] = serde_yaml::Value::String(name.to_string());
+    }
+    let path = cluster.dir.join(format!("kubeconfig-{namespace}-{name}"));
+    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+    let kc = Kubeconfig::read_from(&path).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    (path, Client::try_from(cfg).unwrap())
+}
+
+/// One operator replica as the chart's pod would run it: the chart's
+/// ServiceAccount, Leases in the release namespace, one watched namespace.
+pub struct Replica {
+    identity: String,
+    port: u16,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Replica {
+    pub fn spawn(cluster: &Cluster, kubeconfig: &Path, lease_ns: &str, watch_ns: &str) -> Replica {
+        let identity = format!("op-{watch_ns}");
+        let port = free_port();
+        let log = cluster.dir.join(format!("operator-{identity}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_webchecker-operator"))
+            .env("KUBECONFIG", kubeconfig)
+            // Every probe and every read at trace level: the log must still
+            // never hold a value.
+            .env("RUST_LOG", "info,webchecker=trace")
+            .env_remove("POD_NAME")
+            .env_remove("POD_NAMESPACE")
+            // Names resolve through the test kit's name server (support::dns).
+            .envs(super::dns::Dns::shared().operator_env())
+            // Test targets listen on loopback, which the operator denies by default.
+            .env("WEBCHECKER_ALLOW_LOOPBACK", "true")
+            .arg(format!("--identity={identity}"))
+            .arg(format!("--namespace={lease_ns}"))
+            .arg(format!("--watch-namespace={watch_ns}"))
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .args(FAST_LEASES)
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .expect("start the operator");
+        Replica {
+            identity,
+            port,
+            child,
+            log,
+        }
+    }
+
+    pub async fn wait_ready(&mut self) {
+        let addr = format!("127.0.0.1:{}", self.port);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                panic!(
+                    "{} exited ({st}):\n{}",
+                    self.identity,
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            if let Some((200, _)) = http_get(&addr, "/readyz").await {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{} not ready", self.identity);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Installs the chart's objects (rendered for release `release` in `release_ns`,
+/// watching `tenant`) and starts one replica with the chart's ServiceAccount.
+pub async fn install(
+    cluster: &Cluster,
+    release: &str,
+    release_ns: &str,
+    tenant: &str,
+    extra: &[&str],
+) -> (String, Replica) {
+    let watch = format!("operator.watchNamespace={tenant}");
+    let mut sets = vec![
+        watch.as_str(),
+        "rbac.readSecrets=true",
+        "rbac.readConfigMaps=true",
+    ];
+    sets.extend_from_slice(extra);
+    let rendered = helm_template(cluster, release, release_ns, &sets).await;
+    // Every namespaced object of the chart names its namespace.
+    let out = cluster.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &rendered);
+    ok(out, "kubectl apply the rendered chart");
+    let fullname = format!("{release}-webchecker-operator");
+    let (kc, _) = service_account(cluster, release_ns, &fullname).await;
+    let mut op = Replica::spawn(cluster, &kc, release_ns, tenant);
+    op.wait_ready().await;
+    (rendered, op)
+}

@@ -1,0 +1,305 @@
+//! Recording probe targets: HTTP and HTTPS servers on loopback that answer
+//! from a closure and record what reached them (requests, and for HTTPS the
+//! SNI of each ClientHello and whether a client certificate came), plus a
+//! test certificate authority. Two targets on two ports are two origins.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+
+/// A request as the target saw it. Header names are lower case; repeated
+/// headers are joined with ", ".
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub method: String,
+    pub uri: String,
+    pub headers: HashMap<String, String>,
+    pub body: Vec<u8>,
+}
+
+/// How a target answers.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn status(status: u16) -> Answer {
+        Answer {
+            status,
+            headers: vec![],
+            body: vec![],
+        }
+    }
+
+    pub fn ok() -> Answer {
+        Answer::status(200)
+    }
+
+    pub fn redirect(status: u16, location: &str) -> Answer {
+        Answer::status(status).header("location", location)
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Answer {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// What an HTTPS target saw of the TLS handshakes.
+#[derive(Clone, Debug, Default)]
+pub struct Handshakes {
+    /// The SNI of every ClientHello (`None`: no SNI).
+    pub sni: Vec<Option<String>>,
+    /// For every completed handshake: whether the client sent a certificate.
+    pub client_certificate: Vec<bool>,
+}
+
+type Handler = Arc<dyn Fn(&Request) -> Answer + Send + Sync>;
+
+pub struct RecordingTarget {
+    pub addr: SocketAddr,
+    requests: Arc<Mutex<Vec<Request>>>,
+    handshakes: Arc<Mutex<Handshakes>>,
+    accepts: Arc<AtomicUsize>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for RecordingTarget {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl RecordingTarget {
+    /// Plain HTTP on 127.0.0.1.
+    pub async fn http(h: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> Self {
+        Self::start(None, Arc::new(h)).await
+    }
+
+    /// HTTPS on 127.0.0.1 with `leaf`; with `client_ca`, a client certificate
+    /// signed by it is asked for (`required`: the handshake fails without one).
+    pub async fn https(
+        leaf: &Leaf,
+        client_ca: Option<(&TestCa, bool)>,
+        h: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+    ) -> Self {
+        Self::start(Some((leaf, client_ca)), Arc::new(h)).await
+    }
+
+    async fn start(tls: Option<(&Leaf, Option<(&TestCa, bool)>)>, handler: Handler) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let handshakes = Arc::new(Mutex::new(Handshakes::default()));
+        let accepts = Arc::new(AtomicUsize::new(0));
+        let acceptor = tls.map(|(leaf, ca)| {
+            tokio_rustls::TlsAcceptor::from(server_config(leaf, ca, handshakes.clone()))
+        });
+        let (reqs, hs, acc) = (requests.clone(), handshakes.clone(), accepts.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                acc.fetch_add(1, Ordering::SeqCst);
+                let (handler, reqs, hs, acceptor) =
+                    (handler.clone(), reqs.clone(), hs.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        let (handler, reqs) = (handler.clone(), reqs.clone());
+                        async move {
+                            let mut headers: HashMap<String, String> = HashMap::new();
+                            for (k, v) in req.headers() {
+                                let v = String::from_utf8_lossy(v.as_bytes()).to_string();
+                                headers
+                                    .entry(k.as_str().to_string())
+                                    .and_modify(|e| *e = format!("{e}, {v}"))
+                                    .or_insert(v);
+                            }
+                            let (method, uri) = (req.method().to_string(), req.uri().to_string());
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes().to_vec())
+                                .unwrap_or_default();
+                            let r = Request {
+                                method,
+                                uri,
+                                headers,
+                                body,
+                            };
+                            let answer = handler(&r);
+                            reqs.lock().unwrap().push(r);
+                            let mut b = hyper::Response::builder().status(answer.status);
+                            for (k, v) in &answer.headers {
+                                b = b.header(k, v);
+                            }
+                            Ok::<_, std::convert::Infallible>(
+                                b.body(Full::new(Bytes::from(answer.body))).unwrap(),
+                            )
+                        }
+                    });
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(a) => {
+                            let Ok(s) = a.accept(stream).await else {
+                                return;
+                            };
+                            let cert = s.get_ref().1.peer_certificates().is_some();
+                            hs.lock().unwrap().client_certificate.push(cert);
+                            let _ = http.serve_connection(TokioIo::new(s), svc).await;
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                        }
+                    }
+                });
+            }
+        });
+        RecordingTarget {
+            addr,
+            requests,
+            handshakes,
+            accepts,
+            task: task.abort_handle(),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    pub fn handshakes(&self) -> Handshakes {
+        self.handshakes.lock().unwrap().clone()
+    }
+
+    /// TCP connections accepted.
+    pub fn accepts(&self) -> usize {
+        self.accepts.load(Ordering::SeqCst)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Serves one certificate whatever the SNI, and records the SNI.
+#[derive(Debug)]
+struct RecordSni {
+    key: Arc<CertifiedKey>,
+    seen: Arc<Mutex<Handshakes>>,
+}
+
+impl ResolvesServerCert for RecordSni {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let sni = hello.server_name().map(str::to_string);
+        self.seen.lock().unwrap().sni.push(sni);
+        Some(self.key.clone())
+    }
+}
+
+fn server_config(
+    leaf: &Leaf,
+    client_ca: Option<(&TestCa, bool)>,
+    seen: Arc<Mutex<Handshakes>>,
+) -> Arc<rustls::ServerConfig> {
+    let b = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .unwrap();
+    let b = match client_ca {
+        Some((ca, required)) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.pem.as_bytes()) {
+                roots.add(c.unwrap()).unwrap();
+            }
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            );
+            let v = if required {
+                v
+            } else {
+                v.allow_unauthenticated()
+            };
+            b.with_client_cert_verifier(v.build().unwrap())
+        }
+        None => b.with_no_client_auth(),
+    };
+    let key = provider()
+        .key_provider
+        .load_private_key(PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap())
+        .unwrap();
+    let resolver = RecordSni {
+        key: Arc::new(CertifiedKey::new(leaf.chain.clone(), key)),
+        seen,
+    };
+    let mut cfg = b.with_cert_resolver(Arc::new(resolver));
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+/// A test certificate authority.
+pub struct TestCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pub pem: String,
+}
+
+/// A certificate and its key.
+pub struct Leaf {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "webchecker targets test CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        TestCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for `names` (DNS names or IP addresses) signed by this CA.
+    pub fn leaf(&self, names: &[&str]) -> Leaf {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            chain: vec![cert.der().clone()],
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+}
