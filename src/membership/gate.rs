@@ -64,6 +64,9 @@ pub struct Gate {
     last_alive: Instant,
     /// When a pause was detected; cleared by an answer to an attempt started after it.
     paused_at: Option<Instant>,
+    /// Start of the latest attempt whose answer was recorded: attempts
+    /// overlap, and an older one's late answer says nothing newer.
+    last_answer_start: Option<Instant>,
 }
 
 /// What a gate check found beyond its yes/no.
@@ -86,6 +89,7 @@ impl Gate {
             reachable: true,
             last_alive: now,
             paused_at: None,
+            last_answer_start: None,
         }
     }
 
@@ -132,6 +136,7 @@ impl Gate {
         self.reachable = true;
         self.paused_at = None;
         self.last_alive = self.last_alive.max(now);
+        self.last_answer_start = Some(started);
     }
 
     /// The Lease was given up (graceful shutdown).
@@ -144,6 +149,12 @@ impl Gate {
     /// Applies the answer to an attempt started at `started`. Returns true when
     /// the Lease is lost (fence now).
     pub fn answered(&mut self, started: Instant, answer: Answer, now: Instant) -> bool {
+        // A loss is news whenever it was heard (the UID decides it); anything
+        // else from an attempt older than one already answered is stale.
+        if answer != Answer::Lost && self.last_answer_start.is_some_and(|l| started < l) {
+            return false;
+        }
+        self.last_answer_start = Some(started);
         let after_pause = self.paused_at.is_none_or(|p| started >= p);
         match answer {
             Answer::Renewed(rv) => {
@@ -259,6 +270,25 @@ mod tests {
         assert_eq!(g.dispatch_allowed(end), (true, Seen::Nothing));
         assert!(!g.can_write(end));
         assert_eq!(g.judge_since(end), None);
+    }
+
+    #[test]
+    fn a_late_answer_of_an_older_attempt_changes_nothing() {
+        let t0 = Instant::now();
+        let mut g = joined(t0);
+        tick(&mut g, t0, t0 + 1500 * MS);
+        // Attempt A (t0 + 500 ms) hangs; B (t0 + 1 s) renews; A times out.
+        g.answered(t0 + 1000 * MS, Answer::Renewed("2".into()), t0 + 1010 * MS);
+        let healthy = g.judge_since(t0 + 1010 * MS);
+        assert!(healthy.is_some());
+        g.answered(t0 + 500 * MS, Answer::Unanswered, t0 + 1500 * MS);
+        assert!(g.reachable());
+        assert!(g.can_write(t0 + 1500 * MS));
+        assert_eq!(g.judge_since(t0 + 1500 * MS), healthy);
+        assert_eq!(g.resource_version(), Some("2"));
+        // A loss is news however old the attempt that heard it.
+        assert!(g.answered(t0 + 500 * MS, Answer::Lost, t0 + 1500 * MS));
+        assert_eq!(g.epoch(), None);
     }
 
     #[test]

@@ -45,6 +45,17 @@ pub struct Membership {
     metrics: Arc<Metrics>,
 }
 
+/// Renewal attempts waiting for an answer at once, at most.
+const MAX_OVERLAP: usize = 4;
+
+/// A finished renewal attempt.
+struct Attempt {
+    started: Instant,
+    /// The incarnation it renewed.
+    epoch: String,
+    answer: Answer,
+}
+
 /// Classifies the outcome of a renewal request.
 fn answer_of(r: Result<Lease, kube::Error>) -> Answer {
     match r {
@@ -216,59 +227,85 @@ impl Membership {
         }
     }
 
-    /// One renewal attempt. Returns true when the API server says the Lease is not ours.
+    /// One renewal attempt, then its answer recorded. Returns true when the
+    /// API server says the Lease is not ours.
+    #[cfg(test)]
     async fn renew(&self, client: &Client) -> bool {
+        match self.attempt(client) {
+            Some(a) => self.record(a.await),
+            None => false,
+        }
+    }
+
+    /// Starts one renewal attempt (`None` while we hold no Lease). The
+    /// attempt is timed from its start and bounded by its own deadline.
+    fn attempt(
+        &self,
+        client: &Client,
+    ) -> Option<impl std::future::Future<Output = Attempt> + Send + 'static> {
         let api = self.api(client);
         let name = member_lease_name(&self.identity);
         let (epoch, rv, timing) = {
             let g = self.lock();
             (
-                g.epoch().map(str::to_string),
+                g.epoch().map(str::to_string)?,
                 g.resource_version().map(str::to_string),
                 g.timing(),
             )
         };
         // Long enough for a busy API server (a timeout here stops status
-        // writes), short enough to try again inside the renew deadline.
+        // writes); attempts overlap (see `run`), so a long one does not delay
+        // the next.
         let deadline = timing.retry_period.max(timing.renew_deadline / 2);
-        if epoch.is_none() {
-            return false;
-        }
         let mut lease = self.desired();
         lease.metadata.resource_version = rv;
-        lease.metadata.uid = epoch.clone();
+        lease.metadata.uid = Some(epoch.clone());
         let started = Instant::now();
-        let attempt = tokio::time::timeout(deadline, async {
-            match api.replace(&name, &PostParams::default(), &lease).await {
-                Err(e) if api_code(&e) == Some(409) => {
-                    // Our previous renewal may have landed without us hearing the answer:
-                    // the Lease is still ours if its UID is our epoch.
-                    match api.get_opt(&name).await {
-                        Ok(Some(current)) if current.metadata.uid == epoch => {
-                            lease.metadata.resource_version = current.metadata.resource_version;
-                            api.replace(&name, &PostParams::default(), &lease).await
+        Some(async move {
+            let call = tokio::time::timeout(deadline, async {
+                match api.replace(&name, &PostParams::default(), &lease).await {
+                    Err(e) if api_code(&e) == Some(409) => {
+                        // Our previous renewal may have landed without us hearing the
+                        // answer: the Lease is still ours if its UID is our epoch.
+                        match api.get_opt(&name).await {
+                            Ok(Some(current))
+                                if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
+                            {
+                                lease.metadata.resource_version = current.metadata.resource_version;
+                                api.replace(&name, &PostParams::default(), &lease).await
+                            }
+                            Ok(_) => Err(e),
+                            Err(e2) => Err(e2),
                         }
-                        Ok(_) => Err(e),
-                        Err(e2) => Err(e2),
                     }
+                    other => other,
                 }
-                other => other,
+            })
+            .await;
+            let answer = match call {
+                Ok(r) => {
+                    if let Err(e) = &r {
+                        warn!(error = %e, "membership Lease renewal failed");
+                    }
+                    answer_of(r)
+                }
+                Err(_) => {
+                    warn!("membership Lease renewal got no answer in time");
+                    Answer::Unanswered
+                }
+            };
+            Attempt {
+                started,
+                epoch,
+                answer,
             }
         })
-        .await;
-        let answer = match attempt {
-            Ok(r) => {
-                if let Err(e) = &r {
-                    warn!(error = %e, "membership Lease renewal failed");
-                }
-                answer_of(r)
-            }
-            Err(_) => {
-                warn!("membership Lease renewal got no answer in time");
-                Answer::Unanswered
-            }
-        };
-        let label = match &answer {
+    }
+
+    /// Applies an attempt's answer to the gate. Returns true when the Lease
+    /// is lost (the caller fences and re-joins).
+    fn record(&self, a: Attempt) -> bool {
+        let label = match &a.answer {
             Answer::Renewed(_) => None,
             Answer::Lost => Some("lost"),
             Answer::Rejected => Some("rejected"),
@@ -282,8 +319,12 @@ impl Membership {
         }
         let (lost, reachable, was_reachable) = {
             let mut g = self.lock();
+            if g.epoch() != Some(a.epoch.as_str()) {
+                // An answer about an incarnation we no longer hold.
+                return false;
+            }
             let was = g.reachable();
-            let lost = g.answered(started, answer.clone(), Instant::now());
+            let lost = g.answered(a.started, a.answer.clone(), Instant::now());
             (lost, g.reachable(), was)
         };
         if reachable && !was_reachable {
@@ -292,7 +333,7 @@ impl Membership {
         if lost {
             error!(replica = %self.identity, "membership Lease lost: dropping every checker");
             self.metrics.self_fences.with_label_values(&["lost"]).inc();
-        } else if answer == Answer::Rejected {
+        } else if a.answer == Answer::Rejected {
             error!(replica = %self.identity, "membership Lease renewal refused by the API server: probing stops once the renew deadline passes");
         }
         self.metrics.api_reachable.set(reachable as i64);
@@ -302,6 +343,12 @@ impl Membership {
 
     /// The renewal loop. `on_lost` runs (and completes) before we re-join, so the
     /// engine has dropped every checker of the old incarnation first.
+    ///
+    /// An attempt starts every retry period even while earlier ones still wait
+    /// for an answer (at most [`MAX_OVERLAP`] at once): a replica cut off from
+    /// the API server (requests that hang) then hears within one retry period
+    /// of reconnecting that its Lease is gone, and stops probing, instead of
+    /// first waiting out the deadline of an attempt sent into the void.
     pub async fn run<F, Fut>(self: Arc<Self>, client: Client, on_lost: F) -> Result<(), Error>
     where
         F: Fn() -> Fut,
@@ -310,17 +357,30 @@ impl Membership {
         let heartbeat = tokio::spawn(self.clone().heartbeat());
         let _stop_heartbeat = AbortOnDrop(heartbeat.abort_handle());
         let retry = self.timing().retry_period;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + retry, retry);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut attempts = futures::stream::FuturesUnordered::new();
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(retry) => {}
+                _ = tick.tick() => {}
                 _ = self.kick.notified() => {}
+                Some(a) = futures::StreamExt::next(&mut attempts), if !attempts.is_empty() => {
+                    if self.record(a) {
+                        attempts.clear();
+                        on_lost().await;
+                        self.join(&client).await?;
+                        tick.reset();
+                    }
+                    continue;
+                }
             }
             if heartbeat.is_finished() {
                 return Err(Error::TaskDied("pause detector"));
             }
-            if self.renew(&client).await {
-                on_lost().await;
-                self.join(&client).await?;
+            if attempts.len() < MAX_OVERLAP
+                && let Some(a) = self.attempt(&client)
+            {
+                attempts.push(a);
             }
         }
     }

@@ -152,3 +152,51 @@ async fn a_renewal_answered_after_an_outage_is_told_as_a_reconnect() {
     assert!(reconnects.has_changed().unwrap(), "back after the outage");
     api.await.unwrap();
 }
+
+/// Campaign window "accept and never answer" (seed 138277570, window 190):
+/// the cut-off replica's attempt hangs past the end of the fault; it must
+/// hear that its Lease is gone within one retry period of the API server
+/// answering again, not after that attempt's deadline.
+#[tokio::test(start_paused = true)]
+async fn a_loss_is_heard_within_a_retry_period_while_an_earlier_attempt_hangs() {
+    let retry = Duration::from_secs(1);
+    let (m, client, mut h) = membership(retry);
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel(1);
+    let run = tokio::spawn(m.clone().run(client, move || {
+        let tx = lost_tx.clone();
+        async move {
+            let _ = tx.send(tokio::time::Instant::now()).await;
+        }
+    }));
+    // The first attempt goes into the void...
+    let (req, hung) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    let hung_at = tokio::time::Instant::now();
+    // ...the API server answers again: the next attempt hears the loss.
+    let (req, send) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    assert!(
+        hung_at.elapsed() <= retry,
+        "the next attempt waits for no deadline"
+    );
+    send.send_response(status(404));
+    let fenced_at = lost_rx.recv().await.unwrap();
+    assert!(fenced_at - hung_at <= retry);
+    assert!(
+        !m.dispatch_allowed(),
+        "no probe between the loss and the join"
+    );
+    // Re-join under a new epoch; the hung attempt's late answer is about the
+    // old one and changes nothing.
+    answer(&mut h, "POST", lease("uid-r1b", "1")).await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while m.epoch().as_deref() != Some("uid-r1b") {
+            m.changed.notified().await;
+        }
+    })
+    .await
+    .expect("joined");
+    drop(hung);
+    assert_eq!(m.epoch().as_deref(), Some("uid-r1b"));
+    run.abort();
+}
