@@ -263,37 +263,49 @@ impl Membership {
         let started = Instant::now();
         Some(async move {
             let call = tokio::time::timeout(deadline, async {
-                match api.replace(&name, &PostParams::default(), &lease).await {
-                    Err(e) if api_code(&e) == Some(409) => {
-                        // Our previous renewal may have landed without us hearing the
-                        // answer: the Lease is still ours if its UID is our epoch.
-                        match api.get_opt(&name).await {
-                            Ok(Some(current))
-                                if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
-                            {
-                                lease.metadata.resource_version = current.metadata.resource_version;
-                                api.replace(&name, &PostParams::default(), &lease).await
+                let mut conflicts = 0;
+                loop {
+                    match api.replace(&name, &PostParams::default(), &lease).await {
+                        Err(e) if api_code(&e) == Some(409) => {
+                            // Another attempt of ours (attempts overlap) or one
+                            // whose answer we never heard renewed it first: the
+                            // Lease is still ours if its UID is our epoch.
+                            conflicts += 1;
+                            match api.get_opt(&name).await {
+                                Ok(Some(current))
+                                    if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
+                                {
+                                    if conflicts > MAX_OVERLAP {
+                                        // Says nothing either way.
+                                        return Answer::Unanswered;
+                                    }
+                                    lease.metadata.resource_version =
+                                        current.metadata.resource_version;
+                                }
+                                Ok(_) => {
+                                    warn!(error = %e, "membership Lease renewal failed: the Lease is not ours");
+                                    return answer_of(Err(e));
+                                }
+                                Err(e2) => {
+                                    warn!(error = %e2, "membership Lease renewal failed");
+                                    return answer_of(Err(e2));
+                                }
                             }
-                            Ok(_) => Err(e),
-                            Err(e2) => Err(e2),
+                        }
+                        other => {
+                            if let Err(e) = &other {
+                                warn!(error = %e, "membership Lease renewal failed");
+                            }
+                            return answer_of(other);
                         }
                     }
-                    other => other,
                 }
             })
             .await;
-            let answer = match call {
-                Ok(r) => {
-                    if let Err(e) = &r {
-                        warn!(error = %e, "membership Lease renewal failed");
-                    }
-                    answer_of(r)
-                }
-                Err(_) => {
-                    warn!("membership Lease renewal got no answer in time");
-                    Answer::Unanswered
-                }
-            };
+            let answer = call.unwrap_or_else(|_| {
+                warn!("membership Lease renewal got no answer in time");
+                Answer::Unanswered
+            });
             Attempt {
                 started,
                 epoch,

@@ -200,3 +200,22 @@ async fn a_loss_is_heard_within_a_retry_period_while_an_earlier_attempt_hangs() 
     assert_eq!(m.epoch().as_deref(), Some("uid-r1b"));
     run.abort();
 }
+
+/// Overlapping attempts renew one Lease: each may find that another of ours
+/// renewed it first, more than once. That is not a loss (campaign seed
+/// 874556080: after etcd came back, every replica fenced itself).
+#[tokio::test]
+async fn conflicts_with_our_own_attempts_are_not_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "8")).await;
+        answer(&mut h, "PUT", lease("uid-r1", "9")).await;
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert!(m.can_write());
+    assert_eq!(failures(&m, "lost"), 0);
+}
