@@ -190,6 +190,13 @@ impl Gate {
         }
     }
 
+    /// No attempt answered for longer than the renew deadline: a real
+    /// outage on our path, after which a watch opened meanwhile may hang
+    /// (one slow answer on a busy API server is not one).
+    pub fn cut_off(&self, now: Instant) -> bool {
+        !self.reachable && self.overdue(now)
+    }
+
     fn overdue(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_success) > self.timing.renew_deadline
     }

@@ -143,8 +143,8 @@ impl Membership {
         self.lock().joined(uid.into(), "1".into(), now, now);
     }
 
-    /// Tells of every join, and every renewal answered after renewals went
-    /// unanswered, from now on. Both follow a fault on this replica's path
+    /// Tells of every join, and every answer after renewals went unanswered
+    /// for longer than the renew deadline, from now on. Both follow a fault on this replica's path
     /// to the API server, during which a watch may have been opened that
     /// hangs unanswered; the leader may hand new checkers to this replica at
     /// once, so the feed starts a fresh watch rather than wait for the old
@@ -329,17 +329,18 @@ impl Membership {
                 .with_label_values(&[l])
                 .inc();
         }
-        let (lost, reachable, was_reachable) = {
+        let (lost, reachable, was_cut_off) = {
             let mut g = self.lock();
             if g.epoch() != Some(a.epoch.as_str()) {
                 // An answer about an incarnation we no longer hold.
                 return false;
             }
-            let was = g.reachable();
-            let lost = g.answered(a.started, a.answer.clone(), Instant::now());
+            let now = Instant::now();
+            let was = g.cut_off(now);
+            let lost = g.answered(a.started, a.answer.clone(), now);
             (lost, g.reachable(), was)
         };
-        if reachable && !was_reachable {
+        if reachable && was_cut_off {
             self.reconnects.send_modify(|n| *n += 1);
         }
         if lost {
