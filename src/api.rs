@@ -45,28 +45,44 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
         description = "Machine-readable reason of the Ready condition"
     ),
     printcolumn(
+        name = "Since",
+        type_ = "date",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].lastTransitionTime",
+        description = "Since when Ready has had its current status"
+    ),
+    printcolumn(
+        name = "Host",
+        type_ = "string",
+        json_path = ".spec.host",
+        description = "Scheme, host and port probed"
+    ),
+    printcolumn(
+        name = "Path",
+        type_ = "string",
+        json_path = ".spec.path",
+        priority = 1,
+        description = "Path probed"
+    ),
+    printcolumn(
         name = "Code",
         type_ = "integer",
         json_path = ".status.lastStatusCode",
-        description = "HTTP status code of the last recorded probe"
+        priority = 1,
+        description = "HTTP status code at the last status write (status is written on changes, not on every probe)"
     ),
     printcolumn(
-        name = "Latency",
-        type_ = "string",
-        json_path = ".status.lastLatency",
-        description = "Latency of the last recorded probe"
+        name = "Latency ms",
+        type_ = "integer",
+        json_path = ".status.lastLatencyMillis",
+        priority = 1,
+        description = "Latency at the last status write (metrics carry every probe)"
     ),
     printcolumn(
         name = "Owner",
         type_ = "string",
         json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/owner",
+        priority = 1,
         description = "Operator replica that probes this checker"
-    ),
-    printcolumn(
-        name = "Last Probe",
-        type_ = "date",
-        json_path = ".status.lastProbeTime",
-        description = "When the recorded probe ran"
     ),
     printcolumn(
         name = "Age",
@@ -461,22 +477,19 @@ pub struct WebCheckerStatus {
     /// Generation of the spec that the recorded probe used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// When the recorded probe ran (RFC 3339). Status is rewritten on changes and at least once per heartbeat, so this may lag the latest probe; metrics carry every probe.
+    /// When the probe recorded by the last status write ran (RFC 3339). Status is written when something a reader acts on changes and at least once per heartbeat, not on every probe: this and the other last* fields describe that probe, and may lag the latest one; metrics carry every probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<String>,
-    /// HTTP status code of the recorded probe (absent when no response came).
+    /// HTTP status code of the probe recorded by the last status write (absent when no response came).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_status_code: Option<i32>,
-    /// Latency of the recorded probe in milliseconds.
+    /// Latency in milliseconds of the probe recorded by the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_latency_millis: Option<i64>,
-    /// Latency of the recorded probe, human readable (for example 12ms).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_latency: Option<String>,
-    /// Consecutive successful probes at the time of the write.
+    /// Consecutive successful probes at the time of the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_successes: Option<i32>,
-    /// Consecutive failed probes at the time of the write.
+    /// Consecutive failed probes at the time of the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_failures: Option<i32>,
     /// Replica that wrote this status.

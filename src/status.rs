@@ -300,7 +300,6 @@ impl CheckerStatus {
             last_probe_time: o.map(|_| ctx.now_wall.clone()),
             last_status_code: o.and_then(|o| o.status_code).map(i32::from),
             last_latency_millis: o.map(|o| o.duration.as_millis() as i64),
-            last_latency: o.map(|o| human_duration(o.duration)),
             consecutive_successes: Some(self.consecutive_successes as i32),
             consecutive_failures: Some(self.consecutive_failures as i32),
             owner: Some(ctx.owner.to_string()),

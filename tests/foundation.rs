@@ -326,23 +326,35 @@ async fn local_target_lifecycle() {
         text(&out.stderr)
     );
 
+    // Nothing in the default columns goes stale between status writes: Since
+    // is the Ready condition's transition, the rest is spec or identity.
     let out = kubectl(c, &["get", "wc", "-n", &ns]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     println!("kubectl get wc:\n{table}");
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "READY", "REASON", "SINCE", "HOST", "AGE"]);
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row.len(), 6, "{row:?}");
+    assert_eq!(&row[..3], [name, "True", "ProbeSucceeded"]);
+    assert!(row[4].starts_with("http://127.0.0.1:"), "host column {:?}", row[4]);
+    // The last write's details and the owner are in -o wide.
+    let out = kubectl(c, &["get", "wc", "-n", &ns, "-o", "wide"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let table = text(&out.stdout);
+    println!("kubectl get wc -o wide:\n{table}");
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        [
-            "NAME", "READY", "REASON", "CODE", "LATENCY", "OWNER", "LAST", "PROBE", "AGE"
-        ]
+        ["NAME", "READY", "REASON", "SINCE", "HOST", "PATH", "CODE", "LATENCY", "MS", "OWNER", "AGE"]
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(row.len(), 8, "{row:?}");
-    assert_eq!(&row[..4], [name, "True", "ProbeSucceeded", "200"]);
-    assert!(row[4].ends_with('s'), "latency column {:?}", row[4]);
-    assert_eq!(row[5], id);
+    assert_eq!(row.len(), 10, "{row:?}");
+    assert_eq!(row[6], "200");
+    assert!(row[7].parse::<u64>().is_ok(), "latency column {:?}", row[7]);
+    assert_eq!(row[8], id);
 
     // Steady True: the transition time does not move.
     steady(&api, name, &up, 4, Duration::from_millis(1200)).await;
