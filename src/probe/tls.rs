@@ -57,6 +57,13 @@ pub(super) fn client_config(
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // Every probe makes a full, verified handshake, as a new client would: a
+    // resumed one skips certificate verification and reports the certificate
+    // of the cached session, so a server whose certificate was replaced (by
+    // an expired or wrong one) would keep passing while it honours old
+    // tickets. No session IDs, no tickets, no early data.
+    config.resumption = rustls::client::Resumption::disabled();
+    config.enable_early_data = false;
     Ok(config)
 }
 
@@ -194,5 +201,89 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::HandshakeKind;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that resumes sessions (stateless tickets and a session
+    /// cache, rustls's defaults plus a ticketer) and the roots trusting it.
+    fn resuming_server(
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> (Arc<rustls::ServerConfig>, rustls::RootCertStore) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+        (Arc::new(cfg), roots)
+    }
+
+    /// One handshake over an in-memory pipe; the client reads one byte of
+    /// application data so that it has taken the TLS 1.3 tickets sent before it.
+    async fn handshake(
+        client: &Arc<rustls::ClientConfig>,
+        server: &Arc<rustls::ServerConfig>,
+    ) -> HandshakeKind {
+        let (c, s) = tokio::io::duplex(64 * 1024);
+        let acceptor = tokio_rustls::TlsAcceptor::from(server.clone());
+        let served = tokio::spawn(async move {
+            let mut tls = acceptor.accept(s).await.unwrap();
+            tls.write_all(b"x").await.unwrap();
+            tls.flush().await.unwrap();
+            let mut rest = Vec::new();
+            let _ = tls.read_to_end(&mut rest).await;
+        });
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client.clone())
+            .connect(name, c)
+            .await
+            .unwrap();
+        let mut b = [0u8; 1];
+        tls.read_exact(&mut b).await.unwrap();
+        let kind = tls.get_ref().1.handshake_kind().unwrap();
+        drop(tls);
+        served.await.unwrap();
+        kind
+    }
+
+    /// The control: the same server and roots with rustls's default
+    /// resumption resume from the second handshake on; ours never does.
+    #[tokio::test]
+    async fn every_handshake_is_full_where_a_default_client_resumes() {
+        let both: &[&'static rustls::SupportedProtocolVersion] =
+            &[&rustls::version::TLS13, &rustls::version::TLS12];
+        for versions in [both, &[&rustls::version::TLS12][..]] {
+            let (server, roots) = resuming_server(versions);
+            let ours = Arc::new(
+                client_config(Trust::Roots(roots), MinTlsVersion::Tls12, None).unwrap(),
+            );
+            let mut resuming = (*ours).clone();
+            resuming.resumption = rustls::client::Resumption::default();
+            let resuming = Arc::new(resuming);
+
+            assert_eq!(handshake(&resuming, &server).await, HandshakeKind::Full);
+            for _ in 0..3 {
+                assert_eq!(
+                    handshake(&resuming, &server).await,
+                    HandshakeKind::Resumed,
+                    "the server must offer resumption for this test to mean anything"
+                );
+            }
+            for _ in 0..4 {
+                assert_eq!(handshake(&ours, &server).await, HandshakeKind::Full);
+            }
+        }
     }
 }
