@@ -34,6 +34,7 @@ fn outcome(reason: Reason, code: Option<u16>) -> Outcome {
         duration: Duration::from_millis(3),
         phases: Phases::default(),
         cert_not_after: None,
+        tls: None,
         redirects: 0,
     }
 }

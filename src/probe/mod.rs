@@ -20,6 +20,7 @@
 //! (status, headers, body, JSON, latency); `error` and `outcome` are what a
 //! probe reports.
 
+mod certs;
 mod checks;
 mod dial;
 mod error;
@@ -36,9 +37,10 @@ mod resolve;
 mod target;
 mod tls;
 
+pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use error::Reason;
-pub use outcome::{Outcome, Phases, human_duration};
+pub use outcome::{Outcome, Phases, TlsFacts, human_duration};
 pub use plan::{
     AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns, ProbePlan, ProxyPlan, StatusSet,

@@ -8,10 +8,11 @@ use std::time::Instant;
 
 use http::HeaderValue;
 
+use super::certs::ChainCache;
 use super::checks;
 use super::error::{Reason, Stop};
 use super::hop::Hop;
-use super::outcome::{Outcome, Phase, Phases, human_duration};
+use super::outcome::{Outcome, Phase, Phases, TlsFacts, human_duration};
 use super::plan::{MinTlsVersion, ProbePlan};
 use super::policy::AddressPolicy;
 use super::proxy::EnvProxy;
@@ -38,6 +39,8 @@ pub struct Prober {
     /// built once: building one per probe would cost more than the handshake.
     pub(super) verified: Arc<rustls::ClientConfig>,
     pub(super) unverified: Arc<rustls::ClientConfig>,
+    /// Server certificate chains already parsed (certs.rs).
+    pub(super) chains: ChainCache,
 }
 
 impl Prober {
@@ -60,6 +63,7 @@ impl Prober {
             resolver: Arc::new(Resolver::system()),
             verified: Arc::new(verified),
             unverified: Arc::new(unverified),
+            chains: ChainCache::default(),
         }
     }
 
@@ -86,7 +90,7 @@ impl Prober {
             gate,
             phase: Phase::Resolve,
             phases: Phases::default(),
-            cert_not_after: None,
+            tls: None,
             redirects: 0,
         };
         let result = tokio::time::timeout(plan.timeout, probe.run()).await;
@@ -118,7 +122,12 @@ impl Prober {
             status_code,
             duration,
             phases: probe.phases,
-            cert_not_after: probe.cert_not_after,
+            cert_not_after: probe
+                .tls
+                .as_ref()
+                .and_then(|t| t.chain.as_ref())
+                .map(|c| c.earliest_not_after),
+            tls: probe.tls,
             redirects: probe.redirects,
         })
     }
@@ -134,7 +143,8 @@ pub(super) struct Probe<'a> {
     gate: &'a (dyn Fn() -> bool + Sync),
     pub phase: Phase,
     pub phases: Phases,
-    pub cert_not_after: Option<i64>,
+    /// The last TLS handshake of the probe.
+    pub tls: Option<TlsFacts>,
     pub redirects: u32,
 }
 

@@ -1,5 +1,5 @@
 //! TLS: the rustls client configurations, the handshake, and what it tells
-//! (certificate errors, the leaf certificate's notAfter).
+//! (certificate errors, protocol version, cipher suite, the chain: certs.rs).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,7 +9,7 @@ use tokio_rustls::client::TlsStream;
 
 use super::dial::CloseOnDrop;
 use super::error::{HopError, Reason, short_io};
-use super::outcome::Phase;
+use super::outcome::{Phase, TlsFacts};
 use super::plan::MinTlsVersion;
 use super::prober::Probe;
 use super::target::Target;
@@ -68,8 +68,8 @@ pub(super) fn client_config(
 }
 
 impl Probe<'_> {
-    /// The TLS handshake with `target` over a connected stream. Records the
-    /// notAfter of the server's leaf certificate.
+    /// The TLS handshake with `target` over a connected stream. Records what
+    /// it showed (version, cipher suite, the certificate chain).
     ///
     /// The spec's TLS settings (`caBundle`, `serverName`,
     /// `insecureSkipVerify`, `clientCertificate`, `minVersion`) are made for
@@ -102,14 +102,21 @@ impl Probe<'_> {
             .await
             .map_err(|e| tls_failure(&e))?;
         self.phases.tls += t.elapsed();
-        if let Some(der) = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-        {
-            self.cert_not_after = not_after(der.as_ref());
-        }
+        let conn = stream.get_ref().1;
+        self.tls = Some(TlsFacts {
+            version: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLS 1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLS 1.2",
+                _ => "unknown",
+            },
+            cipher: conn
+                .negotiated_cipher_suite()
+                .and_then(|s| s.suite().as_str())
+                .unwrap_or("unknown"),
+            chain: conn
+                .peer_certificates()
+                .and_then(|c| self.prober.chains.get(c)),
+        });
         Ok(stream)
     }
 }
@@ -147,11 +154,6 @@ fn cert_error(c: &rustls::CertificateError) -> String {
         C::BadEncoding => "bad encoding".into(),
         other => format!("{other:?}").chars().take(160).collect(),
     }
-}
-
-fn not_after(der: &[u8]) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.validity().not_after.timestamp())
 }
 
 /// Verifier for `insecureSkipVerify`: accepts any certificate but still checks
