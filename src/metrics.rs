@@ -31,6 +31,7 @@ const ALL_REASONS: &[Reason] = &[
     Reason::CertificateInvalid,
     Reason::Timeout,
     Reason::UnexpectedStatus,
+    Reason::UnexpectedHttpVersion,
     Reason::BodyMismatch,
     Reason::SlowResponse,
     Reason::Forbidden,
@@ -61,6 +62,8 @@ struct CheckerSeries {
     /// The last TLS handshake: version, cipher, the chain (shared with the
     /// prober's cache, so a copy costs a reference count).
     tls: Option<TlsFacts>,
+    /// Of the last response: 10, 11 or 20; 0 when none came.
+    http_version: u8,
 }
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
@@ -364,6 +367,12 @@ impl Metrics {
             if let Some(t) = &o.tls {
                 c.tls = Some(t.clone());
             }
+            c.http_version = match o.http_version {
+                Some(http::Version::HTTP_10) => 10,
+                Some(http::Version::HTTP_11) => 11,
+                Some(http::Version::HTTP_2) => 20,
+                _ => 0,
+            };
         });
     }
 
@@ -534,6 +543,13 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
         "Earliest notAfter of the server's certificate chain",
         |c| c.cert_expiry.map(|t| t as f64),
     );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_http_version",
+        "HTTP version of the last probe's response (1, 1.1, 2), 0 when none",
+        |c| c.probed.then_some(f64::from(c.http_version) / 10.0),
+    );
     render_tls(out, checkers);
     let family = "webchecker_probe_phase_duration_seconds";
     let mut header = false;
@@ -612,6 +628,7 @@ mod tests {
             phases: Phases::default(),
             cert_not_after: Some(1_900_000_000),
             tls: None,
+            http_version: Some(http::Version::HTTP_2),
             redirects: 0,
         }
     }

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::api::{Condition, WebCheckerStatus};
-use crate::probe::{Outcome, Reason, human_duration};
+use crate::probe::{Outcome, Reason, human_duration, version_name};
 
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
@@ -310,6 +310,9 @@ impl CheckerStatus {
             last_status_code: o.and_then(|o| o.status_code).map(i32::from),
             last_latency_millis: o.map(|o| o.duration.as_millis() as i64),
             last_latency: o.map(|o| human_duration(o.duration)),
+            last_http_version: o
+                .and_then(|o| o.http_version)
+                .map(|v| version_name(v).to_string()),
             consecutive_successes: Some(self.consecutive_successes as i32),
             consecutive_failures: Some(self.consecutive_failures as i32),
             owner: Some(ctx.owner.to_string()),
@@ -368,6 +371,7 @@ mod tests {
             phases: Phases::default(),
             cert_not_after: None,
             tls: None,
+            http_version: None,
             redirects: 0,
         }
     }
@@ -381,6 +385,7 @@ mod tests {
             phases: Phases::default(),
             cert_not_after: None,
             tls: None,
+            http_version: None,
             redirects: 0,
         }
     }

@@ -22,6 +22,7 @@
 
 mod certs;
 mod checks;
+mod decode;
 mod dial;
 mod error;
 mod exchange;
@@ -38,11 +39,12 @@ mod target;
 mod tls;
 
 pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
+pub use decode::Coding;
 pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use error::Reason;
-pub use outcome::{Outcome, Phases, TlsFacts, human_duration};
+pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
 pub use plan::{
-    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, JsonCheckPlan, MinTlsVersion,
+    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns, ProbePlan, ProxyPlan, StatusSet,
     TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan, plan_with,
     references,

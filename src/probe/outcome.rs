@@ -67,6 +67,8 @@ pub struct Outcome {
     pub cert_not_after: Option<i64>,
     /// What the last TLS handshake showed; `None` when there was none.
     pub tls: Option<TlsFacts>,
+    /// The HTTP version of the final response; `None` when none came.
+    pub http_version: Option<http::Version>,
     pub redirects: u32,
 }
 
@@ -95,6 +97,7 @@ impl Outcome {
             phases: Phases::default(),
             cert_not_after: None,
             tls: None,
+            http_version: None,
             redirects: 0,
         }
     }
@@ -107,5 +110,17 @@ pub fn human_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2` (as `httpVersions` writes them).
+pub fn version_name(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "unknown",
     }
 }

@@ -10,7 +10,7 @@ use tokio_rustls::client::TlsStream;
 use super::dial::CloseOnDrop;
 use super::error::{HopError, Reason, short_io};
 use super::outcome::{Phase, TlsFacts};
-use super::plan::MinTlsVersion;
+use super::plan::{Http2, MinTlsVersion};
 use super::prober::Probe;
 use super::target::Target;
 
@@ -38,6 +38,7 @@ pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,
     client: Option<ClientIdentity>,
+    http2: Http2,
 ) -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
@@ -56,7 +57,7 @@ pub(super) fn client_config(
         Some(c) => builder.with_client_auth_cert(c.chain, c.key)?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = http2.alpn().iter().map(|p| p.to_vec()).collect();
     // Every probe makes a full, verified handshake, as a new client would: a
     // resumed one skips certificate verification and reports the certificate
     // of the cached session, so a server whose certificate was replaced (by
@@ -85,11 +86,12 @@ impl Probe<'_> {
         self.phase = Phase::Tls;
         let t = Instant::now();
         let tls = &self.plan.tls;
+        let http2 = self.plan.http2.index();
         let config = match &tls.config {
-            _ if !own_origin => self.prober.verified.clone(),
+            _ if !own_origin => self.prober.verified[http2].clone(),
             Some(c) => c.0.clone(),
-            None if tls.insecure_skip_verify => self.prober.unverified.clone(),
-            None => self.prober.verified.clone(),
+            None if tls.insecure_skip_verify => self.prober.unverified[http2].clone(),
+            None => self.prober.verified[http2].clone(),
         };
         let sni = match &tls.server_name {
             Some(name) if own_origin => name.clone(),
@@ -269,7 +271,13 @@ mod tests {
         for versions in [both, &[&rustls::version::TLS12][..]] {
             let (server, roots) = resuming_server(versions);
             let ours = Arc::new(
-                client_config(Trust::Roots(roots), MinTlsVersion::Tls12, None).unwrap(),
+                client_config(
+                    Trust::Roots(roots),
+                    MinTlsVersion::Tls12,
+                    None,
+                    Http2::Negotiate,
+                )
+                .unwrap(),
             );
             let mut resuming = (*ours).clone();
             resuming.resumption = rustls::client::Resumption::default();
