@@ -574,11 +574,20 @@ fn render_tls(out: &mut String, checkers: &Snapshot) {
     for (ns, name, c) in checkers {
         let Some(t) = &c.tls else { continue };
         if !header {
-            push_header(out, family, "gauge", "TLS version and cipher suite of the last handshake; always 1");
+            push_header(
+                out,
+                family,
+                "gauge",
+                "TLS version and cipher suite of the last handshake; always 1",
+            );
             header = true;
         }
         push_series_start(out, family, ns, name);
-        let _ = writeln!(out, ",version=\"{}\",cipher=\"{}\"}} 1", t.version, t.cipher);
+        let _ = writeln!(
+            out,
+            ",version=\"{}\",cipher=\"{}\"}} 1",
+            t.version, t.cipher
+        );
     }
     let family = "webchecker_certificate_info";
     let mut header = false;

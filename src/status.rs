@@ -221,10 +221,7 @@ impl CheckerStatus {
             (
                 "False",
                 "CertificateValid",
-                format!(
-                    "{which} expires at {expiry}, in {} days",
-                    left / 86_400
-                ),
+                format!("{which} expires at {expiry}, in {} days", left / 86_400),
             )
         };
         let was = self.certificate.as_ref().map(|c| c.status.clone());

@@ -9,167 +9,23 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use webchecker::probe::{AddressPolicy, Outcome, ProbePlan, Prober, Reason, ValueRef, plan};
 
+use support::speaks::{Speaks, SwapCert, Target, provider};
 use support::targets::{Answer, Leaf, TestCa};
-
-// ============================================================== the target
-
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The certificate a target serves; [`SwapCert::set`] replaces it for the
-/// handshakes that follow, and nothing else changes (the ticket keys stay).
-#[derive(Debug)]
-struct SwapCert(Mutex<Arc<CertifiedKey>>);
-
-impl SwapCert {
-    fn new(leaf: &Leaf) -> Arc<SwapCert> {
-        Arc::new(SwapCert(Mutex::new(certified(leaf))))
-    }
-
-    fn set(&self, leaf: &Leaf) {
-        *self.0.lock().unwrap() = certified(leaf);
-    }
-}
-
-fn certified(leaf: &Leaf) -> Arc<CertifiedKey> {
-    let key = provider()
-        .key_provider
-        .load_private_key(PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap())
-        .unwrap();
-    Arc::new(CertifiedKey::new(leaf.chain.clone(), key))
-}
-
-impl ResolvesServerCert for SwapCert {
-    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.lock().unwrap().clone())
-    }
-}
-
-/// How a target speaks.
-#[derive(Clone)]
-enum Speaks {
-    /// HTTP/1.1 over TCP.
-    Http1,
-    /// HTTP/2 with prior knowledge over TCP (h2c), nothing else.
-    H2c,
-    /// TLS (TLS 1.2 and 1.3, session tickets on) with these ALPN protocols;
-    /// HTTP/2 when `h2` was negotiated, else HTTP/1.1.
-    Tls(Arc<SwapCert>, Vec<&'static [u8]>),
-}
-
-type Handler = Arc<dyn Fn(&http::request::Parts) -> Answer + Send + Sync>;
-
-/// A target on 127.0.0.1 that records the HTTP version and the headers of
-/// every request.
-struct Target {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<(http::Version, http::HeaderMap)>>>,
-    task: tokio::task::AbortHandle,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Target {
-    async fn start(speaks: Speaks, h: impl Fn(&http::request::Parts) -> Answer + Send + Sync + 'static) -> Target {
-        let handler: Handler = Arc::new(h);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let acceptor = match &speaks {
-            Speaks::Tls(cert, alpn) => {
-                let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
-                    .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                    .unwrap()
-                    .with_no_client_auth()
-                    .with_cert_resolver(cert.clone());
-                cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-                cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
-                Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
-            }
-            _ => None,
-        };
-        let s2 = seen.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (handler, seen, acceptor, speaks) =
-                    (handler.clone(), s2.clone(), acceptor.clone(), speaks.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (handler, seen) = (handler.clone(), seen.clone());
-                        async move {
-                            let (parts, _) = req.into_parts();
-                            seen.lock()
-                                .unwrap()
-                                .push((parts.version, parts.headers.clone()));
-                            let a = handler(&parts);
-                            let mut b = hyper::Response::builder().status(a.status);
-                            for (k, v) in &a.headers {
-                                b = b.header(k, v);
-                            }
-                            Ok::<_, std::convert::Infallible>(
-                                b.body(Full::new(Bytes::from(a.body))).unwrap(),
-                            )
-                        }
-                    });
-                    let h1 = hyper::server::conn::http1::Builder::new();
-                    let h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-                    match (speaks, acceptor) {
-                        (Speaks::Tls(..), Some(a)) => {
-                            let Ok(s) = a.accept(stream).await else { return };
-                            let alpn_h2 = s.get_ref().1.alpn_protocol() == Some(b"h2");
-                            let io = TokioIo::new(s);
-                            if alpn_h2 {
-                                let _ = h2.serve_connection(io, svc).await;
-                            } else {
-                                let _ = h1.serve_connection(io, svc).await;
-                            }
-                        }
-                        (Speaks::H2c, _) => {
-                            let _ = h2.serve_connection(TokioIo::new(stream), svc).await;
-                        }
-                        _ => {
-                            let _ = h1.serve_connection(TokioIo::new(stream), svc).await;
-                        }
-                    }
-                });
-            }
-        });
-        Target {
-            addr,
-            seen,
-            task: task.abort_handle(),
-        }
-    }
-
-    fn seen(&self) -> Vec<(http::Version, http::HeaderMap)> {
-        self.seen.lock().unwrap().clone()
-    }
-}
 
 // ============================================================== probing
 
 fn prober() -> Prober {
-    Prober::new(Some("protocols-test"), AddressPolicy::with_loopback(), 64 * 1024)
+    Prober::new(
+        Some("protocols-test"),
+        AddressPolicy::with_loopback(),
+        64 * 1024,
+    )
 }
 
 /// A plan from YAML; `ca` (PEM) is served as ConfigMap ca/ca.crt.
@@ -179,8 +35,13 @@ fn mk(yaml: &str, ca: Option<&str>) -> ProbePlan {
         .map(|ca| (ValueRef::config_map("ca", "ca.crt"), ca.as_bytes().to_vec()))
         .into_iter()
         .collect();
-    plan(&spec, &|r| values.get(r).cloned().ok_or_else(|| "not found".to_string()))
-        .unwrap_or_else(|e| panic!("{yaml}: {e}"))
+    plan(&spec, &|r| {
+        values
+            .get(r)
+            .cloned()
+            .ok_or_else(|| "not found".to_string())
+    })
+    .unwrap_or_else(|e| panic!("{yaml}: {e}"))
 }
 
 const CA_BUNDLE: &str = "tls: {caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}}";
@@ -196,14 +57,21 @@ async fn probe(p: &Prober, plan: &ProbePlan) -> Outcome {
 
 fn expect(o: &Outcome, reason: Reason, part: &str) {
     assert_eq!(o.reason, reason, "{o:?}");
-    assert!(o.message.contains(part), "expected {part:?} in {:?}", o.message);
+    assert!(
+        o.message.contains(part),
+        "expected {part:?} in {:?}",
+        o.message
+    );
 }
 
 // ============================================================== TLS
 
 /// A client with rustls's default session resumption: one HTTP/1.1 request,
 /// read to the end (so it has taken the server's tickets). Its handshake kind.
-async fn resuming_request(client: &Arc<rustls::ClientConfig>, addr: SocketAddr) -> rustls::HandshakeKind {
+async fn resuming_request(
+    client: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+) -> rustls::HandshakeKind {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from(addr.ip().to_string()).unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(client.clone())
@@ -215,7 +83,11 @@ async fn resuming_request(client: &Arc<rustls::ClientConfig>, addr: SocketAddr) 
         .unwrap();
     let mut out = Vec::new();
     let _ = tls.read_to_end(&mut out).await;
-    assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     tls.get_ref().1.handshake_kind().unwrap()
 }
 
@@ -225,8 +97,14 @@ async fn a_certificate_swapped_behind_valid_tickets_fails_the_next_probe() {
     let good = ca.leaf(&["127.0.0.1"]);
     let expired = ca.leaf_valid(&["127.0.0.1"], -30, -2);
     let cert = SwapCert::new(&good);
-    let t = Target::start(Speaks::Tls(cert.clone(), vec![b"http/1.1"]), |_| Answer::ok()).await;
-    let plan = mk(&format!("host: https://{}\n{CA_BUNDLE}", t.addr), Some(&ca.pem));
+    let t = Target::start(Speaks::Tls(cert.clone(), vec![b"http/1.1"]), |_| {
+        Answer::ok()
+    })
+    .await;
+    let plan = mk(
+        &format!("host: https://{}\n{CA_BUNDLE}", t.addr),
+        Some(&ca.pem),
+    );
     let p = prober();
 
     // The control: a client that resumes sessions, trusting the same CA.
@@ -241,18 +119,28 @@ async fn a_certificate_swapped_behind_valid_tickets_fails_the_next_probe() {
             .with_root_certificates(roots)
             .with_no_client_auth(),
     );
-    assert_eq!(resuming_request(&resuming, t.addr).await, rustls::HandshakeKind::Full);
+    assert_eq!(
+        resuming_request(&resuming, t.addr).await,
+        rustls::HandshakeKind::Full
+    );
 
     expect(&probe(&p, &plan).await, Reason::ProbeSucceeded, "HTTP 200");
     cert.set(&expired);
 
     // The server still honours its tickets: the resuming client sees no change.
-    assert_eq!(resuming_request(&resuming, t.addr).await, rustls::HandshakeKind::Resumed);
+    assert_eq!(
+        resuming_request(&resuming, t.addr).await,
+        rustls::HandshakeKind::Resumed
+    );
     // A probe makes a full handshake and sees the expired certificate.
     let o = probe(&p, &plan).await;
     expect(&o, Reason::CertificateInvalid, "it has expired");
     // And every probe after it.
-    expect(&probe(&p, &plan).await, Reason::CertificateInvalid, "it has expired");
+    expect(
+        &probe(&p, &plan).await,
+        Reason::CertificateInvalid,
+        "it has expired",
+    );
     cert.set(&good);
     expect(&probe(&p, &plan).await, Reason::ProbeSucceeded, "HTTP 200");
 }
@@ -264,7 +152,10 @@ fn two_level_chain(intermediate_days: i64) -> (String, Leaf, i64) {
     use chrono::Datelike;
     let day = |d: i64| {
         let t = chrono::Utc::now().date_naive() + chrono::Duration::days(d);
-        (rcgen::date_time_ymd(t.year(), t.month() as u8, t.day() as u8), t)
+        (
+            rcgen::date_time_ymd(t.year(), t.month() as u8, t.day() as u8),
+            t,
+        )
     };
     let ca = |name: &str| {
         let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -301,10 +192,16 @@ fn two_level_chain(intermediate_days: i64) -> (String, Leaf, i64) {
 #[tokio::test]
 async fn an_intermediate_that_expires_first_is_the_expiry() {
     let (root, leaf, int_not_after) = two_level_chain(20);
-    let t = Target::start(Speaks::Tls(SwapCert::new(&leaf), vec![b"http/1.1"]), |_| Answer::ok()).await;
+    let t = Target::start(Speaks::Tls(SwapCert::new(&leaf), vec![b"http/1.1"]), |_| {
+        Answer::ok()
+    })
+    .await;
     let o = probe(
         &prober(),
-        &mk(&format!("host: https://{}\n{CA_BUNDLE}", t.addr), Some(&root)),
+        &mk(
+            &format!("host: https://{}\n{CA_BUNDLE}", t.addr),
+            Some(&root),
+        ),
     )
     .await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
@@ -392,7 +289,14 @@ async fn identity_is_asked_for_and_a_server_that_compresses_anyway_is_decoded() 
         ..Answer::ok().header("content-encoding", "gzip")
     })
     .await;
-    let o = probe(&prober(), &mk(&format!("host: http://{}\nbodyMatch: {{regex: well}}", t.addr), None)).await;
+    let o = probe(
+        &prober(),
+        &mk(
+            &format!("host: http://{}\nbodyMatch: {{regex: well}}", t.addr),
+            None,
+        ),
+    )
+    .await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
     assert_eq!(t.seen()[0].1["accept-encoding"], "identity");
 
@@ -410,24 +314,42 @@ async fn identity_is_asked_for_and_a_server_that_compresses_anyway_is_decoded() 
         }
     })
     .await;
-    let yaml = |path: &str| format!("host: http://{}\npath: {path}\nbodyMatch: {{regex: well}}", t.addr);
+    let yaml = |path: &str| {
+        format!(
+            "host: http://{}\npath: {path}\nbodyMatch: {{regex: well}}",
+            t.addr
+        )
+    };
     let o = probe(&prober(), &mk(&yaml("/cut"), None)).await;
-    expect(&o, Reason::ProtocolError, "HTTP 200: the response body is not valid gzip");
+    expect(
+        &o,
+        Reason::ProtocolError,
+        "HTTP 200: the response body is not valid gzip",
+    );
     assert_eq!(o.status_code, Some(200));
     let o = probe(&prober(), &mk(&yaml("/other"), None)).await;
-    expect(&o, Reason::ProtocolError, "a Content-Encoding the probe does not decode");
+    expect(
+        &o,
+        Reason::ProtocolError,
+        "a Content-Encoding the probe does not decode",
+    );
 }
 
 /// A raw server that answers every connection with `head` and `body`, and
 /// counts the body bytes it got written before the client went away.
-async fn raw_server(head: String, body: Arc<Vec<u8>>) -> (SocketAddr, Arc<Mutex<Vec<usize>>>, tokio::task::AbortHandle) {
+async fn raw_server(
+    head: String,
+    body: Arc<Vec<u8>>,
+) -> (SocketAddr, Arc<Mutex<Vec<usize>>>, tokio::task::AbortHandle) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let written = Arc::new(Mutex::new(Vec::new()));
     let w2 = written.clone();
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { continue };
+            let Ok((mut s, _)) = listener.accept().await else {
+                continue;
+            };
             let (head, body, written) = (head.clone(), body.clone(), w2.clone());
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
@@ -461,14 +383,20 @@ async fn a_ten_mib_gzip_bomb_stops_at_the_body_limit_and_in_time() {
     );
     let (addr, written, task) = raw_server(head, bomb.clone()).await;
     let plan = mk(
-        &format!("host: http://{addr}\ntimeoutSeconds: 5\ncompression: gzip\njsonChecks: [{{pointer: /status}}]"),
+        &format!(
+            "host: http://{addr}\ntimeoutSeconds: 5\ncompression: gzip\njsonChecks: [{{pointer: /status}}]"
+        ),
         None,
     );
     let t = Instant::now();
     let o = probe(&prober(), &plan).await;
     let took = t.elapsed();
     // Zeros are not JSON; what was decoded is exactly the limit.
-    expect(&o, Reason::BodyMismatch, "(only the first 65536 bytes are read)");
+    expect(
+        &o,
+        Reason::BodyMismatch,
+        "(only the first 65536 bytes are read)",
+    );
     assert!(took < Duration::from_secs(1), "{took:?}");
     // The probe closed the connection after a small part of the bomb (what
     // the kernel buffered included).
@@ -477,8 +405,15 @@ async fn a_ten_mib_gzip_bomb_stops_at_the_body_limit_and_in_time() {
         async move { w.first().copied() }
     })
     .await;
-    eprintln!("gzip bomb: probe took {took:?}; the server wrote {sent} of {} bytes", bomb.len());
-    assert!(sent < bomb.len() / 2, "the server wrote {sent} of {} bytes", bomb.len());
+    eprintln!(
+        "gzip bomb: probe took {took:?}; the server wrote {sent} of {} bytes",
+        bomb.len()
+    );
+    assert!(
+        sent < bomb.len() / 2,
+        "the server wrote {sent} of {} bytes",
+        bomb.len()
+    );
     task.abort();
 }
 
@@ -515,17 +450,36 @@ async fn http2_is_negotiated_by_alpn_and_http1_still_works() {
     }
 
     // httpVersions: the 1.1-only server fails with a clear reason.
-    let o = probe(&p, &mk(&yaml(&h1_only, "httpVersions: [HTTP/2]"), Some(&ca.pem))).await;
+    let o = probe(
+        &p,
+        &mk(&yaml(&h1_only, "httpVersions: [HTTP/2]"), Some(&ca.pem)),
+    )
+    .await;
     expect(
         &o,
         Reason::UnexpectedHttpVersion,
         "the response is HTTP/1.1, not one of httpVersions (HTTP/2)",
     );
     assert_eq!(o.status_code, Some(200));
-    let o = probe(&p, &mk(&yaml(&h2_only, "httpVersions: [HTTP/2]"), Some(&ca.pem))).await;
+    let o = probe(
+        &p,
+        &mk(&yaml(&h2_only, "httpVersions: [HTTP/2]"), Some(&ca.pem)),
+    )
+    .await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
-    let o = probe(&p, &mk(&yaml(&h2_only, "httpVersions: [HTTP/1.1, HTTP/1.0]"), Some(&ca.pem))).await;
-    expect(&o, Reason::UnexpectedHttpVersion, "the response is HTTP/2, not one of httpVersions (HTTP/1.1, HTTP/1.0)");
+    let o = probe(
+        &p,
+        &mk(
+            &yaml(&h2_only, "httpVersions: [HTTP/1.1, HTTP/1.0]"),
+            Some(&ca.pem),
+        ),
+    )
+    .await;
+    expect(
+        &o,
+        Reason::UnexpectedHttpVersion,
+        "the response is HTTP/2, not one of httpVersions (HTTP/1.1, HTTP/1.0)",
+    );
 
     // http2: Disabled offers http/1.1 alone, which the h2-only server refuses.
     let o = probe(&p, &mk(&yaml(&h2_only, "http2: Disabled"), Some(&ca.pem))).await;
@@ -533,9 +487,17 @@ async fn http2_is_negotiated_by_alpn_and_http1_still_works() {
     let o = probe(&p, &mk(&yaml(&h1_only, "http2: Disabled"), Some(&ca.pem))).await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
     // PriorKnowledge speaks HTTP/2 even to a server that did not negotiate it.
-    let o = probe(&p, &mk(&yaml(&no_alpn, "http2: PriorKnowledge"), Some(&ca.pem))).await;
+    let o = probe(
+        &p,
+        &mk(&yaml(&no_alpn, "http2: PriorKnowledge"), Some(&ca.pem)),
+    )
+    .await;
     expect(&o, Reason::ProtocolError, "");
-    assert_eq!(no_alpn.seen().len(), 1, "an HTTP/1.1 server sees no request in the h2 preface");
+    assert_eq!(
+        no_alpn.seen().len(),
+        1,
+        "an HTTP/1.1 server sees no request in the h2 preface"
+    );
 }
 
 #[tokio::test]
@@ -543,7 +505,17 @@ async fn h2c_with_prior_knowledge_and_its_failures() {
     let h2c = Target::start(Speaks::H2c, |_| Answer::ok()).await;
     let h1 = Target::start(Speaks::Http1, |_| Answer::ok()).await;
     let p = prober();
-    let o = probe(&p, &mk(&format!("host: http://{}\nhttp2: PriorKnowledge\nmethod: POST\nbody: hello", h2c.addr), None)).await;
+    let o = probe(
+        &p,
+        &mk(
+            &format!(
+                "host: http://{}\nhttp2: PriorKnowledge\nmethod: POST\nbody: hello",
+                h2c.addr
+            ),
+            None,
+        ),
+    )
+    .await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
     assert_eq!(version(&o), Some(http::Version::HTTP_2));
     assert_eq!(h2c.seen()[0].0, http::Version::HTTP_2);
@@ -551,7 +523,14 @@ async fn h2c_with_prior_knowledge_and_its_failures() {
     let o = probe(&p, &mk(&format!("host: http://{}", h2c.addr), None)).await;
     expect(&o, Reason::ProtocolError, "");
     // And HTTP/2 to an HTTP/1.1 server is a protocol error, not a hang.
-    let o = probe(&p, &mk(&format!("host: http://{}\nhttp2: PriorKnowledge", h1.addr), None)).await;
+    let o = probe(
+        &p,
+        &mk(
+            &format!("host: http://{}\nhttp2: PriorKnowledge", h1.addr),
+            None,
+        ),
+    )
+    .await;
     expect(&o, Reason::ProtocolError, "");
     let o = probe(&p, &mk(&format!("host: http://{}", h1.addr), None)).await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
@@ -563,16 +542,19 @@ async fn http2_bodies_are_checked_and_decoded_and_redirects_followed() {
     let ca = TestCa::new();
     let leaf = ca.leaf(&["127.0.0.1"]);
     let body = encode("gzip", br#"{"status": "ok"}"#);
-    let t = Target::start(Speaks::Tls(SwapCert::new(&leaf), vec![b"h2", b"http/1.1"]), move |req| {
-        if req.uri.path() == "/old" {
-            Answer::redirect(308, "/new")
-        } else {
-            Answer {
-                body: body.clone(),
-                ..Answer::ok().header("content-encoding", "gzip")
+    let t = Target::start(
+        Speaks::Tls(SwapCert::new(&leaf), vec![b"h2", b"http/1.1"]),
+        move |req| {
+            if req.uri.path() == "/old" {
+                Answer::redirect(308, "/new")
+            } else {
+                Answer {
+                    body: body.clone(),
+                    ..Answer::ok().header("content-encoding", "gzip")
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     let o = probe(
         &prober(),
@@ -589,5 +571,87 @@ async fn http2_bodies_are_checked_and_decoded_and_redirects_followed() {
     assert_eq!(o.redirects, 1);
     let seen = t.seen();
     assert_eq!(seen.len(), 2);
-    assert!(seen.iter().all(|(v, h)| *v == http::Version::HTTP_2 && h["accept-encoding"] == "gzip"));
+    assert!(
+        seen.iter()
+            .all(|(v, h)| *v == http::Version::HTTP_2 && h["accept-encoding"] == "gzip")
+    );
+}
+
+// ============================================================== redirects
+
+/// RFC 9110 15.4 and the Fetch standard, one case per rule: which codes are
+/// followed, the method and body after each, and the body headers dropped
+/// with the body.
+#[tokio::test]
+async fn redirect_rules_per_rfc_9110() {
+    // Method, path, Content-Length, Content-Type of each request.
+    type Seen = (String, String, Option<String>, Option<String>);
+    let log: Arc<Mutex<Vec<Seen>>> = Arc::default();
+    let l2 = log.clone();
+    let t = Target::start(Speaks::Http1, move |req| {
+        let h = |n: &str| req.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+        l2.lock().unwrap().push((
+            req.method.to_string(),
+            req.uri.path().to_string(),
+            h("content-length"),
+            h("content-type"),
+        ));
+        match req.uri.path().strip_prefix("/r") {
+            Some(code) => Answer::redirect(code.parse().unwrap(), "/end"),
+            None => Answer::ok(),
+        }
+    })
+    .await;
+    let p = prober();
+    // (code, method, followed, method after, body kept)
+    let cases = [
+        (301, "POST", true, "GET", false),
+        (302, "POST", true, "GET", false),
+        (301, "PUT", true, "PUT", true),
+        (302, "DELETE", true, "DELETE", true),
+        (303, "POST", true, "GET", false),
+        (303, "PUT", true, "GET", false),
+        (303, "HEAD", true, "HEAD", false),
+        (307, "POST", true, "POST", true),
+        (308, "PUT", true, "PUT", true),
+        (300, "GET", false, "", false),
+        (304, "GET", false, "", false),
+        (305, "GET", false, "", false),
+    ];
+    for (code, method, followed, after, kept) in cases {
+        log.lock().unwrap().clear();
+        let o = probe(
+            &p,
+            &mk(
+                &format!(
+                    "host: http://{}\npath: /r{code}\nmethod: {method}\nbody: hi\nheaders: [{{name: Content-Type, value: text/plain}}]\nfollowRedirects: true\nexpectedStatusCodes: [2xx, 3xx]",
+                    t.addr
+                ),
+                None,
+            ),
+        )
+        .await;
+        let seen = log.lock().unwrap().clone();
+        let what = format!("{code} after {method}: {seen:?}");
+        if !followed {
+            assert_eq!(
+                (o.status_code, o.redirects, seen.len()),
+                (Some(code), 0, 1),
+                "{what}"
+            );
+            continue;
+        }
+        assert_eq!((o.status_code, o.redirects), (Some(200), 1), "{what}");
+        let (m, path, length, content_type) = &seen[1];
+        assert_eq!((m.as_str(), path.as_str()), (after, "/end"), "{what}");
+        if kept {
+            assert_eq!(
+                (length.as_deref(), content_type.as_deref()),
+                (Some("2"), Some("text/plain")),
+                "{what}"
+            );
+        } else {
+            assert_eq!((length, content_type), (&None, &None), "{what}");
+        }
+    }
 }

@@ -184,7 +184,9 @@ mod tests {
         let mut leaf_p = rcgen::CertificateParams::new(vec!["a.test".to_string()]).unwrap();
         leaf_p.not_after = rcgen::date_time_ymd(2032, 1, 1);
         leaf_p.serial_number = Some(vec![0x01, 0xab].into());
-        let leaf = leaf_p.signed_by(&rcgen::KeyPair::generate().unwrap(), &int_issuer).unwrap();
+        let leaf = leaf_p
+            .signed_by(&rcgen::KeyPair::generate().unwrap(), &int_issuer)
+            .unwrap();
         let (stray_p, stray_k) = ca("stray");
         let stray = stray_p.self_signed(&stray_k).unwrap();
 

@@ -19,7 +19,11 @@ pub(super) fn response(plan: &ProbePlan, resp: &Response) -> Result<(), HopError
         .with_status(code));
     }
     if !plan.http_versions.is_empty() && !plan.http_versions.contains(&resp.version) {
-        let wanted: Vec<&str> = plan.http_versions.iter().map(|v| version_name(*v)).collect();
+        let wanted: Vec<&str> = plan
+            .http_versions
+            .iter()
+            .map(|v| version_name(*v))
+            .collect();
         return Err(HopError::new(
             Reason::UnexpectedHttpVersion,
             format!(
@@ -186,7 +190,11 @@ mod tests {
             ("1", r#"{"v": "1"}"#, true),
             ("1.0", r#"{"v": "1"}"#, false),
             ("9007199254740993", r#"{"v": 9007199254740992}"#, false),
-            ("18446744073709551615", r#"{"v": 18446744073709551615}"#, true),
+            (
+                "18446744073709551615",
+                r#"{"v": 18446744073709551615}"#,
+                true,
+            ),
             (r#"{"a": [1, 2.0]}"#, r#"{"v": {"a": [1.0, 2]}}"#, true),
             (r#"{"a": 1}"#, r#"{"v": {"a": 1, "b": 2}}"#, false),
             ("true", r#"{"v": true}"#, true),

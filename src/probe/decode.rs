@@ -224,9 +224,10 @@ impl Decoder {
         if head.len() < 2 {
             return Ok(());
         }
-        let Inner::DeflateStart(sink, head) =
-            std::mem::replace(&mut self.inner, Inner::DeflateStart(Sink::default(), vec![]))
-        else {
+        let Inner::DeflateStart(sink, head) = std::mem::replace(
+            &mut self.inner,
+            Inner::DeflateStart(Sink::default(), vec![]),
+        ) else {
             return Err(Invalid(self.coding.name()));
         };
         // A zlib header: compression method 8 and the two bytes, read as a
@@ -303,7 +304,12 @@ mod tests {
     }
 
     /// Pushes `encoded` in chunks of `chunk` bytes, as frames would come.
-    fn decode(coding: Coding, encoded: &[u8], limit: usize, chunk: usize) -> Result<Vec<u8>, Invalid> {
+    fn decode(
+        coding: Coding,
+        encoded: &[u8],
+        limit: usize,
+        chunk: usize,
+    ) -> Result<Vec<u8>, Invalid> {
         let mut d = Decoder::new(coding, limit, true);
         for c in encoded.chunks(chunk) {
             d.push(c)?;
@@ -318,7 +324,9 @@ mod tests {
 
     #[test]
     fn every_coding_round_trips_in_any_chunking() {
-        let text: Vec<u8> = (0..20_000u32).flat_map(|i| i.to_string().into_bytes()).collect();
+        let text: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| i.to_string().into_bytes())
+            .collect();
         for coding in ALL {
             let enc = encode(coding, &text);
             for chunk in [1, 7, 4096, enc.len()] {
@@ -366,12 +374,18 @@ mod tests {
     fn broken_and_cut_streams_are_invalid() {
         for coding in ALL {
             let enc = encode(coding, b"hello world, hello world");
-            assert!(decode(coding, &enc[..enc.len() - 3], 100, 4).is_err(), "{coding:?} cut");
+            assert!(
+                decode(coding, &enc[..enc.len() - 3], 100, 4).is_err(),
+                "{coding:?} cut"
+            );
             let mut bad = enc.clone();
             for b in bad.iter_mut().skip(4) {
                 *b ^= 0x5a;
             }
-            assert!(decode(coding, &bad, 1 << 20, 4).is_err(), "{coding:?} garbled");
+            assert!(
+                decode(coding, &bad, 1 << 20, 4).is_err(),
+                "{coding:?} garbled"
+            );
             assert!(decode(coding, b"", 100, 4).unwrap().is_empty());
         }
     }

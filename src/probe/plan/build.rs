@@ -45,8 +45,8 @@ pub fn plan_with(
     let timeout = spec
         .timeout_seconds
         .unwrap_or_else(|| default_timeout(spec.interval_seconds));
-    // `!(x >= min)` also rejects NaN.
-    if !(timeout >= 0.1 && timeout <= 600.0) || timeout >= f64::from(spec.interval_seconds) {
+    // `contains` is false for NaN too.
+    if !(0.1..=600.0).contains(&timeout) || timeout >= f64::from(spec.interval_seconds) {
         return Err(
             "spec.timeoutSeconds must be between 0.1 and 600 and below spec.intervalSeconds".into(),
         );
