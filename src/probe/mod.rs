@@ -16,9 +16,10 @@
 //! (resolution, connect), `policy` (the forgery guard), `resolve` and
 //! `resolv_conf` (the async resolver and its files), `proxy` (CONNECT
 //! tunnels), `tls`
-//! (handshake), `exchange` (request and response), `redirect`, `checks`
-//! (status, headers, body, JSON, latency); `error` and `outcome` are what a
-//! probe reports.
+//! (handshake, no session resumption) and `certs` (the chain it showed),
+//! `exchange` (request and response over HTTP/1.1 or HTTP/2), `decode`
+//! (content codings), `redirect`, `checks` (status, HTTP version, headers,
+//! body, JSON, latency); `error` and `outcome` are what a probe reports.
 
 mod certs;
 mod checks;
