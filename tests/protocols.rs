@@ -655,3 +655,68 @@ async fn redirect_rules_per_rfc_9110() {
         }
     }
 }
+
+// ============================================================== cost
+
+/// CPU time of this thread.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The prober's CPU per probe (user and system time of the one thread that
+/// runs the probes; the targets run on other threads), by protocol. Not a
+/// gate: run with `--ignored --nocapture` to see the figures.
+#[test]
+#[ignore]
+fn cpu_per_probe_by_protocol() {
+    let ca = TestCa::new();
+    let leaf = ca.leaf(&["127.0.0.1"]);
+    let servers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tls = |alpn: Vec<&'static [u8]>| Speaks::Tls(SwapCert::new(&leaf), alpn);
+    let targets = servers.block_on(async {
+        vec![
+            ("http, HTTP/1.1", Target::start(Speaks::Http1, |_| Answer::ok()).await, ""),
+            ("http, h2c", Target::start(Speaks::H2c, |_| Answer::ok()).await, "http2: PriorKnowledge"),
+            ("https, HTTP/1.1", Target::start(tls(vec![b"http/1.1"]), |_| Answer::ok()).await, ""),
+            ("https, HTTP/2", Target::start(tls(vec![b"h2"]), |_| Answer::ok()).await, ""),
+        ]
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let p = prober();
+    for (what, t, extra) in &targets {
+        let scheme = if what.starts_with("https") { "https" } else { "http" };
+        let plan = mk(
+            &format!("host: {scheme}://{}\n{extra}\n{CA_BUNDLE}", t.addr),
+            Some(&ca.pem),
+        );
+        let n = 2000;
+        let (cpu, wall) = rt.block_on(async {
+            for _ in 0..100 {
+                assert!(p.probe(&plan, "x", &|| true).await.unwrap().success());
+            }
+            let (c, w) = (thread_cpu(), Instant::now());
+            for _ in 0..n {
+                assert!(p.probe(&plan, "x", &|| true).await.unwrap().success());
+            }
+            (thread_cpu() - c, w.elapsed())
+        });
+        eprintln!(
+            "{what}: {:.1} µs CPU per probe, {:.1} µs wall",
+            cpu.as_secs_f64() * 1e6 / f64::from(n),
+            wall.as_secs_f64() * 1e6 / f64::from(n)
+        );
+    }
+}

@@ -106,6 +106,9 @@ impl Target {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                // HTTP/2 writes HEADERS and DATA apart: without this, Nagle's
+                // algorithm holds DATA until the client's delayed ACK.
+                let _ = stream.set_nodelay(true);
                 let (handler, seen, acceptor, speaks) = (
                     handler.clone(),
                     s2.clone(),
