@@ -612,7 +612,10 @@ async fn invalid_manifests_are_rejected() {
     // without timeoutSeconds too (its default timeout fits it).
     for (name, spec) in [
         ("valid", "  host: http://example.com\n"),
-        ("one-second", "  host: http://example.com\n  intervalSeconds: 1\n"),
+        (
+            "one-second",
+            "  host: http://example.com\n  intervalSeconds: 1\n",
+        ),
         (
             "h2",
             "  host: http://example.com\n  http2: PriorKnowledge\n  httpVersions: [HTTP/2]\n  compression: zstd\n",

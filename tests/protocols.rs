@@ -303,10 +303,13 @@ async fn identity_is_asked_for_and_a_server_that_compresses_anyway_is_decoded() 
     // Broken or unknown codings are protocol errors when the body is read.
     let t = Target::start(Speaks::Http1, |req| {
         let body = gzip(b"all is well");
-        let (coding, body) = if req.uri.path() == "/cut" {
-            ("gzip", body[..body.len() - 4].to_vec())
-        } else {
-            ("compress", body)
+        let (coding, body) = match req.uri.path() {
+            "/cut" => ("gzip", body[..body.len() - 4].to_vec()),
+            "/fine" => ("gzip", body),
+            "/hop" => {
+                return Answer::redirect(302, "/fine").header("content-encoding", "compress");
+            }
+            _ => ("compress", body),
         };
         Answer {
             body,
@@ -333,6 +336,13 @@ async fn identity_is_asked_for_and_a_server_that_compresses_anyway_is_decoded() 
         Reason::ProtocolError,
         "a Content-Encoding the probe does not decode",
     );
+    // Only the final response's body counts: a redirect's is not checked.
+    let o = probe(
+        &prober(),
+        &mk(&format!("{}\nfollowRedirects: true", yaml("/hop")), None),
+    )
+    .await;
+    expect(&o, Reason::ProbeSucceeded, "HTTP 200");
 }
 
 /// A raw server that answers every connection with `head` and `body`, and
@@ -685,10 +695,26 @@ fn cpu_per_probe_by_protocol() {
     let tls = |alpn: Vec<&'static [u8]>| Speaks::Tls(SwapCert::new(&leaf), alpn);
     let targets = servers.block_on(async {
         vec![
-            ("http, HTTP/1.1", Target::start(Speaks::Http1, |_| Answer::ok()).await, ""),
-            ("http, h2c", Target::start(Speaks::H2c, |_| Answer::ok()).await, "http2: PriorKnowledge"),
-            ("https, HTTP/1.1", Target::start(tls(vec![b"http/1.1"]), |_| Answer::ok()).await, ""),
-            ("https, HTTP/2", Target::start(tls(vec![b"h2"]), |_| Answer::ok()).await, ""),
+            (
+                "http, HTTP/1.1",
+                Target::start(Speaks::Http1, |_| Answer::ok()).await,
+                "",
+            ),
+            (
+                "http, h2c",
+                Target::start(Speaks::H2c, |_| Answer::ok()).await,
+                "http2: PriorKnowledge",
+            ),
+            (
+                "https, HTTP/1.1",
+                Target::start(tls(vec![b"http/1.1"]), |_| Answer::ok()).await,
+                "",
+            ),
+            (
+                "https, HTTP/2",
+                Target::start(tls(vec![b"h2"]), |_| Answer::ok()).await,
+                "",
+            ),
         ]
     });
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -697,7 +723,11 @@ fn cpu_per_probe_by_protocol() {
         .unwrap();
     let p = prober();
     for (what, t, extra) in &targets {
-        let scheme = if what.starts_with("https") { "https" } else { "http" };
+        let scheme = if what.starts_with("https") {
+            "https"
+        } else {
+            "http"
+        };
         let plan = mk(
             &format!("host: {scheme}://{}\n{extra}\n{CA_BUNDLE}", t.addr),
             Some(&ca.pem),

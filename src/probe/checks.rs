@@ -34,6 +34,16 @@ pub(super) fn response(plan: &ProbePlan, resp: &Response) -> Result<(), HopError
         )
         .with_status(code));
     }
+    if resp.undecodable {
+        // The value is the server's: not quoted.
+        return Err(HopError::new(
+            Reason::ProtocolError,
+            format!(
+                "HTTP {code}: the response has a Content-Encoding the probe does not decode (it decodes gzip, deflate, br and zstd, one at a time)"
+            ),
+        )
+        .with_status(code));
+    }
     if let Some(why) = content(plan, resp) {
         return Err(HopError::new(Reason::BodyMismatch, why).with_status(code));
     }

@@ -28,6 +28,9 @@ pub(super) struct Response {
     pub body: Vec<u8>,
     /// The body was longer than `max_body_bytes`.
     pub truncated: bool,
+    /// In a content coding the probe does not decode (and a check would
+    /// read it, or a coding was asked for).
+    pub undecodable: bool,
 }
 
 /// How a request names its target.
@@ -187,20 +190,16 @@ async fn read_response(
         .get(http::header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let coding = match parts.headers.get(http::header::CONTENT_ENCODING) {
-        Some(v) if keep || asked != Coding::Identity => Coding::of_response(v).ok_or_else(|| {
-            // The value is the server's: not quoted.
-            HopError::new(
-                Reason::ProtocolError,
-                format!(
-                    "HTTP {}: the response has a Content-Encoding the probe does not decode (it decodes gzip, deflate, br and zstd, one at a time)",
-                    status.as_u16()
-                ),
-            )
-            .with_status(status.as_u16())
-        })?,
-        _ => Coding::Identity,
+    // A coding the probe cannot decode fails the final response only (a
+    // redirect's body is never checked): its bytes are not kept.
+    let (coding, undecodable) = match parts.headers.get(http::header::CONTENT_ENCODING) {
+        Some(v) if keep || asked != Coding::Identity => match Coding::of_response(v) {
+            Some(c) => (c, false),
+            None => (Coding::Identity, true),
+        },
+        _ => (Coding::Identity, false),
     };
+    let keep = keep && !undecodable;
     let mut decoder = (coding != Coding::Identity).then(|| Decoder::new(coding, max_body, keep));
     let invalid = |name: &str| {
         HopError::new(
@@ -256,5 +255,6 @@ async fn read_response(
         headers: parts.headers,
         body: kept,
         truncated,
+        undecodable,
     })
 }
