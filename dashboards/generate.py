@@ -331,7 +331,7 @@ def fleet():
                targets("sum(increase(%s[$__range])) / sum(increase(%s[$__range]))"
                        % (csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")), instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
-    L.add(stat("Certificates expiring < 30d", "https checkers whose leaf certificate expires within 30 days (or has expired).",
+    L.add(stat("Certificates expiring < 30d", "https checkers a certificate of whose chain (leaf or intermediate) expires within 30 days (or has expired).",
                targets("count((min by (namespace, name) (%s > 0) - time()) < 30 * 86400) or vector(0)"
                        % csel("webchecker_certificate_expiry_timestamp_seconds"), instant=True),
                "short", thr=thresholds("green", 1, "orange")), 4, 4)
@@ -387,7 +387,7 @@ def fleet():
                      "s", stack=True, min_=0), 12, 8)
 
     L.row("Certificates")
-    L.add(table("Certificates expiring within 30 days", "https checkers whose leaf certificate (notAfter, webchecker_certificate_expiry_timestamp_seconds) expires in less than 30 days; negative: already expired. The alert WebCheckerCertificateExpiring fires under 14 days.",
+    L.add(table("Certificates expiring within 30 days", "https checkers a certificate of whose chain (the earliest notAfter of leaf and intermediates, webchecker_certificate_expiry_timestamp_seconds) expires in less than 30 days; negative: already expired; webchecker_certificate_info says which. The alert WebCheckerCertificateExpiring fires under 14 days.",
                 targets("sort((min by (namespace, name) (%s > 0) - time()) < 30 * 86400)"
                         % csel("webchecker_certificate_expiry_timestamp_seconds"), instant=True, fmt="table"),
                 "s", rename={"namespace": "Namespace", "name": "Checker", "Value": "Expires in"},

@@ -90,7 +90,7 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("double(self.timeoutSeconds) < double(self.intervalSeconds)").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
+#[x_kube(validation = Rule::new("!has(self.timeoutSeconds) || double(self.timeoutSeconds) < double(self.intervalSeconds)").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
 #[x_kube(validation = Rule::new("!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')").message("spec.auth and a header named Authorization cannot be combined; use one of them"))]
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerSpec {
@@ -119,10 +119,10 @@ pub struct WebCheckerSpec {
     #[schemars(range(min = 1, max = 86400))]
     pub interval_seconds: i32,
 
-    /// Seconds a probe may take in all (DNS, connect, TLS, request, response). Default 1, as in the seed; fractions are allowed (0.5), so that a 1 s interval can have a timeout below it; must be below the interval.
-    #[serde(default = "default_timeout")]
+    /// Seconds a probe may take in all (DNS, connect, TLS, request, response), 0.1 to 600, below intervalSeconds; fractions are allowed (0.5). Default 1, as in the seed, or half the interval when that is shorter (0.5 with intervalSeconds 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.1, max = 600.0))]
-    pub timeout_seconds: f64,
+    pub timeout_seconds: Option<f64>,
 
     /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx (a superset of the seed's 200, 300-303).
     #[serde(default = "default_expected_codes")]
@@ -207,6 +207,19 @@ pub struct WebCheckerSpec {
     /// HTTP proxy to probe through. Default: none (direct connections, whatever the operator's environment says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxySpec>,
+
+    /// Content coding asked for in Accept-Encoding. Default identity: the body uncompressed. gzip, deflate, br or zstd: ask for that coding; a response body in any of these codings is decoded before bodyMatch and jsonChecks, and the body limit (--max-body-bytes) applies to the decoded size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+
+    /// HTTP/2. Negotiate (default): offer h2 and http/1.1 by ALPN over TLS and speak what the server picks; plain http:// uses HTTP/1.1. Disabled: HTTP/1.1 only (ALPN http/1.1). PriorKnowledge: HTTP/2 without negotiation, h2c on http:// (not through a proxy) and ALPN h2 alone on https://.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http2: Option<Http2Mode>,
+
+    /// HTTP versions a response may have, for example ["HTTP/2"]; another version fails the probe with reason UnexpectedHTTPVersion. Default: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 3))]
+    pub http_versions: Option<Vec<HttpVersion>>,
 }
 
 fn default_path() -> String {
@@ -215,8 +228,11 @@ fn default_path() -> String {
 fn default_interval() -> i32 {
     10
 }
-fn default_timeout() -> f64 {
-    1.0
+/// The timeout of a spec without `timeoutSeconds`: the seed's 1 s, or half
+/// the interval when that is shorter, so that every interval has a timeout
+/// that fits it.
+pub fn default_timeout(interval_seconds: i32) -> f64 {
+    (f64::from(interval_seconds) / 2.0).min(1.0)
 }
 fn default_expected_codes() -> Vec<String> {
     vec!["2xx".to_string(), "3xx".to_string()]
@@ -253,6 +269,40 @@ impl HttpMethod {
             HttpMethod::Options => http::Method::OPTIONS,
         }
     }
+}
+
+/// A content coding (RFC 9110 8.4.1).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Compression {
+    #[serde(rename = "identity")]
+    Identity,
+    #[serde(rename = "gzip")]
+    Gzip,
+    #[serde(rename = "deflate")]
+    Deflate,
+    #[serde(rename = "br")]
+    Br,
+    #[serde(rename = "zstd")]
+    Zstd,
+}
+
+/// Whether and how a probe speaks HTTP/2.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Http2Mode {
+    Negotiate,
+    Disabled,
+    PriorKnowledge,
+}
+
+/// An HTTP version of a response.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum HttpVersion {
+    #[serde(rename = "HTTP/1.0")]
+    Http10,
+    #[serde(rename = "HTTP/1.1")]
+    Http11,
+    #[serde(rename = "HTTP/2")]
+    Http2,
 }
 
 /// One request header.
@@ -421,7 +471,7 @@ pub struct JsonCheck {
     #[schemars(length(max = 1024))]
     #[x_kube(validation = Rule::new("self == '' || self.startsWith('/')").message("a jsonChecks pointer must be empty or start with '/', for example /status"))]
     pub pointer: String,
-    /// Expected value. A string value is compared as is; any other value (number, boolean, null, object, array) is compared as JSON, so `equals: "42"` matches 42 and `equals: "true"` matches true. Without equals the pointer must merely exist.
+    /// Expected value. A string value is compared as is; any other value (number, boolean, null, object, array) is compared as JSON, so `equals: "42"` matches 42 and `equals: "true"` matches true; numbers compare by value (`equals: "1"` matches 1, 1.0 and 1e0, inside objects and arrays too). Without equals the pointer must merely exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 4096))]
     pub equals: Option<String>,
@@ -486,6 +536,9 @@ pub struct WebCheckerStatus {
     /// Latency in milliseconds of the probe recorded by the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_latency_millis: Option<i64>,
+    /// HTTP version of the response recorded by the last status write (HTTP/1.0, HTTP/1.1 or HTTP/2; absent when no response came).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_http_version: Option<String>,
     /// Consecutive successful probes at the time of the last status write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consecutive_successes: Option<i32>,

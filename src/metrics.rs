@@ -13,7 +13,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::probe::{Outcome, Reason};
+use crate::probe::{Outcome, Reason, TlsFacts};
 
 const PROBE_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -31,6 +31,7 @@ const ALL_REASONS: &[Reason] = &[
     Reason::CertificateInvalid,
     Reason::Timeout,
     Reason::UnexpectedStatus,
+    Reason::UnexpectedHttpVersion,
     Reason::BodyMismatch,
     Reason::SlowResponse,
     Reason::Forbidden,
@@ -42,7 +43,7 @@ const ALL_REASONS: &[Reason] = &[
 /// straight to the text format: the prometheus crate's label-set maps cost
 /// about 6.5 KiB per checker (a heap profile at 1,000 checkers), this costs a
 /// few hundred bytes, and rendering needs no intermediate protobuf copies.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct CheckerSeries {
     /// Set by a probe; a checker that was never probed (suspended, invalid)
     /// exports only `webchecker_up`.
@@ -58,6 +59,11 @@ struct CheckerSeries {
     probes: [u64; ALL_REASONS.len()],
     phases: [f64; PHASES.len()],
     cert_expiry: Option<i64>,
+    /// The last TLS handshake: version, cipher, the chain (shared with the
+    /// prober's cache, so a copy costs a reference count).
+    tls: Option<TlsFacts>,
+    /// Of the last response: 10, 11 or 20; 0 when none came.
+    http_version: u8,
 }
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
@@ -358,6 +364,15 @@ impl Metrics {
             if let Some(t) = o.cert_not_after {
                 c.cert_expiry = Some(t);
             }
+            if let Some(t) = &o.tls {
+                c.tls = Some(t.clone());
+            }
+            c.http_version = match o.http_version {
+                Some(http::Version::HTTP_10) => 10,
+                Some(http::Version::HTTP_11) => 11,
+                Some(http::Version::HTTP_2) => 20,
+                _ => 0,
+            };
         });
     }
 
@@ -389,7 +404,7 @@ impl Metrics {
                 .flat_map(|(ns, names)| {
                     names
                         .iter()
-                        .map(move |(name, c)| (ns.clone(), name.clone(), *c))
+                        .map(move |(name, c)| (ns.clone(), name.clone(), c.clone()))
                 })
                 .collect()
         };
@@ -525,9 +540,17 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
         out,
         checkers,
         "webchecker_certificate_expiry_timestamp_seconds",
-        "notAfter of the server's leaf certificate",
+        "Earliest notAfter of the server's certificate chain",
         |c| c.cert_expiry.map(|t| t as f64),
     );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_http_version",
+        "HTTP version of the last probe's response (1, 1.1, 2), 0 when none",
+        |c| c.probed.then_some(f64::from(c.http_version) / 10.0),
+    );
+    render_tls(out, checkers);
     let family = "webchecker_probe_phase_duration_seconds";
     let mut header = false;
     for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
@@ -538,6 +561,63 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
         for (phase, v) in PHASES.iter().zip(c.phases) {
             push_series_start(out, family, ns, name);
             let _ = writeln!(out, ",phase=\"{phase}\"}} {v}");
+        }
+    }
+}
+
+/// `webchecker_tls_info` and `webchecker_certificate_info`: at most
+/// 1 + [`crate::probe::MAX_CHAIN_INFO`] series per checker, replaced (not
+/// added to) when the server's certificates change.
+fn render_tls(out: &mut String, checkers: &Snapshot) {
+    let family = "webchecker_tls_info";
+    let mut header = false;
+    for (ns, name, c) in checkers {
+        let Some(t) = &c.tls else { continue };
+        if !header {
+            push_header(
+                out,
+                family,
+                "gauge",
+                "TLS version and cipher suite of the last handshake; always 1",
+            );
+            header = true;
+        }
+        push_series_start(out, family, ns, name);
+        let _ = writeln!(
+            out,
+            ",version=\"{}\",cipher=\"{}\"}} 1",
+            t.version, t.cipher
+        );
+    }
+    let family = "webchecker_certificate_info";
+    let mut header = false;
+    for (ns, name, c) in checkers {
+        let Some(chain) = c.tls.as_ref().and_then(|t| t.chain.as_ref()) else {
+            continue;
+        };
+        if !header {
+            push_header(
+                out,
+                family,
+                "gauge",
+                "Certificates of the server's chain (position 0 is the leaf) at the last handshake; always 1",
+            );
+            header = true;
+        }
+        for (i, cert) in chain.certificates.iter().enumerate() {
+            push_series_start(out, family, ns, name);
+            let _ = write!(out, ",position=\"{i}\",subject=\"");
+            push_escaped(out, &cert.subject);
+            out.push_str("\",issuer=\"");
+            push_escaped(out, &cert.issuer);
+            let not_after = chrono::DateTime::from_timestamp(cert.not_after, 0)
+                .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "\",serial=\"{}\",fingerprint_sha256=\"{}\",not_after=\"{not_after}\"}} 1",
+                cert.serial, cert.fingerprint_sha256
+            );
         }
     }
 }
@@ -556,6 +636,8 @@ mod tests {
             duration: Duration::from_millis(12),
             phases: Phases::default(),
             cert_not_after: Some(1_900_000_000),
+            tls: None,
+            http_version: Some(http::Version::HTTP_2),
             redirects: 0,
         }
     }
@@ -663,6 +745,39 @@ mod tests {
         }
         assert!(text.contains(
             "webchecker_probe_phase_duration_seconds{name=\"a\\\"b\",namespace=\"ns\",phase=\"connect\"} 0\n"
+        ), "{text}");
+    }
+
+    #[test]
+    fn tls_series_are_replaced_not_added() {
+        use crate::probe::{CertFacts, Chain};
+        let cert = |n: &str| CertFacts {
+            subject: format!("CN={n}"),
+            issuer: "CN=\"ca\"".into(),
+            serial: "01".into(),
+            fingerprint_sha256: n.repeat(4),
+            not_after: 1_900_000_000,
+        };
+        let m = Metrics::new("r1", true);
+        for round in ["a", "b", "c"] {
+            let mut o = outcome(Reason::ProbeSucceeded);
+            o.tls = Some(TlsFacts {
+                version: "TLS 1.3",
+                cipher: "TLS13_AES_128_GCM_SHA256",
+                chain: Some(Arc::new(Chain {
+                    earliest_not_after: 1_900_000_000,
+                    earliest: 0,
+                    certificates: vec![cert(round), cert("int")],
+                })),
+            });
+            m.record_probe("ns", "a", &o, true);
+        }
+        let text = m.render();
+        let lines = |f: &str| text.lines().filter(|l| l.starts_with(f)).count();
+        assert_eq!(lines("webchecker_tls_info{"), 1, "{text}");
+        assert_eq!(lines("webchecker_certificate_info{"), 2, "{text}");
+        assert!(text.contains(
+            "webchecker_certificate_info{name=\"a\",namespace=\"ns\",position=\"0\",subject=\"CN=c\",issuer=\"CN=\\\"ca\\\"\",serial=\"01\",fingerprint_sha256=\"cccc\",not_after=\"2030-03-17T17:46:40Z\"} 1\n"
         ), "{text}");
     }
 

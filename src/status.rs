@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::api::{Condition, WebCheckerStatus};
-use crate::probe::{Outcome, Reason, human_duration};
+use crate::probe::{Outcome, Reason, human_duration, version_name};
 
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
@@ -167,7 +167,7 @@ impl CheckerStatus {
             self.reason = reason.as_str().to_string();
             self.message = message;
         }
-        let certificate_expiring = self.observe_certificate(o.cert_not_after, ctx);
+        let certificate_expiring = self.observe_certificate(o, ctx);
         let status = self.render(ctx, Some(o));
         Effects {
             write: self.maybe_write(status, ctx),
@@ -176,15 +176,24 @@ impl CheckerStatus {
         }
     }
 
-    /// Updates CertificateExpiring from the certificate a probe saw (a probe
-    /// that saw none leaves it as it was). Returns the Warning event's message
-    /// when the condition turns True.
-    fn observe_certificate(&mut self, not_after: Option<i64>, ctx: &Context<'_>) -> Option<String> {
+    /// Updates CertificateExpiring from the certificate chain a probe saw
+    /// (its earliest notAfter; a probe that saw none leaves it as it was).
+    /// Returns the Warning event's message when the condition turns True.
+    fn observe_certificate(&mut self, o: &Outcome, ctx: &Context<'_>) -> Option<String> {
         let Some(days) = ctx.certificate_warning_days else {
             self.certificate = None;
             return None;
         };
-        let not_after = not_after?;
+        let not_after = o.cert_not_after?;
+        // Which certificate of the chain expires first (by position only: a
+        // subject is the server's text).
+        let which = match o.tls.as_ref().and_then(|t| t.chain.as_ref()) {
+            Some(c) if c.earliest > 0 => format!(
+                "certificate {} of the server's chain (an intermediate)",
+                c.earliest + 1
+            ),
+            _ => "the server certificate".to_string(),
+        };
         let now = chrono::DateTime::parse_from_rfc3339(&ctx.now_wall)
             .map(|t| t.timestamp())
             .unwrap_or_else(|_| chrono::Utc::now().timestamp());
@@ -197,14 +206,14 @@ impl CheckerStatus {
             (
                 "True",
                 "CertificateExpired",
-                format!("the server certificate expired at {expiry}"),
+                format!("{which} expired at {expiry}"),
             )
         } else if expiring {
             (
                 "True",
                 "ExpiresSoon",
                 format!(
-                    "the server certificate expires at {expiry}, in {} days (warning at {days} days)",
+                    "{which} expires at {expiry}, in {} days (warning at {days} days)",
                     left / 86_400
                 ),
             )
@@ -212,10 +221,7 @@ impl CheckerStatus {
             (
                 "False",
                 "CertificateValid",
-                format!(
-                    "the server certificate expires at {expiry}, in {} days",
-                    left / 86_400
-                ),
+                format!("{which} expires at {expiry}, in {} days", left / 86_400),
             )
         };
         let was = self.certificate.as_ref().map(|c| c.status.clone());
@@ -300,6 +306,9 @@ impl CheckerStatus {
             last_probe_time: o.map(|_| ctx.now_wall.clone()),
             last_status_code: o.and_then(|o| o.status_code).map(i32::from),
             last_latency_millis: o.map(|o| o.duration.as_millis() as i64),
+            last_http_version: o
+                .and_then(|o| o.http_version)
+                .map(|v| version_name(v).to_string()),
             consecutive_successes: Some(self.consecutive_successes as i32),
             consecutive_failures: Some(self.consecutive_failures as i32),
             owner: Some(ctx.owner.to_string()),
@@ -357,6 +366,8 @@ mod tests {
             duration: Duration::from_millis(7),
             phases: Phases::default(),
             cert_not_after: None,
+            tls: None,
+            http_version: None,
             redirects: 0,
         }
     }
@@ -369,6 +380,8 @@ mod tests {
             duration: Duration::from_millis(1),
             phases: Phases::default(),
             cert_not_after: None,
+            tls: None,
+            http_version: None,
             redirects: 0,
         }
     }

@@ -595,6 +595,16 @@ async fn invalid_manifests_are_rejected() {
             "  host: http://example.com\n  expectedStatusCodes: [\"300-200\"]\n",
             "a range must be written low-high",
         ),
+        (
+            "http3",
+            "  host: http://example.com\n  httpVersions: [HTTP/3]\n",
+            "Unsupported value: \"HTTP/3\"",
+        ),
+        (
+            "lz4",
+            "  host: http://example.com\n  compression: lz4\n",
+            "Unsupported value: \"lz4\"",
+        ),
     ];
     for (name, spec, want) in cases {
         let out = kubectl_apply(c, &ns, &format!("{}{spec}", head(name))).await;
@@ -610,14 +620,22 @@ async fn invalid_manifests_are_rejected() {
     }
     let out = kubectl(c, &["get", "wc", "-n", &ns, "-o", "name"]).await;
     assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
-    // The control: a valid manifest beside them is accepted.
-    let out = kubectl_apply(
-        c,
-        &ns,
-        &format!("{}  host: http://example.com\n", head("valid")),
-    )
-    .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The control: valid manifests beside them are accepted, a 1 s interval
+    // without timeoutSeconds too (its default timeout fits it).
+    for (name, spec) in [
+        ("valid", "  host: http://example.com\n"),
+        (
+            "one-second",
+            "  host: http://example.com\n  intervalSeconds: 1\n",
+        ),
+        (
+            "h2",
+            "  host: http://example.com\n  http2: PriorKnowledge\n  httpVersions: [HTTP/2]\n  compression: zstd\n",
+        ),
+    ] {
+        let out = kubectl_apply(c, &ns, &format!("{}{spec}", head(name))).await;
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    }
 }
 
 // ---------------------------------------------------------------- 5

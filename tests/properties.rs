@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use webchecker::api::WebCheckerSpec;
-use webchecker::probe::{Outcome, Phases, Reason, ValueRef, plan};
+use webchecker::probe::{Outcome, Phases, Reason, StatusSet, ValueRef, plan};
 use webchecker::status::{CheckerStatus, Context};
 
 const REASONS: &[Reason] = &[
@@ -20,6 +20,7 @@ const REASONS: &[Reason] = &[
     Reason::CertificateInvalid,
     Reason::Timeout,
     Reason::UnexpectedStatus,
+    Reason::UnexpectedHttpVersion,
     Reason::BodyMismatch,
     Reason::SlowResponse,
     Reason::Forbidden,
@@ -34,6 +35,8 @@ fn outcome(reason: Reason, code: Option<u16>) -> Outcome {
         duration: Duration::from_millis(3),
         phases: Phases::default(),
         cert_not_after: None,
+        tls: None,
+        http_version: None,
         redirects: 0,
     }
 }
@@ -461,6 +464,27 @@ impl Bad {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+    /// StatusSet::parse never panics (no overflow either: tests build with
+    /// overflow checks) on any item, digits-heavy ones included, which the
+    /// CRD's pattern would keep out.
+    #[test]
+    fn status_sets_never_panic(items in proptest::collection::vec(
+        prop_oneof![
+            "[0-9]{0,7}(xx)?",
+            "[+-]?[0-9]{0,6}-[+-]?[0-9]{0,6}",
+            "\\PC{0,10}",
+        ],
+        0..4,
+    )) {
+        if let Ok(set) = StatusSet::parse(&items) {
+            for code in 0..=u16::MAX {
+                if set.contains(code) {
+                    prop_assert!((100..=599).contains(&code));
+                }
+            }
+        }
+    }
 
     /// Whatever reaches the operator (the schema may have been looser when it
     /// was stored), planning returns a plan or an InvalidSpec message.

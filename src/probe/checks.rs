@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::error::{HopError, Reason};
 use super::exchange::Response;
+use super::outcome::version_name;
 use super::plan::{JsonCheckPlan, ProbePlan};
 
 /// Checks a response that is not followed as a redirect.
@@ -14,6 +15,32 @@ pub(super) fn response(plan: &ProbePlan, resp: &Response) -> Result<(), HopError
         return Err(HopError::new(
             Reason::UnexpectedStatus,
             format!("HTTP {code}, not an expected status"),
+        )
+        .with_status(code));
+    }
+    if !plan.http_versions.is_empty() && !plan.http_versions.contains(&resp.version) {
+        let wanted: Vec<&str> = plan
+            .http_versions
+            .iter()
+            .map(|v| version_name(*v))
+            .collect();
+        return Err(HopError::new(
+            Reason::UnexpectedHttpVersion,
+            format!(
+                "the response is {}, not one of httpVersions ({})",
+                version_name(resp.version),
+                wanted.join(", ")
+            ),
+        )
+        .with_status(code));
+    }
+    if resp.undecodable {
+        // The value is the server's: not quoted.
+        return Err(HopError::new(
+            Reason::ProtocolError,
+            format!(
+                "HTTP {code}: the response has a Content-Encoding the probe does not decode (it decodes gzip, deflate, br and zstd, one at a time)"
+            ),
         )
         .with_status(code));
     }
@@ -115,7 +142,7 @@ impl JsonCheckPlan {
             serde_json::Value::String(s) => s == want,
             _ => false,
         } || serde_json::from_str::<serde_json::Value>(want)
-            .is_ok_and(|w| &w == found);
+            .is_ok_and(|w| same_value(&w, found));
         if matches {
             None
         } else {
@@ -123,6 +150,67 @@ impl JsonCheckPlan {
                 "jsonChecks: the value at {:?} does not equal {:?}",
                 self.pointer, want
             ))
+        }
+    }
+}
+
+/// JSON equality with numbers compared by value, so that `1`, `1.0` and
+/// `1e0` are equal (serde_json tells integers from floats). Two integers
+/// compare exactly; otherwise as f64.
+fn same_value(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value as V;
+    match (a, b) {
+        (V::Number(x), V::Number(y)) => match (x.as_i64(), y.as_i64(), x.as_u64(), y.as_u64()) {
+            (Some(x), Some(y), _, _) => x == y,
+            (_, _, Some(x), Some(y)) => x == y,
+            _ => x.as_f64() == y.as_f64(),
+        },
+        (V::Array(x), V::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_value(x, y))
+        }
+        (V::Object(x), V::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(equals: &str, doc: &str) -> bool {
+        let c = JsonCheckPlan {
+            pointer: "/v".into(),
+            equals: Some(equals.into()),
+        };
+        c.failure(&serde_json::from_str(doc).unwrap()).is_none()
+    }
+
+    #[test]
+    fn numbers_compare_by_value() {
+        for (equals, doc, same) in [
+            ("1", r#"{"v": 1.0}"#, true),
+            ("1.0", r#"{"v": 1}"#, true),
+            ("1e0", r#"{"v": 1}"#, true),
+            ("-0", r#"{"v": 0}"#, true),
+            ("1", r#"{"v": 1.5}"#, false),
+            ("1", r#"{"v": "1"}"#, true),
+            ("1.0", r#"{"v": "1"}"#, false),
+            ("9007199254740993", r#"{"v": 9007199254740992}"#, false),
+            (
+                "18446744073709551615",
+                r#"{"v": 18446744073709551615}"#,
+                true,
+            ),
+            (r#"{"a": [1, 2.0]}"#, r#"{"v": {"a": [1.0, 2]}}"#, true),
+            (r#"{"a": 1}"#, r#"{"v": {"a": 1, "b": 2}}"#, false),
+            ("true", r#"{"v": true}"#, true),
+            ("null", r#"{"v": null}"#, true),
+        ] {
+            assert_eq!(check(equals, doc), same, "equals {equals} against {doc}");
         }
     }
 }

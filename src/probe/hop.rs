@@ -12,7 +12,7 @@ use super::dial::{CloseOnDrop, connect_any, resolve};
 use super::error::{HopError, Reason, Stop, short_io};
 use super::exchange::Response;
 use super::outcome::Phase;
-use super::plan::{AddressFamily, ProbePlan, ProxyPlan};
+use super::plan::{AddressFamily, Http2, ProbePlan, ProxyPlan};
 use super::policy::Scope;
 use super::prober::Probe;
 use super::target::Target;
@@ -180,10 +180,19 @@ impl Probe<'_> {
             let tls = self
                 .handshake(target, hop.own_origin, CloseOnDrop(stream))
                 .await?;
-            self.exchange(hop, tls, false).await
+            let h2 = match self.plan.http2 {
+                Http2::Negotiate => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
+                Http2::Disabled => false,
+                // Offered alone; a server that ignores ALPN gets it anyway.
+                Http2::PriorKnowledge => true,
+            };
+            self.exchange(hop, tls, false, h2).await
         } else {
+            // An HTTP proxy forwards HTTP/1.1 requests: no h2c through it.
             let absolute_form = proxy.is_some();
-            self.exchange(hop, CloseOnDrop(stream), absolute_form).await
+            let h2 = self.plan.http2 == Http2::PriorKnowledge && !absolute_form;
+            self.exchange(hop, CloseOnDrop(stream), absolute_form, h2)
+                .await
         }
     }
 

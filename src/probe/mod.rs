@@ -16,11 +16,14 @@
 //! (resolution, connect), `policy` (the forgery guard), `resolve` and
 //! `resolv_conf` (the async resolver and its files), `proxy` (CONNECT
 //! tunnels), `tls`
-//! (handshake), `exchange` (request and response), `redirect`, `checks`
-//! (status, headers, body, JSON, latency); `error` and `outcome` are what a
-//! probe reports.
+//! (handshake, no session resumption) and `certs` (the chain it showed),
+//! `exchange` (request and response over HTTP/1.1 or HTTP/2), `decode`
+//! (content codings), `redirect`, `checks` (status, HTTP version, headers,
+//! body, JSON, latency); `error` and `outcome` are what a probe reports.
 
+mod certs;
 mod checks;
+mod decode;
 mod dial;
 mod error;
 mod exchange;
@@ -36,11 +39,13 @@ mod resolve;
 mod target;
 mod tls;
 
+pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
+pub use decode::Coding;
 pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use error::Reason;
-pub use outcome::{Outcome, Phases, human_duration};
+pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
 pub use plan::{
-    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, JsonCheckPlan, MinTlsVersion,
+    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns, ProbePlan, ProxyPlan, StatusSet,
     TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan, plan_with,
     references,

@@ -1,7 +1,9 @@
 //! What a probe reports: its [`Outcome`] and the time spent in each phase.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use super::certs::Chain;
 use super::error::Reason;
 
 /// The phase a probe is in; a timeout names it.
@@ -60,9 +62,25 @@ pub struct Outcome {
     pub status_code: Option<u16>,
     pub duration: Duration,
     pub phases: Phases,
-    /// notAfter of the leaf certificate, unix seconds.
+    /// The earliest notAfter of the server's certificate chain (of the last
+    /// TLS handshake), unix seconds.
     pub cert_not_after: Option<i64>,
+    /// What the last TLS handshake showed; `None` when there was none.
+    pub tls: Option<TlsFacts>,
+    /// The HTTP version of the final response; `None` when none came.
+    pub http_version: Option<http::Version>,
     pub redirects: u32,
+}
+
+/// What one TLS handshake showed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsFacts {
+    /// `TLS 1.2` or `TLS 1.3`.
+    pub version: &'static str,
+    /// rustls's name of the cipher suite, for example `TLS13_AES_128_GCM_SHA256`.
+    pub cipher: &'static str,
+    /// `None` when the leaf certificate could not be parsed.
+    pub chain: Option<Arc<Chain>>,
 }
 
 impl Outcome {
@@ -78,6 +96,8 @@ impl Outcome {
             duration: Duration::ZERO,
             phases: Phases::default(),
             cert_not_after: None,
+            tls: None,
+            http_version: None,
             redirects: 0,
         }
     }
@@ -90,5 +110,17 @@ pub fn human_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// `HTTP/1.0`, `HTTP/1.1`, `HTTP/2` (as `httpVersions` writes them).
+pub fn version_name(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "unknown",
     }
 }

@@ -8,11 +8,12 @@ use std::time::Instant;
 
 use http::HeaderValue;
 
+use super::certs::ChainCache;
 use super::checks;
 use super::error::{Reason, Stop};
 use super::hop::Hop;
-use super::outcome::{Outcome, Phase, Phases, human_duration};
-use super::plan::{MinTlsVersion, ProbePlan};
+use super::outcome::{Outcome, Phase, Phases, TlsFacts, human_duration};
+use super::plan::{Http2, MinTlsVersion, ProbePlan};
 use super::policy::AddressPolicy;
 use super::proxy::EnvProxy;
 use super::redirect::next_hop;
@@ -35,17 +36,29 @@ pub struct Prober {
     /// `--resolv-conf` and `--hosts-file`; tests point it at their own server).
     pub resolver: Arc<Resolver>,
     /// The configurations of checkers without TLS options of their own,
-    /// built once: building one per probe would cost more than the handshake.
-    pub(super) verified: Arc<rustls::ClientConfig>,
-    pub(super) unverified: Arc<rustls::ClientConfig>,
+    /// built once (building one per probe would cost more than the
+    /// handshake), one per `http2` mode (their ALPN), by [`Http2::index`].
+    pub(super) verified: [Arc<rustls::ClientConfig>; 3],
+    pub(super) unverified: [Arc<rustls::ClientConfig>; 3],
+    /// Server certificate chains already parsed (certs.rs).
+    pub(super) chains: ChainCache,
 }
 
 impl Prober {
     pub fn new(identity: Option<&str>, policy: AddressPolicy, max_body_bytes: usize) -> Self {
-        let verified = client_config(Trust::Roots(webpki_store()), MinTlsVersion::Tls12, None)
-            .expect("ring supports TLS 1.2 and 1.3");
-        let unverified = client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None)
-            .expect("ring supports TLS 1.2 and 1.3");
+        let modes = [Http2::Negotiate, Http2::Disabled, Http2::PriorKnowledge];
+        let verified = modes.map(|m| {
+            Arc::new(
+                client_config(Trust::Roots(webpki_store()), MinTlsVersion::Tls12, None, m)
+                    .expect("ring supports TLS 1.2 and 1.3"),
+            )
+        });
+        let unverified = modes.map(|m| {
+            Arc::new(
+                client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None, m)
+                    .expect("ring supports TLS 1.2 and 1.3"),
+            )
+        });
         Prober {
             user_agent: HeaderValue::from_str(&format!(
                 "webchecker-operator/{}",
@@ -58,8 +71,9 @@ impl Prober {
             env_proxy: EnvProxy::from_env(),
             static_hosts: Default::default(),
             resolver: Arc::new(Resolver::system()),
-            verified: Arc::new(verified),
-            unverified: Arc::new(unverified),
+            verified,
+            unverified,
+            chains: ChainCache::default(),
         }
     }
 
@@ -86,7 +100,8 @@ impl Prober {
             gate,
             phase: Phase::Resolve,
             phases: Phases::default(),
-            cert_not_after: None,
+            tls: None,
+            http_version: None,
             redirects: 0,
         };
         let result = tokio::time::timeout(plan.timeout, probe.run()).await;
@@ -118,7 +133,13 @@ impl Prober {
             status_code,
             duration,
             phases: probe.phases,
-            cert_not_after: probe.cert_not_after,
+            cert_not_after: probe
+                .tls
+                .as_ref()
+                .and_then(|t| t.chain.as_ref())
+                .map(|c| c.earliest_not_after),
+            tls: probe.tls,
+            http_version: probe.http_version,
             redirects: probe.redirects,
         })
     }
@@ -134,7 +155,10 @@ pub(super) struct Probe<'a> {
     gate: &'a (dyn Fn() -> bool + Sync),
     pub phase: Phase,
     pub phases: Phases,
-    pub cert_not_after: Option<i64>,
+    /// The last TLS handshake of the probe.
+    pub tls: Option<TlsFacts>,
+    /// Of the last response.
+    pub http_version: Option<http::Version>,
     pub redirects: u32,
 }
 
@@ -144,6 +168,7 @@ impl Probe<'_> {
         let mut hop = Hop::first(self.plan);
         loop {
             let resp = self.hop(&hop).await?;
+            self.http_version = Some(resp.version);
             match next_hop(self.plan, &hop, &resp, self.redirects)? {
                 Some(next) => {
                     hop = next;

@@ -1,5 +1,5 @@
 //! TLS: the rustls client configurations, the handshake, and what it tells
-//! (certificate errors, the leaf certificate's notAfter).
+//! (certificate errors, protocol version, cipher suite, the chain: certs.rs).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,8 +9,8 @@ use tokio_rustls::client::TlsStream;
 
 use super::dial::CloseOnDrop;
 use super::error::{HopError, Reason, short_io};
-use super::outcome::Phase;
-use super::plan::MinTlsVersion;
+use super::outcome::{Phase, TlsFacts};
+use super::plan::{Http2, MinTlsVersion};
 use super::prober::Probe;
 use super::target::Target;
 
@@ -38,6 +38,7 @@ pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,
     client: Option<ClientIdentity>,
+    http2: Http2,
 ) -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
@@ -56,13 +57,20 @@ pub(super) fn client_config(
         Some(c) => builder.with_client_auth_cert(c.chain, c.key)?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = http2.alpn().iter().map(|p| p.to_vec()).collect();
+    // Every probe makes a full, verified handshake, as a new client would: a
+    // resumed one skips certificate verification and reports the certificate
+    // of the cached session, so a server whose certificate was replaced (by
+    // an expired or wrong one) would keep passing while it honours old
+    // tickets. No session IDs, no tickets, no early data.
+    config.resumption = rustls::client::Resumption::disabled();
+    config.enable_early_data = false;
     Ok(config)
 }
 
 impl Probe<'_> {
-    /// The TLS handshake with `target` over a connected stream. Records the
-    /// notAfter of the server's leaf certificate.
+    /// The TLS handshake with `target` over a connected stream. Records what
+    /// it showed (version, cipher suite, the certificate chain).
     ///
     /// The spec's TLS settings (`caBundle`, `serverName`,
     /// `insecureSkipVerify`, `clientCertificate`, `minVersion`) are made for
@@ -78,11 +86,12 @@ impl Probe<'_> {
         self.phase = Phase::Tls;
         let t = Instant::now();
         let tls = &self.plan.tls;
+        let http2 = self.plan.http2.index();
         let config = match &tls.config {
-            _ if !own_origin => self.prober.verified.clone(),
+            _ if !own_origin => self.prober.verified[http2].clone(),
             Some(c) => c.0.clone(),
-            None if tls.insecure_skip_verify => self.prober.unverified.clone(),
-            None => self.prober.verified.clone(),
+            None if tls.insecure_skip_verify => self.prober.unverified[http2].clone(),
+            None => self.prober.verified[http2].clone(),
         };
         let sni = match &tls.server_name {
             Some(name) if own_origin => name.clone(),
@@ -95,14 +104,21 @@ impl Probe<'_> {
             .await
             .map_err(|e| tls_failure(&e))?;
         self.phases.tls += t.elapsed();
-        if let Some(der) = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|c| c.first())
-        {
-            self.cert_not_after = not_after(der.as_ref());
-        }
+        let conn = stream.get_ref().1;
+        self.tls = Some(TlsFacts {
+            version: match conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => "TLS 1.3",
+                Some(rustls::ProtocolVersion::TLSv1_2) => "TLS 1.2",
+                _ => "unknown",
+            },
+            cipher: conn
+                .negotiated_cipher_suite()
+                .and_then(|s| s.suite().as_str())
+                .unwrap_or("unknown"),
+            chain: conn
+                .peer_certificates()
+                .and_then(|c| self.prober.chains.get(c)),
+        });
         Ok(stream)
     }
 }
@@ -140,11 +156,6 @@ fn cert_error(c: &rustls::CertificateError) -> String {
         C::BadEncoding => "bad encoding".into(),
         other => format!("{other:?}").chars().take(160).collect(),
     }
-}
-
-fn not_after(der: &[u8]) -> Option<i64> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    Some(cert.validity().not_after.timestamp())
 }
 
 /// Verifier for `insecureSkipVerify`: accepts any certificate but still checks
@@ -194,5 +205,95 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::HandshakeKind;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A server that resumes sessions (stateless tickets and a session
+    /// cache, rustls's defaults plus a ticketer) and the roots trusting it.
+    fn resuming_server(
+        versions: &[&'static rustls::SupportedProtocolVersion],
+    ) -> (Arc<rustls::ServerConfig>, rustls::RootCertStore) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ck.cert.der().clone()).unwrap();
+        let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .unwrap();
+        cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+        (Arc::new(cfg), roots)
+    }
+
+    /// One handshake over an in-memory pipe; the client reads one byte of
+    /// application data so that it has taken the TLS 1.3 tickets sent before it.
+    async fn handshake(
+        client: &Arc<rustls::ClientConfig>,
+        server: &Arc<rustls::ServerConfig>,
+    ) -> HandshakeKind {
+        let (c, s) = tokio::io::duplex(64 * 1024);
+        let acceptor = tokio_rustls::TlsAcceptor::from(server.clone());
+        let served = tokio::spawn(async move {
+            let mut tls = acceptor.accept(s).await.unwrap();
+            tls.write_all(b"x").await.unwrap();
+            tls.flush().await.unwrap();
+            let mut rest = Vec::new();
+            let _ = tls.read_to_end(&mut rest).await;
+        });
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut tls = tokio_rustls::TlsConnector::from(client.clone())
+            .connect(name, c)
+            .await
+            .unwrap();
+        let mut b = [0u8; 1];
+        tls.read_exact(&mut b).await.unwrap();
+        let kind = tls.get_ref().1.handshake_kind().unwrap();
+        drop(tls);
+        served.await.unwrap();
+        kind
+    }
+
+    /// The control: the same server and roots with rustls's default
+    /// resumption resume from the second handshake on; ours never does.
+    #[tokio::test]
+    async fn every_handshake_is_full_where_a_default_client_resumes() {
+        let both: &[&'static rustls::SupportedProtocolVersion] =
+            &[&rustls::version::TLS13, &rustls::version::TLS12];
+        for versions in [both, &[&rustls::version::TLS12][..]] {
+            let (server, roots) = resuming_server(versions);
+            let ours = Arc::new(
+                client_config(
+                    Trust::Roots(roots),
+                    MinTlsVersion::Tls12,
+                    None,
+                    Http2::Negotiate,
+                )
+                .unwrap(),
+            );
+            let mut resuming = (*ours).clone();
+            resuming.resumption = rustls::client::Resumption::default();
+            let resuming = Arc::new(resuming);
+
+            assert_eq!(handshake(&resuming, &server).await, HandshakeKind::Full);
+            for _ in 0..3 {
+                assert_eq!(
+                    handshake(&resuming, &server).await,
+                    HandshakeKind::Resumed,
+                    "the server must offer resumption for this test to mean anything"
+                );
+            }
+            for _ in 0..4 {
+                assert_eq!(handshake(&ours, &server).await, HandshakeKind::Full);
+            }
+        }
     }
 }

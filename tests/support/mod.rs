@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod objlog;
 pub mod oracle;
 pub mod release;
+pub mod speaks;
 pub mod targets;
 
 use std::collections::HashMap;

@@ -291,10 +291,30 @@ impl TestCa {
 
     /// A certificate for `names` (DNS names or IP addresses) signed by this CA.
     pub fn leaf(&self, names: &[&str]) -> Leaf {
-        let key = rcgen::KeyPair::generate().unwrap();
         let params =
             rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
                 .unwrap();
+        self.sign(params)
+    }
+
+    /// Like [`TestCa::leaf`], valid from `from` to `until` days from today
+    /// (negative: in the past).
+    pub fn leaf_valid(&self, names: &[&str], from: i64, until: i64) -> Leaf {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let day = |d: i64| {
+            use chrono::Datelike;
+            let t = chrono::Utc::now().date_naive() + chrono::Duration::days(d);
+            rcgen::date_time_ymd(t.year(), t.month() as u8, t.day() as u8)
+        };
+        params.not_before = day(from);
+        params.not_after = day(until);
+        self.sign(params)
+    }
+
+    fn sign(&self, params: rcgen::CertificateParams) -> Leaf {
+        let key = rcgen::KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             chain: vec![cert.der().clone()],

@@ -9,8 +9,11 @@ use super::credentials::request_headers;
 use super::patterns::{Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
-use super::{AddressFamily, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
-use crate::api::{IpFamily, TlsSpec, WebCheckerSpec};
+use super::{AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
+use crate::api::{
+    Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
+};
+use crate::probe::decode::Coding;
 use crate::probe::proxy::proxy_target;
 use crate::probe::target::Target;
 
@@ -39,10 +42,11 @@ pub fn plan_with(
     if spec.interval_seconds < 1 {
         return Err("spec.intervalSeconds must be at least 1".into());
     }
-    // `!(x >= min)` also rejects NaN.
-    if !(spec.timeout_seconds >= 0.1 && spec.timeout_seconds <= 600.0)
-        || spec.timeout_seconds >= f64::from(spec.interval_seconds)
-    {
+    let timeout = spec
+        .timeout_seconds
+        .unwrap_or_else(|| default_timeout(spec.interval_seconds));
+    // `contains` is false for NaN too.
+    if !(0.1..=600.0).contains(&timeout) || timeout >= f64::from(spec.interval_seconds) {
         return Err(
             "spec.timeoutSeconds must be between 0.1 and 600 and below spec.intervalSeconds".into(),
         );
@@ -87,7 +91,16 @@ pub fn plan_with(
         let re = patterns.headers.get(header_checks.len()).cloned().flatten();
         header_checks.push((name, re));
     }
-    let tls = tls_plan(spec.tls.as_ref().unwrap_or(&TlsSpec::default()), resolve)?;
+    let http2 = match spec.http2.unwrap_or(Http2Mode::Negotiate) {
+        Http2Mode::Negotiate => Http2::Negotiate,
+        Http2Mode::Disabled => Http2::Disabled,
+        Http2Mode::PriorKnowledge => Http2::PriorKnowledge,
+    };
+    let tls = tls_plan(
+        spec.tls.as_ref().unwrap_or(&TlsSpec::default()),
+        http2,
+        resolve,
+    )?;
     let proxy = match &spec.proxy {
         None => ProxyPlan::Direct,
         Some(p) => match (&p.url, p.from_environment.unwrap_or(false)) {
@@ -103,7 +116,7 @@ pub fn plan_with(
         method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
         headers,
         body: Bytes::from(spec.body.clone().unwrap_or_default()),
-        timeout: Duration::from_secs_f64(spec.timeout_seconds),
+        timeout: Duration::from_secs_f64(timeout),
         interval: Duration::from_secs(spec.interval_seconds as u64),
         expected,
         max_response_time: spec
@@ -121,6 +134,24 @@ pub fn plan_with(
             IpFamily::IPv6 => AddressFamily::V6,
         },
         proxy,
+        compression: match spec.compression.unwrap_or(Compression::Identity) {
+            Compression::Identity => Coding::Identity,
+            Compression::Gzip => Coding::Gzip,
+            Compression::Deflate => Coding::Deflate,
+            Compression::Br => Coding::Br,
+            Compression::Zstd => Coding::Zstd,
+        },
+        http2,
+        http_versions: spec
+            .http_versions
+            .iter()
+            .flatten()
+            .map(|v| match v {
+                HttpVersion::Http10 => http::Version::HTTP_10,
+                HttpVersion::Http11 => http::Version::HTTP_11,
+                HttpVersion::Http2 => http::Version::HTTP_2,
+            })
+            .collect(),
         failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
         success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
         suspend: spec.suspend.unwrap_or(false),

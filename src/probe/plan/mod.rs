@@ -21,6 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method};
 
+use super::decode::Coding;
 use super::target::Target;
 
 pub use build::{plan, plan_with};
@@ -53,6 +54,11 @@ pub struct ProbePlan {
     pub tls: TlsPlan,
     pub ip_family: AddressFamily,
     pub proxy: ProxyPlan,
+    /// The coding asked for in `Accept-Encoding` (`compression`).
+    pub compression: Coding,
+    pub http2: Http2,
+    /// Versions a final response may have (`httpVersions`); empty: any.
+    pub http_versions: Vec<http::Version>,
     pub failure_threshold: u32,
     pub success_threshold: u32,
     pub suspend: bool,
@@ -68,9 +74,11 @@ impl StatusSet {
         for item in items {
             let item = item.trim();
             let range = if let Some(class) = item.strip_suffix("xx") {
-                let c: u16 = class
-                    .parse()
-                    .map_err(|_| format!("bad status class {item:?}"))?;
+                // One digit, 1-5: a class such as "657xx" must not overflow.
+                let c: u16 = match class.parse() {
+                    Ok(c @ 1..=5) if class.len() == 1 => c,
+                    _ => return Err(format!("bad status class {item:?}")),
+                };
                 (c * 100, c * 100 + 99)
             } else if let Some((lo, hi)) = item.split_once('-') {
                 let lo: u16 = lo
@@ -130,6 +138,32 @@ pub enum ProxyPlan {
     FromEnvironment,
     /// This proxy (http://, so `https` is false; the path is ignored).
     Url(Target),
+}
+
+/// Whether a probe speaks HTTP/2 (`http2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Http2 {
+    /// ALPN h2 and http/1.1 over TLS; HTTP/1.1 in the clear.
+    Negotiate,
+    /// HTTP/1.1 only.
+    Disabled,
+    /// HTTP/2 without negotiation: h2c in the clear, ALPN h2 alone over TLS.
+    PriorKnowledge,
+}
+
+impl Http2 {
+    /// The ALPN protocols offered over TLS.
+    pub fn alpn(self) -> &'static [&'static [u8]] {
+        match self {
+            Http2::Negotiate => &[b"h2", b"http/1.1"],
+            Http2::Disabled => &[b"http/1.1"],
+            Http2::PriorKnowledge => &[b"h2"],
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// The lowest TLS version a probe accepts.

@@ -52,6 +52,37 @@ fn status_sets() {
     assert!(StatusSet::parse(&["300-200".into()]).is_err());
     assert!(StatusSet::parse(&["9xx".into()]).is_err());
     assert!(StatusSet::parse(&[]).is_err());
+    // What the CRD's pattern keeps out must still not overflow nor panic.
+    for item in [
+        "657xx", "6553xx", "0xx", "+2xx", "99999-1", "65535", "xx", "-",
+    ] {
+        assert!(StatusSet::parse(&[item.into()]).is_err(), "{item}");
+    }
+}
+
+#[test]
+fn the_default_timeout_fits_the_interval() {
+    let timeout = |y: &str| plan(&spec(y), &no_secrets).unwrap().timeout;
+    assert_eq!(timeout("host: http://x"), Duration::from_secs(1));
+    assert_eq!(
+        timeout("host: http://x\nintervalSeconds: 2"),
+        Duration::from_secs(1)
+    );
+    assert_eq!(
+        timeout("host: http://x\nintervalSeconds: 1"),
+        Duration::from_millis(500)
+    );
+    assert_eq!(
+        timeout("host: http://x\nintervalSeconds: 1\ntimeoutSeconds: 0.9"),
+        Duration::from_millis(900)
+    );
+    assert!(
+        plan(
+            &spec("host: http://x\nintervalSeconds: 1\ntimeoutSeconds: 1"),
+            &no_secrets
+        )
+        .is_err()
+    );
 }
 
 #[test]

@@ -7,12 +7,13 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::values::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, ValueRef};
-use super::{MinTlsVersion, TlsConfig, TlsPlan};
+use super::{Http2, MinTlsVersion, TlsConfig, TlsPlan};
 use crate::api::{TlsSpec, TlsVersion};
 use crate::probe::tls::{ClientIdentity, Trust, client_config, webpki_store};
 
 pub(super) fn tls_plan(
     tls: &TlsSpec,
+    http2: Http2,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
 ) -> Result<TlsPlan, String> {
     let insecure = tls.insecure_skip_verify.unwrap_or(false);
@@ -74,7 +75,7 @@ pub(super) fn tls_plan(
             (false, Some(store)) => Trust::Roots(store),
             (false, None) => Trust::Roots(webpki_store()),
         };
-        let config = client_config(trust, min_version, client).map_err(|e| {
+        let config = client_config(trust, min_version, client, http2).map_err(|e| {
             if client_certificate {
                 format!(
                     "spec.tls.clientCertificate: the certificate and key are not usable together: {e}"
