@@ -7,6 +7,7 @@ pub mod dns;
 pub mod faults;
 pub mod fleet;
 pub mod objlog;
+pub mod oci;
 pub mod oracle;
 pub mod release;
 pub mod targets;
