@@ -251,9 +251,10 @@ write_apiserver_cmd() {
     # A node's pods need their ServiceAccount tokens mounted (admission plugin
     # ServiceAccount), the kubelet may touch only its own Node and pods (Node
     # authorizer), `kubectl logs/exec` go to the kubelet with a client
-    # certificate, and the kubernetes Service's endpoint is this address (the
-    # default lease reconciler).
+    # certificate at the node's address (not its name: no DNS here), and the
+    # kubernetes Service's endpoint is this address (the default lease reconciler).
     mode=(--authorization-mode=Node,RBAC
+      --kubelet-preferred-address-types=InternalIP
       --kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt"
       --kubelet-client-key="$dir/pki/apiserver-kubelet-client.key")
   else

@@ -53,7 +53,7 @@ fetch_debs() {
     f=$(find "$debs" -maxdepth 1 -name "${p}_${v//:/%3a}_*.deb" | head -n 1)
     if [ -z "$f" ]; then
       log "downloading $p $v"
-      (cd "$debs" && apt-get download -q "$p=$v" >/dev/null) || die "apt-get download $p=$v failed"
+      (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root "$p=$v" >/dev/null) || die "apt-get download $p=$v failed"
       f=$(find "$debs" -maxdepth 1 -name "${p}_${v//:/%3a}_*.deb" | head -n 1)
     fi
     [ -n "$f" ] || die "no .deb for $p $v in $debs"
@@ -73,8 +73,12 @@ base_rootfs() {
     # A dpkg status entry per package, as distroless has, for image scanners.
     mkdir -p "$root/var/lib/dpkg/status.d"
     dpkg-deb -f "$deb" >"$root/var/lib/dpkg/status.d/$p"
-    mkdir -p "$root/usr/share/doc/$p"
-    cp "$x/$p/usr/share/doc/$p/copyright" "$root/usr/share/doc/$p/copyright"
+    # The license (some packages, e.g. libgcc-s1, only link to their source
+    # package's documentation, which is not part of the image).
+    if [ -f "$x/$p/usr/share/doc/$p/copyright" ]; then
+      mkdir -p "$root/usr/share/doc/$p"
+      cp "$x/$p/usr/share/doc/$p/copyright" "$root/usr/share/doc/$p/copyright"
+    fi
   done < <(fetch_debs)
 
   # glibc and libgcc: the libraries and the dynamic loader; no documentation.

@@ -288,8 +288,8 @@ load_images() {
   local a
   for a in "$@"; do
     [ -f "$a" ] || die "$a not found (make image)"
-    ctr_ images import "$a" >/dev/null ||
-      die "ctr images import $a failed"
+    ctr_ images import "$a" >/dev/null 2>"$N/ctr.err" ||
+      { cat "$N/ctr.err" >&2; die "ctr images import $a failed"; }
     log "loaded $(basename "$a")"
   done
 }
@@ -584,6 +584,9 @@ cmd_down() {
     stop_runtime
     unmount_under "$N" "$RUN"
     remove_cgroups
+    # The API server before its address goes away with the bridge (it says
+    # goodbye to itself there on the way out).
+    "$here/cluster.sh" down "$DIR"
     # kube-proxy's tables (mode nftables) and ours.
     nft delete table ip kube-proxy 2>/dev/null || true
     nft delete table ip6 kube-proxy 2>/dev/null || true

@@ -285,13 +285,27 @@ fn binaries_run_on_the_image_alone() {
                 _ => {}
             }
         }
-        let out = Command::new("chroot")
-            .arg("--userspec=65532:65532")
-            .arg(root.path())
-            .args([bin, "--help"])
-            .env_clear()
+        let dir = std::ffi::CString::new(root.path().to_str().unwrap()).unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.arg("--help").env_clear();
+        // In the child, before exec: into the image's root, as nonroot.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::chroot(dir.as_ptr()) != 0
+                    || libc::chdir(c"/".as_ptr()) != 0
+                    || libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(65532) != 0
+                    || libc::setuid(65532) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd
             .output()
-            .expect("run chroot");
+            .expect("start the binary in a chroot of the image");
         assert!(
             out.status.success(),
             "{name}: {bin} --help in a chroot of the image failed ({}):\n{}",
