@@ -53,7 +53,9 @@ fn words(s: &str) -> Vec<String> {
     out
 }
 
-fn final_stage() -> Stage {
+/// A stage of the Dockerfile: the one named `name` (`FROM .. AS name`), or
+/// the last one (the default target, the operator).
+fn stage(name: Option<&str>) -> Stage {
     let text = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
     let joined = text.replace("\\\n", " ");
     let lines: Vec<&str> = joined
@@ -61,17 +63,25 @@ fn final_stage() -> Stage {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    let last_from = lines
+    let is_from = |l: &&str| l.to_ascii_uppercase().starts_with("FROM ");
+    let begin = match name {
+        None => lines.iter().rposition(is_from).expect("a FROM line"),
+        Some(n) => lines
+            .iter()
+            .position(|l| is_from(l) && l.to_ascii_lowercase().ends_with(&format!(" as {n}")))
+            .unwrap_or_else(|| panic!("no stage {n} in the Dockerfile")),
+    };
+    let end = lines[begin + 1..]
         .iter()
-        .rposition(|l| l.to_ascii_uppercase().starts_with("FROM "))
-        .expect("a FROM line");
+        .position(is_from)
+        .map_or(lines.len(), |i| begin + 1 + i);
     assert!(
-        lines[last_from].contains("distroless/cc-debian12:nonroot"),
+        lines[begin].contains("distroless/cc-debian12:nonroot"),
         "hack/image.sh builds a stand-in for distroless cc-debian12:nonroot; the Dockerfile now starts from {:?}: update hack/image.sh and this test",
-        lines[last_from]
+        lines[begin]
     );
     let mut st = Stage::default();
-    for l in &lines[last_from + 1..] {
+    for l in &lines[begin + 1..end] {
         let (ins, rest) = l.split_once(char::is_whitespace).unwrap_or((l, ""));
         let rest = rest.trim();
         match ins.to_ascii_uppercase().as_str() {
@@ -117,10 +127,8 @@ fn strings(v: &serde_json::Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn dockerfile_and_built_image_describe_the_same_image() {
-    let st = final_stage();
-    let img = Image::read(&archive("webchecker-operator"));
+/// The differences between a Dockerfile stage and an image archive.
+fn differences(st: &Stage, img: &Image, binary: &str) -> Vec<String> {
     let c = &img.config["config"];
     let mut problems = Vec::new();
     if c["User"].as_str() != Some(st.user.as_str()) {
@@ -167,28 +175,40 @@ fn dockerfile_and_built_image_describe_the_same_image() {
         }
     }
     // The binary is the release build of this tree.
-    let built = target_dir().join("release/webchecker-operator");
-    if let (Ok(b), Some(e)) = (
-        std::fs::read(&built),
-        files.get("usr/local/bin/webchecker-operator"),
-    ) {
-        if b != e.data {
-            problems.push(format!(
-                "usr/local/bin/webchecker-operator differs from {} (run make image)",
-                built.display()
-            ));
-        }
+    let built = target_dir().join("release").join(binary);
+    let path = format!("usr/local/bin/{binary}");
+    if let (Ok(b), Some(e)) = (std::fs::read(&built), files.get(&path))
+        && b != e.data
+    {
+        problems.push(format!(
+            "{path} differs from {} (run make image)",
+            built.display()
+        ));
     }
-    assert!(
-        problems.is_empty(),
-        "Dockerfile and image differ:\n  {}",
-        problems.join("\n  ")
-    );
-    assert_eq!(img.config["os"], "linux");
-    assert_eq!(
-        img.manifest["mediaType"],
-        "application/vnd.oci.image.manifest.v1+json"
-    );
+    if img.config["os"] != "linux" {
+        problems.push(format!("os {}", img.config["os"]));
+    }
+    problems
+}
+
+#[test]
+fn dockerfile_and_built_images_describe_the_same_images() {
+    for (stage_name, archive_name, binary) in [
+        (None, "webchecker-operator", "webchecker-operator"),
+        (Some("chart-test"), "chart-test", "webchecker-chart-test"),
+    ] {
+        let img = Image::read(&archive(archive_name));
+        let problems = differences(&stage(stage_name), &img, binary);
+        assert!(
+            problems.is_empty(),
+            "Dockerfile stage {stage_name:?} and {archive_name}.oci.tar differ:\n  {}",
+            problems.join("\n  ")
+        );
+        assert_eq!(
+            img.manifest["mediaType"],
+            "application/vnd.oci.image.manifest.v1+json"
+        );
+    }
 }
 
 /// What gcr.io/distroless/cc-debian12:nonroot gives a program.

@@ -236,8 +236,15 @@ impl Suite {
             "delete pod",
         )
         .await;
-        self.pods =
-            wait_ready_pods(&self.client, &self.ns, RELEASE, 3, &[victim.clone()], WAIT).await;
+        self.pods = wait_ready_pods(
+            &self.client,
+            &self.ns,
+            RELEASE,
+            3,
+            std::slice::from_ref(&victim),
+            WAIT,
+        )
+        .await;
         self.wait_gone_and_silent(&victim).await;
         self.step_done("delete a pod", t).await;
     }
@@ -528,7 +535,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         }
         other => panic!("second eviction while {a} is replaced: want 429, got {other:?}"),
     }
-    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 2, &[a.clone()], WAIT).await;
+    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 2, std::slice::from_ref(&a), WAIT).await;
     let deadline = Instant::now() + WAIT;
     while let Err(e) = evict(&s, &b).await {
         assert!(
