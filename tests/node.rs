@@ -169,6 +169,17 @@ impl Suite {
             .map(|h| h.replica.as_str())
             .filter(|r| !self.seen.contains(r) && !self.pods.iter().any(|p| p == r))
             .collect();
+        // A pod not listed for 2 s is gone; it was listed at most 0.5 s
+        // before it went (the watcher's period).
+        let late: Vec<String> = hits
+            .iter()
+            .filter_map(|h| {
+                let last = self.seen.gone_since(&h.replica, Duration::from_secs(2))?;
+                (h.start > last + Duration::from_secs(1))
+                    .then(|| format!("{} {}", h.replica, h.checker))
+            })
+            .collect();
+        assert!(late.is_empty(), "probes from pods that were gone: {late:?}");
         assert!(
             strangers.is_empty(),
             "probes from replicas that are no pod of the release: {strangers:?}"

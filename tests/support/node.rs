@@ -7,7 +7,7 @@
 //! leaves it running); otherwise the tests start their own, stopped by a
 //! reaper when the test process exits.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -198,10 +198,12 @@ pub fn is_ready(p: &Pod) -> bool {
         })
 }
 
-/// Every pod name seen while the suite runs (a watcher polls twice a second):
-/// the witness must see no other replica names.
+/// Every pod of the release seen while the suite runs, with the last time it
+/// was listed (a watcher polls twice a second): the witness must see no other
+/// replica names, and no probe from a pod after its object was gone (the API
+/// drops a pod only once the kubelet reports its containers ended).
 #[derive(Clone, Default)]
-pub struct PodNames(Arc<Mutex<BTreeSet<String>>>);
+pub struct PodNames(Arc<Mutex<BTreeMap<String, Instant>>>);
 
 impl PodNames {
     pub fn watch(client: Client, ns: String, release: String) -> PodNames {
@@ -209,8 +211,13 @@ impl PodNames {
         let n = names.clone();
         tokio::spawn(async move {
             loop {
-                for p in release_pods(&client, &ns, &release).await {
-                    n.0.lock().unwrap().insert(p.name_any());
+                let pods = release_pods(&client, &ns, &release).await;
+                let now = Instant::now();
+                {
+                    let mut m = n.0.lock().unwrap();
+                    for p in pods {
+                        m.insert(p.name_any(), now);
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
@@ -219,7 +226,13 @@ impl PodNames {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        self.0.lock().unwrap().contains(name)
+        self.0.lock().unwrap().contains_key(name)
+    }
+
+    /// When `name` was last listed, if it has not been for `absent` now.
+    pub fn gone_since(&self, name: &str, absent: Duration) -> Option<Instant> {
+        let last = *self.0.lock().unwrap().get(name)?;
+        (last.elapsed() > absent).then_some(last)
     }
 }
 
