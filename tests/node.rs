@@ -30,8 +30,6 @@ use support::node::{CHART, Node, PodNames, must, release_pods, run, wait_ready_p
 use support::{Witness, create_checkers, exclusivity_violation, largest_gap, rand_suffix};
 use webchecker::api::MEMBER_LABEL;
 
-const RELEASE: &str = "wc";
-const FULLNAME: &str = "wc-webchecker-operator";
 const CHECKERS: usize = 30;
 const INTERVAL: u32 = 2;
 /// DESIGN's coverage bound, interval + failover bound, with the chart's
@@ -52,6 +50,8 @@ struct Suite {
     /// Release namespace and the namespace of the checkers (the one watched).
     ns: String,
     checks: String,
+    /// Release name (each test its own: the chart's cluster-wide objects are named after it).
+    release: String,
     witness: Witness,
     names: Vec<String>,
     seen: PodNames,
@@ -78,7 +78,7 @@ impl Suite {
         let watch = format!("operator.watchNamespace={checks}");
         let args = [
             "install",
-            RELEASE,
+            prefix,
             CHART,
             "-n",
             &ns,
@@ -96,7 +96,7 @@ impl Suite {
             "5m",
         ];
         must(node.helm(&args), "helm install").await;
-        let pods = wait_ready_pods(&client, &ns, RELEASE, 3, &[], WAIT).await;
+        let pods = wait_ready_pods(&client, &ns, prefix, 3, &[], WAIT).await;
         println!(
             "helm install: 3 pods Running and Ready after {:.1?}",
             t0.elapsed()
@@ -112,12 +112,13 @@ impl Suite {
         let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i:02}")).collect();
         let t0 = Instant::now();
         create_checkers(&client, &checks, &witness.url(), &names, INTERVAL).await;
-        let seen = PodNames::watch(client.clone(), ns.clone(), RELEASE.to_string());
+        let seen = PodNames::watch(client.clone(), ns.clone(), prefix.to_string());
         let s = Suite {
             node,
             client,
             ns,
             checks,
+            release: prefix.to_string(),
             witness,
             names,
             seen,
@@ -213,7 +214,7 @@ impl Suite {
     /// No probe from `pod` starts after the instant its pod object was gone.
     async fn wait_gone_and_silent(&self, pod: &str) {
         let deadline = Instant::now() + WAIT;
-        while release_pods(&self.client, &self.ns, RELEASE)
+        while release_pods(&self.client, &self.ns, &self.release)
             .await
             .iter()
             .any(|p| p.name_any() == pod)
@@ -250,7 +251,7 @@ impl Suite {
         self.pods = wait_ready_pods(
             &self.client,
             &self.ns,
-            RELEASE,
+            &self.release,
             3,
             std::slice::from_ref(&victim),
             WAIT,
@@ -265,7 +266,7 @@ impl Suite {
         must(
             self.node.helm(&[
                 "uninstall",
-                RELEASE,
+                &self.release,
                 "-n",
                 &self.ns,
                 "--wait",
@@ -276,7 +277,7 @@ impl Suite {
         )
         .await;
         let deadline = Instant::now() + WAIT;
-        while !release_pods(&self.client, &self.ns, RELEASE)
+        while !release_pods(&self.client, &self.ns, &self.release)
             .await
             .is_empty()
         {
@@ -413,6 +414,7 @@ async fn container_id(client: &Client, ns: &str, pod: &str) -> (String, i32) {
 #[ignore = "minutes on a real node: make node-test"]
 async fn lifecycle_of_the_release_on_a_real_node() {
     let mut s = Suite::install("life").await;
+    let fullname = format!("{}-webchecker-operator", s.release);
     s.delete_pod().await;
 
     // A container killed: the kubelet restarts it in the same pod, so the
@@ -428,7 +430,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     let deadline = Instant::now() + WAIT;
     loop {
         let (_, now) = container_id(&s.client, &s.ns, &victim).await;
-        let ready = release_pods(&s.client, &s.ns, RELEASE)
+        let ready = release_pods(&s.client, &s.ns, &s.release)
             .await
             .iter()
             .any(|p| p.name_any() == victim && support::node::is_ready(p));
@@ -445,7 +447,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
 
     let old = s.pods.clone();
     let t = Instant::now();
-    let dep = format!("deployment/{FULLNAME}");
+    let dep = format!("deployment/{fullname}");
     must(
         s.node.kubectl(&["rollout", "restart", &dep, "-n", &s.ns]),
         "rollout restart",
@@ -457,7 +459,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         "rollout status",
     )
     .await;
-    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 3, &old, WAIT).await;
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
     s.step_done("kubectl rollout restart", t).await;
 
     let next = format!("{}-next", s.node.tag);
@@ -470,7 +472,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     let set = format!("image.tag={next}");
     let up = [
         "upgrade",
-        RELEASE,
+        &s.release,
         CHART,
         "-n",
         &s.ns,
@@ -482,8 +484,8 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         "5m",
     ];
     must(s.node.helm(&up), "helm upgrade").await;
-    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 3, &old, WAIT).await;
-    for p in release_pods(&s.client, &s.ns, RELEASE).await {
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
+    for p in release_pods(&s.client, &s.ns, &s.release).await {
         let image = p.spec.as_ref().unwrap().containers[0]
             .image
             .clone()
@@ -501,7 +503,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         let set = format!("replicaCount={n}");
         let up = [
             "upgrade",
-            RELEASE,
+            &s.release,
             CHART,
             "-n",
             &s.ns,
@@ -513,7 +515,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
             "5m",
         ];
         must(s.node.helm(&up), "helm upgrade replicaCount").await;
-        s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, n, &[], WAIT).await;
+        s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, n, &[], WAIT).await;
         s.step_done(step, t).await;
     }
 
@@ -527,7 +529,12 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.ns);
     let deadline = Instant::now() + WAIT;
     loop {
-        let st = pdbs.get(FULLNAME).await.unwrap().status.unwrap_or_default();
+        let st = pdbs
+            .get(&fullname)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
         if (st.expected_pods, st.current_healthy, st.disruptions_allowed)
             == (Some(2), Some(2), Some(1))
         {
@@ -546,7 +553,15 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         }
         other => panic!("second eviction while {a} is replaced: want 429, got {other:?}"),
     }
-    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 2, std::slice::from_ref(&a), WAIT).await;
+    s.pods = wait_ready_pods(
+        &s.client,
+        &s.ns,
+        &s.release,
+        2,
+        std::slice::from_ref(&a),
+        WAIT,
+    )
+    .await;
     let deadline = Instant::now() + WAIT;
     while let Err(e) = evict(&s, &b).await {
         assert!(
@@ -555,14 +570,14 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    s.pods = wait_ready_pods(&s.client, &s.ns, RELEASE, 2, &[a, b], WAIT).await;
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 2, &[a, b], WAIT).await;
     s.step_done("evict two pods (PDB maxUnavailable 1)", t)
         .await;
 
     let t = Instant::now();
     let out = must(
         s.node
-            .helm(&["test", RELEASE, "-n", &s.ns, "--timeout", "5m"]),
+            .helm(&["test", &s.release, "-n", &s.ns, "--logs", "--timeout", "5m"]),
         "helm test",
     )
     .await;

@@ -89,8 +89,9 @@ impl Node {
                 let _ = Command::new("bash")
                     .arg("-c")
                     .arg(format!(
-                        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >'{}.down.log' 2>&1",
+                        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >'{}.down.log' 2>&1 && rm -f '{}.down.log'",
                         repo().join("hack/node.sh").display(),
+                        dir.display(),
                         dir.display(),
                         dir.display()
                     ))
