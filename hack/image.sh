@@ -49,6 +49,12 @@ fetch_debs() {
   : >"$OUT/base-packages.txt"
   for p in "${BASE_PACKAGES[@]}"; do
     v=$(apt-cache policy "$p" | awk '/Candidate:/ { print $2 }')
+    if { [ -z "$v" ] || [ "$v" = "(none)" ]; } && [ "$(id -u)" -eq 0 ] && [ -z "${apt_updated:-}" ]; then
+      log "apt knows no version of $p: apt-get update"
+      apt-get update -q >/dev/null
+      apt_updated=1
+      v=$(apt-cache policy "$p" | awk '/Candidate:/ { print $2 }')
+    fi
     [ -n "$v" ] && [ "$v" != "(none)" ] || die "apt knows no version of $p (run apt-get update)"
     f=$(find "$debs" -maxdepth 1 -name "${p}_${v//:/%3a}_*.deb" | head -n 1)
     if [ -z "$f" ]; then
