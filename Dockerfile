@@ -10,10 +10,24 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin webchecker-operator \
- && install -D -m 0755 target/release/webchecker-operator /out/webchecker-operator
+    cargo build --release --locked --bin webchecker-operator --bin webchecker-chart-test \
+ && install -D -m 0755 target/release/webchecker-operator /out/webchecker-operator \
+ && install -D -m 0755 target/release/webchecker-chart-test /out/webchecker-chart-test
 
-# glibc + libgcc, CA certificates, no shell, user nonroot (65532).
+# The chart's `helm test` pod (src/bin/chart_test.rs):
+#   docker build --target chart-test -t webchecker-operator-chart-test:0.1.0 .
+FROM gcr.io/distroless/cc-debian12:nonroot AS chart-test
+LABEL org.opencontainers.image.title="webchecker-operator-chart-test" \
+      org.opencontainers.image.description="helm test of the webchecker-operator chart" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=builder /out/webchecker-chart-test /usr/local/bin/webchecker-chart-test
+USER 65532:65532
+# the sample checker's target
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/webchecker-chart-test"]
+
+# The operator (the default target). glibc + libgcc, CA certificates, no
+# shell, user nonroot (65532). `make image` builds the same without an engine.
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="webchecker-operator" \
       org.opencontainers.image.description="Kubernetes operator that probes HTTP endpoints described by WebChecker resources" \

@@ -35,6 +35,38 @@ cluster-down: ## stop the cluster and delete its state
 cluster-status: ## show whether the cluster runs
 	@hack/cluster.sh status $(CLUSTER_DIR)
 
+## image and node
+
+NODE_DIR ?= .local/node
+
+.PHONY: image node-up node-down node-status node-test
+
+image: ## the operator's image without a container engine -> target/oci/*.oci.tar (IMAGE_TAG=x sets the tag)
+	hack/image.sh
+
+node-up: image ## a real node on a local control plane: kubelet, containerd, CNI, kube-proxy, the images loaded (root)
+	@set -euo pipefail; \
+	hack/install-deps.sh --node >/dev/null; \
+	kubeconfig=$$(hack/node.sh up $(NODE_DIR) | tail -n 1); \
+	. $(NODE_DIR)/cluster.env; \
+	mkdir -p .local/bin; \
+	for t in kubectl helm; do ln -sfn "$$BIN/$$t" .local/bin/$$t; done; \
+	ln -sfn "$$kubeconfig" .local/node-kubeconfig; \
+	echo "node up: $$("$$BIN/kubectl" --kubeconfig "$$kubeconfig" get nodes --no-headers)"; \
+	echo "use it with:"; \
+	echo '  export KUBECONFIG=$$PWD/.local/node-kubeconfig PATH=$$PWD/.local/bin:$$PATH'
+
+node-down: ## stop the node and its control plane; remove every pod, mount, netns, bridge, nftables table
+	hack/node.sh down $(NODE_DIR)
+	rm -f .local/node-kubeconfig
+
+node-status: ## show whether the node runs
+	@hack/node.sh status $(NODE_DIR)
+
+node-test: image ## the whole node suite (tests/node.rs, --ignored too): helm install, pod faults, rollout, upgrade, scale, eviction, helm test (~15 min)
+	hack/install-deps.sh --node >/dev/null
+	cargo test --locked --test node -- --include-ignored --test-threads=1 --nocapture
+
 ## operator
 
 .PHONY: demo demo-down build test lint

@@ -44,9 +44,11 @@ if ! grep -q "k8s.io/kubernetes v$KUBE_VERSION\$" "$kube_dir/go.mod" 2>/dev/null
     sed -nE 's#^[[:space:]]*(k8s\.io/[^[:space:]]+)[[:space:]]+=>[[:space:]]+\./staging/.*#\t\1 => \1 '"$staging"'#p' "$up"
     echo ")"
     echo
+    # The node's binaries too (hack/build-node-tools.sh builds them from this module).
     echo "tool ("
-    echo "	k8s.io/kubernetes/cmd/kube-apiserver"
-    echo "	k8s.io/kubernetes/cmd/kubectl"
+    for t in kube-apiserver kubectl kube-controller-manager kube-proxy kube-scheduler kubelet; do
+      echo "	k8s.io/kubernetes/cmd/$t"
+    done
     echo ")"
   } > "$kube_dir/go.mod"
   rm -f "$kube_dir/go.sum"

@@ -20,6 +20,11 @@
 #   CLUSTER_STOP_TIMEOUT           seconds between SIGTERM and SIGKILL (default 20)
 #   CLUSTER_APISERVER_EXTRA_ARGS   extra kube-apiserver flags for `up`, split on spaces (e.g. --watch-cache=false)
 #   CLUSTER_KEEP_LOGS=1            `down` keeps *.log
+#   CLUSTER_NODE_IP                for a real node (hack/node.sh): the API server listens on
+#                                  this address instead of 127.0.0.1 (pods reach it through
+#                                  the kubernetes Service) and runs as a node expects it:
+#                                  ServiceAccount admission on, Node authorization, a client
+#                                  certificate to reach the kubelet (docs/node.md)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -201,7 +206,7 @@ wait_etcd() {
 api() { # api PATH [curl args...]
   local path=$1; shift
   curl -sS --max-time 5 --cacert "$CLUSTER_DIR/pki/ca.crt" -H "Authorization: Bearer $TOKEN" \
-    "https://127.0.0.1:$APISERVER_PORT$path" "$@"
+    "https://${APISERVER_HOST:-127.0.0.1}:$APISERVER_PORT$path" "$@"
 }
 
 apiserver_ready() {
@@ -239,27 +244,40 @@ write_etcd_cmd() {
 }
 
 write_apiserver_cmd() {
-  local dir=$1 extra=()
+  local dir=$1 extra=() mode=()
   # shellcheck disable=SC2206
   [ -z "${CLUSTER_APISERVER_EXTRA_ARGS:-}" ] || extra=($CLUSTER_APISERVER_EXTRA_ARGS)
+  if [ -n "${NODE_IP:-}" ]; then
+    # A node's pods need their ServiceAccount tokens mounted (admission plugin
+    # ServiceAccount), the kubelet may touch only its own Node and pods (Node
+    # authorizer), `kubectl logs/exec` go to the kubelet with a client
+    # certificate at the node's address (not its name: no DNS here), and the
+    # kubernetes Service's endpoint is this address (the default lease reconciler).
+    mode=(--authorization-mode=Node,RBAC
+      --kubelet-preferred-address-types=InternalIP
+      --kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt"
+      --kubelet-client-key="$dir/pki/apiserver-kubelet-client.key")
+  else
+    # No kubelet: nothing would create the default ServiceAccounts, and the
+    # kubernetes Service would name a loopback address.
+    mode=(--authorization-mode=RBAC --disable-admission-plugins=ServiceAccount --endpoint-reconciler-type=none)
+  fi
   record "$dir" apiserver "$BIN/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
+    --bind-address="$APISERVER_HOST" \
+    --advertise-address="$APISERVER_HOST" \
     --secure-port="$APISERVER_PORT" \
     --cert-dir="$dir/pki" \
     --tls-cert-file="$dir/pki/apiserver.crt" \
     --tls-private-key-file="$dir/pki/apiserver.key" \
     --client-ca-file="$dir/pki/ca.crt" \
     --token-auth-file="$dir/tokens.csv" \
-    --authorization-mode=RBAC \
-    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+    "${mode[@]}" \
+    --service-account-issuer="https://$APISERVER_HOST:$APISERVER_PORT" \
     --service-account-key-file="$dir/pki/sa.pub" \
     --service-account-signing-key-file="$dir/pki/sa.key" \
     --service-cluster-ip-range=10.0.0.0/24 \
     --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
-    --endpoint-reconciler-type=none \
     --profiling=false \
     ${extra[@]+"${extra[@]}"}
 }
@@ -273,16 +291,27 @@ gen_pki() {
     -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
   openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" \
     -subj "/CN=kube-apiserver" 2>/dev/null
-  cat >"$pki/apiserver.ext" <<'EOF'
+  cat >"$pki/apiserver.ext" <<EOF
 basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1
+subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1${NODE_IP:+,IP:$NODE_IP}
 EOF
   openssl x509 -req -sha256 -days 3650 -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
     -CAcreateserial -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt" 2>/dev/null
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  if [ -n "${NODE_IP:-}" ]; then
+    # The API server's client identity towards the kubelet (system:masters: the
+    # kubelet's webhook authorizer asks the API server, which allows it all).
+    openssl req -newkey rsa:2048 -nodes -sha256 -keyout "$pki/apiserver-kubelet-client.key" \
+      -out "$pki/apiserver-kubelet-client.csr" -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' \
+      >"$pki/client.ext"
+    openssl x509 -req -sha256 -days 3650 -in "$pki/apiserver-kubelet-client.csr" -CA "$pki/ca.crt" \
+      -CAkey "$pki/ca.key" -CAcreateserial -extfile "$pki/client.ext" -out "$pki/apiserver-kubelet-client.crt" 2>/dev/null
+    rm -f "$pki/apiserver-kubelet-client.csr" "$pki/client.ext"
+  fi
   rm -f "$pki/apiserver.csr" "$pki/apiserver.ext" "$pki/ca.srl"
 }
 
@@ -296,7 +325,7 @@ kind: Config
 clusters:
 - name: webchecker-local
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$APISERVER_HOST:$APISERVER_PORT
     certificate-authority-data: $ca
 users:
 - name: admin
@@ -323,8 +352,10 @@ write_env() {
     q ETCD_PORT "$ETCD_PORT"
     q ETCD_PEER_PORT "$ETCD_PEER_PORT"
     q ETCD_URL "http://127.0.0.1:$ETCD_PORT"
+    q APISERVER_HOST "$APISERVER_HOST"
     q APISERVER_PORT "$APISERVER_PORT"
-    q APISERVER_URL "https://127.0.0.1:$APISERVER_PORT"
+    q APISERVER_URL "https://$APISERVER_HOST:$APISERVER_PORT"
+    q NODE_IP "${NODE_IP:-}"
     q CA_FILE "$dir/pki/ca.crt"
     q TOKEN "$TOKEN"
     q KUBECONFIG "$dir/kubeconfig"
@@ -356,7 +387,7 @@ cmd_up() {
   if [ -f "$dir/cluster.env" ]; then
     load_env "$dir"
     if pid_alive "$dir" etcd && pid_alive "$dir" apiserver && apiserver_ready; then
-      log "already running in $dir (apiserver https://127.0.0.1:$APISERVER_PORT)"
+      log "already running in $dir (apiserver https://${APISERVER_HOST:-127.0.0.1}:$APISERVER_PORT)"
       echo "$dir/kubeconfig"
       return 0
     fi
@@ -369,6 +400,8 @@ cmd_up() {
   t0=$(now)
   BIN=$(tools_bin)
   CLUSTER_DIR=$dir
+  NODE_IP=${CLUSTER_NODE_IP:-}
+  APISERVER_HOST=${NODE_IP:-127.0.0.1}
   TOKEN=$(openssl rand -hex 24)
   gen_pki "$dir"
   umask 077
@@ -406,7 +439,7 @@ cmd_up() {
     stop_proc "$dir" etcd
     die "kube-apiserver did not become ready within ${START_TIMEOUT}s (see $dir/apiserver.log)"
   done
-  log "kube-apiserver ready on https://127.0.0.1:$APISERVER_PORT in $(elapsed "$t1")s (total $(elapsed "$t0")s)"
+  log "kube-apiserver ready on https://$APISERVER_HOST:$APISERVER_PORT in $(elapsed "$t1")s (total $(elapsed "$t0")s)"
   write_kubeconfig "$dir"
   write_env "$dir"
   echo "$dir/kubeconfig"
@@ -436,9 +469,9 @@ cmd_status() {
   fi
   if pid_alive "$dir" apiserver; then
     if apiserver_ready; then
-      echo "kube-apiserver: running and ready (pid $(cat "$dir/apiserver.pid"), https://127.0.0.1:$APISERVER_PORT)"
+      echo "kube-apiserver: running and ready (pid $(cat "$dir/apiserver.pid"), https://${APISERVER_HOST:-127.0.0.1}:$APISERVER_PORT)"
     else
-      echo "kube-apiserver: running, not ready (pid $(cat "$dir/apiserver.pid"), https://127.0.0.1:$APISERVER_PORT)"; ok=1
+      echo "kube-apiserver: running, not ready (pid $(cat "$dir/apiserver.pid"), https://${APISERVER_HOST:-127.0.0.1}:$APISERVER_PORT)"; ok=1
     fi
   else
     echo "kube-apiserver: not running"; ok=1

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests and benchmarks need on a fresh Debian
 # machine, only those that are missing: openssl, curl, python3, promtool
-# (Debian package prometheus), prometheus-blackbox-exporter. Go and Rust are
+# (Debian package prometheus), prometheus-blackbox-exporter, and what the real
+# node of hack/node.sh needs (runc, the CNI plugins, nft). Go and Rust are
 # expected to be preinstalled: they are only checked.
+#
+#   hack/install-deps.sh           all of it
+#   hack/install-deps.sh --node    only the node's packages
 set -euo pipefail
+node_only=
+[ "${1:-}" = --node ] && node_only=1
 
 SUDO=
 if [ "$(id -u)" -ne 0 ]; then
@@ -19,21 +25,33 @@ want() { # want COMMAND PACKAGE
     missing+=("$2")
   fi
 }
+# The node (hack/node.sh): runc for containerd, the CNI plugins in /usr/lib/cni,
+# nft for our forwarding guard and kube-proxy's nftables mode, gcc for the pause program.
+want runc runc
+want nft nftables
+want gcc gcc
+if [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ]; then
+  echo "install-deps: CNI plugins found"
+else
+  missing+=(containernetworking-plugins)
+fi
 want openssl openssl
 want curl curl
 want python3 python3
-want promtool prometheus
-# Debian installs the exporter as /usr/bin/prometheus-blackbox-exporter.
-if command -v prometheus-blackbox-exporter >/dev/null 2>&1 || command -v blackbox_exporter >/dev/null 2>&1; then
-  echo "install-deps: blackbox exporter found"
-else
-  missing+=(prometheus-blackbox-exporter)
-fi
-# The bench's PNG plots need a TrueType font.
-if [ -d /usr/share/fonts/truetype/dejavu ]; then
-  echo "install-deps: DejaVu fonts found"
-else
-  missing+=(fonts-dejavu-core)
+if [ -z "$node_only" ]; then
+  want promtool prometheus
+  # Debian installs the exporter as /usr/bin/prometheus-blackbox-exporter.
+  if command -v prometheus-blackbox-exporter >/dev/null 2>&1 || command -v blackbox_exporter >/dev/null 2>&1; then
+    echo "install-deps: blackbox exporter found"
+  else
+    missing+=(prometheus-blackbox-exporter)
+  fi
+  # The bench's PNG plots need a TrueType font.
+  if [ -d /usr/share/fonts/truetype/dejavu ]; then
+    echo "install-deps: DejaVu fonts found"
+  else
+    missing+=(fonts-dejavu-core)
+  fi
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

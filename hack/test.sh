@@ -16,8 +16,12 @@ export CHAOS_MINUTES=$chaos_minutes
 # behaviour changes); `make chaos` draws a new seed each run to explore.
 export CHAOS_SEED=${CHAOS_SEED:-874556080}
 
-# Build everything first (one build, deadlines below cover only the tests).
+# Build everything first (one build, deadlines below cover only the tests),
+# the images too (a release build) and the node's binaries (tests/image.rs
+# and tests/node.rs use them).
 cargo test --locked --all-targets --no-run || exit 1
+hack/image.sh || exit 1
+hack/build-node-tools.sh node >/dev/null || exit 1
 
 targets=("--lib" "--bins")
 for f in tests/*.rs; do

@@ -126,8 +126,10 @@ async fn cluster_helm(cluster: &Cluster, args: &[&str]) -> Output {
 // -------------------------------------------------------------- rendering
 
 /// `helm template` of the README's release, parsed into its YAML documents.
+/// The `helm test` hook (templates/tests/) is left out: it is not part of
+/// the release's objects (`render_tests` has it).
 fn render(extra: &[&str]) -> Vec<Value> {
-    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS];
+    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS, "--skip-tests"];
     args.extend_from_slice(extra);
     let out = ok(helm(&args), &format!("helm template {extra:?}"));
     serde_yaml::Deserializer::from_str(&out)

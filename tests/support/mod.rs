@@ -6,7 +6,9 @@
 pub mod dns;
 pub mod faults;
 pub mod fleet;
+pub mod node;
 pub mod objlog;
+pub mod oci;
 pub mod oracle;
 pub mod release;
 pub mod speaks;
@@ -578,7 +580,13 @@ pub struct Witness {
 
 impl Witness {
     pub async fn start() -> Witness {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// A witness on another local address (a real node's pods cannot reach
+    /// the host's loopback; they reach the node's address).
+    pub async fn start_on(ip: &str) -> Witness {
+        let listener = TcpListener::bind((ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let mut w = Witness {
             addr,

@@ -54,7 +54,7 @@ pub async fn helm_template(
     let home = repo().join("target").join("e2e").join("helm-home");
     let mut c = Command::new(cluster.bin.join("helm"));
     c.current_dir(repo())
-        .args(["template", release, CHART, "-n", namespace])
+        .args(["template", release, CHART, "-n", namespace, "--skip-tests"])
         .env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_DATA_HOME", home.join("data"))

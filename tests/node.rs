@@ -1,0 +1,598 @@
+//! The Helm install for real: the chart's pods run from the image built here
+//! (`make image`) on a real node (hack/node.sh: kubelet, containerd, CNI,
+//! kube-proxy, controller-manager and scheduler of the pinned release).
+//!
+//! The chart is installed with values a user would set (image tag and pull
+//! policy, the watched namespace) and the witness, listening on the node's
+//! address, logs every probe with the `X-Webchecker-Replica` header, which is
+//! the pod name. It is the oracle: no two pods probe one checker at once, no
+//! pod probes after it is gone, only pods of the release probe, and the
+//! largest probe gap of each step stays within DESIGN's bound.
+//!
+//! - `smoke` (in `make test`): install, 3 pods Running and Ready, every
+//!   checker probed by them, one pod deleted and replaced, uninstall.
+//! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
+//!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
+//!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
+//!   largest gap per step.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use support::node::{CHART, Node, PodNames, must, release_pods, run, wait_ready_pods};
+use support::{Witness, create_checkers, exclusivity_violation, largest_gap, rand_suffix};
+use webchecker::api::MEMBER_LABEL;
+
+const CHECKERS: usize = 30;
+const INTERVAL: u32 = 2;
+/// DESIGN's coverage bound, interval + failover bound, with the chart's
+/// default Lease timings: 2 s + leaseDuration 10 s + retryPeriod 2 s.
+const GAP_BOUND: Duration = Duration::from_secs(14);
+const WAIT: Duration = Duration::from_secs(240);
+
+struct Row {
+    step: &'static str,
+    took: Duration,
+    gap: Duration,
+    checker: String,
+}
+
+struct Suite {
+    node: &'static Node,
+    client: Client,
+    /// Release namespace and the namespace of the checkers (the one watched).
+    ns: String,
+    checks: String,
+    /// Release name (each test its own: the chart's cluster-wide objects are named after it).
+    release: String,
+    witness: Witness,
+    names: Vec<String>,
+    seen: PodNames,
+    pods: Vec<String>,
+    rows: Vec<Row>,
+}
+
+impl Suite {
+    async fn install(prefix: &str) -> Suite {
+        let node = Node::shared();
+        let client = node.cluster.client().await;
+        let suffix = rand_suffix();
+        let (ns, checks) = (
+            format!("{prefix}-{suffix}"),
+            format!("{prefix}-checks-{suffix}"),
+        );
+        must(
+            node.kubectl(&["create", "namespace", &checks]),
+            "create namespace",
+        )
+        .await;
+        let t0 = Instant::now();
+        let tag = format!("image.tag={}", node.tag);
+        let watch = format!("operator.watchNamespace={checks}");
+        let args = [
+            "install",
+            prefix,
+            CHART,
+            "-n",
+            &ns,
+            "--create-namespace",
+            "--set",
+            &tag,
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            "tests.image.pullPolicy=Never",
+            "--set",
+            &watch,
+            "--wait",
+            "--timeout",
+            "5m",
+        ];
+        must(node.helm(&args), "helm install").await;
+        let pods = wait_ready_pods(&client, &ns, prefix, 3, &[], WAIT).await;
+        println!(
+            "helm install: 3 pods Running and Ready after {:.1?}",
+            t0.elapsed()
+        );
+        let wide = must(
+            node.kubectl(&["get", "pods", "-o", "wide", "-n", &ns]),
+            "get pods",
+        )
+        .await;
+        println!("$ kubectl get pods -o wide -n {ns}\n{wide}");
+        // The user's checkers, once the chart has installed the CRD.
+        let witness = Witness::start_on(&node.ip).await;
+        let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i:02}")).collect();
+        let t0 = Instant::now();
+        create_checkers(&client, &checks, &witness.url(), &names, INTERVAL).await;
+        let seen = PodNames::watch(client.clone(), ns.clone(), prefix.to_string());
+        let s = Suite {
+            node,
+            client,
+            ns,
+            checks,
+            release: prefix.to_string(),
+            witness,
+            names,
+            seen,
+            pods,
+            rows: Vec::new(),
+        };
+        s.settle(t0).await;
+        s.check_invariants();
+        s
+    }
+
+    /// Waits until every checker was probed after `since` by a pod that is
+    /// Ready now, and every such pod probes at least one checker.
+    async fn settle(&self, since: Instant) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let hits = self.witness.hits();
+            let fresh: Vec<_> = hits.iter().filter(|h| h.start >= since).collect();
+            let probed: BTreeSet<&str> = fresh
+                .iter()
+                .filter(|h| self.pods.contains(&h.replica))
+                .map(|h| h.checker.as_str())
+                .collect();
+            let probing: BTreeSet<&str> = fresh.iter().map(|h| h.replica.as_str()).collect();
+            if probed.len() == self.names.len()
+                && self.pods.iter().all(|p| probing.contains(p.as_str()))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not settled after {WAIT:?}: {} of {} checkers probed by {:?}; probing: {probing:?}",
+                probed.len(),
+                self.names.len(),
+                self.pods
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Invariants over the whole witness log so far.
+    fn check_invariants(&self) {
+        let hits = self.witness.all_hits();
+        if let Some(v) = exclusivity_violation(&hits) {
+            panic!("exclusivity: {v}");
+        }
+        let strangers: BTreeSet<&str> = hits
+            .iter()
+            .map(|h| h.replica.as_str())
+            .filter(|r| !self.seen.contains(r) && !self.pods.iter().any(|p| p == r))
+            .collect();
+        // A pod not listed for 2 s is gone; it was listed at most 0.5 s
+        // before it went (the watcher's period).
+        let late: Vec<String> = hits
+            .iter()
+            .filter_map(|h| {
+                let last = self.seen.gone_since(&h.replica, Duration::from_secs(2))?;
+                (h.start > last + Duration::from_secs(1))
+                    .then(|| format!("{} {}", h.replica, h.checker))
+            })
+            .collect();
+        assert!(late.is_empty(), "probes from pods that were gone: {late:?}");
+        assert!(
+            strangers.is_empty(),
+            "probes from replicas that are no pod of the release: {strangers:?}"
+        );
+    }
+
+    /// Ends a step that began at `from`: waits for coverage by the current
+    /// pods, two more intervals, then records the largest gap.
+    async fn step_done(&mut self, step: &'static str, from: Instant) {
+        self.settle(from).await;
+        tokio::time::sleep(Duration::from_secs(2 * INTERVAL as u64)).await;
+        let now = Instant::now();
+        let (gap, checker) = largest_gap(&self.witness.hits(), &self.names, from, now);
+        println!(
+            "{step}: took {:.1?}, largest probe gap {gap:.2?} ({checker})",
+            now - from
+        );
+        self.check_invariants();
+        assert!(
+            gap <= GAP_BOUND,
+            "{step}: largest probe gap {gap:?} ({checker}) above the bound {GAP_BOUND:?}"
+        );
+        self.rows.push(Row {
+            step,
+            took: now - from,
+            gap,
+            checker,
+        });
+    }
+
+    /// No probe from `pod` starts after the instant its pod object was gone.
+    async fn wait_gone_and_silent(&self, pod: &str) {
+        let deadline = Instant::now() + WAIT;
+        while release_pods(&self.client, &self.ns, &self.release)
+            .await
+            .iter()
+            .any(|p| p.name_any() == pod)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "pod {pod} not gone after {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let gone = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2 * INTERVAL as u64)).await;
+        let late: Vec<_> = self
+            .witness
+            .all_hits()
+            .into_iter()
+            .filter(|h| h.replica == pod && h.start > gone)
+            .collect();
+        assert!(
+            late.is_empty(),
+            "{pod} probed after its pod was gone: {late:?}"
+        );
+    }
+
+    async fn delete_pod(&mut self) {
+        let victim = self.pods[0].clone();
+        let t = Instant::now();
+        must(
+            self.node
+                .kubectl(&["delete", "pod", &victim, "-n", &self.ns, "--wait=false"]),
+            "delete pod",
+        )
+        .await;
+        self.pods = wait_ready_pods(
+            &self.client,
+            &self.ns,
+            &self.release,
+            3,
+            std::slice::from_ref(&victim),
+            WAIT,
+        )
+        .await;
+        self.wait_gone_and_silent(&victim).await;
+        self.step_done("delete a pod", t).await;
+    }
+
+    async fn uninstall(&mut self) {
+        let t = Instant::now();
+        must(
+            self.node.helm(&[
+                "uninstall",
+                &self.release,
+                "-n",
+                &self.ns,
+                "--wait",
+                "--timeout",
+                "5m",
+            ]),
+            "helm uninstall",
+        )
+        .await;
+        let deadline = Instant::now() + WAIT;
+        while !release_pods(&self.client, &self.ns, &self.release)
+            .await
+            .is_empty()
+        {
+            assert!(Instant::now() < deadline, "pods left after helm uninstall");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let gone = Instant::now();
+        tokio::time::sleep(Duration::from_secs(2 * INTERVAL as u64)).await;
+        let late = self
+            .witness
+            .all_hits()
+            .into_iter()
+            .filter(|h| h.start > gone)
+            .count();
+        assert_eq!(late, 0, "probes after every pod of the release was gone");
+        // Known limit: `helm uninstall` deletes the Role that lets the pods
+        // delete their Leases while they are still shutting down, so their
+        // membership Leases stay ("could not release the membership Lease:
+        // forbidden"). Nobody renews them any more.
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
+        let renewed = |ls: &[Lease]| -> Vec<(String, Option<String>)> {
+            ls.iter()
+                .map(|l| {
+                    let t = l
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.renew_time.as_ref())
+                        .map(|t| format!("{:?}", t.0));
+                    (l.name_any(), t)
+                })
+                .collect()
+        };
+        let lp = ListParams::default().labels(MEMBER_LABEL);
+        let before = renewed(&leases.list(&lp).await.unwrap().items);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after = renewed(&leases.list(&lp).await.unwrap().items);
+        assert_eq!(
+            before, after,
+            "membership Leases renewed after every pod was gone"
+        );
+        if !before.is_empty() {
+            println!(
+                "membership Leases left after uninstall (not renewed): {}",
+                before.len()
+            );
+        }
+        // The checkers stay (the CRD is not the release's to delete).
+        let wcs = must(
+            self.node
+                .kubectl(&["get", "wc", "-n", &self.checks, "-o", "name"]),
+            "get wc",
+        )
+        .await;
+        assert_eq!(wcs.lines().count(), CHECKERS);
+        println!(
+            "helm uninstall: pods gone after {:.1?}, no probe since",
+            gone - t
+        );
+    }
+
+    fn table(&self) -> String {
+        let mut out =
+            String::from("| step | took | largest probe gap | bound |\n|---|---|---|---|\n");
+        for r in &self.rows {
+            out += &format!(
+                "| {} | {:.0} s | {:.2} s ({}) | {} s |\n",
+                r.step,
+                r.took.as_secs_f64(),
+                r.gap.as_secs_f64(),
+                r.checker,
+                GAP_BOUND.as_secs()
+            );
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn smoke_install_probe_from_pods_and_replace_one() {
+    let mut s = Suite::install("smoke").await;
+    // The witness saw the pods' names, all three of them.
+    let probing: BTreeSet<String> = s.witness.hits().into_iter().map(|h| h.replica).collect();
+    for p in &s.pods {
+        assert!(probing.contains(p), "{p} probes nothing: {probing:?}");
+    }
+    s.delete_pod().await;
+    println!("{}", s.table());
+    s.uninstall().await;
+}
+
+/// POST pods/<pod>/eviction; Err(stderr) when refused.
+async fn evict(s: &Suite, pod: &str) -> Result<(), String> {
+    use std::io::Write;
+    let path = format!("/api/v1/namespaces/{}/pods/{pod}/eviction", s.ns);
+    let body = format!(
+        r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"{}"}}}}"#,
+        s.ns
+    );
+    let mut cmd = s.node.kubectl(&["create", "--raw", &path, "-f", "-"]);
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = cmd.spawn().expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(body.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).to_string())
+    }
+}
+
+async fn container_id(client: &Client, ns: &str, pod: &str) -> (String, i32) {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let p = api.get(pod).await.unwrap();
+    let cs = &p.status.unwrap().container_statuses.unwrap()[0];
+    let id = cs.container_id.clone().unwrap_or_default();
+    (
+        id.trim_start_matches("containerd://").to_string(),
+        cs.restart_count,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "minutes on a real node: make node-test"]
+async fn lifecycle_of_the_release_on_a_real_node() {
+    let mut s = Suite::install("life").await;
+    let fullname = format!("{}-webchecker-operator", s.release);
+    s.delete_pod().await;
+
+    // A container killed: the kubelet restarts it in the same pod, so the
+    // replica comes back under the same identity.
+    let victim = s.pods[0].clone();
+    let (id, restarts) = container_id(&s.client, &s.ns, &victim).await;
+    let t = Instant::now();
+    must(
+        s.node.ctr(&["tasks", "kill", "--signal", "SIGKILL", &id]),
+        "ctr tasks kill",
+    )
+    .await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, now) = container_id(&s.client, &s.ns, &victim).await;
+        let ready = release_pods(&s.client, &s.ns, &s.release)
+            .await
+            .iter()
+            .any(|p| p.name_any() == victim && support::node::is_ready(p));
+        if now > restarts && ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{victim} not restarted and Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    s.step_done("kill a container (SIGKILL)", t).await;
+
+    let old = s.pods.clone();
+    let t = Instant::now();
+    let dep = format!("deployment/{fullname}");
+    must(
+        s.node.kubectl(&["rollout", "restart", &dep, "-n", &s.ns]),
+        "rollout restart",
+    )
+    .await;
+    must(
+        s.node
+            .kubectl(&["rollout", "status", &dep, "-n", &s.ns, "--timeout=5m"]),
+        "rollout status",
+    )
+    .await;
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
+    s.step_done("kubectl rollout restart", t).await;
+
+    let next = format!("{}-next", s.node.tag);
+    s.node.tag_image("webchecker-operator", &next).await;
+    s.node
+        .tag_image("webchecker-operator-chart-test", &next)
+        .await;
+    let old = s.pods.clone();
+    let t = Instant::now();
+    let set = format!("image.tag={next}");
+    let up = [
+        "upgrade",
+        &s.release,
+        CHART,
+        "-n",
+        &s.ns,
+        "--reuse-values",
+        "--set",
+        &set,
+        "--wait",
+        "--timeout",
+        "5m",
+    ];
+    must(s.node.helm(&up), "helm upgrade").await;
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
+    for p in release_pods(&s.client, &s.ns, &s.release).await {
+        let image = p.spec.as_ref().unwrap().containers[0]
+            .image
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            image.ends_with(&format!(":{next}")),
+            "{} runs {image}",
+            p.name_any()
+        );
+    }
+    s.step_done("helm upgrade to a new image tag", t).await;
+
+    for (n, step) in [(5, "scale 3 -> 5"), (2, "scale 5 -> 2")] {
+        let t = Instant::now();
+        let set = format!("replicaCount={n}");
+        let up = [
+            "upgrade",
+            &s.release,
+            CHART,
+            "-n",
+            &s.ns,
+            "--reuse-values",
+            "--set",
+            &set,
+            "--wait",
+            "--timeout",
+            "5m",
+        ];
+        must(s.node.helm(&up), "helm upgrade replicaCount").await;
+        s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, n, &[], WAIT).await;
+        s.step_done(step, t).await;
+    }
+
+    // Evictions against the PodDisruptionBudget (maxUnavailable 1): the
+    // second one is refused while the first pod's replacement is not Ready.
+    // (kubectl: kube's client would retry the 429 until the budget allows it.)
+    let (a, b) = (s.pods[0].clone(), s.pods[1].clone());
+    let t = Instant::now();
+    // The budget as the disruption controller sees the 2 pods now (its status
+    // lags a scale-down; the eviction API decides by that status).
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.ns);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let st = pdbs
+            .get(&fullname)
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if (st.expected_pods, st.current_healthy, st.disruptions_allowed)
+            == (Some(2), Some(2), Some(1))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PodDisruptionBudget status not settled: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    evict(&s, &a).await.expect("first eviction");
+    match evict(&s, &b).await {
+        Err(e) if e.contains("TooManyRequests") || e.contains("disruption budget") => {
+            println!("eviction of {b} refused by the PodDisruptionBudget while {a} is replaced")
+        }
+        other => panic!("second eviction while {a} is replaced: want 429, got {other:?}"),
+    }
+    s.pods = wait_ready_pods(
+        &s.client,
+        &s.ns,
+        &s.release,
+        2,
+        std::slice::from_ref(&a),
+        WAIT,
+    )
+    .await;
+    let deadline = Instant::now() + WAIT;
+    while let Err(e) = evict(&s, &b).await {
+        assert!(
+            Instant::now() < deadline,
+            "eviction of {b} still refused: {e}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 2, &[a, b], WAIT).await;
+    s.step_done("evict two pods (PDB maxUnavailable 1)", t)
+        .await;
+
+    let t = Instant::now();
+    let out = must(
+        s.node
+            .helm(&["test", &s.release, "-n", &s.ns, "--logs", "--timeout", "5m"]),
+        "helm test",
+    )
+    .await;
+    println!("{out}");
+    assert!(out.contains("PASS"), "helm test printed no PASS:\n{out}");
+    s.step_done("helm test", t).await;
+
+    let table = s.table();
+    s.uninstall().await;
+    println!("\n{table}");
+    let report = support::oci::target_dir().join("node-report.md");
+    std::fs::write(&report, &table).unwrap();
+    println!("(also in {})", report.display());
+    let _ = run(s
+        .node
+        .kubectl(&["delete", "namespace", &s.checks, "--wait=false"]))
+    .await;
+}
