@@ -338,7 +338,11 @@ async fn local_target_lifecycle() {
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(row.len(), 6, "{row:?}");
     assert_eq!(&row[..3], [name, "True", "ProbeSucceeded"]);
-    assert!(row[4].starts_with("http://127.0.0.1:"), "host column {:?}", row[4]);
+    assert!(
+        row[4].starts_with("http://127.0.0.1:"),
+        "host column {:?}",
+        row[4]
+    );
     // The last write's details and the owner are in -o wide.
     let out = kubectl(c, &["get", "wc", "-n", &ns, "-o", "wide"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -348,7 +352,10 @@ async fn local_target_lifecycle() {
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "READY", "REASON", "SINCE", "HOST", "PATH", "CODE", "LATENCY", "MS", "OWNER", "AGE"]
+        [
+            "NAME", "READY", "REASON", "SINCE", "HOST", "PATH", "CODE", "LATENCY", "MS", "OWNER",
+            "AGE"
+        ]
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(row.len(), 10, "{row:?}");
