@@ -1101,7 +1101,7 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
         if count != run {
             off_by_one += 1;
         }
-        // The series of docs/metrics.md "Series per checker": 23 + k for http.
+        // The series of docs/metrics.md "Series per checker": 24 + k for http.
         let lines = checker_lines(text, &ns, n);
         let k = lines
             .iter()
@@ -1109,7 +1109,7 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
             .count();
         assert_eq!(
             lines.len(),
-            23 + k,
+            24 + k,
             "{n}: series of an http checker (docs/metrics.md):\n{}",
             lines.join("\n")
         );
@@ -1215,6 +1215,8 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
             "webchecker_certificate_expiry_timestamp_seconds",
             "https checkers only",
         ),
+        ("webchecker_tls_info", "https checkers only"),
+        ("webchecker_certificate_info", "https checkers only"),
         (
             "webchecker_watch_restarts_total",
             "appears with the first watch error",
