@@ -25,6 +25,9 @@ impl PatternCache {
     /// Attaches the compiled patterns to an Upsert, and forgets the checkers
     /// the other commands remove.
     pub async fn attach(&mut self, cmd: Command) -> Command {
+        if let Some(key) = cmd.forgotten_key() {
+            self.by_key.remove(&key);
+        }
         match cmd {
             Command::Upsert {
                 checker: Incoming::Valid(wc, resolved, _),
@@ -38,36 +41,6 @@ impl PatternCache {
                 Command::Upsert {
                     checker: Incoming::Valid(wc, resolved, Some(compiled)),
                     initial,
-                }
-            }
-            Command::Upsert {
-                checker: checker @ Incoming::Malformed { .. },
-                initial,
-            } => {
-                if let Incoming::Malformed {
-                    namespace, name, ..
-                } = &checker
-                {
-                    self.by_key.remove(&crate::api::object_key(namespace, name));
-                }
-                Command::Upsert { checker, initial }
-            }
-            Command::Remove { key } => {
-                self.by_key.remove(&key);
-                Command::Remove { key }
-            }
-            Command::Drain {
-                key,
-                namespace,
-                name,
-                resource_version,
-            } => {
-                self.by_key.remove(&key);
-                Command::Drain {
-                    key,
-                    namespace,
-                    name,
-                    resource_version,
                 }
             }
             Command::Resync { present } => {

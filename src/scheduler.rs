@@ -71,6 +71,25 @@ pub enum Command {
     Shutdown { done: oneshot::Sender<()> },
 }
 
+impl Command {
+    /// The checker that a feeder's per-checker cache forgets on this command:
+    /// it is no longer handed over as a valid checker (removed, draining or
+    /// malformed).
+    pub(crate) fn forgotten_key(&self) -> Option<String> {
+        match self {
+            Command::Remove { key } | Command::Drain { key, .. } => Some(key.clone()),
+            Command::Upsert {
+                checker:
+                    Incoming::Malformed {
+                        namespace, name, ..
+                    },
+                ..
+            } => Some(crate::api::object_key(namespace, name)),
+            _ => None,
+        }
+    }
+}
+
 struct Done {
     key: String,
     seq: u64,

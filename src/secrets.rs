@@ -137,6 +137,9 @@ impl SecretResolver {
     /// Fills in the values of an Upsert, and tracks (or forgets) the checkers
     /// of the other commands.
     pub async fn attach(&mut self, cmd: Command) -> Command {
+        if let Some(key) = cmd.forgotten_key() {
+            self.tracked.remove(&key);
+        }
         match cmd {
             Command::Upsert {
                 checker: Incoming::Valid(wc, _, compiled),
@@ -166,37 +169,6 @@ impl SecretResolver {
                 Command::Upsert {
                     checker: Incoming::Valid(wc, resolved, compiled),
                     initial,
-                }
-            }
-            Command::Upsert {
-                checker: checker @ Incoming::Malformed { .. },
-                initial,
-            } => {
-                if let Incoming::Malformed {
-                    namespace, name, ..
-                } = &checker
-                {
-                    self.tracked
-                        .remove(&crate::api::object_key(namespace, name));
-                }
-                Command::Upsert { checker, initial }
-            }
-            Command::Remove { key } => {
-                self.tracked.remove(&key);
-                Command::Remove { key }
-            }
-            Command::Drain {
-                key,
-                namespace,
-                name,
-                resource_version,
-            } => {
-                self.tracked.remove(&key);
-                Command::Drain {
-                    key,
-                    namespace,
-                    name,
-                    resource_version,
                 }
             }
             Command::Resync { present } => {
