@@ -17,6 +17,17 @@ pub const EPOCH_ANNOTATION: &str = "webchecker.test.network.io/epoch";
 pub const DRAIN_ANNOTATION: &str = "webchecker.test.network.io/drain";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
+/// Annotation on a membership Lease: `host:port` of the member's HTTP server,
+/// where peers look for evidence that its process is gone.
+pub const ADDRESS_ANNOTATION: &str = "webchecker.test.network.io/address";
+/// Annotation on a membership Lease: a random id of the member's process,
+/// returned by its /healthz (header [`INCARNATION_HEADER`]).
+pub const INCARNATION_ANNOTATION: &str = "webchecker.test.network.io/incarnation";
+/// Annotation on a membership Lease: "distrusted" when this process once lost
+/// its Lease to evidence that lied; peers then judge it by the Lease alone.
+pub const PEER_EVIDENCE_ANNOTATION: &str = "webchecker.test.network.io/peer-evidence";
+/// Response header of /healthz naming the process's incarnation.
+pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
 
 /// Spec of a WebChecker: one HTTP endpoint to probe on an interval.
 // The printcolumn(...) lists repeat `type_ = ...` on purpose.

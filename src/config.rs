@@ -73,6 +73,21 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,
 
+    /// Where peers reach this replica's HTTP server (`host:port`), advertised
+    /// in its membership Lease. Default: the listen address, or POD_IP and the
+    /// listen port when listening on every address.
+    #[arg(long, env = "WEBCHECKER_ADVERTISE_ADDRESS")]
+    pub advertise_address: Option<String>,
+
+    /// This pod's IP (downward API), used for the advertised address.
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: Option<std::net::IpAddr>,
+
+    /// Move a member's checkers as soon as its process is proven gone
+    /// (connection refused at its advertised address), not one lease later.
+    #[arg(long, env = "WEBCHECKER_FAST_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub fast_failover: bool,
+
     /// Probes in flight at most (worker pool size).
     #[arg(long, env = "WEBCHECKER_WORKERS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub workers: u32,
@@ -162,6 +177,22 @@ impl Config {
                 .map(|s| s.trim().to_string())
                 .unwrap_or_else(|_| "webchecker-operator".into())
         })
+    }
+
+    /// The `host:port` advertised to peers, if any (see `--advertise-address`).
+    pub fn advertised(&self, bound: std::net::SocketAddr) -> Option<String> {
+        if !self.fast_failover {
+            return None;
+        }
+        if let Some(a) = &self.advertise_address {
+            return Some(a.clone());
+        }
+        if bound.ip().is_unspecified() {
+            self.pod_ip
+                .map(|ip| std::net::SocketAddr::new(ip, bound.port()).to_string())
+        } else {
+            Some(bound.to_string())
+        }
     }
 
     /// Lease timings must leave room for renewals: duration > deadline > 1.2 x retry.
@@ -256,5 +287,19 @@ mod tests {
         assert!(c.validate().is_err());
         let c = Config::parse_from(["x", "--identity", "bad identity"]);
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn the_advertised_address_follows_the_listen_address_or_the_pod_ip() {
+        let bound: std::net::SocketAddr = "127.0.0.1:9000".parse().unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let c = Config::parse_from(["x", "--identity", "r0"]);
+        assert_eq!(c.advertised(bound).as_deref(), Some("127.0.0.1:9000"));
+        let c = Config::parse_from(["x", "--pod-ip", "10.1.2.3"]);
+        assert_eq!(c.advertised(any).as_deref(), Some("10.1.2.3:8080"));
+        let c = Config::parse_from(["x", "--advertise-address", "peer.example:81"]);
+        assert_eq!(c.advertised(any).as_deref(), Some("peer.example:81"));
+        let c = Config::parse_from(["x", "--fast-failover=false", "--pod-ip", "10.1.2.3"]);
+        assert_eq!(c.advertised(any), None);
     }
 }

@@ -93,6 +93,7 @@ pub struct Metrics {
     pub assignment_latency: Histogram,
     pub lease_renew_failures: IntCounterVec,
     pub self_fences: IntCounterVec,
+    pub peer_proofs: IntCounterVec,
     pub api_reachable: IntGauge,
     pub watch_restarts: IntCounterVec,
     pub watch_expired: IntCounterVec,
@@ -255,6 +256,17 @@ impl Metrics {
                 )
                 .unwrap(),
             ),
+            peer_proofs: reg(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "webchecker_peer_evidence_proofs_total",
+                        "Members proven gone at once because their address refused connections (result=proven), or whose evidence lied (result=refuted: the member renewed)",
+                    ),
+                    &["result"],
+                )
+                .unwrap(),
+            ),
             api_reachable: reg(
                 &r,
                 IntGauge::new("webchecker_api_reachable", "0 while Lease renewals get no answer").unwrap(),
@@ -307,6 +319,9 @@ impl Metrics {
         }
         for reason in ["lost", "paused"] {
             m.self_fences.with_label_values(&[reason]);
+        }
+        for result in ["proven", "refuted"] {
+            m.peer_proofs.with_label_values(&[result]);
         }
         m.api_reachable.set(1);
         m

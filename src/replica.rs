@@ -15,11 +15,11 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::error::Error;
 use crate::kubeclient::Clients;
-use crate::membership::Membership;
+use crate::membership::{Advert, Membership};
 use crate::metrics::Metrics;
 use crate::scheduler::{self, Command, Engine, EngineSettings};
 use crate::server::{self, Health};
-use crate::shard::{LeaderElector, LeaderGate, MemberView, Sharder};
+use crate::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
 use crate::writer::StatusWriter;
 use crate::{egress, feed, preflight, probe};
 
@@ -53,9 +53,26 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let clients = Clients::new(kube_config)?;
     let client = clients.requests.clone();
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
-    let health = Arc::new(Health::default());
-    let addr = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
+    // Tells this process from an earlier or later one at the same address.
+    let incarnation = format!("{:032x}", rand::random::<u128>());
+    let health = Arc::new(Health {
+        incarnation: incarnation.clone(),
+        ..Default::default()
+    });
+    let (addr, mut server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
+    let advert = cfg.advertised(addr).map(|address| Advert {
+        address,
+        incarnation,
+    });
+    match &advert {
+        Some(a) => {
+            info!(address = %a.address, "peers look for this process at its advertised address (fast failover)")
+        }
+        None => info!(
+            "no address advertised (--fast-failover=false, or listening on every address without POD_IP): peers judge this replica by its Lease alone"
+        ),
+    }
 
     let restricted = cfg.restricted_namespaces.trim();
     preflight::preflight(
@@ -96,6 +113,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cfg.renew_deadline,
         cfg.retry_period,
         metrics.clone(),
+        advert,
     );
     membership.join(&clients.leases).await?;
 
@@ -174,6 +192,8 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             }
         }
     }));
+    let peers = Peers::new(&identity, cfg.fast_failover);
+    let mut peers_task = tokio::spawn(peers.clone().run(view.clone()));
     let leader_gate = LeaderGate::new(cfg.renew_deadline);
     let elector = LeaderElector {
         identity: identity.clone(),
@@ -182,13 +202,16 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         retry_period: cfg.retry_period,
         metrics: metrics.clone(),
         gate: leader_gate.clone(),
+        view: view.clone(),
+        peers: peers.clone(),
     };
     let sharder = {
-        let (clients, view, membership, metrics) = (
+        let (clients, view, membership, metrics, peers) = (
             clients.clone(),
             view.clone(),
             membership.clone(),
             metrics.clone(),
+            peers.clone(),
         );
         let (identity, watch_ns, lease_ns, retry) = (
             identity.clone(),
@@ -205,6 +228,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
                 view: view.clone(),
                 membership: membership.clone(),
                 leader: leader_gate.clone(),
+                peers: peers.clone(),
                 metrics: metrics.clone(),
                 retry_period: retry,
                 write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
@@ -231,6 +255,8 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         r = &mut lease_task => Err(vital("membership lease", r)),
         r = &mut leader_task => Err(vital("leader election", r)),
         r = &mut watch_task => Err(vital("checker watch", r)),
+        r = &mut peers_task => Err(vital("peer evidence", r)),
+        _ = &mut server_stopped => Err(vital("http server", Ok(Ok(())))),
     };
     health.alive.store(outcome.is_ok(), Ordering::Relaxed);
     health.shutting_down.store(true, Ordering::Relaxed);

@@ -25,6 +25,9 @@ pub struct Health {
     pub synced: AtomicBool,
     /// Shutdown has begun.
     pub shutting_down: AtomicBool,
+    /// This process's incarnation, returned by /healthz so that peers can tell
+    /// it from another process at the same address.
+    pub incarnation: String,
 }
 
 impl Health {
@@ -52,10 +55,15 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
+    let who = [(crate::api::INCARNATION_HEADER, s.health.incarnation.clone())];
     if s.health.alive.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ok\n")
+        (StatusCode::OK, who, "ok\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "a vital task stopped\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            who,
+            "a vital task stopped\n",
+        )
     }
 }
 
@@ -93,18 +101,24 @@ async fn return_free_memory() {
     }
 }
 
-/// Binds now (so a bad address fails start-up) and serves on a dedicated thread.
+/// Binds now (so a bad address fails start-up) and serves on a dedicated
+/// thread. The receiver completes when the server stops for any reason
+/// (including a panic): peers take a refused connection at our address as
+/// proof that this process is gone, so the process must not outlive it.
 pub fn spawn(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<Health>,
-) -> std::io::Result<SocketAddr> {
+) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Receiver<()>)> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
     let local = listener.local_addr()?;
+    let (stopped_tx, stopped) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("http-server".into())
         .spawn(move || {
+            // Dropped when the thread ends, by return or by unwinding.
+            let _stopped = stopped_tx;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -115,5 +129,5 @@ pub fn spawn(
                 let _ = axum::serve(listener, router(metrics, health)).await;
             });
         })?;
-    Ok(local)
+    Ok((local, stopped))
 }

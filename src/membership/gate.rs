@@ -197,6 +197,16 @@ impl Gate {
         !self.reachable && self.overdue(now)
     }
 
+    /// Our last renewal is less than a lease duration old: if the Lease is
+    /// lost now, nobody can have seen it expire, so it was taken on evidence
+    /// that this process is gone (peers found its address refusing), which
+    /// was false (see `crate::shard::peers`).
+    pub fn within_lease(&self, now: Instant) -> bool {
+        self.epoch.is_some()
+            && self.paused_at.is_none()
+            && now.saturating_duration_since(self.last_success) < self.timing.lease_duration
+    }
+
     fn overdue(&self, now: Instant) -> bool {
         now.saturating_duration_since(self.last_success) > self.timing.renew_deadline
     }
@@ -399,5 +409,17 @@ mod tests {
         assert!(!g.dispatch_allowed(t0).0);
         assert!(!g.can_write(t0));
         assert_eq!(g.judge_since(t0), None);
+    }
+
+    #[test]
+    fn a_lease_lost_within_its_duration_was_taken_on_evidence() {
+        let t = timing();
+        let t0 = Instant::now();
+        let mut g = Gate::new(t, t0);
+        assert!(!g.within_lease(t0), "no Lease held");
+        g.joined("u1".into(), "1".into(), t0, t0);
+        assert!(g.within_lease(t0 + t.retry_period));
+        // A member cut off for a whole lease may be proven gone by the rules.
+        assert!(!g.within_lease(t0 + t.lease_duration + Duration::from_millis(1)));
     }
 }

@@ -21,7 +21,9 @@ use kube::{Api, Client};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
-use crate::api::MEMBER_LABEL;
+use crate::api::{
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+};
 use crate::error::{Error, api_code};
 use crate::metrics::Metrics;
 use gate::{Answer, Gate, Seen, Timing};
@@ -43,6 +45,19 @@ pub struct Membership {
     /// new watch on each (see [`Membership::reconnects`]).
     reconnects: tokio::sync::watch::Sender<u64>,
     metrics: Arc<Metrics>,
+    /// Where peers reach this process, and its incarnation (see
+    /// `crate::shard::peers`); `None`: peers judge it by its Lease alone.
+    advert: Option<Advert>,
+    /// This process once lost its Lease to evidence that lied: it tells peers
+    /// to judge it by its Lease alone from now on.
+    distrusted: std::sync::atomic::AtomicBool,
+}
+
+/// What a member advertises to its peers in its Lease.
+#[derive(Clone, Debug)]
+pub struct Advert {
+    pub address: String,
+    pub incarnation: String,
 }
 
 /// Renewal attempts waiting for an answer at once, at most.
@@ -76,6 +91,7 @@ impl Membership {
         renew_deadline: Duration,
         retry_period: Duration,
         metrics: Arc<Metrics>,
+        advert: Option<Advert>,
     ) -> Arc<Self> {
         let timing = Timing {
             lease_duration,
@@ -90,6 +106,8 @@ impl Membership {
             changed: Notify::new(),
             reconnects: tokio::sync::watch::Sender::new(0),
             metrics,
+            advert,
+            distrusted: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -159,11 +177,20 @@ impl Membership {
 
     fn desired(&self) -> Lease {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(a) = &self.advert {
+            annotations.insert(ADDRESS_ANNOTATION.to_string(), a.address.clone());
+            annotations.insert(INCARNATION_ANNOTATION.to_string(), a.incarnation.clone());
+        }
+        if self.distrusted.load(std::sync::atomic::Ordering::Relaxed) {
+            annotations.insert(PEER_EVIDENCE_ANNOTATION.to_string(), "distrusted".into());
+        }
         Lease {
             metadata: ObjectMeta {
                 name: Some(member_lease_name(&self.identity)),
                 namespace: Some(self.namespace.clone()),
                 labels: Some([(MEMBER_LABEL.to_string(), "true".to_string())].into()),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -337,7 +364,13 @@ impl Membership {
             }
             let now = Instant::now();
             let was = g.cut_off(now);
+            let early = g.within_lease(now);
             let lost = g.answered(a.started, a.answer.clone(), now);
+            if lost && early && self.advert.is_some() {
+                warn!(replica = %self.identity, "membership Lease taken before it could expire (a peer found this process's address refusing while it ran): peers will judge this process by its Lease alone");
+                self.distrusted
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             (lost, g.reachable(), was)
         };
         if reachable && was_cut_off {

@@ -8,6 +8,12 @@
 //!   valid only while the last successful renewal *started* within the renew
 //!   deadline, so a deposed or paused leader writes nothing, even before its
 //!   sharder task is aborted.
+//!
+//! A holder whose process its peers found gone ([`super::peers`]) is not
+//! waited for: a candidate takes the Lease at once (a replace with the
+//! resourceVersion it read, so one candidate wins). If that evidence lied,
+//! the old leader hears 409 at its next renewal, one retry period later, and
+//! its gate closes.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -18,6 +24,8 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use super::peers::Peers;
+use super::view::MemberView;
 use crate::error::{Error, api_code};
 use crate::kubeclient::CALL_DEADLINE;
 use crate::membership::AbortOnDrop;
@@ -113,9 +121,20 @@ pub struct LeaderElector {
     pub retry_period: Duration,
     pub metrics: Arc<Metrics>,
     pub gate: Arc<LeaderGate>,
+    pub view: Arc<MemberView>,
+    pub peers: Arc<Peers>,
 }
 
 impl LeaderElector {
+    /// Did the peers find the holder's process gone?
+    fn holder_gone(&self, holder: &str) -> bool {
+        self.view
+            .observed()
+            .unwrap_or_default()
+            .iter()
+            .any(|(id, l)| id == holder && self.peers.gone(l))
+    }
+
     fn desired(&self, transitions: i32, acquire: Option<MicroTime>) -> LeaseSpec {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         LeaseSpec {
@@ -171,6 +190,7 @@ impl LeaderElector {
             if let Ok(Ok(_)) = created {
                 info!(replica = %self.identity, "became leader (sharder)");
                 self.gate.renewed(started);
+                self.peers.set_leader(Some(&self.identity), true);
             }
             return true;
         };
@@ -178,11 +198,16 @@ impl LeaderElector {
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let ours = holder == self.identity;
+        self.peers.set_leader(Some(&holder), ours);
         if !ours {
             self.gate.lost();
             let stale = observed.saw(&rv, Instant::now(), self.lease_duration);
-            if !holder.is_empty() && !stale {
+            let gone = !holder.is_empty() && !stale && self.holder_gone(&holder);
+            if !holder.is_empty() && !stale && !gone {
                 return false;
+            }
+            if gone {
+                info!(replica = %self.identity, leader = %holder, "the leader's process is gone (its address refuses connections): taking the leader Lease now");
             }
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
@@ -203,6 +228,7 @@ impl LeaderElector {
                     info!(replica = %self.identity, "became leader (sharder)");
                 }
                 self.gate.renewed(started);
+                self.peers.set_leader(Some(&self.identity), true);
             }
             Ok(Err(e)) if api_code(&e) == Some(409) => {
                 self.gate.lost();
@@ -278,6 +304,7 @@ impl LeaderElector {
             }
             tokio::select! {
                 _ = tokio::time::sleep(if leading { self.retry_period } else { self.retry_period / 2 }) => {}
+                _ = self.peers.changed.notified(), if !leading => {}
                 _ = shutdown.changed() => {
                     let held = leading || task.is_some();
                     drop(task.take());

@@ -4,8 +4,9 @@
 //! Assignment protocol (labels and annotations in `crate::api`):
 //! - unassigned checker: the sharder writes `owner` + `epoch` (the owner's
 //!   membership Lease UID);
-//! - owner gone (Lease released or replaced, or proven gone by the sharder):
-//!   the sharder reassigns at once;
+//! - owner gone (Lease released or replaced, or proven gone by the sharder,
+//!   after a lease of silence or at once on evidence from [`peers`]): the
+//!   sharder reassigns at once;
 //! - owner suspect (its Lease stood still for a lease duration of time the
 //!   judge could count, see [`view`]) but not proven gone: its checkers stay;
 //! - move between two live members: the sharder writes `drain=<target>`; the old
@@ -17,9 +18,11 @@
 
 pub mod book;
 pub mod elector;
+pub mod peers;
 pub mod sharder;
 pub mod view;
 
 pub use elector::{LeaderElector, LeaderGate};
+pub use peers::Peers;
 pub use sharder::Sharder;
 pub use view::MemberView;

@@ -7,6 +7,8 @@
 //! its Lease with a UID + resourceVersion precondition, after the judge rule
 //! ([`super::view`]) made it a suspect; a proof that gets no verdict is
 //! retried with backoff, and its checkers stay where they are meanwhile.
+//! A member whose process its peers found gone ([`super::peers`]) is a
+//! suspect at once, without waiting for its Lease to stand still.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use tracing::{debug, info, warn};
 
 use super::book::{Action, Book, Census, Membership as Seen, WriteOutcome};
 use super::elector::LeaderGate;
+use super::peers::Peers;
 use super::view::{MemberView, ObservedLease};
 use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker};
 use crate::error::{Error, api_code};
@@ -37,6 +40,9 @@ enum Proof {
     Proven,
     /// The Lease changed meanwhile (409): the member is alive.
     Refuted,
+    /// The Lease was replaced by a new incarnation of the member (409, a new
+    /// UID): the old process is gone, the new one is alive.
+    Replaced,
     /// No verdict (429, 5xx, timeout, not leader).
     Unknown,
 }
@@ -49,6 +55,7 @@ pub struct Sharder {
     pub view: Arc<MemberView>,
     pub membership: Arc<Membership>,
     pub leader: Arc<LeaderGate>,
+    pub peers: Arc<Peers>,
     pub metrics: Arc<Metrics>,
     pub retry_period: Duration,
     /// Assignment writes in flight at most.
@@ -135,7 +142,12 @@ impl Sharder {
             Ok(Err(e)) if api_code(&e) == Some(404) => Proof::Proven,
             Ok(Err(e)) if api_code(&e) == Some(409) => {
                 debug!(lease = %lease.name, "member Lease changed meanwhile: member alive");
-                Proof::Refuted
+                match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&lease.name)).await {
+                    Ok(Ok(Some(l))) if l.metadata.uid.as_deref() != Some(lease.uid.as_str()) => {
+                        Proof::Replaced
+                    }
+                    _ => Proof::Refuted,
+                }
             }
             Ok(Err(e)) => {
                 warn!(lease = %lease.name, error = %e, "could not prove a stale member gone; will retry");
@@ -145,8 +157,36 @@ impl Sharder {
         }
     }
 
+    /// Suspects: members whose Lease stood still for a lease of time we could
+    /// count, and members whose process their peers found gone (the second
+    /// set). Nobody while we cannot write ourselves.
+    fn suspects(&self) -> (Vec<(String, ObservedLease)>, HashSet<String>) {
+        let judge_since = self.membership.judge_since();
+        let mut stale = self.view.suspects(&self.identity, judge_since);
+        let mut evidenced = HashSet::new();
+        if judge_since.is_some()
+            && let Some(all) = self.view.observed()
+        {
+            for (id, lease) in all {
+                if id != self.identity
+                    && self.peers.gone(&lease)
+                    && !stale.iter().any(|(s, _)| *s == id)
+                {
+                    evidenced.insert(id.clone());
+                    stale.push((id, lease));
+                }
+            }
+        }
+        (stale, evidenced)
+    }
+
     /// Proves stale members gone. Returns whether any was.
-    async fn judge(&self, book: &mut Book, suspects: &[(String, ObservedLease)]) -> bool {
+    async fn judge(
+        &self,
+        book: &mut Book,
+        suspects: &[(String, ObservedLease)],
+        evidenced: &HashSet<String>,
+    ) -> bool {
         let mut any = false;
         let now = Instant::now();
         for (id, lease) in suspects {
@@ -154,13 +194,33 @@ impl Sharder {
                 continue;
             }
             match self.prove_gone(lease).await {
+                Proof::Proven if evidenced.contains(id) => {
+                    warn!(member = %id, "member's process gone (its address refuses connections): Lease deleted, moving its checkers");
+                    self.metrics
+                        .peer_proofs
+                        .with_label_values(&["proven"])
+                        .inc();
+                    book.proven(id);
+                    self.view.forget(&lease.uid);
+                    any = true;
+                }
                 Proof::Proven => {
                     warn!(member = %id, "member Lease expired: member proven gone, moving its checkers");
                     book.proven(id);
                     self.view.forget(&lease.uid);
                     any = true;
                 }
-                Proof::Refuted => book.proof_refuted(id),
+                Proof::Refuted => {
+                    if evidenced.contains(id) {
+                        self.metrics
+                            .peer_proofs
+                            .with_label_values(&["refuted"])
+                            .inc();
+                        self.peers.distrust(lease);
+                    }
+                    book.proof_refuted(id)
+                }
+                Proof::Replaced => book.proof_refuted(id),
                 Proof::Unknown => book.proof_failed(
                     id,
                     Instant::now(),
@@ -224,6 +284,7 @@ impl Sharder {
                     continue;
                 }
                 _ = self.view.changed.notified() => { dirty = true; }
+                _ = self.peers.changed.notified() => {}
                 _ = tick.tick() => {}
             }
             if !book.synced() {
@@ -236,9 +297,8 @@ impl Sharder {
                 // Leadership lapsed (renewals late): keep the view, write nothing.
                 continue;
             }
-            let judge_since = self.membership.judge_since();
-            let stale = self.view.suspects(&self.identity, judge_since);
-            if !stale.is_empty() && self.judge(&mut book, &stale).await {
+            let (stale, evidenced) = self.suspects();
+            if !stale.is_empty() && self.judge(&mut book, &stale, &evidenced).await {
                 dirty = true;
                 continue;
             }

@@ -24,7 +24,9 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
-use crate::api::MEMBER_LABEL;
+use crate::api::{
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
@@ -34,6 +36,27 @@ pub struct ObservedLease {
     pub uid: String,
     pub resource_version: String,
     pub observed_at: Instant,
+    /// Where the member's HTTP server is reached, and the process behind it
+    /// (its Lease's annotations); `None` when it advertises none or asked to
+    /// be judged by its Lease alone.
+    pub peer: Option<PeerAddress>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddress {
+    pub address: String,
+    pub incarnation: String,
+}
+
+fn peer_address(lease: &Lease) -> Option<PeerAddress> {
+    let a = lease.metadata.annotations.as_ref()?;
+    if a.get(PEER_EVIDENCE_ANNOTATION).map(String::as_str) == Some("distrusted") {
+        return None;
+    }
+    Some(PeerAddress {
+        address: a.get(ADDRESS_ANNOTATION)?.clone(),
+        incarnation: a.get(INCARNATION_ANNOTATION)?.clone(),
+    })
 }
 
 /// The view as plain state, driven by watch events; every rule is a method
@@ -100,6 +123,7 @@ impl Members {
                         uid,
                         resource_version: rv,
                         observed_at: now,
+                        peer: peer_address(lease),
                     },
                 );
             }
@@ -126,6 +150,20 @@ impl Members {
                 .iter()
                 .map(|(id, l)| (id.clone(), l.uid.clone()))
                 .collect()
+        })
+    }
+
+    /// Every member's Lease as observed (for evidence, see `super::peers`),
+    /// `None` unless the view is synced and its watch healthy.
+    pub fn observed(&self) -> Option<Vec<(String, ObservedLease)>> {
+        (self.synced && self.watch_ok).then(|| {
+            let mut v: Vec<_> = self
+                .leases
+                .iter()
+                .map(|(id, l)| (id.clone(), l.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
         })
     }
 
@@ -188,6 +226,10 @@ impl MemberView {
     pub fn suspects(&self, me: &str, judge_since: Option<Instant>) -> Vec<(String, ObservedLease)> {
         self.lock()
             .suspects(me, self.lease_duration, judge_since, Instant::now())
+    }
+
+    pub fn observed(&self) -> Option<Vec<(String, ObservedLease)>> {
+        self.lock().observed()
     }
 
     /// The sharder proved a member gone: drop it now, before the watch says so.

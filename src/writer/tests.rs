@@ -10,6 +10,7 @@ fn writer() -> Arc<StatusWriter> {
         7 * s,
         2 * s,
         metrics.clone(),
+        None,
     );
     StatusWriter::new(membership, metrics, 1)
 }
