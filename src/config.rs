@@ -83,6 +83,13 @@ pub struct Config {
     #[arg(long, env = "POD_IP")]
     pub pod_ip: Option<std::net::IpAddr>,
 
+    /// This pod's UID (downward API): the membership Lease names the pod as
+    /// its owner, so the garbage collector deletes a Lease its pod left
+    /// behind (a pod that could not release it, e.g. after `helm uninstall`
+    /// removed its Role first).
+    #[arg(long, env = "POD_UID")]
+    pub pod_uid: Option<String>,
+
     /// Move a member's checkers as soon as its process is proven gone
     /// (connection refused at its advertised address), not one lease later.
     #[arg(long, env = "WEBCHECKER_FAST_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]

@@ -61,13 +61,14 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     });
     let (addr, mut server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
-    let advert = cfg.advertised(addr).map(|address| Advert {
-        address,
+    let advert = Advert {
+        address: cfg.advertised(addr),
         incarnation,
-    });
-    match &advert {
+        pod_uid: cfg.pod_uid.clone(),
+    };
+    match &advert.address {
         Some(a) => {
-            info!(address = %a.address, "peers look for this process at its advertised address (fast failover)")
+            info!(address = %a, "peers look for this process at its advertised address (fast failover)")
         }
         None => info!(
             "no address advertised (--fast-failover=false, or listening on every address without POD_IP): peers judge this replica by its Lease alone"

@@ -27,7 +27,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use support::node::{CHART, Node, PodNames, must, release_pods, run, wait_ready_pods};
-use support::{Witness, create_checkers, exclusivity_violation, largest_gap, rand_suffix};
+use support::{
+    Witness, create_checkers, eventually, exclusivity_violation, largest_gap, rand_suffix,
+};
 use webchecker::api::MEMBER_LABEL;
 
 const CHECKERS: usize = 30;
@@ -293,37 +295,28 @@ impl Suite {
             .filter(|h| h.start > gone)
             .count();
         assert_eq!(late, 0, "probes after every pod of the release was gone");
-        // Known limit: `helm uninstall` deletes the Role that lets the pods
-        // delete their Leases while they are still shutting down, so their
-        // membership Leases stay ("could not release the membership Lease:
-        // forbidden"). Nobody renews them any more.
+        // `helm uninstall` deletes the Role that lets the pods delete their
+        // Leases while they are still shutting down; each membership Lease
+        // names its pod as owner, so the garbage collector removes it.
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
-        let renewed = |ls: &[Lease]| -> Vec<(String, Option<String>)> {
-            ls.iter()
-                .map(|l| {
-                    let t = l
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.renew_time.as_ref())
-                        .map(|t| format!("{:?}", t.0));
-                    (l.name_any(), t)
-                })
-                .collect()
-        };
         let lp = ListParams::default().labels(MEMBER_LABEL);
-        let before = renewed(&leases.list(&lp).await.unwrap().items);
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let after = renewed(&leases.list(&lp).await.unwrap().items);
-        assert_eq!(
-            before, after,
-            "membership Leases renewed after every pod was gone"
+        eventually(
+            Duration::from_secs(60),
+            "membership Leases deleted with their pods",
+            || async {
+                leases
+                    .list(&lp)
+                    .await
+                    .ok()
+                    .filter(|l| l.items.is_empty())
+                    .map(|_| ())
+            },
+        )
+        .await;
+        println!(
+            "helm uninstall: membership Leases gone {:.1?} after the pods",
+            gone.elapsed()
         );
-        if !before.is_empty() {
-            println!(
-                "membership Leases left after uninstall (not renewed): {}",
-                before.len()
-            );
-        }
         // The checkers stay (the CRD is not the release's to delete).
         let wcs = must(
             self.node

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
 use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::Notify;
@@ -45,19 +45,22 @@ pub struct Membership {
     /// new watch on each (see [`Membership::reconnects`]).
     reconnects: tokio::sync::watch::Sender<u64>,
     metrics: Arc<Metrics>,
-    /// Where peers reach this process, and its incarnation (see
-    /// `crate::shard::peers`); `None`: peers judge it by its Lease alone.
-    advert: Option<Advert>,
+    /// What the Lease tells of this process (see [`Advert`]).
+    advert: Advert,
     /// This process once lost its Lease to evidence that lied: it tells peers
     /// to judge it by its Lease alone from now on.
     distrusted: std::sync::atomic::AtomicBool,
 }
 
-/// What a member advertises to its peers in its Lease.
-#[derive(Clone, Debug)]
+/// What a member's Lease tells of its process.
+#[derive(Clone, Debug, Default)]
 pub struct Advert {
-    pub address: String,
+    /// Where peers reach its HTTP server (see `crate::shard::peers`);
+    /// `None`: peers judge it by its Lease alone.
+    pub address: Option<String>,
     pub incarnation: String,
+    /// UID of the pod this process runs in (the Lease's owner), if known.
+    pub pod_uid: Option<String>,
 }
 
 /// Renewal attempts waiting for an answer at once, at most.
@@ -91,7 +94,7 @@ impl Membership {
         renew_deadline: Duration,
         retry_period: Duration,
         metrics: Arc<Metrics>,
-        advert: Option<Advert>,
+        advert: Advert,
     ) -> Arc<Self> {
         let timing = Timing {
             lease_duration,
@@ -178,9 +181,12 @@ impl Membership {
     fn desired(&self) -> Lease {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
         let mut annotations = std::collections::BTreeMap::new();
-        if let Some(a) = &self.advert {
-            annotations.insert(ADDRESS_ANNOTATION.to_string(), a.address.clone());
-            annotations.insert(INCARNATION_ANNOTATION.to_string(), a.incarnation.clone());
+        if let Some(address) = &self.advert.address {
+            annotations.insert(ADDRESS_ANNOTATION.to_string(), address.clone());
+            annotations.insert(
+                INCARNATION_ANNOTATION.to_string(),
+                self.advert.incarnation.clone(),
+            );
         }
         if self.distrusted.load(std::sync::atomic::Ordering::Relaxed) {
             annotations.insert(PEER_EVIDENCE_ANNOTATION.to_string(), "distrusted".into());
@@ -191,6 +197,15 @@ impl Membership {
                 namespace: Some(self.namespace.clone()),
                 labels: Some([(MEMBER_LABEL.to_string(), "true".to_string())].into()),
                 annotations: (!annotations.is_empty()).then_some(annotations),
+                owner_references: self.advert.pod_uid.clone().map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        name: self.identity.clone(),
+                        uid,
+                        ..Default::default()
+                    }]
+                }),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -366,7 +381,7 @@ impl Membership {
             let was = g.cut_off(now);
             let early = g.within_lease(now);
             let lost = g.answered(a.started, a.answer.clone(), now);
-            if lost && early && self.advert.is_some() {
+            if lost && early && self.advert.address.is_some() {
                 warn!(replica = %self.identity, "membership Lease taken before it could expire (a peer found this process's address refusing while it ran): peers will judge this process by its Lease alone");
                 self.distrusted
                     .store(true, std::sync::atomic::Ordering::Relaxed);

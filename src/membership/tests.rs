@@ -17,7 +17,7 @@ fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
         retry * 4,
         retry,
         metrics,
-        None,
+        Default::default(),
     );
     m.joined_for_test("uid-r1");
     (m, client, handle)

@@ -10,7 +10,7 @@ fn writer() -> Arc<StatusWriter> {
         7 * s,
         2 * s,
         metrics.clone(),
-        None,
+        Default::default(),
     );
     StatusWriter::new(membership, metrics, 1)
 }
