@@ -6,6 +6,8 @@
 //!   `label_<key>`; no other series carries them, and a join on
 //!   (namespace, name) routes `webchecker_up` by team;
 //! - relabelling a checker replaces its info series;
+//! - WebCheckerDown takes its severity from a checker's `severity` label, and
+//!   is `warning` without one (the pending alerts of the real rule file);
 //! - the recording rules of alerts/blackbox.rules.yaml give the same
 //!   `probe_success` as the operator's own `webchecker_last_probe_success`.
 
@@ -49,6 +51,7 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
     let ns = cluster.namespace("labels");
     let witness = Witness::start().await;
     witness.set_mode("down", Mode::Status(503));
+    witness.set_mode("paging", Mode::Status(503));
     let mut flags: Vec<&str> = FAST_LEASES.to_vec();
     flags.push("--metric-labels-allowlist=team,app.kubernetes.io/part-of,severity");
     let op = Operator::spawn(cluster, "labels-r0", &ns, &flags);
@@ -66,6 +69,7 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
             "/c/pay",
         ),
         checker("down", &[("team", "web")], &host, "/c/down"),
+        checker("paging", &[("team", "web"), ("severity", "critical")], &host, "/c/paging"),
         checker("plain", &[], &host, "/c/plain?token=s3cret"),
     ]
     .concat();
@@ -74,15 +78,18 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
     op.wait_ready(Duration::from_secs(60)).await;
     let prom = Prometheus::start(
         &[(op.identity.clone(), op.port)],
-        &[repo().join("alerts/blackbox.rules.yaml")],
+        &[
+            repo().join("alerts/webchecker.rules.yaml"),
+            repo().join("alerts/blackbox.rules.yaml"),
+        ],
     );
     prom.wait_ready().await;
 
     // The info series, one per checker, with the allowlisted labels only.
     let info_query = format!("webchecker_checker_info{{namespace=\"{ns}\"}}");
-    let info = eventually(Duration::from_secs(60), "three info series in Prometheus", || async {
+    let info = eventually(Duration::from_secs(60), "four info series in Prometheus", || async {
         let v = prom.query(&info_query).await?;
-        (v.len() == 3).then(|| by_name(&v))
+        (v.len() == 4).then(|| by_name(&v))
     })
     .await;
     let (pay, _) = &info["pay"];
@@ -118,6 +125,18 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
     let names: Vec<&str> = carriers.iter().map(|(l, _)| l["__name__"].as_str()).collect();
     assert_eq!(names, ["webchecker_checker_info"], "only the info series");
 
+    // WebCheckerDown (pending: its `for` is 2m) carries the severity the
+    // checker's label chose, `warning` without one.
+    let alerts_query = format!("ALERTS{{alertname=\"WebCheckerDown\", namespace=\"{ns}\"}}");
+    let alerts = eventually(Duration::from_secs(60), "WebCheckerDown pending for both", || async {
+        let v = by_name(&prom.query(&alerts_query).await?);
+        (v.len() == 2).then_some(v)
+    })
+    .await;
+    assert_eq!(alerts["down"].0["severity"], "warning", "{alerts:?}");
+    assert_eq!(alerts["paging"].0["severity"], "critical", "{alerts:?}");
+    assert!(!alerts.contains_key("pay"));
+
     // A new label value replaces the series (the old one goes stale).
     let out = cluster.kubectl(&["label", "wc", "pay", "-n", &ns, "team=platform", "--overwrite"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -139,7 +158,7 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
             m.iter().map(|(k, (_, v))| (k.clone(), *v)).collect()
         };
         let (o, b) = (values(&ours), values(&bb));
-        (o.len() == 3 && o == b && o["pay"] == 1.0 && o["down"] == 0.0).then_some((ours, bb))
+        (o.len() == 4 && o == b && o["pay"] == 1.0 && o["down"] == 0.0).then_some((ours, bb))
     })
     .await;
     for (name, (labels, _)) in &bb {

@@ -202,10 +202,10 @@ async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() 
         let role: serde_json::Value =
             serde_json::from_str(&admin(cluster, &["get", "clusterrole", "edit", "-o", "json"])).ok()?;
         let rules = role["rules"].as_array()?.clone();
-        rules
+        let aggregated = rules
             .iter()
-            .any(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "webcheckers")))
-            .then_some(rules)
+            .any(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "webcheckers")));
+        aggregated.then_some(rules)
     })
     .await;
     let verbs: Vec<String> = edit_rules
