@@ -523,7 +523,11 @@ pub struct ProxySpec {
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerStatus {
     /// Conditions, at most one per type (a list-type map keyed by type, as metav1.Condition lists are): `Ready` says whether the endpoint answers as expected; `CertificateExpiring` appears with spec.tls.certificateExpiryWarningDays.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "lenient_conditions"
+    )]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// Generation of the spec that the recorded probe used.
@@ -586,6 +590,38 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
+}
+
+/// Reads conditions as leniently as before the schema required every field:
+/// a status written by hand or by an older tool (no message, no reason)
+/// still parses, and is replaced by the next status write.
+fn lenient_conditions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Condition>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Read {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        last_transition_time: Option<String>,
+        #[serde(default)]
+        observed_generation: Option<i64>,
+    }
+    Ok(Vec::<Read>::deserialize(d)?
+        .into_iter()
+        .map(|r| Condition {
+            type_: r.type_,
+            status: r.status,
+            reason: r.reason,
+            message: r.message,
+            last_transition_time: r.last_transition_time,
+            observed_generation: r.observed_generation,
+        })
+        .collect())
 }
 
 /// The most bytes a condition message may have (metav1.Condition's limit);

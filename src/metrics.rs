@@ -16,8 +16,8 @@ use prometheus::{
 use crate::probe::{Outcome, Reason, TlsFacts};
 
 mod info;
-pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
 pub(crate) use info::configure as configure_label_allowlist;
+pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
 
 const PROBE_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,

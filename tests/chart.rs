@@ -710,7 +710,10 @@ fn all_on_values_render_monitoring_and_every_option() {
 
     // readSecrets/readConfigMaps add exactly their one permission each, in
     // the watched namespace only: not in the ClusterRole.
-    assert_eq!(grants(operator_clusterrole(&docs)), operator_cluster_grants());
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
     let (role, binding) = references_role(&docs, "probes");
     assert_eq!(
         grants(role),

@@ -10,9 +10,9 @@
 //!   severity, a higher threshold);
 //! - unknown alert or threshold names fail the rendering, naming what exists.
 
-mod support;
 #[path = "support/platform.rs"]
 mod platform;
+mod support;
 
 use std::collections::BTreeMap;
 
@@ -50,7 +50,8 @@ fn rules_by_name(groups: &Value) -> BTreeMap<String, Value> {
 }
 
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
-    v.as_str().unwrap_or_else(|| panic!("{what} is not a string: {v:?}"))
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what} is not a string: {v:?}"))
 }
 
 /// Writes `{groups: ...}` as a rules file; `promtool check rules` must pass.
@@ -64,7 +65,10 @@ fn promtool_check(dir: &std::path::Path, groups: &Value) -> std::path::PathBuf {
         "rules",
         file.to_str().unwrap(),
     ]));
-    assert!(ok && out.contains("SUCCESS"), "promtool check rules:\n{out}");
+    assert!(
+        ok && out.contains("SUCCESS"),
+        "promtool check rules:\n{out}"
+    );
     file
 }
 
@@ -72,7 +76,10 @@ fn promtool_check(dir: &std::path::Path, groups: &Value) -> std::path::PathBuf {
 fn every_runbook_url_is_absolute_and_names_its_alert() {
     let check = |groups: &Value, base: &str, what: &str| {
         let rules = rules_by_name(groups);
-        let alerts: Vec<_> = rules.iter().filter(|(_, r)| r["alert"].is_string()).collect();
+        let alerts: Vec<_> = rules
+            .iter()
+            .filter(|(_, r)| r["alert"].is_string())
+            .collect();
         assert!(alerts.len() >= 12, "{what}: {} alerts", alerts.len());
         for (name, r) in alerts {
             let url = str_of(&r["annotations"]["runbook_url"], name);
@@ -95,7 +102,9 @@ fn every_runbook_url_is_absolute_and_names_its_alert() {
     let runbooks = std::fs::read_to_string(repo().join("docs/runbooks.md")).unwrap();
     for name in rules_by_name(&source()["groups"]).keys() {
         assert!(
-            runbooks.lines().any(|l| l.starts_with('#') && l.trim_start_matches('#').trim() == name.as_str()),
+            runbooks
+                .lines()
+                .any(|l| l.starts_with('#') && l.trim_start_matches('#').trim() == name.as_str()),
             "docs/runbooks.md has no heading {name}"
         );
     }
@@ -190,7 +199,11 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
         down["labels"]["severity"].as_str(),
         Some(r#"{{ or $labels.label_severity "critical" }}"#)
     );
-    assert_eq!(down["labels"]["team"].as_str(), Some("web"), "per-alert wins");
+    assert_eq!(
+        down["labels"]["team"].as_str(),
+        Some("web"),
+        "per-alert wins"
+    );
     assert_eq!(down["labels"]["pager"].as_str(), Some("true"));
     assert_eq!(down["expr"], src["WebCheckerDown"]["expr"]);
     // Chart-wide labels reach every alert, but never replace its own.
@@ -215,8 +228,14 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
     // Thresholds: the marked line's number, and the annotation's mention of it.
     let slow = &rules["WebCheckerSlow"];
     let expr = str_of(&slow["expr"], "expr");
-    assert!(expr.contains("> 1.5, # threshold: p90LatencySeconds"), "{expr}");
-    assert!(expr.contains("> 0.5, # threshold: slowResponseRatio"), "{expr}");
+    assert!(
+        expr.contains("> 1.5, # threshold: p90LatencySeconds"),
+        "{expr}"
+    );
+    assert!(
+        expr.contains("> 0.5, # threshold: slowResponseRatio"),
+        "{expr}"
+    );
     let description = str_of(&slow["annotations"]["description"], "description");
     assert!(description.contains("(threshold 1.5s)"), "{description}");
     assert!(!description.contains("threshold 0.5"), "{description}");
@@ -239,11 +258,9 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
     assert_eq!(lease["for"].as_str(), Some("0s"));
     // Untouched alerts are exactly the source's, but for the added label and URL.
     let mut orphaned = rules["WebCheckerOrphaned"].clone();
-    orphaned["labels"]
-        .as_mapping_mut()
-        .unwrap()
-        .remove("team");
-    orphaned["annotations"]["runbook_url"] = src["WebCheckerOrphaned"]["annotations"]["runbook_url"].clone();
+    orphaned["labels"].as_mapping_mut().unwrap().remove("team");
+    orphaned["annotations"]["runbook_url"] =
+        src["WebCheckerOrphaned"]["annotations"]["runbook_url"].clone();
     assert_eq!(orphaned, src["WebCheckerOrphaned"]);
 
     let dir = scratch("chart-alerts-");
@@ -324,7 +341,9 @@ tests:
 
 #[test]
 fn unknown_alerts_and_thresholds_fail_naming_what_exists() {
-    let out = render_fails("prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDwn: {enabled: false}\n");
+    let out = render_fails(
+        "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDwn: {enabled: false}\n",
+    );
     assert!(
         out.contains("prometheusRule.alerts.WebCheckerDwn: files/alerts.yaml has no such alert")
             && out.contains("WebCheckerDown"),
@@ -344,8 +363,12 @@ fn unknown_alerts_and_thresholds_fail_naming_what_exists() {
     let out = render_fails(
         "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDown: {for: 5 minutes}\n",
     );
-    assert!(out.contains("/prometheusRule/alerts/WebCheckerDown/for"), "{out}");
-    let out = render_fails("prometheusRule:\n  enabled: true\n  runbookBaseUrl: docs/runbooks.md\n");
+    assert!(
+        out.contains("/prometheusRule/alerts/WebCheckerDown/for"),
+        "{out}"
+    );
+    let out =
+        render_fails("prometheusRule:\n  enabled: true\n  runbookBaseUrl: docs/runbooks.md\n");
     assert!(out.contains("/prometheusRule/runbookBaseUrl"), "{out}");
 }
 
@@ -361,7 +384,10 @@ fn blackbox_rules_pass_promtool_and_the_chart_ships_them_unchanged() {
     let source = std::fs::read(repo().join("alerts/blackbox.rules.yaml")).unwrap();
     let copy = std::fs::read(repo().join(CHART).join("files/blackbox.rules.yaml"))
         .expect("the chart's files/blackbox.rules.yaml (make chart-sync)");
-    assert!(source == copy, "run `make chart-sync`: files/blackbox.rules.yaml differs");
+    assert!(
+        source == copy,
+        "run `make chart-sync`: files/blackbox.rules.yaml differs"
+    );
     let bb: Value = serde_yaml::from_slice(&source).unwrap();
     let groups = rendered_groups("  blackboxRecordingRules: true\n");
     let seq = groups.as_sequence().unwrap();

@@ -51,7 +51,10 @@ fn conditions_are_shaped_like_metav1_conditions() {
     let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
         ["properties"]["conditions"];
     assert_eq!(conditions["x-kubernetes-list-type"], "map", "{conditions}");
-    assert_eq!(conditions["x-kubernetes-list-map-keys"], serde_json::json!(["type"]));
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
     let item = &conditions["items"];
     let mut required: Vec<&str> = item["required"]
         .as_array()
@@ -66,12 +69,15 @@ fn conditions_are_shaped_like_metav1_conditions() {
         "{item}"
     );
     let p = &item["properties"];
-    assert_eq!(p["status"]["enum"], serde_json::json!(["True", "False", "Unknown"]));
+    assert_eq!(
+        p["status"]["enum"],
+        serde_json::json!(["True", "False", "Unknown"])
+    );
     assert_eq!(p["type"]["maxLength"], 316);
     assert_eq!(p["reason"]["maxLength"], 1024);
     assert_eq!(p["reason"]["minLength"], 1);
     assert_eq!(p["message"]["maxLength"], 32768);
     assert_eq!(p["lastTransitionTime"]["format"], "date-time");
     assert!(p["lastTransitionTime"].get("nullable").is_none(), "{item}");
-    assert_eq!(p["observedGeneration"]["minimum"], 0);
+    assert_eq!(p["observedGeneration"]["minimum"].as_f64(), Some(0.0));
 }

@@ -12,9 +12,9 @@
 //! kubectl with their own tokens. Before the controller runs, the same user is
 //! refused: the permission comes from the aggregation and nothing else.
 
-mod support;
 #[path = "support/platform.rs"]
 mod platform;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,7 +84,12 @@ impl Drop for AggregationController {
 }
 
 /// kubectl with `kubeconfig`, stdin `input`; (success, stdout + stderr).
-async fn kubectl_as(cluster: &Cluster, kubeconfig: &Path, args: &[&str], input: &str) -> (bool, String) {
+async fn kubectl_as(
+    cluster: &Cluster,
+    kubeconfig: &Path,
+    args: &[&str],
+    input: &str,
+) -> (bool, String) {
     let mut c = bounded(cluster.bin.join("kubectl"), TOOL_LIMIT);
     c.env("KUBECONFIG", kubeconfig).args(args);
     let input = input.to_string();
@@ -96,7 +101,12 @@ async fn kubectl_as(cluster: &Cluster, kubeconfig: &Path, args: &[&str], input: 
             .stderr(Stdio::piped())
             .spawn()
             .expect("run kubectl");
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
         let out = child.wait_with_output().unwrap();
         (
             out.status.success(),
@@ -150,9 +160,14 @@ fn aggregated_roles_are_rendered_by_default_and_can_be_turned_off() {
                     .as_mapping()?
                     .iter()
                     .filter(|(_, v)| v.as_str() == Some("true"))
-                    .filter_map(|(k, _)| k.as_str()?.strip_prefix("rbac.authorization.k8s.io/").map(String::from))
+                    .filter_map(|(k, _)| {
+                        k.as_str()?
+                            .strip_prefix("rbac.authorization.k8s.io/")
+                            .map(String::from)
+                    })
                     .collect();
-                (!labels.is_empty()).then(|| (r["metadata"]["name"].as_str().unwrap().to_string(), labels))
+                (!labels.is_empty())
+                    .then(|| (r["metadata"]["name"].as_str().unwrap().to_string(), labels))
             })
             .collect()
     };
@@ -169,7 +184,10 @@ fn aggregated_roles_are_rendered_by_default_and_can_be_turned_off() {
             ),
             (
                 "wc-webchecker-operator-edit".to_string(),
-                vec!["aggregate-to-edit".to_string(), "aggregate-to-admin".to_string()]
+                vec![
+                    "aggregate-to-edit".to_string(),
+                    "aggregate-to-admin".to_string()
+                ]
             ),
         ]
     );
@@ -184,7 +202,11 @@ async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() 
     let rendered = helm_template(cluster, "wc", "webchecker", &[]).await;
     admin(cluster, &["create", "namespace", "webchecker"]);
     let out = cluster.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &rendered);
-    assert!(out.status.success(), "apply the chart: {}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "apply the chart: {}",
+        text(&out.stderr)
+    );
 
     let team = cluster.namespace("team");
     let other = cluster.namespace("other");
@@ -194,41 +216,101 @@ async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() 
 
     // Without the aggregation controller the built-in roles know nothing of
     // WebCheckers: refused.
-    let (ok, out) = kubectl_as(cluster, &dev, &["create", "-n", &team, "-f", "-"], &checker("early")).await;
-    assert!(!ok && out.contains("forbidden"), "created before aggregation: {out}");
+    let (ok, out) = kubectl_as(
+        cluster,
+        &dev,
+        &["create", "-n", &team, "-f", "-"],
+        &checker("early"),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("forbidden"),
+        "created before aggregation: {out}"
+    );
 
     let kcm = AggregationController::start(cluster);
-    let edit_rules = eventually(Duration::from_secs(120), "edit aggregates the chart's rules", || async {
-        let role: serde_json::Value =
-            serde_json::from_str(&admin(cluster, &["get", "clusterrole", "edit", "-o", "json"])).ok()?;
-        let rules = role["rules"].as_array()?.clone();
-        let aggregated = rules
-            .iter()
-            .any(|r| r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "webcheckers")));
-        aggregated.then_some(rules)
-    })
+    let edit_rules = eventually(
+        Duration::from_secs(120),
+        "edit aggregates the chart's rules",
+        || async {
+            let role: serde_json::Value = serde_json::from_str(&admin(
+                cluster,
+                &["get", "clusterrole", "edit", "-o", "json"],
+            ))
+            .ok()?;
+            let rules = role["rules"].as_array()?.clone();
+            let aggregated = rules.iter().any(|r| {
+                r["resources"]
+                    .as_array()
+                    .is_some_and(|rs| rs.iter().any(|x| x == "webcheckers"))
+            });
+            aggregated.then_some(rules)
+        },
+    )
     .await;
     let verbs: Vec<String> = edit_rules
         .iter()
         .filter(|r| r["apiGroups"][0] == "test.network.io")
-        .flat_map(|r| r["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()))
+        .flat_map(|r| {
+            r["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+        })
         .collect();
-    for v in ["get", "list", "watch", "create", "update", "patch", "delete"] {
-        assert!(verbs.contains(&v.to_string()), "edit lacks {v}: {verbs:?}\n{}", kcm.log_text());
+    for v in [
+        "get", "list", "watch", "create", "update", "patch", "delete",
+    ] {
+        assert!(
+            verbs.contains(&v.to_string()),
+            "edit lacks {v}: {verbs:?}\n{}",
+            kcm.log_text()
+        );
     }
 
     // The editor and the admin: create, list, change, delete in their namespace.
-    let (ok, out) = kubectl_as(cluster, &dev, &["create", "-n", &team, "-f", "-"], &checker("shop")).await;
-    assert!(ok, "editor create: {out}");
-    let (ok, out) = kubectl_as(cluster, &lead, &["create", "-n", &team, "-f", "-"], &checker("admin-made")).await;
-    assert!(ok, "admin create: {out}");
-    let (ok, out) = kubectl_as(cluster, &dev, &["get", "webcheckers", "-n", &team, "-o", "name"], "").await;
-    assert!(ok, "editor list: {out}");
-    assert!(out.contains("webchecker.test.network.io/shop") && out.contains("/admin-made"), "{out}");
     let (ok, out) = kubectl_as(
         cluster,
         &dev,
-        &["patch", "webchecker", "shop", "-n", &team, "--type=merge", "-p", r#"{"spec":{"intervalSeconds":60}}"#],
+        &["create", "-n", &team, "-f", "-"],
+        &checker("shop"),
+    )
+    .await;
+    assert!(ok, "editor create: {out}");
+    let (ok, out) = kubectl_as(
+        cluster,
+        &lead,
+        &["create", "-n", &team, "-f", "-"],
+        &checker("admin-made"),
+    )
+    .await;
+    assert!(ok, "admin create: {out}");
+    let (ok, out) = kubectl_as(
+        cluster,
+        &dev,
+        &["get", "webcheckers", "-n", &team, "-o", "name"],
+        "",
+    )
+    .await;
+    assert!(ok, "editor list: {out}");
+    assert!(
+        out.contains("webchecker.test.network.io/shop") && out.contains("/admin-made"),
+        "{out}"
+    );
+    let (ok, out) = kubectl_as(
+        cluster,
+        &dev,
+        &[
+            "patch",
+            "webchecker",
+            "shop",
+            "-n",
+            &team,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"intervalSeconds":60}}"#,
+        ],
         "",
     )
     .await;
@@ -237,23 +319,66 @@ async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() 
     let (ok, out) = kubectl_as(
         cluster,
         &dev,
-        &["patch", "webchecker", "shop", "-n", &team, "--subresource=status", "--type=merge", "-p", r#"{"status":{"owner":"me"}}"#],
+        &[
+            "patch",
+            "webchecker",
+            "shop",
+            "-n",
+            &team,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"owner":"me"}}"#,
+        ],
         "",
     )
     .await;
-    assert!(!ok && out.contains("forbidden"), "editor wrote status: {out}");
+    assert!(
+        !ok && out.contains("forbidden"),
+        "editor wrote status: {out}"
+    );
     // Bound in their namespace only.
-    let (ok, out) = kubectl_as(cluster, &dev, &["create", "-n", &other, "-f", "-"], &checker("elsewhere")).await;
-    assert!(!ok && out.contains("forbidden"), "editor created in another namespace: {out}");
+    let (ok, out) = kubectl_as(
+        cluster,
+        &dev,
+        &["create", "-n", &other, "-f", "-"],
+        &checker("elsewhere"),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("forbidden"),
+        "editor created in another namespace: {out}"
+    );
     let (ok, out) = kubectl_as(cluster, &dev, &["get", "webcheckers", "-A"], "").await;
-    assert!(!ok && out.contains("forbidden"), "editor listed all namespaces: {out}");
+    assert!(
+        !ok && out.contains("forbidden"),
+        "editor listed all namespaces: {out}"
+    );
 
     // The viewer lists and reads, and may change nothing.
-    let (ok, out) = kubectl_as(cluster, &auditor, &["get", "wc", "-n", &team, "-o", "name"], "").await;
+    let (ok, out) = kubectl_as(
+        cluster,
+        &auditor,
+        &["get", "wc", "-n", &team, "-o", "name"],
+        "",
+    )
+    .await;
     assert!(ok && out.contains("/shop"), "viewer list: {out}");
-    let (ok, out) = kubectl_as(cluster, &auditor, &["create", "-n", &team, "-f", "-"], &checker("viewer-made")).await;
+    let (ok, out) = kubectl_as(
+        cluster,
+        &auditor,
+        &["create", "-n", &team, "-f", "-"],
+        &checker("viewer-made"),
+    )
+    .await;
     assert!(!ok && out.contains("forbidden"), "viewer created: {out}");
-    let (ok, out) = kubectl_as(cluster, &auditor, &["delete", "wc", "shop", "-n", &team], "").await;
+    let (ok, out) = kubectl_as(
+        cluster,
+        &auditor,
+        &["delete", "wc", "shop", "-n", &team],
+        "",
+    )
+    .await;
     assert!(!ok && out.contains("forbidden"), "viewer deleted: {out}");
 
     let (ok, out) = kubectl_as(cluster, &dev, &["delete", "wc", "shop", "-n", &team], "").await;

@@ -204,9 +204,20 @@ mod tests {
                 ("env".into(), "label_env".into()),
             ]
         );
-        assert_eq!(parse_label_allowlist("").unwrap(), LabelAllowlist::default());
+        assert_eq!(
+            parse_label_allowlist("").unwrap(),
+            LabelAllowlist::default()
+        );
         let long = "a".repeat(64);
-        for bad in ["*", "-team", "team-", "a/b/c", "Example.com/x", "x/", long.as_str()] {
+        for bad in [
+            "*",
+            "-team",
+            "team-",
+            "a/b/c",
+            "Example.com/x",
+            "x/",
+            long.as_str(),
+        ] {
             assert!(parse_label_allowlist(bad).is_err(), "{bad:?} accepted");
         }
         let e = parse_label_allowlist("team.a,team_a").unwrap_err();

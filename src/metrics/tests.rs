@@ -1,8 +1,8 @@
 //! Unit tests of the per-checker families (src/metrics.rs).
 
 use super::*;
-use std::collections::BTreeMap;
 use crate::probe::Phases;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn outcome(reason: Reason) -> Outcome {
@@ -22,9 +22,21 @@ fn outcome(reason: Reason) -> Outcome {
 #[test]
 fn forgetting_a_checker_removes_every_series() {
     let m = Metrics::new("r1", true);
-    m.record_probe("ns", "a", &Arc::default(), &outcome(Reason::ProbeSucceeded), true);
+    m.record_probe(
+        "ns",
+        "a",
+        &Arc::default(),
+        &outcome(Reason::ProbeSucceeded),
+        true,
+    );
     m.record_probe("ns", "a", &Arc::default(), &outcome(Reason::Timeout), false);
-    m.record_probe("ns", "b", &Arc::default(), &outcome(Reason::ProbeSucceeded), true);
+    m.record_probe(
+        "ns",
+        "b",
+        &Arc::default(),
+        &outcome(Reason::ProbeSucceeded),
+        true,
+    );
     assert!(m.render().contains("name=\"a\""));
     m.forget_checker("ns", "a");
     let text = m.render();
@@ -38,9 +50,7 @@ fn last_success_timestamp_is_zero_until_a_success() {
     m.record_probe("ns", "a", &Arc::default(), &outcome(Reason::Timeout), false);
     let text = m.render();
     assert!(
-        text.contains(
-            "webchecker_last_success_timestamp_seconds{name=\"a\",namespace=\"ns\"} 0\n"
-        ),
+        text.contains("webchecker_last_success_timestamp_seconds{name=\"a\",namespace=\"ns\"} 0\n"),
         "{text}"
     );
 }
@@ -54,7 +64,13 @@ fn checker_families_match_the_prometheus_encoder() {
     let mut o = outcome(Reason::ProbeSucceeded);
     o.phases.connect = Duration::from_micros(250);
     ours.record_probe("ns", "a\"b", &Arc::default(), &o, true);
-    ours.record_probe("ns", "a\"b", &Arc::default(), &outcome(Reason::Timeout), false);
+    ours.record_probe(
+        "ns",
+        "a\"b",
+        &Arc::default(),
+        &outcome(Reason::Timeout),
+        false,
+    );
 
     let r = Registry::new();
     let ck = &["namespace", "name"];
@@ -161,7 +177,13 @@ fn tls_series_are_replaced_not_added() {
 #[test]
 fn histogram_can_be_turned_off() {
     let m = Metrics::new("r1", false);
-    m.record_probe("ns", "a", &Arc::default(), &outcome(Reason::ProbeSucceeded), true);
+    m.record_probe(
+        "ns",
+        "a",
+        &Arc::default(),
+        &outcome(Reason::ProbeSucceeded),
+        true,
+    );
     let text = m.render();
     assert!(!text.contains("webchecker_probe_duration_seconds_bucket"));
     assert!(text.contains("webchecker_probes_total{"));
@@ -172,10 +194,13 @@ fn histogram_can_be_turned_off() {
 #[test]
 fn checker_info_matches_the_prometheus_encoder() {
     let allow = parse_label_allowlist("team,app.kubernetes.io/part-of").unwrap();
-    let labels: BTreeMap<String, String> = [("team", "pay\"ments"), ("app.kubernetes.io/part-of", "shop")]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    let labels: BTreeMap<String, String> = [
+        ("team", "pay\"ments"),
+        ("app.kubernetes.io/part-of", "shop"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
     let info = Arc::new(CheckerInfo::new(
         "https://shop.example.com:8443",
         "/health?token=x",
@@ -209,18 +234,29 @@ fn checker_info_matches_the_prometheus_encoder() {
     let reference = TextEncoder::new().encode_to_string(&r.gather()).unwrap();
     let text = ours.render();
     for line in reference.lines() {
-        assert!(text.lines().any(|t| t == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|t| t == line),
+            "missing {line:?} in\n{text}"
+        );
     }
     assert!(!text.contains("token"), "{text}");
 
     // A label change replaces the series; forgetting the checker drops it.
     let mut labels = labels;
     labels.insert("team".into(), "web".into());
-    let changed = Arc::new(CheckerInfo::new("https://shop.example.com:8443", "/health", Some(&labels), &allow));
+    let changed = Arc::new(CheckerInfo::new(
+        "https://shop.example.com:8443",
+        "/health",
+        Some(&labels),
+        &allow,
+    ));
     ours.refresh_info("ns", "a", &changed);
     ours.refresh_info("ns", "unknown", &changed);
     let text = ours.render();
-    let info_lines: Vec<&str> = text.lines().filter(|l| l.starts_with("webchecker_checker_info{")).collect();
+    let info_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("webchecker_checker_info{"))
+        .collect();
     assert_eq!(info_lines.len(), 1, "{text}");
     assert!(info_lines[0].contains("label_team=\"web\""), "{text}");
     ours.forget_checker("ns", "a");

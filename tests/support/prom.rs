@@ -40,8 +40,14 @@ impl Prometheus {
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let child = Command::new(tool("prometheus"))
-            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--storage.tsdb.retention.time=1h")
             .stdin(Stdio::null())
@@ -84,11 +90,16 @@ impl Prometheus {
                         .as_object()
                         .map(|m| {
                             m.iter()
-                                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                                .map(|(k, v)| {
+                                    (k.clone(), v.as_str().unwrap_or_default().to_string())
+                                })
                                 .collect()
                         })
                         .unwrap_or_default();
-                    let value = s["value"][1].as_str().and_then(|x| x.parse().ok()).unwrap_or(f64::NAN);
+                    let value = s["value"][1]
+                        .as_str()
+                        .and_then(|x| x.parse().ok())
+                        .unwrap_or(f64::NAN);
                     (labels, value)
                 })
                 .collect()
