@@ -107,9 +107,10 @@ crds: ## regenerate crds/ from src/api.rs (crdgen), then chart-sync
 	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync
 
-chart-sync: ## copy the CRD, alert rules and dashboards into the Helm chart (tests/chart.rs checks it)
+chart-sync: ## copy the CRD, alert and recording rules and dashboards into the Helm chart (tests/chart.rs checks it)
 	cp crds/webcheckers.test.network.io.yaml $(CHART_DIR)/crds/webcheckers.test.network.io.yaml
 	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
+	cp alerts/blackbox.rules.yaml $(CHART_DIR)/files/blackbox.rules.yaml
 	mkdir -p $(CHART_DIR)/files/dashboards
 	rm -f $(CHART_DIR)/files/dashboards/*.json
 	cp dashboards/*.json $(CHART_DIR)/files/dashboards/

@@ -40,6 +40,7 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
     plural = "webcheckers",
     singular = "webchecker",
     shortname = "wc",
+    category = "webchecker-operator",
     namespaced,
     status = "WebCheckerStatus",
     doc = "WebChecker probes one HTTP(S) endpoint on an interval and reports its health in status, metrics and events.",
@@ -529,11 +530,16 @@ pub struct ProxySpec {
 }
 
 /// Observed state, written by the replica that owns the checker.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerStatus {
-    /// Conditions; `Ready` says whether the endpoint answers as expected.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Conditions, at most one per type (a list-type map keyed by type, as metav1.Condition lists are): `Ready` says whether the endpoint answers as expected; `CertificateExpiring` appears with spec.tls.certificateExpiryWarningDays.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "lenient_conditions"
+    )]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
     /// Generation of the spec that the recorded probe used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -561,27 +567,88 @@ pub struct WebCheckerStatus {
     pub owner: Option<String>,
 }
 
-/// A condition, shaped like metav1.Condition.
+/// A condition with the fields and validation of metav1.Condition (kept as
+/// our own type: the times stay the RFC 3339 strings the status code writes).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     /// Condition type, for example Ready.
     #[serde(rename = "type")]
+    #[schemars(
+        length(min = 1, max = 316),
+        regex(
+            pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+        )
+    )]
     pub type_: String,
     /// True, False or Unknown.
+    #[schemars(extend("enum" = ["True", "False", "Unknown"]))]
     pub status: String,
     /// Machine-readable reason in CamelCase, for example ProbeSucceeded or ConnectError.
-    #[serde(default)]
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    )]
     pub reason: String,
     /// Short human-readable explanation. Never contains response bodies or secret values.
-    #[serde(default)]
+    #[schemars(length(max = 32768))]
     pub message: String,
-    /// When the status last changed (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the status last changed (RFC 3339). Always written; optional only when read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(required, extend("format" = "date-time"))]
     pub last_transition_time: Option<String>,
     /// Generation of the spec this condition was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
+}
+
+/// Reads conditions as leniently as before the schema required every field:
+/// a status written by hand or by an older tool (no message, no reason)
+/// still parses, and is replaced by the next status write.
+fn lenient_conditions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Condition>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Read {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        last_transition_time: Option<String>,
+        #[serde(default)]
+        observed_generation: Option<i64>,
+    }
+    Ok(Vec::<Read>::deserialize(d)?
+        .into_iter()
+        .map(|r| Condition {
+            type_: r.type_,
+            status: r.status,
+            reason: r.reason,
+            message: r.message,
+            last_transition_time: r.last_transition_time,
+            observed_generation: r.observed_generation,
+        })
+        .collect())
+}
+
+/// The most bytes a condition message may have (metav1.Condition's limit);
+/// the API server refuses a status with a longer one.
+pub const MAX_CONDITION_MESSAGE: usize = 32768;
+
+/// `message` cut to [`MAX_CONDITION_MESSAGE`] bytes on a character boundary.
+pub fn condition_message(message: &str) -> String {
+    if message.len() <= MAX_CONDITION_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_CONDITION_MESSAGE - '…'.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 impl WebCheckerStatus {
@@ -593,4 +660,17 @@ impl WebCheckerStatus {
 /// The namespace/name key of a checker, used by the ring and every table.
 pub fn object_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn condition_messages_are_cut_on_a_character_boundary() {
+        use super::{MAX_CONDITION_MESSAGE, condition_message};
+        assert_eq!(condition_message("short"), "short");
+        let long = "é".repeat(MAX_CONDITION_MESSAGE);
+        let cut = condition_message(&long);
+        assert!(cut.len() <= MAX_CONDITION_MESSAGE, "{}", cut.len());
+        assert!(cut.ends_with('…') && cut.starts_with("éé"));
+    }
 }

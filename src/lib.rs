@@ -41,7 +41,12 @@ pub(crate) mod shard;
 pub mod status;
 pub(crate) mod writer;
 
-pub use replica::run;
+/// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
+pub async fn run(cfg: config::Config) -> Result<(), error::Error> {
+    // Process-wide, like the log filter: read by the metrics of this process.
+    metrics::configure_label_allowlist(&cfg.metric_labels_allowlist);
+    replica::run(cfg).await
+}
 /// Name of the leader Lease (tests and tools read it).
 pub use shard::elector::LEADER_LEASE;
 

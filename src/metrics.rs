@@ -15,6 +15,10 @@ use prometheus::{
 
 use crate::probe::{Outcome, Reason, TlsFacts};
 
+mod info;
+pub(crate) use info::configure as configure_label_allowlist;
+pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
+
 const PROBE_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
@@ -64,6 +68,8 @@ struct CheckerSeries {
     tls: Option<TlsFacts>,
     /// Of the last response: 10, 11 or 20; 0 when none came.
     http_version: u8,
+    /// `webchecker_checker_info` (shared with the engine's entry).
+    info: Option<Arc<CheckerInfo>>,
 }
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
@@ -73,6 +79,8 @@ type CheckerMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, CheckerSeries>>;
 pub struct Metrics {
     pub registry: Registry,
     per_checker_histogram: bool,
+    /// Checker labels copied to `webchecker_checker_info`.
+    label_allowlist: Arc<LabelAllowlist>,
     /// namespace -> name -> series. Locked only for a lookup or a copy, never
     /// while rendering text.
     checkers: Mutex<CheckerMap>,
@@ -147,6 +155,7 @@ impl Metrics {
         .expect("process collector registers once");
         let m = Metrics {
             per_checker_histogram,
+            label_allowlist: info::configured(),
             checkers: Mutex::new(BTreeMap::new()),
             owned: reg(
                 &r,
@@ -339,7 +348,33 @@ impl Metrics {
         }
     }
 
-    pub fn record_probe(&self, namespace: &str, name: &str, o: &Outcome, ready: bool) {
+    /// The info series of a checker, from its spec and labels.
+    pub fn checker_info(&self, wc: &crate::api::WebChecker) -> Arc<CheckerInfo> {
+        Arc::new(CheckerInfo::new(
+            &wc.spec.host,
+            &wc.spec.path,
+            wc.metadata.labels.as_ref(),
+            &self.label_allowlist,
+        ))
+    }
+
+    /// A changed info series (labels or URL) of a checker that has series;
+    /// one that has none gets it with its first series.
+    pub fn refresh_info(&self, namespace: &str, name: &str, info: &Arc<CheckerInfo>) {
+        let mut map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get_mut(namespace).and_then(|n| n.get_mut(name)) {
+            c.info = Some(info.clone());
+        }
+    }
+
+    pub fn record_probe(
+        &self,
+        namespace: &str,
+        name: &str,
+        info: &Arc<CheckerInfo>,
+        o: &Outcome,
+        ready: bool,
+    ) {
         // Exported from the first probe on, 0 until this owner saw a success
         // (docs/metrics.md).
         let now = if o.success() {
@@ -357,6 +392,7 @@ impl Metrics {
             .unwrap_or(ALL_REASONS.len() - 1);
         let histogram = self.per_checker_histogram;
         self.with_checker(namespace, name, |c| {
+            c.info = Some(info.clone());
             c.probed = true;
             c.up = ready;
             c.last_success = o.success();
@@ -392,8 +428,11 @@ impl Metrics {
     }
 
     /// Sets the up gauge without a probe (for example a suspended or invalid checker).
-    pub fn set_up(&self, namespace: &str, name: &str, ready: bool) {
-        self.with_checker(namespace, name, |c| c.up = ready);
+    pub fn set_up(&self, namespace: &str, name: &str, info: &Arc<CheckerInfo>, ready: bool) {
+        self.with_checker(namespace, name, |c| {
+            c.info = Some(info.clone());
+            c.up = ready;
+        });
     }
 
     /// Drops every series of a checker this replica no longer owns.
@@ -566,6 +605,7 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
         |c| c.probed.then_some(f64::from(c.http_version) / 10.0),
     );
     render_tls(out, checkers);
+    info::render_info(out, checkers);
     let family = "webchecker_probe_phase_duration_seconds";
     let mut header = false;
     for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
@@ -638,170 +678,4 @@ fn render_tls(out: &mut String, checkers: &Snapshot) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::probe::Phases;
-    use std::time::Duration;
-
-    fn outcome(reason: Reason) -> Outcome {
-        Outcome {
-            reason,
-            message: String::new(),
-            status_code: Some(200),
-            duration: Duration::from_millis(12),
-            phases: Phases::default(),
-            cert_not_after: Some(1_900_000_000),
-            tls: None,
-            http_version: Some(http::Version::HTTP_2),
-            redirects: 0,
-        }
-    }
-
-    #[test]
-    fn forgetting_a_checker_removes_every_series() {
-        let m = Metrics::new("r1", true);
-        m.record_probe("ns", "a", &outcome(Reason::ProbeSucceeded), true);
-        m.record_probe("ns", "a", &outcome(Reason::Timeout), false);
-        m.record_probe("ns", "b", &outcome(Reason::ProbeSucceeded), true);
-        assert!(m.render().contains("name=\"a\""));
-        m.forget_checker("ns", "a");
-        let text = m.render();
-        assert!(!text.contains("name=\"a\""), "{text}");
-        assert!(text.contains("name=\"b\""));
-    }
-
-    #[test]
-    fn last_success_timestamp_is_zero_until_a_success() {
-        let m = Metrics::new("r1", true);
-        m.record_probe("ns", "a", &outcome(Reason::Timeout), false);
-        let text = m.render();
-        assert!(
-            text.contains(
-                "webchecker_last_success_timestamp_seconds{name=\"a\",namespace=\"ns\"} 0\n"
-            ),
-            "{text}"
-        );
-    }
-
-    /// The hand-written families must read exactly like the prometheus crate's
-    /// encoder would write them (dashboards, alerts and tests depend on it).
-    #[test]
-    fn checker_families_match_the_prometheus_encoder() {
-        use prometheus::{GaugeVec, HistogramVec};
-        let ours = Metrics::new("r1", true);
-        let mut o = outcome(Reason::ProbeSucceeded);
-        o.phases.connect = Duration::from_micros(250);
-        ours.record_probe("ns", "a\"b", &o, true);
-        ours.record_probe("ns", "a\"b", &outcome(Reason::Timeout), false);
-
-        let r = Registry::new();
-        let ck = &["namespace", "name"];
-        let h = reg(
-            &r,
-            HistogramVec::new(
-                HistogramOpts::new("webchecker_probe_duration_seconds", "Whole probe duration")
-                    .buckets(PROBE_BUCKETS.to_vec()),
-                ck,
-            )
-            .unwrap(),
-        );
-        let p = reg(
-            &r,
-            IntCounterVec::new(
-                Opts::new(
-                    "webchecker_probes_total",
-                    "Probes done, by result and reason",
-                ),
-                &["namespace", "name", "result", "reason"],
-            )
-            .unwrap(),
-        );
-        let ph = reg(
-            &r,
-            GaugeVec::new(
-                Opts::new(
-                    "webchecker_probe_phase_duration_seconds",
-                    "Phase durations of the last probe",
-                ),
-                &["namespace", "name", "phase"],
-            )
-            .unwrap(),
-        );
-        let up = reg(
-            &r,
-            IntGaugeVec::new(
-                Opts::new("webchecker_up", "1 when the Ready condition is True"),
-                ck,
-            )
-            .unwrap(),
-        );
-        let l = &["ns", "a\"b"];
-        h.with_label_values(l).observe(0.012);
-        h.with_label_values(l).observe(0.012);
-        p.with_label_values(&["ns", "a\"b", "success", "ProbeSucceeded"])
-            .inc();
-        p.with_label_values(&["ns", "a\"b", "failure", "Timeout"])
-            .inc();
-        for phase in PHASES {
-            ph.with_label_values(&["ns", "a\"b", phase]).set(0.0);
-        }
-        up.with_label_values(l).set(0);
-        let reference = TextEncoder::new().encode_to_string(&r.gather()).unwrap();
-
-        let text = ours.render();
-        for line in reference
-            .lines()
-            .filter(|l| !l.contains("phase=\"connect\""))
-        {
-            assert!(
-                text.lines().any(|t| t == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-        assert!(text.contains(
-            "webchecker_probe_phase_duration_seconds{name=\"a\\\"b\",namespace=\"ns\",phase=\"connect\"} 0\n"
-        ), "{text}");
-    }
-
-    #[test]
-    fn tls_series_are_replaced_not_added() {
-        use crate::probe::{CertFacts, Chain};
-        let cert = |n: &str| CertFacts {
-            subject: format!("CN={n}"),
-            issuer: "CN=\"ca\"".into(),
-            serial: "01".into(),
-            fingerprint_sha256: n.repeat(4),
-            not_after: 1_900_000_000,
-        };
-        let m = Metrics::new("r1", true);
-        for round in ["a", "b", "c"] {
-            let mut o = outcome(Reason::ProbeSucceeded);
-            o.tls = Some(TlsFacts {
-                version: "TLS 1.3",
-                cipher: "TLS13_AES_128_GCM_SHA256",
-                chain: Some(Arc::new(Chain {
-                    earliest_not_after: 1_900_000_000,
-                    earliest: 0,
-                    certificates: vec![cert(round), cert("int")],
-                })),
-            });
-            m.record_probe("ns", "a", &o, true);
-        }
-        let text = m.render();
-        let lines = |f: &str| text.lines().filter(|l| l.starts_with(f)).count();
-        assert_eq!(lines("webchecker_tls_info{"), 1, "{text}");
-        assert_eq!(lines("webchecker_certificate_info{"), 2, "{text}");
-        assert!(text.contains(
-            "webchecker_certificate_info{name=\"a\",namespace=\"ns\",position=\"0\",subject=\"CN=c\",issuer=\"CN=\\\"ca\\\"\",serial=\"01\",fingerprint_sha256=\"cccc\",not_after=\"2030-03-17T17:46:40Z\"} 1\n"
-        ), "{text}");
-    }
-
-    #[test]
-    fn histogram_can_be_turned_off() {
-        let m = Metrics::new("r1", false);
-        m.record_probe("ns", "a", &outcome(Reason::ProbeSucceeded), true);
-        let text = m.render();
-        assert!(!text.contains("webchecker_probe_duration_seconds_bucket"));
-        assert!(text.contains("webchecker_probes_total{"));
-    }
-}
+mod tests;

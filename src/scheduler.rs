@@ -114,6 +114,8 @@ struct Entry {
     draining: bool,
     status: CheckerStatus,
     last_probe_wall: Option<SystemTime>,
+    /// URL and allowlisted labels (`webchecker_checker_info`).
+    info: Arc<crate::metrics::CheckerInfo>,
 }
 
 pub struct EngineSettings {
@@ -357,8 +359,13 @@ impl Engine {
         let Some(plan) = e.plan.clone() else { return };
         let ctx = make_ctx(&self.settings, e.generation, Some(&plan));
         let effects = e.status.observe(&outcome, &ctx);
-        self.metrics
-            .record_probe(&e.namespace, &e.name, &outcome, e.status.is_ready());
+        self.metrics.record_probe(
+            &e.namespace,
+            &e.name,
+            &e.info,
+            &outcome,
+            e.status.is_ready(),
+        );
         debug!(checker = %d.key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
         self.apply_effects(&d.key, effects);
         let Some(e) = self.entries.get_mut(&d.key) else {
@@ -551,6 +558,14 @@ impl Engine {
             Incoming::Valid(wc, r, c) => (Some(wc.spec.clone()), r.clone(), c.clone()),
             Incoming::Malformed { .. } => (None, Resolved::default(), None),
         };
+        // Labels change without a new spec: the info series follows them.
+        if let (Incoming::Valid(wc, ..), Some(e)) = (&checker, self.entries.get_mut(&key)) {
+            let info = self.metrics.checker_info(wc);
+            if info != e.info {
+                e.info = info;
+                self.metrics.refresh_info(&e.namespace, &e.name, &e.info);
+            }
+        }
         let unchanged =
             matches!(&existing, Some(((old, old_r), false)) if *old == spec && *old_r == resolved);
         if unchanged {
@@ -603,6 +618,10 @@ impl Engine {
                     draining: false,
                     status,
                     last_probe_wall: None,
+                    info: match &checker {
+                        Incoming::Valid(wc, ..) => self.metrics.checker_info(wc),
+                        Incoming::Malformed { .. } => Default::default(),
+                    },
                 },
             );
         }
@@ -712,7 +731,7 @@ impl Engine {
                 warn!(checker = %key, reason = "InvalidSpec", "{msg}");
                 let ctx = make_ctx(&self.settings, generation, None);
                 let fx = e.status.set_condition("False", "InvalidSpec", &msg, &ctx);
-                self.metrics.set_up(&namespace, &name, false);
+                self.metrics.set_up(&namespace, &name, &e.info, false);
                 self.apply_effects(&key, fx);
             }
         }

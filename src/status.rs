@@ -280,7 +280,7 @@ impl CheckerStatus {
             } else {
                 self.reason.clone()
             },
-            message: self.message.clone(),
+            message: crate::api::condition_message(&self.message),
             last_transition_time: self
                 .last_transition_time
                 .clone()
@@ -292,7 +292,7 @@ impl CheckerStatus {
                 type_: CERTIFICATE_EXPIRING.into(),
                 status: c.status.clone(),
                 reason: c.reason.clone(),
-                message: c.message.clone(),
+                message: crate::api::condition_message(&c.message),
                 last_transition_time: c
                     .last_transition_time
                     .clone()

@@ -160,6 +160,17 @@ fn one_in<'a>(docs: &'a [Value], kind: &str, namespace: &str) -> &'a Value {
     v[0]
 }
 
+/// The operator's own ClusterRole (the chart also renders the aggregated
+/// view/edit ClusterRoles for users, tests/self_service_rbac.rs).
+fn operator_clusterrole(docs: &[Value]) -> &Value {
+    let v: Vec<&Value> = of_kind(docs, "ClusterRole")
+        .into_iter()
+        .filter(|d| d["metadata"]["name"].as_str() == Some(FULLNAME))
+        .collect();
+    assert_eq!(v.len(), 1, "exactly one ClusterRole {FULLNAME}");
+    v[0]
+}
+
 fn kinds(docs: &[Value]) -> BTreeSet<String> {
     docs.iter()
         .filter_map(|d| d["kind"].as_str().map(str::to_string))
@@ -582,6 +593,16 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.restricted_namespaces, "tenancy in (external,partner)");
     assert_eq!(cfg.private_cidrs.0.len(), 2);
     assert_eq!(cfg.max_body_bytes, 1048576);
+    assert_eq!(
+        cfg.metric_labels_allowlist.0,
+        [
+            ("team".to_string(), "label_team".to_string()),
+            (
+                "app.kubernetes.io/part-of".to_string(),
+                "label_app_kubernetes_io_part_of".to_string()
+            )
+        ]
+    );
     assert_eq!(cfg.resolv_conf, Path::new("/etc/webchecker/resolv.conf"));
     assert_eq!(cfg.hosts_file, Path::new("/etc/webchecker/hosts"));
     assert_eq!(cfg.log_format, "json");
@@ -689,7 +710,10 @@ fn all_on_values_render_monitoring_and_every_option() {
 
     // readSecrets/readConfigMaps add exactly their one permission each, in
     // the watched namespace only: not in the ClusterRole.
-    assert_eq!(grants(one(&docs, "ClusterRole")), operator_cluster_grants());
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
     let (role, binding) = references_role(&docs, "probes");
     assert_eq!(
         grants(role),
@@ -705,7 +729,7 @@ fn all_on_values_render_monitoring_and_every_option() {
 fn rbac_grants_exactly_what_the_operator_uses() {
     let docs = render(&[]);
     assert_eq!(
-        grants(one(&docs, "ClusterRole")),
+        grants(operator_clusterrole(&docs)),
         operator_cluster_grants(),
         "ClusterRole"
     );
@@ -723,7 +747,7 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     let docs = render(&["--set", "operator.restrictedNamespaces="]);
     let mut without = operator_cluster_grants();
     without.retain(|(_, r, _)| r != "namespaces");
-    assert_eq!(grants(one(&docs, "ClusterRole")), without);
+    assert_eq!(grants(operator_clusterrole(&docs)), without);
     // readSecrets/readConfigMaps without a watched namespace: cluster-wide.
     let docs = render(&[
         "--set",
@@ -736,7 +760,7 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         ("", "secrets", &["get"]),
         ("", "configmaps", &["get"]),
     ]));
-    assert_eq!(grants(one(&docs, "ClusterRole")), cluster);
+    assert_eq!(grants(operator_clusterrole(&docs)), cluster);
     assert_eq!(
         of_kind(&docs, "Role").len(),
         2,
@@ -749,7 +773,7 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     ] {
         let docs = render(&["--set", "operator.watchNamespace=shop", "--set", set]);
         assert_eq!(
-            grants(one(&docs, "ClusterRole")),
+            grants(operator_clusterrole(&docs)),
             operator_cluster_grants(),
             "{set}"
         );

@@ -37,3 +37,47 @@ fn crd_manifest_is_generated() {
 fn helm_chart_crd_is_generated() {
     check("deploy/helm/webchecker-operator/crds/webcheckers.test.network.io.yaml");
 }
+
+/// Status conditions look like metav1.Condition lists to every client: a
+/// list-type map keyed by type, each item with the same required fields and
+/// validation; the CRD names a category.
+#[test]
+fn conditions_are_shaped_like_metav1_conditions() {
+    let crd = serde_json::to_value(webchecker::api::WebChecker::crd()).unwrap();
+    assert_eq!(
+        crd["spec"]["names"]["categories"],
+        serde_json::json!(["webchecker-operator"])
+    );
+    let conditions = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+        ["properties"]["conditions"];
+    assert_eq!(conditions["x-kubernetes-list-type"], "map", "{conditions}");
+    assert_eq!(
+        conditions["x-kubernetes-list-map-keys"],
+        serde_json::json!(["type"])
+    );
+    let item = &conditions["items"];
+    let mut required: Vec<&str> = item["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    required.sort();
+    assert_eq!(
+        required,
+        ["lastTransitionTime", "message", "reason", "status", "type"],
+        "{item}"
+    );
+    let p = &item["properties"];
+    assert_eq!(
+        p["status"]["enum"],
+        serde_json::json!(["True", "False", "Unknown"])
+    );
+    assert_eq!(p["type"]["maxLength"], 316);
+    assert_eq!(p["reason"]["maxLength"], 1024);
+    assert_eq!(p["reason"]["minLength"], 1);
+    assert_eq!(p["message"]["maxLength"], 32768);
+    assert_eq!(p["lastTransitionTime"]["format"], "date-time");
+    assert!(p["lastTransitionTime"].get("nullable").is_none(), "{item}");
+    assert_eq!(p["observedGeneration"]["minimum"].as_f64(), Some(0.0));
+}

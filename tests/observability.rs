@@ -340,6 +340,15 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
         "no https checker (and it needs a certificate expiring within 14 days)",
     ),
     (
+        "record=probe_ssl_earliest_cert_expiry",
+        "blackbox name of the certificate expiry: https checkers only, the witness targets are \
+         plain http",
+    ),
+    (
+        "record=probe_tls_version_info",
+        "blackbox name of webchecker_tls_info: https checkers only",
+    ),
+    (
         "alert=WebCheckerNoLeader",
         "needs a fault: no replica holding the leader Lease, or no replica scraped",
     ),
@@ -1101,7 +1110,7 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
         if count != run {
             off_by_one += 1;
         }
-        // The series of docs/metrics.md "Series per checker": 24 + k for http.
+        // The series of docs/metrics.md "Series per checker": 25 + k for http.
         let lines = checker_lines(text, &ns, n);
         let k = lines
             .iter()
@@ -1109,7 +1118,7 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
             .count();
         assert_eq!(
             lines.len(),
-            24 + k,
+            25 + k,
             "{n}: series of an http checker (docs/metrics.md):\n{}",
             lines.join("\n")
         );

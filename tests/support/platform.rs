@@ -1,0 +1,144 @@
+//! Helpers of the platform-team tests (tests/chart_alerts.rs,
+//! tests/self_service_rbac.rs, tests/metric_labels.rs): the real helm of
+//! hack/build-tools.sh, programs on PATH (promtool, prometheus), and the
+//! chart rendered into YAML documents. Included with `#[path]` next to
+//! `mod support;`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+use crate::support::{SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
+
+pub const CHART: &str = "deploy/helm/webchecker-operator";
+pub const RELEASE: &str = "wc";
+pub const RELEASE_NS: &str = "webchecker";
+
+/// The directory of helm, kubectl, kube-apiserver, ... (hack/build-tools.sh,
+/// or WEBCHECKER_TOOLS_BIN).
+pub fn tools_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("WEBCHECKER_TOOLS_BIN") {
+            return PathBuf::from(b);
+        }
+        let out = bounded("bash", SETUP_LIMIT)
+            .arg(repo().join("hack/build-tools.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run hack/build-tools.sh");
+        assert!(out.status.success(), "hack/build-tools.sh failed");
+        PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .expect("hack/build-tools.sh prints the bin directory")
+                .trim(),
+        )
+    })
+}
+
+/// A program on PATH; fails (never skips) when it is missing.
+pub fn tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` not found on PATH: run hack/install-deps.sh (Debian's `prometheus` \
+                 package provides `prometheus` and `promtool`)"
+            )
+        })
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+/// Runs a command in the repository; its stdout and stderr, and whether it
+/// succeeded.
+pub fn run(cmd: &mut Command) -> (bool, String) {
+    let out: Output = cmd
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run command");
+    (
+        out.status.success(),
+        format!("{}{}", text(&out.stdout), text(&out.stderr)),
+    )
+}
+
+/// helm from the repository root, with its own config/cache/data directories.
+pub fn helm(args: &[&str]) -> (bool, String) {
+    let home = repo().join("target").join("e2e").join("helm-home");
+    let mut c = bounded(tools_bin().join("helm"), TOOL_LIMIT);
+    c.args(args)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG");
+    run(&mut c)
+}
+
+/// A scratch directory under target/ (removed when dropped).
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    std::fs::create_dir_all(repo().join("target")).unwrap();
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(repo().join("target"))
+        .unwrap()
+}
+
+/// `helm template` of the README's release with this values file content,
+/// parsed into its YAML documents.
+pub fn render_values(values: &str) -> Vec<Value> {
+    let dir = scratch("render-");
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let (ok, out) = helm(&[
+        "template",
+        RELEASE,
+        CHART,
+        "-n",
+        RELEASE_NS,
+        "--skip-tests",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(ok, "helm template with\n{values}\nfailed:\n{out}");
+    serde_yaml::Deserializer::from_str(&out)
+        .map(|d| Value::deserialize(d).expect("helm template prints YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// `helm template` that must fail; its output.
+pub fn render_fails(values: &str) -> String {
+    let dir = scratch("render-");
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let (ok, out) = helm(&[
+        "template",
+        RELEASE,
+        CHART,
+        "-n",
+        RELEASE_NS,
+        "--skip-tests",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!ok, "helm template with\n{values}\nsucceeded");
+    out
+}
+
+pub fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .collect()
+}
