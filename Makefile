@@ -80,14 +80,13 @@ demo-down: ## stop the demo (replicas, targets, control plane)
 build: ## build the operator and crdgen (release)
 	cargo build --release --locked
 
-lint: ## rustfmt and clippy (warnings are errors on the pinned Rust release of hack/versions.env)
+lint: ## rustfmt and clippy over the workspace (operator, kit/, bench/; warnings are errors on the pinned Rust release of hack/versions.env)
 	cargo fmt --all -- --check
 	@. hack/versions.env; if [ "$$(rustc --version | awk '{print $$2}')" = "$$RUST_VERSION" ]; then \
-	  cargo clippy --locked --all-targets -- -D warnings && \
-	  cargo clippy --locked --features bench --bin bench -- -D warnings; \
+	  cargo clippy --locked --workspace --all-targets -- -D warnings; \
 	else \
 	  echo "lint: rustc is not $$RUST_VERSION: clippy reports, warnings do not fail"; \
-	  cargo clippy --locked --all-targets && cargo clippy --locked --features bench --bin bench; \
+	  cargo clippy --locked --workspace --all-targets; \
 	fi
 
 test: ## every test: install what is missing, lint, unit, end-to-end (real control plane), chart, observability, chaos (CHAOS_MINUTES=3)
@@ -122,7 +121,7 @@ chart-sync: ## copy the CRD, alert and recording rules and dashboards into the H
 bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended; BENCH_LARGE=1 adds 30,000 checkers)
 	hack/install-deps.sh
 	hack/build-tools.sh >/dev/null
-	cargo build --release --locked --features bench --bin bench --bin webchecker-operator
+	cargo build --release --locked -p webchecker-bench -p webchecker-operator --bin bench --bin webchecker-operator
 	BENCH_COMMAND="make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" target/release/bench
 
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)

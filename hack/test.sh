@@ -20,10 +20,12 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 # the images too (a release build) and the node's binaries (tests/image.rs
 # and tests/node.rs use them).
 cargo test --locked --all-targets --no-run || exit 1
+cargo test --locked -p webchecker-kit --lib --no-run || exit 1
 hack/image.sh || exit 1
 hack/build-node-tools.sh node >/dev/null || exit 1
 
-targets=("--lib" "--bins")
+# The kit's own unit tests (kit/: ports, gaps) run with the operator's.
+targets=("--lib" "--bins" "-p webchecker-kit --lib")
 for f in tests/*.rs; do
   targets+=("--test $(basename "$f" .rs)")
 done
@@ -34,7 +36,7 @@ for t in "${targets[@]}"; do
   minutes=$per_binary
   [ "$t" = "--test chaos" ] && minutes=$((chaos_minutes * 2 + 10))
   start=$(date +%s)
-  # shellcheck disable=SC2086 # $t is two words on purpose
+  # shellcheck disable=SC2086 # $t is several words on purpose
   timeout --kill-after=30s "${minutes}m" cargo test --locked $t -- --test-threads=1
   rc=$?
   took=$(( $(date +%s) - start ))

@@ -19,6 +19,7 @@
 //! - [`metrics`], [`server`]: Prometheus metrics and /metrics /healthz /readyz.
 
 pub mod api;
+mod attach;
 mod compiler;
 pub mod config;
 pub(crate) mod egress;

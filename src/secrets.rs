@@ -1,8 +1,9 @@
 //! Secret and ConfigMap values that checkers reference (header values, `auth`,
 //! `tls.caBundle`, `tls.clientCertificate`).
 //!
-//! The checker feeder (`watch_own_shard` in lib.rs) resolves them before a
-//! checker reaches the engine, in the checker's own namespace and only the keys
+//! The checker feeder (feed.rs) resolves them before a checker reaches the
+//! engine (the engine's commands are attach.rs's business: this module deals
+//! in values only), in the checker's own namespace and only the keys
 //! the spec names ([`crate::probe::references`]), through a small cache with a
 //! TTL. It re-resolves the checkers it tracks every [`REFRESH`], so a rotated
 //! Secret is in use within `TTL + REFRESH`; a missing object or key is read
@@ -21,8 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::{Api, Client};
 use tracing::debug;
 
-use crate::probe::{ValueRef, references};
-use crate::scheduler::{Command, Incoming};
+use crate::probe::ValueRef;
 
 /// How long a value read from the API server is used before it is read again.
 pub const TTL: Duration = Duration::from_secs(60);
@@ -134,54 +134,39 @@ impl SecretResolver {
         }
     }
 
-    /// Fills in the values of an Upsert, and tracks (or forgets) the checkers
-    /// of the other commands.
-    pub async fn attach(&mut self, cmd: Command) -> Command {
-        if let Some(key) = cmd.forgotten_key() {
+    /// Resolves the values `refs` names for checker `key` in `namespace`, and
+    /// tracks them for [`SecretResolver::changed`]; a checker that references
+    /// nothing is forgotten.
+    pub async fn track(&mut self, key: String, namespace: String, refs: Vec<ValueRef>) -> Resolved {
+        if refs.is_empty() {
             self.tracked.remove(&key);
+            return Resolved::default();
         }
-        match cmd {
-            Command::Upsert {
-                checker: Incoming::Valid(wc, _, compiled),
-                initial,
-            } => {
-                let namespace = wc.metadata.namespace.clone().unwrap_or_default();
-                let key = crate::api::object_key(
-                    &namespace,
-                    wc.metadata.name.as_deref().unwrap_or_default(),
-                );
-                let refs = references(&wc.spec);
-                let resolved = if refs.is_empty() {
-                    self.tracked.remove(&key);
-                    Resolved::default()
-                } else {
-                    let r = self.resolve(&namespace, &refs).await;
-                    self.tracked.insert(
-                        key,
-                        Tracked {
-                            namespace,
-                            refs,
-                            last: r.clone(),
-                        },
-                    );
-                    r
-                };
-                Command::Upsert {
-                    checker: Incoming::Valid(wc, resolved, compiled),
-                    initial,
-                }
-            }
-            Command::Resync { present } => {
-                self.tracked.retain(|k, _| present.contains(k));
-                Command::Resync { present }
-            }
-            other => other,
-        }
+        let r = self.resolve(&namespace, &refs).await;
+        self.tracked.insert(
+            key,
+            Tracked {
+                namespace,
+                refs,
+                last: r.clone(),
+            },
+        );
+        r
     }
 
-    /// Re-resolves every tracked checker; returns a command for each whose
+    /// Stops tracking a checker.
+    pub fn forget(&mut self, key: &str) {
+        self.tracked.remove(key);
+    }
+
+    /// Stops tracking every checker not in `present`.
+    pub fn retain(&mut self, present: &HashSet<String>) {
+        self.tracked.retain(|k, _| present.contains(k));
+    }
+
+    /// Re-resolves every tracked checker; returns the new values of each whose
     /// values changed (a rotation, a Secret created or deleted).
-    pub async fn refresh(&mut self) -> Vec<Command> {
+    pub async fn changed(&mut self) -> Vec<(String, Resolved)> {
         let now = Instant::now();
         self.cache.retain(|_, c| c.expires + self.ttl > now);
         let keys: Vec<String> = self.tracked.keys().cloned().collect();
@@ -197,7 +182,7 @@ impl SecretResolver {
             {
                 t.last = r.clone();
                 debug!(checker = %key, "referenced Secret/ConfigMap values changed");
-                out.push(Command::Refresh { key, resolved: r });
+                out.push((key, r));
             }
         }
         out

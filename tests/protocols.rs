@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use webchecker::probe::{AddressPolicy, Outcome, ProbePlan, Prober, Reason, ValueRef, plan};
 
 use support::speaks::{Speaks, SwapCert, Target, provider};
@@ -351,7 +351,7 @@ async fn raw_server(
     head: String,
     body: Arc<Vec<u8>>,
 ) -> (SocketAddr, Arc<Mutex<Vec<usize>>>, tokio::task::AbortHandle) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = support::listener().await;
     let addr = listener.local_addr().unwrap();
     let written = Arc::new(Mutex::new(Vec::new()));
     let w2 = written.clone();

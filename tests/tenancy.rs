@@ -29,7 +29,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::release::{install, kubectl, ok, service_account};
 use support::*;
-use webchecker::api::{OWNER_LABEL, WebChecker};
+use webchecker::api::WebChecker;
 use webchecker::probe::base64;
 
 const INTERVAL: u64 = 1;
@@ -451,7 +451,7 @@ async fn a_checker_sends_only_secrets_its_author_may_read() {
         || async {
             for n in &admitted {
                 let wc = as_admin.get(n).await.ok()?;
-                wc.metadata.labels.as_ref()?.get(OWNER_LABEL)?;
+                owner_label(&wc.metadata)?;
                 wc.status.as_ref()?.condition("Ready")?;
             }
             Some(())

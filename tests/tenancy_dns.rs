@@ -1,6 +1,6 @@
 //! Tenancy of name resolution and of the worker pool (issue 13, item 5), end
 //! to end: a real API server, one operator process, the test kit's name
-//! server (tests/support/dns.rs) and a witness target.
+//! server (kit/src/dns.rs) and a witness target.
 //!
 //! 500 healthy checkers in five namespaces probe names the name server
 //! answers; then 50 checkers in a sixth namespace probe names of a zone it

@@ -30,7 +30,7 @@ async fn tls_upstream() -> (std::net::SocketAddr, String) {
     )
     .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = crate::support::listener().await;
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         loop {

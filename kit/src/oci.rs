@@ -7,17 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::{SETUP_LIMIT, bounded, repo};
+use crate::{SETUP_LIMIT, bounded, repo};
 
-/// The cargo target directory of this test binary (target/<profile>/deps/..).
-pub fn target_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
-        let d = PathBuf::from(d);
-        return if d.is_absolute() { d } else { repo().join(d) };
-    }
-    let exe = std::env::current_exe().expect("test binary path");
-    exe.ancestors().nth(3).expect("target dir").to_path_buf()
-}
+pub use crate::target_dir;
 
 /// `<target>/oci/<name>.oci.tar`, built by `hack/image.sh` first if missing.
 pub fn archive(name: &str) -> PathBuf {

@@ -5,15 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::ListParams;
 use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
-use webchecker::api::{DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
 
-use super::*;
+use crate::*;
 
 pub const INTERVAL: u32 = 2;
-/// Must match support::FAST_LEASES.
+/// Must match FAST_LEASES.
 pub const LEASE: Duration = Duration::from_secs(3);
 pub const RETRY: Duration = Duration::from_millis(500);
 
@@ -136,33 +133,12 @@ impl Fleet {
     }
 
     pub fn api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &ApiResource::erase::<WebChecker>(&()),
-        )
+        checkers_api(&self.client, &self.ns)
     }
 
     /// Owner of every checker; a checker with a drain in progress counts as unassigned.
     pub async fn owners(&self) -> HashMap<String, Option<String>> {
-        let list = self.api().list(&ListParams::default()).await.unwrap();
-        list.items
-            .into_iter()
-            .map(|o| {
-                let draining = o
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
-                let owner = o
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_LABEL))
-                    .cloned();
-                (o.metadata.name.unwrap(), owner.filter(|_| !draining))
-            })
-            .collect()
+        owners(&self.client, &self.ns).await.unwrap()
     }
 
     pub fn live_identities(&self) -> Vec<String> {
@@ -234,28 +210,4 @@ pub fn shard_sizes(owners: &HashMap<String, String>) -> BTreeMap<String, usize> 
         *sizes.entry(o.clone()).or_default() += 1;
     }
     sizes
-}
-
-/// For the checkers in `of`, the longest time between the last probe before
-/// `at` and the first probe after it.
-pub fn failover_gap(hits: &[Hit], of: &[String], at: Instant) -> (Duration, String) {
-    let mut worst = (Duration::ZERO, String::new());
-    for c in of {
-        let mut ts: Vec<Instant> = hits
-            .iter()
-            .filter(|h| &h.checker == c)
-            .map(|h| h.start)
-            .collect();
-        ts.sort();
-        let before = ts.iter().rev().find(|t| **t <= at).copied().unwrap_or(at);
-        let after = ts.iter().find(|t| **t > at).copied();
-        let gap = match after {
-            Some(t) => t - before,
-            None => Duration::MAX,
-        };
-        if gap > worst.0 {
-            worst = (gap, c.clone());
-        }
-    }
-    worst
 }

@@ -13,7 +13,6 @@ use rustls::pki_types::PrivateKeyDer;
 use rustls::pki_types::pem::PemObject;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::TcpListener;
 
 use super::targets::{Answer, Leaf};
 
@@ -84,7 +83,7 @@ impl Target {
         h: impl Fn(&http::request::Parts) -> Answer + Send + Sync + 'static,
     ) -> Target {
         let handler: Handler = Arc::new(h);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = crate::listener().await;
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let acceptor = match &speaks {

@@ -16,7 +16,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::TcpListener;
 
 /// A request as the target saw it. Header names are lower case; repeated
 /// headers are joined with ", ".
@@ -101,7 +100,7 @@ impl RecordingTarget {
     }
 
     async fn start(tls: Option<(&Leaf, Option<(&TestCa, bool)>)>, handler: Handler) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = crate::listener().await;
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let handshakes = Arc::new(Mutex::new(Handshakes::default()));
@@ -272,6 +271,12 @@ pub struct Leaf {
     pub chain: Vec<CertificateDer<'static>>,
     pub cert_pem: String,
     pub key_pem: String,
+}
+
+impl Default for TestCa {
+    fn default() -> TestCa {
+        TestCa::new()
+    }
 }
 
 impl TestCa {

@@ -1,5 +1,5 @@
 //! The invariants of DESIGN.md checked from outside the operator: from the
-//! witness's probe log and from the object log (support::objlog). Pure
+//! witness's probe log and from the object log (objlog.rs). Pure
 //! functions over those logs, so that they can be tested on made-up histories
 //! (tests/chaos.rs) before they judge a real one.
 

@@ -5,13 +5,13 @@
 //! as any ServiceAccount, for tests of what a user may do.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::{Cluster, FAST_LEASES, free_port, http_get, repo};
+use super::{Cluster, FAST_LEASES, Operator, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 
@@ -93,76 +93,38 @@ pub async fn service_account(cluster: &Cluster, namespace: &str, name: &str) -> 
 }
 
 /// One operator replica as the chart's pod would run it: the chart's
-/// ServiceAccount, Leases in the release namespace, one watched namespace.
-pub struct Replica {
-    identity: String,
-    port: u16,
-    child: Child,
-    log: PathBuf,
-}
+/// ServiceAccount, Leases in the release namespace, one watched namespace,
+/// every probe and every read at trace level (the log must still never hold
+/// a value).
+pub struct Replica(pub Operator);
 
 impl Replica {
     pub fn spawn(cluster: &Cluster, kubeconfig: &Path, lease_ns: &str, watch_ns: &str) -> Replica {
         let identity = format!("op-{watch_ns}");
-        let port = free_port();
-        let log = cluster.dir.join(format!("operator-{identity}.log"));
-        let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_webchecker-operator"))
-            .env("KUBECONFIG", kubeconfig)
-            // Every probe and every read at trace level: the log must still
-            // never hold a value.
-            .env("RUST_LOG", "info,webchecker=trace")
-            .env_remove("POD_NAME")
-            .env_remove("POD_NAMESPACE")
-            // Names resolve through the test kit's name server (support::dns).
-            .envs(super::dns::Dns::shared().operator_env())
-            // Test targets listen on loopback, which the operator denies by default.
-            .env("WEBCHECKER_ALLOW_LOOPBACK", "true")
-            .arg(format!("--identity={identity}"))
-            .arg(format!("--namespace={lease_ns}"))
-            .arg(format!("--watch-namespace={watch_ns}"))
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .args(FAST_LEASES)
-            .stdout(f.try_clone().unwrap())
-            .stderr(f)
-            .spawn()
-            .expect("start the operator");
-        Replica {
-            identity,
-            port,
-            child,
-            log,
-        }
+        let mut extra = FAST_LEASES.to_vec();
+        extra.push("--log-level=info,webchecker=trace");
+        Replica(Operator::spawn_scoped(
+            cluster, &identity, lease_ns, watch_ns, &extra, kubeconfig,
+        ))
     }
 
+    /// Ready within 60 s; a replica that exits instead fails at once, with its log.
     pub async fn wait_ready(&mut self) {
-        let addr = format!("127.0.0.1:{}", self.port);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                panic!(
-                    "{} exited ({st}):\n{}",
-                    self.identity,
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                );
+            if let Some(st) = self.0.exited() {
+                panic!("{} exited ({st}):\n{}", self.0.identity, self.0.log_text());
             }
-            if let Some((200, _)) = http_get(&addr, "/readyz").await {
+            if let Some((200, _)) = self.0.get("/readyz").await {
                 return;
             }
-            assert!(Instant::now() < deadline, "{} not ready", self.identity);
+            assert!(Instant::now() < deadline, "{} not ready", self.0.identity);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.0.log_text()
     }
 }
 

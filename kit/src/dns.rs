@@ -1,7 +1,7 @@
 //! A loopback name server for the tests, so that no test depends on this
 //! machine's DNS or /etc/hosts.
 //!
-//! It answers, over UDP on 127.0.0.1 and an ephemeral port, the names a test
+//! It answers, over UDP on 127.0.0.1 and a port of the kit's policy (ports.rs), the names a test
 //! registers (A and AAAA, TTL 0 so every probe asks again), whole zones (any
 //! name under them), NXDOMAIN at once for every other name, and nothing at all
 //! for names under a black-holed zone. The resolver never needs TCP from it:
@@ -82,7 +82,7 @@ impl Dns {
 
     /// A server of one's own, on its own thread until the process exits.
     pub fn start() -> Dns {
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
+        let socket = crate::std_udp();
         socket.set_nonblocking(true).unwrap();
         let addr = socket.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
@@ -107,7 +107,7 @@ impl Dns {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("resolv.conf"),
-            format!("# the test kit's name server (tests/support/dns.rs)\nnameserver {addr}\n"),
+            format!("# the test kit's name server (kit/src/dns.rs)\nnameserver {addr}\n"),
         )
         .unwrap();
         std::fs::write(

@@ -1,0 +1,314 @@
+//! `make bench`: the benchmark driver. Writes `docs/benchmarks.md` and
+//! `docs/img/*.png`.
+//!
+//! Parts:
+//! 1. probe engine efficiency (probe.rs): our prober against
+//!    prometheus-blackbox-exporter, probes per CPU-second of the prober
+//!    process, both pinned to the same core;
+//! 2. ring quality by simulation (ring.rs, pure `webchecker::ring`);
+//! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
+//!    replicas);
+//! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,
+//!    leader loss, rolling restart) with the default lease timings.
+//!
+//! Parts 3 and 4 run on the end-to-end kit the tests use (webchecker-kit:
+//! control plane, operator processes, witness, checker creation, ports);
+//! fleet.rs adds what only the bench measures.
+//!
+//! The machine is shared and noisy: every figure is a ratio against a peer
+//! measured in the same run, or a distribution over several rounds.
+//!
+//! Subcommands (internal): `bench prober-worker` (our prober in its own process,
+//! driven over stdin/stdout so its CPU time can be read from /proc) and
+//! `bench target-server` (the HTTP target of part 1).
+//!
+//! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
+//! (adds 30,000 checkers), BENCH_PARTS=probe,ring,scale,failover (subset),
+//! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
+//! BENCH_COMMAND (the command line shown in the report),
+//! WEBCHECKER_OPERATOR_BIN (the operator; default: the one built next to
+//! the bench, target/release/webchecker-operator under `make bench`).
+
+mod engines;
+mod failover;
+mod fleet;
+mod plots;
+mod probe;
+mod report;
+mod ring;
+mod scale;
+mod stats;
+mod sys;
+
+use std::collections::HashSet;
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use webchecker_kit::Cluster;
+
+use crate::fleet::Fleet;
+use crate::report::Section;
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+fn err(msg: impl Into<String>) -> Box<dyn Error + Send + Sync> {
+    msg.into().into()
+}
+
+#[derive(Clone)]
+struct Cfg {
+    quick: bool,
+    large: bool,
+    parts: HashSet<String>,
+    out: PathBuf,
+    rounds: usize,
+    failover_checkers: usize,
+    command: String,
+    operator: PathBuf,
+    work: PathBuf,
+}
+
+impl Cfg {
+    fn from_env() -> Cfg {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
+        let large = env("BENCH_LARGE").is_some_and(|v| v != "0");
+        let parts = env("BENCH_PARTS")
+            .unwrap_or_else(|| "probe,ring,scale,failover".into())
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .collect();
+        let repo = webchecker_kit::repo();
+        Cfg {
+            quick,
+            large,
+            parts,
+            out: env("BENCH_OUT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repo.join("docs")),
+            rounds: env("BENCH_ROUNDS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 2 } else { 5 }),
+            failover_checkers: env("BENCH_FAILOVER_CHECKERS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1000),
+            command: env("BENCH_COMMAND")
+                .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
+            operator: webchecker_kit::operator_bin(),
+            work: webchecker_kit::target_dir()
+                .join("bench")
+                .join(format!("run-{}", std::process::id())),
+        }
+    }
+
+    fn part(&self, p: &str) -> bool {
+        self.parts.contains(p)
+    }
+}
+
+/// The text of a panic (the kit panics where a test would fail).
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Runs `f` as a task of its own: a panic in it (a kit timeout, a create
+/// that failed) becomes an error of the part, and the fleet it held is
+/// dropped, its replicas killed.
+async fn caught<T: Send + 'static>(f: impl Future<Output = Res<T>> + Send + 'static) -> Res<T> {
+    match tokio::spawn(f).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => Err(err(panic_text(&*e.into_panic()))),
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+type ClusterParts = (Option<Res<Section>>, Option<Res<Section>>);
+
+/// Parts 3 and 4 on one control plane: 1,000 checkers (scale figures, then
+/// the failover scenarios on the same fleet), then 10,000 (and 30,000).
+async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
+    let dir = cfg.work.join("cluster");
+    let started = std::panic::catch_unwind(|| Cluster::start_in(dir, ""));
+    let cl: &'static Cluster = match started {
+        Ok(c) => Box::leak(Box::new(c)),
+        Err(p) => {
+            let msg = format!("control plane did not start: {}", panic_text(&*p));
+            return (
+                cfg.part("scale").then(|| Err(err(msg.clone()))),
+                cfg.part("failover").then(|| Err(err(msg))),
+            );
+        }
+    };
+    let mut scale_rows = Vec::new();
+    let mut scale_err = None;
+    let mut mem_variant = None;
+    let mut failover: Option<Res<Section>> = None;
+    let small = if cfg.part("failover") && !cfg.part("scale") {
+        cfg.failover_checkers
+    } else {
+        1000
+    };
+    let (c, i) = (cfg.clone(), img.to_path_buf());
+    let first = caught(async move {
+        let mut f = Fleet::start(cl, &format!("m{small}"), 3, small).await?;
+        let scale = if c.part("scale") {
+            Some(scale::measure(&f, c.quick).await)
+        } else {
+            None
+        };
+        let failover = if c.part("failover") {
+            Some(failover::run(&mut f, &i).await)
+        } else {
+            None
+        };
+        f.shutdown();
+        Ok((scale, failover))
+    })
+    .await;
+    match first {
+        Ok((scale, fo)) => {
+            match scale {
+                Some(Ok(r)) => scale_rows.push(r),
+                Some(Err(e)) => scale_err = Some(e.to_string()),
+                None => {}
+            }
+            failover = fo;
+        }
+        Err(e) => {
+            scale_err = Some(e.to_string());
+            if cfg.part("failover") {
+                failover = Some(Err(e));
+            }
+        }
+    }
+    if cfg.part("scale") {
+        let mut sizes = vec![10_000usize];
+        if cfg.large {
+            sizes.push(30_000);
+        }
+        for m in sizes {
+            let c = cfg.clone();
+            let run = caught(async move {
+                let mut f = Fleet::start(cl, &format!("m{m}"), 3, m).await?;
+                let row = scale::measure(&f, c.quick).await;
+                // What the per-checker histogram costs: the same objects,
+                // new replicas without it.
+                let variant = match (m == 10_000, &row) {
+                    (true, Ok(_)) => Some(f.restart_with(&["--per-checker-histogram=false"]).await),
+                    _ => None,
+                };
+                f.shutdown();
+                Ok((row, variant))
+            })
+            .await;
+            match run {
+                Ok((row, variant)) => {
+                    match row {
+                        Ok(r) => scale_rows.push(r),
+                        Err(e) => scale_err = Some(e.to_string()),
+                    }
+                    match variant {
+                        Some(Ok(v)) => mem_variant = Some(v),
+                        Some(Err(e)) => scale_err = Some(e.to_string()),
+                        None => {}
+                    }
+                }
+                Err(e) => scale_err = Some(e.to_string()),
+            }
+        }
+    }
+    cl.down();
+    let scale = cfg.part("scale").then(|| {
+        let mut sec = scale::section(
+            &scale_rows,
+            mem_variant.as_ref(),
+            scale::operator_heartbeat_s(&cfg.operator),
+        );
+        if let Some(e) = scale_err {
+            sec.body
+                .push_str(&format!("\n**Error during this part:** {e}\n"));
+            sec.summary.push(format!("Scale: error: {e}"));
+        }
+        Ok(sec)
+    });
+    (scale, failover)
+}
+
+fn driver_main() {
+    let cfg = Cfg::from_env();
+    let t_start = Instant::now();
+    let m = report::machine();
+    let img = cfg.out.join("img");
+    std::fs::create_dir_all(&img).expect("create the output directory");
+    std::fs::create_dir_all(&cfg.work).expect("create the work directory");
+    if !plots::register_font() {
+        eprintln!(
+            "bench: no TrueType font found (apt-get install fonts-dejavu-core): plots are skipped"
+        );
+    }
+    if !cfg.operator.is_file() && (cfg.part("scale") || cfg.part("failover")) {
+        eprintln!(
+            "bench: {} not found: build it with `cargo build --release` (make bench does)",
+            cfg.operator.display()
+        );
+        std::process::exit(2);
+    }
+
+    let probe = cfg.part("probe").then(|| {
+        eprintln!("bench: part 1, probe engine vs blackbox_exporter");
+        probe::part(&cfg, &img)
+    });
+    let ring = cfg.part("ring").then(|| {
+        eprintln!("bench: part 2, ring simulation");
+        ring::part(&cfg, &img)
+    });
+    let (scale, failover) = if cfg.part("scale") || cfg.part("failover") {
+        eprintln!("bench: parts 3 and 4, real control plane");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(cluster_parts(&cfg, &img))
+    } else {
+        (None, None)
+    };
+
+    let took = t_start.elapsed().as_secs_f64();
+    let (doc, failures) = report::document(
+        &cfg,
+        &m,
+        took,
+        vec![
+            (
+                "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
+                probe,
+            ),
+            ("2. Ring quality (simulation)", ring),
+            ("3. Scale on a real control plane", scale),
+            ("4. Failover", failover),
+        ],
+    );
+    let path = cfg.out.join("benchmarks.md");
+    std::fs::write(&path, doc).expect("write the report");
+    eprintln!("bench: wrote {} in {:.1} min", path.display(), took / 60.0);
+    if failures > 0 {
+        std::process::exit(1);
+    }
+}
+
+fn main() {
+    match std::env::args().nth(1).as_deref() {
+        Some("prober-worker") => probe::worker_main(),
+        Some("target-server") => probe::target_main(),
+        Some("-h") | Some("--help") | Some("help") => {
+            eprintln!(
+                "usage: bench            run the benchmarks, write docs/benchmarks.md (see the module docs for BENCH_* variables)\n       bench prober-worker  (internal)\n       bench target-server  (internal)"
+            );
+        }
+        _ => driver_main(),
+    }
+}

@@ -1,0 +1,368 @@
+//! Part 1: probe engine efficiency. Our prober against
+//! prometheus-blackbox-exporter, probes per CPU-second of the prober
+//! process, both pinned to the same core; the engines are in engines.rs.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+pub use crate::engines::{EngineRun, target_main, worker_main};
+use crate::engines::{Worker, run_blackbox, run_ours, wait_http};
+use crate::report::Section;
+use crate::stats::{fmt_int, median, minmax};
+use crate::sys::{KillOnDrop, cmd_out, ncpus, pin_command, signal, which};
+use crate::{Cfg, Res, err, plots};
+
+struct ProbeResults {
+    /// (concurrency, round) -> (ours, blackbox)
+    runs: BTreeMap<usize, Vec<(EngineRun, EngineRun)>>,
+}
+
+pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
+    let Some(bb_bin) = which(&["prometheus-blackbox-exporter", "blackbox_exporter"]) else {
+        return Ok(Section {
+            body: "Skipped: prometheus-blackbox-exporter is not installed (`hack/install-deps.sh` installs it).\n".into(),
+            summary: vec!["probe engine: skipped (no blackbox_exporter)".into()],
+        });
+    };
+    let pinned = ncpus() >= 2;
+    let (target_cpu, prober_cpu) = if pinned {
+        (Some(0), Some(1))
+    } else {
+        (None, None)
+    };
+    std::fs::create_dir_all(&cfg.work)?;
+
+    // The target: its own process, on the other core.
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("target-server")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    if let Some(c) = target_cpu {
+        pin_command(&mut cmd, c);
+    }
+    let mut target = KillOnDrop(cmd.spawn()?);
+    let mut line = String::new();
+    BufReader::new(target.0.stdout.take().unwrap()).read_line(&mut line)?;
+    let target_port: u16 = line.trim().parse()?;
+    let target_url = format!("http://127.0.0.1:{target_port}");
+
+    // blackbox_exporter, pinned to the prober core.
+    let bb_port = webchecker_kit::free_port();
+    let bb_cfg = cfg.work.join("blackbox.yml");
+    std::fs::write(
+        &bb_cfg,
+        "modules:\n  http_2xx:\n    prober: http\n    timeout: 5s\n    http:\n      preferred_ip_protocol: ip4\n      ip_protocol_fallback: false\n",
+    )?;
+    let mut cmd = Command::new(&bb_bin);
+    cmd.arg(format!("--config.file={}", bb_cfg.display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{bb_port}"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(cfg.work.join("blackbox.log"))?);
+    if let Some(c) = prober_cpu {
+        pin_command(&mut cmd, c);
+    }
+    let bb = KillOnDrop(cmd.spawn()?);
+    if !wait_http(bb_port, "/-/healthy", Duration::from_secs(20)) {
+        return Err(err("blackbox_exporter did not come up"));
+    }
+    let bb_pid = bb.0.id();
+    let mut worker = Worker::spawn(prober_cpu)?;
+
+    let concurrencies: &[usize] = &[1, 16, 128];
+    let (warm, d) = if cfg.quick {
+        (Duration::from_millis(300), Duration::from_millis(1500))
+    } else {
+        (Duration::from_millis(500), Duration::from_secs(3))
+    };
+    let mut res = ProbeResults {
+        runs: BTreeMap::new(),
+    };
+    for &c in concurrencies {
+        for round in 0..cfg.rounds {
+            // Alternate the order, so slow drifts of the machine hit both alike.
+            let (ours, theirs) = if round % 2 == 0 {
+                let o = run_ours(&mut worker, &target_url, c, warm, d)?;
+                let b = run_blackbox(bb_pid, bb_port, &target_url, c, warm, d, target_cpu)?;
+                (o, b)
+            } else {
+                let b = run_blackbox(bb_pid, bb_port, &target_url, c, warm, d, target_cpu)?;
+                let o = run_ours(&mut worker, &target_url, c, warm, d)?;
+                (o, b)
+            };
+            eprintln!(
+                "bench: probe C={c} round {round}: ours {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), blackbox {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), ratio {:.2}",
+                ours.per_cpu_s(),
+                ours.probes,
+                ours.cpu_s,
+                ours.errors,
+                theirs.per_cpu_s(),
+                theirs.probes,
+                theirs.cpu_s,
+                theirs.errors,
+                ours.per_cpu_s() / theirs.per_cpu_s()
+            );
+            res.runs.entry(c).or_default().push((ours, theirs));
+        }
+    }
+    // Where our prober's CPU goes, at the concurrency with the lowest ratio.
+    let worst_c = res
+        .runs
+        .iter()
+        .map(|(c, runs)| {
+            let r: Vec<f64> = runs
+                .iter()
+                .map(|r| r.0.per_cpu_s() / r.1.per_cpu_s())
+                .collect();
+            (*c, median(&r))
+        })
+        .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap())
+        .map(|x| x.0)
+        .unwrap_or(1);
+    let profile = perf_profile(&mut worker, &target_url, worst_c, d, &cfg.work);
+    drop(worker);
+    drop(bb);
+    drop(target);
+
+    // Report.
+    let mut s = String::new();
+    let mut summary = Vec::new();
+    s.push_str(&format!(
+        "Target: a minimal HTTP server (own process{}) answering `200 ok` and closing. \
+         Ours: `webchecker::probe::Prober` driven by `plan()` from a spec, in a child process \
+         (`bench prober-worker`, tokio multi-thread runtime), a fresh connection per probe, phase timings on. \
+         Blackbox: `{}` with an `http` module (`preferred_ip_protocol: ip4`), `/probe` called over \
+         keep-alive connections by the bench's own client{}. Both probers are pinned to the same core{}; \
+         CPU is utime+stime of the prober process from `/proc/PID/stat` over the measured run only \
+         (warm-up excluded). {} rounds of {:.1} s per engine and concurrency, alternating which engine goes first.\n\n",
+        if pinned { ", pinned to core 0" } else { "" },
+        bb_bin.display(),
+        if pinned { " (on core 0)" } else { "" },
+        if pinned { " (core 1)" } else { " (not pinned: fewer than 2 cores)" },
+        cfg.rounds,
+        d.as_secs_f64()
+    ));
+    s.push_str("| C | ours probes/CPU-s median (min–max) | blackbox probes/CPU-s median (min–max) | ratio ours/blackbox median (min–max) | ours probes/s | blackbox probes/s | ours CPU use | blackbox CPU use | errors ours / blackbox |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mut ratio_at = BTreeMap::new();
+    for (c, runs) in &res.runs {
+        let o: Vec<f64> = runs.iter().map(|r| r.0.per_cpu_s()).collect();
+        let b: Vec<f64> = runs.iter().map(|r| r.1.per_cpu_s()).collect();
+        let ratio: Vec<f64> = runs
+            .iter()
+            .map(|r| r.0.per_cpu_s() / r.1.per_cpu_s())
+            .collect();
+        let ow: Vec<f64> = runs.iter().map(|r| r.0.probes / r.0.wall_s).collect();
+        let bw: Vec<f64> = runs.iter().map(|r| r.1.probes / r.1.wall_s).collect();
+        let ou: Vec<f64> = runs.iter().map(|r| r.0.cpu_s / r.0.wall_s).collect();
+        let bu: Vec<f64> = runs.iter().map(|r| r.1.cpu_s / r.1.wall_s).collect();
+        let oe: f64 = runs.iter().map(|r| r.0.errors).sum();
+        let be: f64 = runs.iter().map(|r| r.1.errors).sum();
+        let (omin, omax) = minmax(&o);
+        let (bmin, bmax) = minmax(&b);
+        let (rmin, rmax) = minmax(&ratio);
+        s.push_str(&format!(
+            "| {c} | {} ({}–{}) | {} ({}–{}) | **{:.1}x** ({:.1}–{:.1}) | {} | {} | {:.0}% | {:.0}% | {} / {} |\n",
+            fmt_int(median(&o)),
+            fmt_int(omin),
+            fmt_int(omax),
+            fmt_int(median(&b)),
+            fmt_int(bmin),
+            fmt_int(bmax),
+            median(&ratio),
+            rmin,
+            rmax,
+            fmt_int(median(&ow)),
+            fmt_int(median(&bw)),
+            100.0 * median(&ou),
+            100.0 * median(&bu),
+            oe,
+            be
+        ));
+        ratio_at.insert(*c, (median(&ratio), rmin, rmax));
+    }
+    s.push_str("\nLatency each engine reports for the same target (median over rounds of each round's p50 / p99; ours: `Outcome.duration`, blackbox: `probe_duration_seconds`). At C > 1 both include waiting for the one core the prober has.\n\n| C | ours p50 | blackbox p50 | ours p99 | blackbox p99 |\n|---:|---:|---:|---:|---:|\n");
+    for (c, runs) in &res.runs {
+        let f = |v: Vec<f64>| median(&v);
+        s.push_str(&format!(
+            "| {c} | {:.3} ms | {:.3} ms | {:.3} ms | {:.3} ms |\n",
+            f(runs.iter().map(|r| r.0.p50_ms).collect()),
+            f(runs.iter().map(|r| r.1.p50_ms).collect()),
+            f(runs.iter().map(|r| r.0.p99_ms).collect()),
+            f(runs.iter().map(|r| r.1.p99_ms).collect()),
+        ));
+    }
+    s.push_str("\nCPU per probe, split into user space and kernel (median over rounds, from utime and stime):\n\n| C | ours user | ours kernel | blackbox user | blackbox kernel | user-space ratio blackbox/ours | ceiling of the ratio if our user time were zero |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+    let mut user_ratios = Vec::new();
+    for (c, runs) in &res.runs {
+        let f = |v: Vec<f64>| median(&v);
+        let ou = f(runs.iter().map(|r| r.0.user_us()).collect());
+        let os = f(runs.iter().map(|r| r.0.sys_us()).collect());
+        let bu = f(runs.iter().map(|r| r.1.user_us()).collect());
+        let bs = f(runs.iter().map(|r| r.1.sys_us()).collect());
+        user_ratios.push(bu / ou.max(1e-9));
+        s.push_str(&format!(
+            "| {c} | {ou:.1} µs | {os:.1} µs | {bu:.1} µs | {bs:.1} µs | {:.1}x | {:.1}x |\n",
+            bu / ou.max(1e-9),
+            (bu + bs) / os.max(1e-9)
+        ));
+    }
+    let user_ratio = minmax(&user_ratios);
+    if let Some(p) = &profile {
+        s.push_str(&format!("\n{p}\n"));
+    }
+    let worst = ratio_at.values().map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let best = ratio_at.values().map(|x| x.0).fold(0.0, f64::max);
+    let goal = worst >= 6.0;
+    let met: Vec<String> = ratio_at
+        .iter()
+        .filter(|(_, r)| r.0 >= 6.0)
+        .map(|(c, _)| c.to_string())
+        .collect();
+    let missed: Vec<String> = ratio_at
+        .iter()
+        .filter(|(_, r)| r.0 < 6.0)
+        .map(|(c, r)| format!("C = {c} ({:.1}x)", r.0))
+        .collect();
+    let verdict = if goal {
+        "**met** at every concurrency".to_string()
+    } else if met.is_empty() {
+        "**not met** at any concurrency".to_string()
+    } else {
+        format!(
+            "**met** at C = {}, **not met** at {}",
+            met.join(", "),
+            missed.join(", ")
+        )
+    };
+    s.push_str(&format!(
+        "\nGoal: ours/blackbox probes per CPU-second >= 6x: {verdict} (median ratios {:.1}x to {:.1}x).\n",
+        worst, best
+    ));
+    summary.push(format!(
+        "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} (median of {} rounds at \
+         C = {}; goal >= 6x: {verdict}). Our user-space CPU per probe is {:.0}x–{:.0}x smaller; the rest is the \
+         kernel's work for a fresh TCP connection per probe, which both pay.",
+        worst,
+        best,
+        bb_version_short(),
+        cfg.rounds,
+        res.runs.keys().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+        user_ratio.0,
+        user_ratio.1,
+    ));
+
+    let plotted = plots::probe_efficiency(&img.join("probe-efficiency.png"), &res.runs);
+    if plotted.is_ok() {
+        s.push_str("\n![probes per CPU-second](img/probe-efficiency.png)\n");
+    }
+    Ok(Section { body: s, summary })
+}
+
+/// Samples our prober with `perf record -e cpu-clock` (a software event: it
+/// works where hardware counters do not) during one run; a markdown paragraph.
+fn perf_profile(w: &mut Worker, url: &str, c: usize, d: Duration, work: &Path) -> Option<String> {
+    let perf = which(&["perf"])?;
+    let data = work.join("perf-prober.data");
+    let mut rec = Command::new(&perf)
+        .args(["record", "-e", "cpu-clock", "-F", "1999", "-g", "-o"])
+        .arg(&data)
+        .arg("-p")
+        .arg(w.child.id().to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    std::thread::sleep(Duration::from_millis(500));
+    let done = w.ask(&format!("run {url} {c} {}", d.as_millis())).ok()?;
+    signal(rec.id(), libc::SIGINT);
+    let _ = rec.wait();
+    let probes: f64 = done.get(1)?.parse().ok()?;
+    let report = |args: &[&str]| -> String {
+        Command::new(&perf)
+            .arg("report")
+            .arg("-i")
+            .arg(&data)
+            .args(args)
+            .args(["--stdio"])
+            .stderr(Stdio::null())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default()
+    };
+    let dso = report(&["--no-children", "--sort", "dso", "-g", "none"]);
+    let pct = |line: &str| -> Option<f64> {
+        line.split_whitespace()
+            .next()?
+            .trim_end_matches('%')
+            .parse()
+            .ok()
+    };
+    let kernel = dso.lines().find(|l| l.contains("[kernel")).and_then(pct)?;
+    let syms = report(&["--children", "--sort", "sym", "-g", "none"]);
+    let child_pct = |sym: &str| -> f64 {
+        syms.lines()
+            .find(|l| l.trim_end().ends_with(&format!("] {sym}")))
+            .and_then(pct)
+            .unwrap_or(0.0)
+    };
+    let calls = [
+        ("connect", "__x64_sys_connect"),
+        ("shutdown", "__x64_sys_shutdown"),
+        ("writev/write", "__x64_sys_writev"),
+        ("write", "__x64_sys_write"),
+        ("read/recvfrom", "__x64_sys_read"),
+        ("recvfrom", "__x64_sys_recvfrom"),
+        ("close", "__x64_sys_close"),
+        ("socket", "__x64_sys_socket"),
+        ("epoll_wait", "__x64_sys_epoll_wait"),
+        ("epoll_ctl", "__x64_sys_epoll_ctl"),
+        ("futex", "__x64_sys_futex"),
+        ("setsockopt", "__x64_sys_setsockopt"),
+        ("getsockopt", "__x64_sys_getsockopt"),
+    ];
+    let mut parts: Vec<(String, f64)> = calls
+        .iter()
+        .map(|(n, sym)| (n.to_string(), child_pct(sym)))
+        .filter(|(_, p)| *p >= 0.5)
+        .collect();
+    parts.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap());
+    let softirq = child_pct("handle_softirqs");
+    let counters = Command::new(&perf)
+        .args(["stat", "-e", "instructions", "true"])
+        .output()
+        .map(|o| {
+            !String::from_utf8_lossy(&o.stderr).contains("not supported") && o.status.success()
+        })
+        .unwrap_or(false);
+    Some(format!(
+        "Profile of our prober at C = {c} (`perf record -e cpu-clock -g`, {} probes; {}; callgrind would \
+         see only the user-space part): **{kernel:.0}% of its CPU time is in the kernel**, by system call (inclusive): {}. \
+         {softirq:.0}% is loopback packet processing run in our context (softirq), which includes the target's side of \
+         every handshake. What bounds the ratio is this per-connection kernel work, which both probers pay in full \
+         (a fresh TCP connection per probe, as a monitoring probe must): blackbox_exporter spends most of its time in \
+         user space, we spend most of ours in the kernel.",
+        fmt_int(probes),
+        if counters {
+            "sampling the CPU clock"
+        } else {
+            "hardware counters are not available on this machine"
+        },
+        parts
+            .iter()
+            .map(|(n, p)| format!("{n} {p:.0}%"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+fn bb_version_short() -> String {
+    let v = which(&["prometheus-blackbox-exporter", "blackbox_exporter"])
+        .map(|p| cmd_out(p.to_str().unwrap(), &["--version"]))
+        .unwrap_or_default();
+    v.split_whitespace()
+        .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .unwrap_or("")
+        .to_string()
+}

@@ -1,0 +1,196 @@
+//! The report, docs/benchmarks.md: the machine, the parts' sections and
+//! summaries, and the method notes.
+
+use std::process::Command;
+
+use crate::Cfg;
+use crate::sys::{cmd_out, ncpus, which};
+
+/// One part's text for the report, and its lines of the summary.
+#[derive(Default)]
+pub struct Section {
+    pub body: String,
+    pub summary: Vec<String>,
+}
+
+pub struct Machine {
+    nproc: usize,
+    cpu: String,
+    mem: String,
+    date: String,
+    load_start: String,
+    kernel: String,
+    rustc: String,
+    commit: String,
+    blackbox: String,
+}
+
+pub fn machine() -> Machine {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|v| v.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map(|kib| format!("{:.1} GiB", kib / 1024.0 / 1024.0))
+        .unwrap_or_else(|| "unknown".into());
+    Machine {
+        nproc: ncpus(),
+        cpu,
+        mem,
+        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+        load_start: std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        kernel: cmd_out("uname", &["-r"]),
+        rustc: cmd_out("rustc", &["--version"]),
+        commit: commit(),
+        blackbox: which(&["prometheus-blackbox-exporter", "blackbox_exporter"])
+            .map(|p| {
+                cmd_out(p.to_str().unwrap(), &["--version"])
+                    .split(" (")
+                    .next()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .unwrap_or_else(|| "not installed".into()),
+    }
+}
+
+fn commit() -> String {
+    if let Ok(c) = std::env::var("BENCH_COMMIT") {
+        return c;
+    }
+    let dir = webchecker_kit::repo();
+    let dir = dir.to_str().unwrap_or(".");
+    let out = Command::new("git")
+        .args(["-C", dir, "rev-parse", "--short", "HEAD"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let hash = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            let dirty = Command::new("git")
+                .args([
+                    "-C",
+                    dir,
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    "src",
+                    "kit",
+                    "bench",
+                    "Cargo.toml",
+                    "Cargo.lock",
+                    "hack",
+                    "crds",
+                ])
+                .output()
+                .map(|o| !o.stdout.is_empty())
+                .unwrap_or(false);
+            if dirty {
+                format!("{hash} (with uncommitted changes)")
+            } else {
+                hash
+            }
+        }
+        _ => "unknown".into(),
+    }
+}
+
+/// The whole document: title, summary, machine, the parts in order (title,
+/// outcome), method notes. Returns it and how many parts failed.
+pub fn document(
+    cfg: &Cfg,
+    m: &Machine,
+    took: f64,
+    parts: Vec<(&str, Option<crate::Res<Section>>)>,
+) -> (String, usize) {
+    let load_end = std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut doc = String::new();
+    doc.push_str("# Benchmarks\n\n");
+    doc.push_str(&format!(
+        "Written by `{}` ({}, bench/); do not edit by hand. The machine is shared and noisy, so every \
+         figure is either a ratio against a peer measured in the same run or a distribution over several rounds.\n\n",
+        cfg.command,
+        if cfg.quick { "quick mode: short runs, figures indicative only" } else { "full run" }
+    ));
+    let mut failures = 0;
+    let mut summary = Vec::new();
+    let mut sections = Vec::new();
+    for (title, part) in parts {
+        let Some(part) = part else { continue };
+        match part {
+            Ok(sec) => {
+                summary.extend(sec.summary);
+                sections.push(format!("## {title}\n\n{}\n", sec.body));
+            }
+            Err(e) => {
+                failures += 1;
+                summary.push(format!("{title}: failed: {e}"));
+                sections.push(format!("## {title}\n\n**Failed:** {e}\n\n"));
+            }
+        }
+    }
+    doc.push_str("## Summary\n\n<!-- bench-summary:start -->\n");
+    for l in &summary {
+        doc.push_str(&format!("- {l}\n"));
+    }
+    doc.push_str(&format!(
+        "\n(`{}` on {} x {}, {}, {}.)\n<!-- bench-summary:end -->\n\n",
+        cfg.command, m.nproc, m.cpu, m.mem, m.date
+    ));
+    doc.push_str(&format!(
+        "## Machine\n\n| | |\n|---|---|\n| date | {} |\n| command | `{}` |\n| `nproc` | {} |\n| CPU (/proc/cpuinfo) | {} |\n| memory | {} |\n| kernel | {} |\n| load average at start / end | {} / {} |\n| rustc | {} |\n| commit | {} |\n| blackbox_exporter | {} |\n| bench wall time | {:.1} min |\n\n",
+        m.date,
+        cfg.command,
+        m.nproc,
+        m.cpu,
+        m.mem,
+        m.kernel,
+        m.load_start,
+        load_end,
+        m.rustc,
+        m.commit,
+        m.blackbox,
+        took / 60.0
+    ));
+    for s in sections {
+        doc.push_str(&s);
+    }
+    doc.push_str(&method_notes());
+    (doc, failures)
+}
+
+fn method_notes() -> String {
+    "## Method notes\n\n\
+     - Part 1 counts every probe the prober finished in the measured run and divides by the CPU time \
+       (user + system, all threads) the prober *process* used meanwhile, read from `/proc/PID/stat` before \
+       and after. The kernel's TCP work on loopback is partly charged to whichever process sends, so both \
+       probers also pay for part of the target's handshakes; that is the same for both. blackbox_exporter's \
+       figure includes serving `/probe` and encoding its metrics, which is how it is used; ours includes \
+       producing an `Outcome` with phase timings, not the operator's metric and status bookkeeping.\n\
+     - Part 3's achieved rate is counted at the witness (what the targets see), not from the operator's own \
+       counters. Writes per 100 probes compares `webchecker_status_writes_total` with \
+       `webchecker_probes_total` over the same window.\n\
+     - Part 4's gaps are the witness's receive times, so they include connection setup; the normal cadence \
+       shows as gaps of about the interval.\n\
+     - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
+       `BENCH_PARTS=probe,ring,scale,failover` runs a subset; `BENCH_OUT=DIR` writes elsewhere.\n"
+        .to_string()
+}

@@ -1,0 +1,196 @@
+//! The control plane of one test binary (or of the bench): hack/cluster.sh,
+//! the same code path as `make cluster-up`, with the CRD installed.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::{SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub bin: PathBuf,
+}
+
+static SHARED: OnceLock<Cluster> = OnceLock::new();
+
+impl Cluster {
+    /// The control plane shared by the tests of one test binary. Started once,
+    /// stopped by a reaper when the test process exits.
+    pub fn shared(name: &str) -> &'static Cluster {
+        SHARED.get_or_init(|| Cluster::start(name))
+    }
+
+    /// A control plane of one's own (for tests that stop the API server).
+    pub fn start(name: &str) -> Cluster {
+        Self::start_with(name, "")
+    }
+
+    /// Same, with extra kube-apiserver flags (space separated).
+    pub fn start_with(name: &str, apiserver_args: &str) -> Cluster {
+        let dir = repo()
+            .join("target")
+            .join("e2e")
+            .join(format!("{name}-{}", std::process::id()));
+        Self::start_in(dir, apiserver_args)
+    }
+
+    /// A control plane with its state in `dir` (the bench's work directory).
+    pub fn start_in(dir: PathBuf, apiserver_args: &str) -> Cluster {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = bounded("bash", SETUP_LIMIT)
+            .arg(repo().join("hack/cluster.sh"))
+            .arg("up")
+            .arg(&dir)
+            .env("CLUSTER_APISERVER_EXTRA_ARGS", apiserver_args)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run hack/cluster.sh");
+        assert!(out.status.success(), "hack/cluster.sh up failed");
+        let kubeconfig = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .unwrap()
+                .trim(),
+        );
+        let env = std::fs::read_to_string(dir.join("cluster.env")).unwrap();
+        let bin = env
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("BIN=")
+                    .or_else(|| l.strip_prefix("export BIN="))
+            })
+            .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
+            .expect("BIN in cluster.env");
+        // Reaper: take the control plane down when this test process exits.
+        let pid = std::process::id();
+        let _ = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >/dev/null 2>&1",
+                repo().join("hack/cluster.sh").display(),
+                dir.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let c = Cluster {
+            dir,
+            kubeconfig,
+            bin,
+        };
+        c.install_crd();
+        c
+    }
+
+    /// Takes the control plane down now (the reaper would at exit).
+    pub fn down(&self) {
+        let _ = bounded("bash", TOOL_LIMIT)
+            .arg(repo().join("hack/cluster.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    pub fn script(&self, sub: &str) {
+        let st = bounded("bash", TOOL_LIMIT)
+            .arg(repo().join("hack/cluster.sh"))
+            .arg(sub)
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "hack/cluster.sh {sub} failed");
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        bounded(self.bin.join("kubectl"), TOOL_LIMIT)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
+        use std::io::Write;
+        let mut child = bounded(self.bin.join("kubectl"), TOOL_LIMIT)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    pub fn install_crd(&self) {
+        let crd = repo().join("crds/webcheckers.test.network.io.yaml");
+        let out = self.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            crd.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = self.kubectl(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/webcheckers.test.network.io",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub async fn client(&self) -> Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        Client::try_from(cfg).unwrap()
+    }
+
+    /// A fresh namespace (never deleted: there is no namespace controller).
+    pub fn namespace(&self, prefix: &str) -> String {
+        let ns = format!("{prefix}-{}", rand_suffix());
+        let out = self.kubectl(&["create", "namespace", &ns]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ns
+    }
+}
+
+pub fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{:x}{}", t & 0xfffff, N.fetch_add(1, Ordering::Relaxed))
+}

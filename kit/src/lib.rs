@@ -1,0 +1,122 @@
+//! The end-to-end kit shared by the tests (tests/, through tests/support),
+//! the fault campaign (tests/chaos.rs) and the bench (bench/): a real control
+//! plane (hack/cluster.sh, the same code path as `make cluster-up`), operator
+//! replicas as local processes, witness HTTP targets that log who probed them
+//! and when, fleets, faults, and the invariants judged from outside.
+//!
+//! It panics where a test would fail; the bench turns a panic of one part
+//! into that part's error.
+
+pub mod checkers;
+pub mod cluster;
+pub mod dns;
+pub mod faults;
+pub mod fleet;
+pub mod gaps;
+pub mod node;
+pub mod objlog;
+pub mod oci;
+pub mod operator;
+pub mod oracle;
+pub mod ports;
+pub mod proxy;
+pub mod release;
+pub mod scrape;
+pub mod speaks;
+pub mod targets;
+pub mod witness;
+
+pub use checkers::*;
+pub use cluster::*;
+pub use gaps::*;
+pub use operator::*;
+pub use ports::*;
+pub use proxy::*;
+pub use scrape::*;
+pub use witness::*;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The repository (this crate lives in `kit/`).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("kit/ has a parent")
+        .to_path_buf()
+}
+
+/// The cargo target directory of the running binary: a test binary is
+/// `<target>/<profile>/deps/<name>-<hash>`, the bench `<target>/<profile>/bench`.
+pub fn target_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        let d = PathBuf::from(d);
+        return if d.is_absolute() { d } else { repo().join(d) };
+    }
+    profile_dir()
+        .parent()
+        .expect("a target directory above the profile's")
+        .to_path_buf()
+}
+
+/// `<target>/<profile>` of the running binary, where cargo puts the
+/// package's binaries.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the running binary's path");
+    let dir = exe.parent().expect("a directory").to_path_buf();
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().expect("a profile directory").to_path_buf()
+    } else {
+        dir
+    }
+}
+
+/// The operator binary: `WEBCHECKER_OPERATOR_BIN`, or the one cargo built
+/// next to the running binary (`CARGO_BIN_EXE_*` exists only for the tests
+/// of the operator's own package, and cargo builds its binaries for them;
+/// the bench's build builds it too). It may be missing: see `Operator::start`.
+pub fn operator_bin() -> PathBuf {
+    match std::env::var_os("WEBCHECKER_OPERATOR_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => profile_dir().join("webchecker-operator"),
+    }
+}
+
+/// `program` under coreutils' `timeout`: no external command can hang the
+/// suite (killed `limit` after its start, SIGKILL 10 s later if it lingers;
+/// exit status 124 then).
+pub fn bounded(program: impl AsRef<std::ffi::OsStr>, limit: Duration) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("--kill-after=10s")
+        .arg(format!("{}s", limit.as_secs().max(1)))
+        .arg(program);
+    c
+}
+
+/// Bound of one kubectl or helm call (a `--wait` included).
+pub const TOOL_LIMIT: Duration = Duration::from_secs(300);
+/// Bound of bringing a control plane up (it may build the tools first).
+pub const SETUP_LIMIT: Duration = Duration::from_secs(3600);
+
+/// Polls `f` until it returns Some, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn path_of(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

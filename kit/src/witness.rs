@@ -1,0 +1,293 @@
+//! The witness: an HTTP target that logs which replica probed which checker
+//! when, and the exclusivity checks over its log.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// How a witness target answers a checker.
+#[derive(Clone, Debug)]
+pub enum Mode {
+    Ok,
+    Status(u16),
+    Hang(Duration),
+}
+
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub checker: String,
+    pub replica: String,
+    pub start: Instant,
+    pub end: Instant,
+    pub headers: HashMap<String, String>,
+}
+
+#[derive(Default)]
+struct WitnessState {
+    hits: Vec<Hit>,
+    /// Count probes only (no log): for load scenarios.
+    quiet: bool,
+    /// Log probes without their headers: for long runs that only need who
+    /// probed what when (the bench).
+    lean: bool,
+    count: u64,
+    modes: HashMap<String, Mode>,
+    default_mode: Option<Mode>,
+    /// Exchanges the client abandoned before the answer (for example a probe
+    /// that timed out on a hanging target): `end` is when the witness saw the
+    /// connection close.
+    abandoned: Vec<Hit>,
+}
+
+/// Records an exchange as abandoned if its future is dropped before it answered.
+struct AbandonGuard {
+    state: Arc<Mutex<WitnessState>>,
+    hit: Option<Hit>,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if let Some(mut h) = self.hit.take() {
+            h.end = Instant::now();
+            if let Ok(mut s) = self.state.lock() {
+                s.abandoned.push(h);
+            }
+        }
+    }
+}
+
+/// An HTTP target that logs every probe: path `/c/<checker>`, header
+/// `X-Webchecker-Replica`, start and end of the exchange.
+pub struct Witness {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<WitnessState>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Witness {
+    pub async fn start() -> Witness {
+        Self::start_on("127.0.0.1").await
+    }
+
+    /// A witness on another local address (a real node's pods cannot reach
+    /// the host's loopback; they reach the node's address).
+    pub async fn start_on(ip: &str) -> Witness {
+        let listener = crate::listener_on(ip).await;
+        let addr = listener.local_addr().unwrap();
+        let mut w = Witness {
+            addr,
+            state: Arc::new(Mutex::new(WitnessState::default())),
+            stop: None,
+        };
+        w.serve(listener);
+        w
+    }
+
+    fn serve(&mut self, listener: TcpListener) {
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        self.stop = Some(tx);
+        let state = self.state.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut rx => return,
+                    acc = listener.accept() => {
+                        let Ok((stream, _)) = acc else { continue };
+                        let state = state.clone();
+                        tokio::spawn(async move {
+                            let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                                let state = state.clone();
+                                async move {
+                                    let start = Instant::now();
+                                    let path = req.uri().path().to_string();
+                                    let checker = path.strip_prefix("/c/").unwrap_or(&path).split('/').next().unwrap_or("").to_string();
+                                    let headers: HashMap<String, String> = req
+                                        .headers()
+                                        .iter()
+                                        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+                                        .collect();
+                                    let replica = headers.get("x-webchecker-replica").cloned().unwrap_or_default();
+                                    let mut guard = AbandonGuard {
+                                        state: state.clone(),
+                                        hit: Some(Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() }),
+                                    };
+                                    let mode = {
+                                        let s = state.lock().unwrap();
+                                        s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok)
+                                    };
+                                    let code = match mode {
+                                        Mode::Ok => 200,
+                                        Mode::Status(c) => c,
+                                        Mode::Hang(d) => {
+                                            tokio::time::sleep(d).await;
+                                            200
+                                        }
+                                    };
+                                    guard.hit = None;
+                                    {
+                                        let mut s = state.lock().unwrap();
+                                        s.count += 1;
+                                        if !s.quiet {
+                                            let headers = if s.lean { HashMap::new() } else { headers };
+                                            s.hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                        }
+                                    }
+                                    Ok::<_, std::convert::Infallible>(
+                                        hyper::Response::builder().status(code).body(Full::new(Bytes::from_static(b"ok\n"))).unwrap(),
+                                    )
+                                }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+    }
+
+    /// Stop logging hits (only count them), for load scenarios.
+    pub fn set_quiet(&self) {
+        self.state.lock().unwrap().quiet = true;
+    }
+
+    /// Log probes without their headers (see `lean`).
+    pub fn set_lean(&self) {
+        self.state.lock().unwrap().lean = true;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.state.lock().unwrap().count
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn set_mode(&self, checker: &str, mode: Mode) {
+        self.state
+            .lock()
+            .unwrap()
+            .modes
+            .insert(checker.to_string(), mode);
+    }
+
+    pub fn set_default_mode(&self, mode: Mode) {
+        self.state.lock().unwrap().default_mode = Some(mode);
+    }
+
+    /// Exchanges abandoned by the client before the answer (see `abandoned`).
+    pub fn abandoned_hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().abandoned.clone()
+    }
+
+    /// Every exchange that reached the witness: answered and abandoned.
+    pub fn all_hits(&self) -> Vec<Hit> {
+        let s = self.state.lock().unwrap();
+        s.hits.iter().chain(s.abandoned.iter()).cloned().collect()
+    }
+
+    pub fn hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().hits.clone()
+    }
+
+    /// Takes every exchange logged so far (answered and abandoned) out of the
+    /// witness, for long runs that keep their own compact log.
+    pub fn take_hits(&self) -> Vec<Hit> {
+        let mut s = self.state.lock().unwrap();
+        let mut out = std::mem::take(&mut s.hits);
+        out.append(&mut s.abandoned);
+        out
+    }
+
+    pub fn hits_for(&self, checker: &str) -> Vec<Hit> {
+        self.hits()
+            .into_iter()
+            .filter(|h| h.checker == checker)
+            .collect()
+    }
+
+    pub fn count_for(&self, checker: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .hits
+            .iter()
+            .filter(|h| h.checker == checker)
+            .count()
+    }
+
+    /// Stops listening (connections are refused) until `resume`.
+    pub fn pause(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    pub async fn resume(&mut self) {
+        let listener = loop {
+            match TcpListener::bind(self.addr).await {
+                Ok(l) => break l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        };
+        self.serve(listener);
+    }
+}
+
+/// Checks exclusivity from the witness log: no two replicas probe one checker
+/// at overlapping times, and once a new owner started, the old one never
+/// probes again. Returns a description of the first violation.
+pub fn exclusivity_violation(hits: &[Hit]) -> Option<String> {
+    let mut by: HashMap<&str, Vec<&Hit>> = HashMap::new();
+    for h in hits {
+        by.entry(&h.checker).or_default().push(h);
+    }
+    for (checker, mut hs) in by {
+        hs.sort_by_key(|h| h.start);
+        for w in hs.windows(2) {
+            if w[0].replica != w[1].replica && w[1].start < w[0].end {
+                return Some(format!(
+                    "{checker}: {} and {} overlapped",
+                    w[0].replica, w[1].replica
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Strict form of the second half of invariant 2, for scenarios where no
+/// checker may legitimately move back: a replica never probes a checker again
+/// after another replica started probing it.
+pub fn reappearance(hits: &[Hit]) -> Option<String> {
+    let mut by: HashMap<&str, Vec<&Hit>> = HashMap::new();
+    for h in hits {
+        by.entry(&h.checker).or_default().push(h);
+    }
+    for (checker, mut hs) in by {
+        hs.sort_by_key(|h| h.start);
+        let mut runs: Vec<&str> = Vec::new();
+        for h in &hs {
+            if runs.last() != Some(&h.replica.as_str()) {
+                if runs.contains(&h.replica.as_str()) {
+                    return Some(format!(
+                        "{checker}: {} probed again after {:?} took over",
+                        h.replica,
+                        runs.last()
+                    ));
+                }
+                runs.push(&h.replica);
+            }
+        }
+    }
+    None
+}

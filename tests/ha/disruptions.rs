@@ -1,0 +1,573 @@
+//! Disruptions of a running fleet: a rolling restart, a paused replica, a
+//! replica cut off alone, a burst of new checkers, an API server outage, and
+//! leader failover at the default lease timings.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolling_restart_keeps_coverage_and_exclusivity() {
+    let mut fleet = Fleet::start("ha", "roll", 3, 600).await;
+    let from = Instant::now();
+    for i in 0..3 {
+        // As a Deployment does: a new pod (new identity) first, then the old one goes.
+        let new_id = format!("roll-n{i}");
+        fleet.ops.push(Operator::spawn(
+            fleet.cluster,
+            &new_id,
+            &fleet.ns,
+            FAST_LEASES,
+        ));
+        fleet.op(&new_id).wait_ready(Duration::from_secs(30)).await;
+        let st = fleet.ops[i].terminate(Duration::from_secs(25));
+        assert!(st.success());
+        fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    }
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    assert!(owners.values().all(|o| o.starts_with("roll-n")));
+    fleet
+        .wait_all_probed_since(Instant::now(), Duration::from_secs(20))
+        .await;
+    let until = Instant::now();
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= from)
+        .collect();
+    assert_eq!(exclusivity_violation(&hits), None);
+    // While members come and go, bounded loads can hand a checker back to a
+    // replica that had it before, through a fresh drain handshake (never
+    // overlapping, checked above). Report how often.
+    let mut returns = 0;
+    for c in &fleet.names {
+        let mut mine: Vec<&Hit> = hits.iter().filter(|h| &h.checker == c).collect();
+        mine.sort_by_key(|h| h.start);
+        let mut runs: Vec<&str> = Vec::new();
+        for h in mine {
+            if runs.last() != Some(&h.replica.as_str()) {
+                if runs.contains(&h.replica.as_str()) {
+                    returns += 1;
+                }
+                runs.push(&h.replica);
+            }
+        }
+    }
+    println!("rolling restart: {returns} hand-backs to an earlier owner (each through a drain)");
+    let (gap, who) = largest_gap(&hits, &fleet.names, from, until);
+    let bound = Duration::from_secs(INTERVAL as u64) + LEASE + Duration::from_secs(2);
+    // Moves per checker: distinct owners seen at the witness minus one.
+    let mut owners_seen: HashMap<&str, std::collections::BTreeSet<&str>> = HashMap::new();
+    for h in &hits {
+        owners_seen
+            .entry(&h.checker)
+            .or_default()
+            .insert(&h.replica);
+    }
+    let moves: usize = owners_seen.values().map(|s| s.len() - 1).sum();
+    println!(
+        "rolling restart: largest gap {gap:?} ({who}), bound {bound:?}, moves per checker {:.2}",
+        moves as f64 / fleet.names.len() as f64
+    );
+    assert!(gap <= bound, "{who}: {gap:?}");
+    // Invariant 6: every checker has a status written by its current owner.
+    let api = fleet.api();
+    eventually(
+        Duration::from_secs(2 * INTERVAL as u64 + 5),
+        "fresh status from the current owners",
+        || async {
+            let list = api.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|o| {
+                    let owner = owner_label(&o.metadata).map(String::from);
+                    let status_owner = o
+                        .data
+                        .get("status")
+                        .and_then(|s| s.get("owner"))
+                        .and_then(|v| v.as_str())
+                        .map(String::from);
+                    owner.is_some() && owner == status_owner
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_replica_never_probes_or_writes_what_it_lost() {
+    let fleet = Fleet::start("ha", "pause", 3, 300).await;
+    let log = ObjectLog::start(fleet.client.clone(), &fleet.ns).await;
+    let log_from = Instant::now();
+    let owners = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let leader = fleet.leader().await.expect("a leader");
+    let victim = fleet.ops.iter().find(|o| o.identity != leader).unwrap();
+    let victim_id = victim.identity.clone();
+    let lost: Vec<String> = owners
+        .iter()
+        .filter(|(_, o)| **o == victim_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    victim.signal(libc::SIGSTOP);
+    let paused_at = Instant::now();
+    // Wait until another replica has taken over (and probed) every lost checker.
+    eventually(
+        Duration::from_secs(20),
+        "lost checkers probed by others",
+        || async {
+            let hits = fleet.witness.hits();
+            lost.iter()
+                .all(|c| {
+                    hits.iter()
+                        .any(|h| &h.checker == c && h.start > paused_at && h.replica != victim_id)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let resumed_at = Instant::now();
+    victim.signal(libc::SIGCONT);
+    // Give it time to do anything wrong, then look.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let late: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.replica == victim_id && h.start >= paused_at && lost.contains(&h.checker))
+        .collect();
+    // It may get checkers back later through the normal drain handshake; none
+    // of those can start before it re-joined, and none overlap (checked below).
+    let rejoined = fleet.owners().await;
+    let early: Vec<&Hit> = late
+        .iter()
+        .filter(|h| rejoined.get(&h.checker).and_then(|o| o.as_deref()) != Some(victim_id.as_str()))
+        .collect();
+    assert!(
+        early.is_empty(),
+        "the paused replica probed checkers it lost: {:?}",
+        early.iter().map(|h| &h.checker).collect::<Vec<_>>()
+    );
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+    let m = fleet
+        .op(&victim_id)
+        .metrics()
+        .await
+        .expect("victim alive after resume");
+    let fences = metric(&m, "webchecker_self_fences_total", &[]).unwrap_or(0.0);
+    println!(
+        "pause: paused {:?}, self fences {fences}",
+        resumed_at - paused_at
+    );
+    assert!(fences >= 1.0, "the fencing path ran");
+    // No status write of a lost checker landed from the victim after the pause.
+    assert_every_status_write_fenced(&log, log_from);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
+    let cluster = Cluster::shared("ha");
+    let ns = cluster.namespace("cut");
+    let client = cluster.client().await;
+    let witness = Witness::start().await;
+    let proxy = TcpProxy::start(&cluster.kubeconfig).await;
+    let log = ObjectLog::start(client.clone(), &ns).await;
+    let log_from = Instant::now();
+    let mut ops: Vec<Operator> = (0..2)
+        .map(|i| Operator::spawn(cluster, &format!("cut-r{i}"), &ns, FAST_LEASES))
+        .collect();
+    ops.push(Operator::spawn_with_kubeconfig(
+        cluster,
+        "cut-r2",
+        &ns,
+        FAST_LEASES,
+        &proxy.kubeconfig,
+    ));
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<WebChecker>(&()));
+    let owners_of = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            let l = api.list(&ListParams::default()).await.ok()?;
+            Some(
+                l.items
+                    .into_iter()
+                    .filter(|o| owner_label(&o.metadata) == Some(id))
+                    .map(|o| o.metadata.name.unwrap())
+                    .collect::<Vec<_>>(),
+            )
+        }
+    };
+    let mine = eventually(
+        Duration::from_secs(60),
+        "cut-r2 owns checkers and probes them",
+        || async {
+            let m = owners_of("cut-r2").await?;
+            let hits = witness.hits();
+            (m.len() >= 50
+                && m.iter().all(|c| {
+                    hits.iter()
+                        .any(|h| &h.checker == c && h.replica == "cut-r2")
+                }))
+            .then_some(m)
+        },
+    )
+    .await;
+    proxy.cut();
+    let cut_at = Instant::now();
+    // Others take over once its Lease expires; meanwhile it may keep probing (allowed).
+    eventually(
+        Duration::from_secs(30),
+        "its checkers reassigned",
+        || async {
+            let m = owners_of("cut-r2").await?;
+            m.is_empty().then_some(())
+        },
+    )
+    .await;
+    let api_reachable = ops[2]
+        .metrics()
+        .await
+        .map(|m| metric(&m, "webchecker_api_reachable", &[]));
+    // Invariant 7: a replica that cannot reach the API server keeps probing
+    // what it has (the cut-off exception covers the overlap).
+    eventually(
+        Duration::from_secs(INTERVAL as u64 * 3),
+        "the cut-off replica still probing a lease after the cut",
+        || async {
+            witness
+                .hits()
+                .iter()
+                .any(|h| h.replica == "cut-r2" && h.start > cut_at + LEASE)
+                .then_some(())
+        },
+    )
+    .await;
+    println!("while cut off: api_reachable={api_reachable:?}, still probing");
+    proxy.restore();
+    let restored_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let owners_now = owners_of("cut-r2").await.unwrap();
+    let late: Vec<Hit> = witness
+        .hits()
+        .into_iter()
+        .filter(|h| {
+            h.replica == "cut-r2" && mine.contains(&h.checker) && !owners_now.contains(&h.checker)
+        })
+        .filter(|h| h.start > restored_at + RETRY + Duration::from_millis(500))
+        .collect();
+    assert!(
+        late.is_empty(),
+        "still probing lost checkers after reconnecting: {}",
+        late.len()
+    );
+    // It never wrote the status of a checker it lost.
+    assert_every_status_write_fenced(&log, log_from);
+    let m = ops[2].metrics().await.unwrap();
+    let fenced = metric(&m, "webchecker_self_fences_total", &[("reason", "lost")]).unwrap_or(0.0)
+        + metric(
+            &m,
+            "webchecker_status_writes_total",
+            &[("result", "fenced")],
+        )
+        .unwrap_or(0.0);
+    println!("cut off: fencing events {fenced}");
+    assert!(fenced >= 1.0, "the fencing path ran");
+    drop(ops);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_new_checkers_are_probed_within_a_second() {
+    let fleet = Fleet::start("ha", "burst", 3, 30).await;
+    let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
+    // A watch of our own sees when each assignment lands, to split the delay.
+    let assigned: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
+    let watch_task = {
+        use futures::StreamExt;
+        let assigned = assigned.clone();
+        let api = fleet.api();
+        tokio::spawn(async move {
+            let mut s = kube::runtime::watcher::watcher(api, Default::default()).boxed();
+            while let Some(Ok(ev)) = s.next().await {
+                if let kube::runtime::watcher::Event::Apply(o) = ev
+                    && owner_label(&o.metadata).is_some()
+                {
+                    assigned
+                        .lock()
+                        .unwrap()
+                        .entry(o.metadata.name.unwrap())
+                        .or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    // Each object's creation moment as the test saw its create call return.
+    let created = create_checkers(&fleet.client, &fleet.ns, &fleet.witness.url(), &names, 10).await;
+    eventually(
+        Duration::from_secs(30),
+        "every new checker probed",
+        || async {
+            let hits = fleet.witness.hits();
+            let seen: std::collections::HashSet<&str> = hits
+                .iter()
+                .filter(|h| h.start >= t0)
+                .map(|h| h.checker.as_str())
+                .collect();
+            names
+                .iter()
+                .all(|n| seen.contains(n.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    let hits = fleet.witness.hits();
+    let mut delays: Vec<Duration> = names
+        .iter()
+        .map(|n| {
+            let first = hits
+                .iter()
+                .filter(|h| &h.checker == n)
+                .map(|h| h.start)
+                .min()
+                .unwrap();
+            first.saturating_duration_since(created[n])
+        })
+        .collect();
+    delays.sort();
+    watch_task.abort();
+    let assigned = assigned.lock().unwrap().clone();
+    let mut to_assign: Vec<Duration> = names
+        .iter()
+        .filter_map(|n| Some(assigned.get(n)?.saturating_duration_since(created[n])))
+        .collect();
+    let mut to_probe: Vec<Duration> = names
+        .iter()
+        .filter_map(|n| {
+            let first = hits
+                .iter()
+                .filter(|h| &h.checker == n)
+                .map(|h| h.start)
+                .min()?;
+            Some(first.saturating_duration_since(*assigned.get(n)?))
+        })
+        .collect();
+    to_assign.sort();
+    to_probe.sort();
+    if !to_assign.is_empty() && !to_probe.is_empty() {
+        println!(
+            "split: creation->assignment seen p50 {:?} p99 {:?}; assignment seen->first probe p50 {:?} p99 {:?}",
+            to_assign[to_assign.len() / 2],
+            to_assign[to_assign.len() * 99 / 100],
+            to_probe[to_probe.len() / 2],
+            to_probe[to_probe.len() * 99 / 100]
+        );
+    }
+    let p99 = delays[delays.len() * 99 / 100];
+    let p50 = delays[delays.len() / 2];
+    let mut assign = String::new();
+    for o in &fleet.ops {
+        let m = o.metrics().await.unwrap_or_default();
+        if metric(&m, "webchecker_leader", &[]) == Some(1.0) {
+            assign = format!(
+                "assignment latency p50<={:?}s p99<={:?}s",
+                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.5),
+                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.99)
+            );
+        }
+    }
+    println!("1000 new checkers: first probe after creation p50 {p50:?} p99 {p99:?}; {assign}");
+    // The operator's own part: the sharder's assignment latency (watch event to
+    // write done) and the owner's assignment-to-first-probe. The rest is the API
+    // server delivering watch events, which on two shared cores is the bulk.
+    let leader = fleet.leader().await.expect("a leader");
+    let m = fleet.op(&leader).metrics().await.unwrap();
+    let assign_p99 = histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.99).unwrap();
+    assert!(
+        assign_p99 <= 1.0,
+        "sharder assignment latency p99 bucket {assign_p99}"
+    );
+    assert!(
+        !to_probe.is_empty(),
+        "the test's own watch saw the assignments"
+    );
+    let probe_p99 = to_probe[to_probe.len() * 99 / 100];
+    assert!(
+        probe_p99 <= Duration::from_secs(1),
+        "assignment to first probe p99 {probe_p99:?}"
+    );
+    assert!(p99 <= Duration::from_secs(5), "end to end p99 {p99:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
+    // A control plane of its own: this test stops the API server.
+    let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start("outage")));
+    let mut fleet = Fleet::start_on(cluster, "out", 3, 300).await;
+    let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
+    let mut moves_before = 0.0;
+    for o in &fleet.ops {
+        moves_before += fleet
+            .counter(&o.identity, "webchecker_moves_total", &[])
+            .await;
+    }
+    // Some checkers fail during the outage: their transitions must land afterwards.
+    let failing: Vec<String> = fleet.names.iter().take(20).cloned().collect();
+    cluster.script("stop-apiserver");
+    let down_at = Instant::now();
+    for c in &failing {
+        fleet.witness.set_mode(c, Mode::Status(503));
+    }
+    let outage = Duration::from_secs(30);
+    let mut saw_unreachable = vec![false; fleet.ops.len()];
+    while down_at.elapsed() < outage {
+        for (i, o) in fleet.ops.iter().enumerate() {
+            let m = o
+                .metrics()
+                .await
+                .unwrap_or_else(|| panic!("{} stopped exporting metrics", o.identity));
+            if metric(&m, "webchecker_api_reachable", &[]) == Some(0.0) {
+                saw_unreachable[i] = true;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let up_at = Instant::now();
+    cluster.script("start-apiserver");
+    let returned_at = Instant::now();
+    for o in fleet.ops.iter_mut() {
+        assert!(
+            o.exited().is_none(),
+            "{} exited during the outage",
+            o.identity
+        );
+    }
+    assert!(
+        saw_unreachable.iter().all(|s| *s),
+        "every replica noticed the outage: {saw_unreachable:?}"
+    );
+    // Probing went on throughout, by the same owners.
+    let hits: Vec<Hit> = fleet
+        .witness
+        .hits()
+        .into_iter()
+        .filter(|h| h.start >= down_at && h.start <= up_at)
+        .collect();
+    let (gap, who) = largest_gap(
+        &hits,
+        &fleet.names,
+        down_at + Duration::from_secs(INTERVAL as u64),
+        up_at,
+    );
+    println!("outage 30s: largest probe gap during the outage {gap:?} ({who})");
+    assert!(
+        gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 700),
+        "{who}: {gap:?}"
+    );
+    for h in &hits {
+        assert_eq!(
+            Some(&h.replica),
+            before.get(&h.checker),
+            "{} probed by a non-owner during the outage",
+            h.checker
+        );
+    }
+    // Status converges within 10 s of the API returning.
+    let api = fleet.api();
+    eventually(
+        Duration::from_secs(10),
+        "failing checkers' status written after the outage",
+        || async {
+            let mut all = true;
+            for c in &failing {
+                let o = api.get(c).await.ok()?;
+                let reason = o
+                    .data
+                    .pointer("/status/conditions/0/reason")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("");
+                all &= reason == "UnexpectedStatus";
+            }
+            all.then_some(())
+        },
+    )
+    .await;
+    println!(
+        "status converged {:?} after the API server returned",
+        returned_at.elapsed()
+    );
+    // Nothing moved because of the outage.
+    tokio::time::sleep(LEASE + RETRY * 2).await;
+    let after = fleet.wait_all_assigned(Duration::from_secs(10)).await;
+    assert_eq!(before, after, "no checker moved because of the outage");
+    let mut moves_after = 0.0;
+    for o in &fleet.ops {
+        moves_after += fleet
+            .counter(&o.identity, "webchecker_moves_total", &[])
+            .await;
+    }
+    assert_eq!(
+        moves_before, moves_after,
+        "no assignment written because of the outage"
+    );
+    fleet.ops.clear();
+    cluster.script("down");
+}
+
+/// Issue 12, item 10: with the default leases (10 s / 7 s / 2 s), losing the
+/// leader costs no more than losing any other replica: the member view runs
+/// on every replica, so the new leader already knows the old one's Lease is
+/// stale when it takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_failover_is_no_slower_than_any_other_at_default_leases() {
+    let cluster = Cluster::shared("ha");
+    let ns = cluster.namespace("deflt");
+    let client = cluster.client().await;
+    let witness = Witness::start().await;
+    let defaults: &[&str] = &[];
+    let mut ops: Vec<Operator> = (0..3)
+        .map(|i| Operator::spawn(cluster, &format!("deflt-r{i}"), &ns, defaults))
+        .collect();
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+    ops.push(Operator::spawn(cluster, "deflt-r3", &ns, defaults));
+    let mut fleet = Fleet {
+        cluster,
+        ns,
+        ops,
+        witness,
+        names,
+        client,
+    };
+    fleet.ops[3].wait_ready(Duration::from_secs(60)).await;
+    // Default lease, renew deadline and retry period of the operator.
+    let (lease, retry) = (Duration::from_secs(10), Duration::from_secs(2));
+    let bound = lease + 2 * retry + Duration::from_secs(INTERVAL as u64);
+    let mut gaps = Vec::new();
+    for kill_leader in [false, true] {
+        let victim = fleet.victim(kill_leader).await;
+        let (gap, who) = fleet
+            .kill_and_wait_failover(&victim, bound + Duration::from_secs(20))
+            .await;
+        let what = if kill_leader { "leader" } else { "non-leader" };
+        println!(
+            "default leases: SIGKILL of the {what}: largest gap {gap:?} ({who}), bound {bound:?}"
+        );
+        assert!(gap <= bound, "{what}: {who} unprobed for {gap:?}");
+        gaps.push(gap);
+    }
+    // The new leader polls the leader Lease every half retry period and its
+    // sharder lists the checkers before deciding: allow two retry periods.
+    assert!(
+        gaps[1] <= gaps[0] + 2 * retry,
+        "leader failover {:?} slower than a non-leader's {:?} by more than two retry periods",
+        gaps[1],
+        gaps[0]
+    );
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+}
