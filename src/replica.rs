@@ -64,7 +64,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let advert = Advert {
         address: cfg.advertised(addr),
         incarnation,
-        pod_uid: cfg.pod_uid.clone(),
+        pod_uid: cfg.pod_uid.clone().filter(|u| !u.is_empty()),
     };
     match &advert.address {
         Some(a) => {

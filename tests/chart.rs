@@ -222,6 +222,9 @@ fn documented_env() -> BTreeMap<String, String> {
 /// The operator's configuration as a replica of the rendered Deployment gets
 /// it: every documented variable of the container becomes its flag, parsed and
 /// validated by the operator's own code.
+/// Stands in for the downward API's pod UID.
+const POD_UID: &str = "00000000-0000-4000-8000-000000000001";
+
 fn rendered_config(dep: &Value, identity: &str) -> Config {
     let flags = documented_env();
     let mut args = vec!["webchecker-operator".to_string()];
@@ -234,6 +237,8 @@ fn rendered_config(dep: &Value, identity: &str) -> Config {
             (Some(v), _) => v.to_string(),
             (None, Some("metadata.name")) => identity.to_string(),
             (None, Some("metadata.namespace")) => RELEASE_NS.to_string(),
+            (None, Some("status.podIP")) => "10.0.0.7".to_string(),
+            (None, Some("metadata.uid")) => POD_UID.to_string(),
             _ => panic!("env {name}: neither a value nor a known fieldRef: {e:?}"),
         };
         // extraEnv (e.g. RUST_BACKTRACE) is not an operator flag.
@@ -1199,6 +1204,10 @@ impl Replica {
             let v = match (k.as_str(), v.as_str()) {
                 (_, "metadata.name") => identity.to_string(),
                 (_, "metadata.namespace") => RELEASE_NS.to_string(),
+                // Peers look at the listen address below.
+                (_, "status.podIP") => "127.0.0.1".to_string(),
+                // No garbage collector runs here: an owner that never existed is harmless.
+                (_, "metadata.uid") => POD_UID.to_string(),
                 // The pod binds 0.0.0.0:<port>; here every replica needs a port of its own.
                 ("WEBCHECKER_LISTEN", _) => format!("127.0.0.1:{port}"),
                 // The pod's resolver files are the test kit's (tests/support/dns.rs).
