@@ -16,6 +16,10 @@ export CHAOS_MINUTES=$chaos_minutes
 # behaviour changes); `make chaos` draws a new seed each run to explore.
 export CHAOS_SEED=${CHAOS_SEED:-874556080}
 
+# No incremental state: a full run builds each crate once, and the incremental
+# caches of ~30 test binaries would double the target directory.
+export CARGO_INCREMENTAL=0
+
 # Build everything first (one build, deadlines below cover only the tests),
 # the images too (a release build) and the node's binaries (tests/image.rs
 # and tests/node.rs use them).
