@@ -319,7 +319,7 @@ pub struct Aim<'a> {
 
 pub fn run_ours(
     w: &mut Worker,
-    aim: &Aim,
+    aim: &Aim<'_>,
     c: usize,
     warm: Duration,
     d: Duration,
@@ -353,7 +353,7 @@ pub fn run_ours(
 /// connections, from a thread of its own (pinned to `cpu`).
 fn blackbox_load(
     port: u16,
-    aim: &Aim,
+    aim: &Aim<'_>,
     c: usize,
     d: Duration,
     cpu: Option<usize>,
@@ -457,7 +457,7 @@ fn blackbox_load(
 pub fn run_blackbox(
     pid: u32,
     port: u16,
-    aim: &Aim,
+    aim: &Aim<'_>,
     c: usize,
     warm: Duration,
     d: Duration,
