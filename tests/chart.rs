@@ -9,6 +9,9 @@
 //! - `values`: `helm template` with the default and the all-on values, read
 //!   back by the operator's own flag parser (`rendered`: reading a render);
 //! - `rbac`, `admission`: the permissions and the admission policy rendered;
+//! - the knobs of a platform team, each off by default and rendered as
+//!   documented: `network_policy`, `dns_and_volumes`, `pod_monitor`,
+//!   `ca_bundle` (the operator's `--ca-bundle`);
 //! - `install`: `helm install` / `upgrade` / `uninstall` on a real control
 //!   plane (the pods never run: there is no kubelet);
 //! - `service_account`: least privilege: three operator processes run with a
@@ -18,12 +21,20 @@
 
 #[path = "chart/admission.rs"]
 mod admission;
+#[path = "chart/ca_bundle.rs"]
+mod ca_bundle;
+#[path = "chart/dns_and_volumes.rs"]
+mod dns_and_volumes;
 #[path = "chart/install.rs"]
 mod install;
 #[path = "chart/lint.rs"]
 mod lint;
+#[path = "chart/network_policy.rs"]
+mod network_policy;
 #[path = "support/platform.rs"]
 mod platform;
+#[path = "chart/pod_monitor.rs"]
+mod pod_monitor;
 #[path = "chart/rbac.rs"]
 mod rbac;
 #[path = "chart/rendered.rs"]

@@ -18,7 +18,14 @@ use support::repo;
 /// The `helm test` hook (templates/tests/) is left out: it is not part of
 /// the release's objects (tests/chart_test_hook.rs has it).
 pub fn render(extra: &[&str]) -> Vec<Value> {
-    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS, "--skip-tests"];
+    let mut args = vec!["--skip-tests"];
+    args.extend_from_slice(extra);
+    render_with_tests(&args)
+}
+
+/// [`render`] with the `helm test` hook.
+pub fn render_with_tests(extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS];
     args.extend_from_slice(extra);
     let (ok, out) = helm(&args);
     assert!(ok, "helm template {extra:?} failed:\n{out}");
@@ -59,6 +66,11 @@ pub fn kinds(docs: &[Value]) -> BTreeSet<String> {
     docs.iter()
         .filter_map(|d| d["kind"].as_str().map(str::to_string))
         .collect()
+}
+
+/// The pod spec of a Deployment.
+pub fn pod_spec(dep: &Value) -> &Value {
+    &dep["spec"]["template"]["spec"]
 }
 
 pub fn container(dep: &Value) -> &Value {

@@ -22,10 +22,14 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     let cfg = rendered_config(dep, &identity);
     check_pod(dep, &cfg);
 
-    // Every documented WEBCHECKER_* variable, except the two that are only set
+    // Every documented WEBCHECKER_* variable, except those that are only set
     // when their value is not empty.
     let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
-    let optional = ["WEBCHECKER_WATCH_NAMESPACE", "WEBCHECKER_ALLOW_CIDRS"];
+    let optional = [
+        "WEBCHECKER_WATCH_NAMESPACE",
+        "WEBCHECKER_ALLOW_CIDRS",
+        "WEBCHECKER_CA_BUNDLE",
+    ];
     for var in documented_env().keys() {
         if optional.contains(&var.as_str()) {
             assert!(!names.contains(var), "{var} set although empty");
@@ -97,7 +101,13 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         Some(1)
     );
     let k = kinds(&docs);
-    for off in ["ServiceMonitor", "PrometheusRule", "ConfigMap"] {
+    for off in [
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "ConfigMap",
+        "NetworkPolicy",
+    ] {
         assert!(!k.contains(off), "{off} rendered by default: {k:?}");
     }
 }
@@ -143,6 +153,10 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.resolv_conf, Path::new("/etc/webchecker/resolv.conf"));
     assert_eq!(cfg.hosts_file, Path::new("/etc/webchecker/hosts"));
     assert_eq!(cfg.log_format, "json");
+    assert_eq!(
+        cfg.ca_bundle.as_deref(),
+        Some(Path::new("/etc/webchecker-ca/ca.crt"))
+    );
     assert_eq!(
         container(dep)["image"].as_str(),
         Some(
