@@ -111,11 +111,16 @@ impl Cluster {
     }
 
     pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
-        bounded(self.bin.join("kubectl"), TOOL_LIMIT)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
+        self.kubectl_as(&self.kubeconfig, args)
             .output()
             .expect("run kubectl")
+    }
+
+    /// A kubectl command of this cluster with the credentials of `kubeconfig`.
+    pub fn kubectl_as(&self, kubeconfig: &std::path::Path, args: &[&str]) -> Command {
+        let mut c = bounded(self.bin.join("kubectl"), TOOL_LIMIT);
+        c.env("KUBECONFIG", kubeconfig).args(args);
+        c
     }
 
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {

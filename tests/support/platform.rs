@@ -1,4 +1,4 @@
-//! Helpers of the platform-team tests (tests/chart_alerts.rs,
+//! Helpers of the platform-team tests (tests/chart.rs, tests/chart_alerts.rs,
 //! tests/self_service_rbac.rs, tests/metric_labels.rs): the real helm of
 //! hack/build-tools.sh, programs on PATH (promtool, prometheus), and the
 //! chart rendered into YAML documents. Included with `#[path]` next to
@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use crate::support::{SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
+use crate::support::release::helm_command;
+use crate::support::{SETUP_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 pub const RELEASE: &str = "wc";
@@ -76,14 +77,7 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
 
 /// helm from the repository root, with its own config/cache/data directories.
 pub fn helm(args: &[&str]) -> (bool, String) {
-    let home = repo().join("target").join("e2e").join("helm-home");
-    let mut c = bounded(tools_bin().join("helm"), TOOL_LIMIT);
-    c.args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG");
-    run(&mut c)
+    run(helm_command(tools_bin(), None).args(args))
 }
 
 /// A scratch directory under target/ (removed when dropped).
