@@ -16,6 +16,14 @@ use crate::ring::{self, Move, Placement};
 /// arrived (a later change may come first and the event never show).
 pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
 
+/// Rebalancing drains in progress at most. Each handover costs three writes
+/// (drain, ack, assign) and leaves its checker unprobed from the drain to the
+/// new owner's first probe; draining a whole share at once queues every one
+/// of those writes behind the others on the API server, so every checker of
+/// the share waits for the slowest. A bounded window keeps each handover a
+/// few round trips long; moves of checkers nobody probes are never held back.
+pub const HANDOVER_WINDOW: usize = 32;
+
 #[derive(Clone, Debug)]
 pub struct ObjState {
     pub namespace: String,
@@ -176,6 +184,8 @@ pub struct Book {
     inflight: HashMap<String, String>,
     written: HashMap<String, (String, String, Instant)>,
     seen_while_inflight: HashMap<String, HashSet<String>>,
+    /// Keys whose pending write (in flight or not yet seen back) sets a drain.
+    drain_writes: HashSet<String>,
     proofs: HashMap<String, ProofRetry>,
 }
 
@@ -215,6 +225,7 @@ impl Book {
             .is_some_and(|(rv, _, _)| *rv == s.resource_version)
         {
             self.written.remove(&k);
+            self.drain_writes.remove(&k);
         }
         // The event of our own write may arrive before the write's response.
         if let Some(seen) = self.seen_while_inflight.get_mut(&k) {
@@ -227,6 +238,7 @@ impl Book {
         if let Some(key) = key_of(meta) {
             self.objects.remove(&key);
             self.written.remove(&key);
+            self.drain_writes.remove(&key);
             crate::shrink_if_sparse(&mut self.objects);
         }
     }
@@ -238,6 +250,9 @@ impl Book {
 
     pub fn write_started(&mut self, action: &Action) {
         let key = action.key().to_string();
+        if matches!(action, Action::SetDrain { .. }) {
+            self.drain_writes.insert(key.clone());
+        }
         self.inflight
             .insert(key.clone(), action.target().to_string());
         self.seen_while_inflight.insert(key, HashSet::new());
@@ -252,6 +267,25 @@ impl Book {
             self.written
                 .insert(key.to_string(), (rv.clone(), target, now));
         }
+        self.forget_settled_drain_writes();
+    }
+
+    fn forget_settled_drain_writes(&mut self) {
+        let (inflight, written) = (&self.inflight, &self.written);
+        self.drain_writes
+            .retain(|k| inflight.contains_key(k) || written.contains_key(k));
+    }
+
+    /// Handovers in progress: drains requested (acknowledged or not, until
+    /// the assignment clears them) and drain writes not yet seen back.
+    fn handovers_in_progress(&self) -> usize {
+        let annotated = self.objects.values().filter(|o| o.drain.is_some()).count();
+        let unseen = self
+            .drain_writes
+            .iter()
+            .filter(|k| self.objects.get(*k).is_none_or(|o| o.drain.is_none()))
+            .count();
+        annotated + unseen
     }
 
     /// Releases keys whose write was never seen back. Returns whether any was.
@@ -259,6 +293,7 @@ impl Book {
         let before = self.written.len();
         self.written
             .retain(|_, (_, _, at)| now.saturating_duration_since(*at) < WRITTEN_HOLD);
+        self.forget_settled_drain_writes();
         self.written.len() < before
     }
 
@@ -357,6 +392,13 @@ impl Book {
             });
         }
         let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
+        let mut window = HANDOVER_WINDOW.saturating_sub(self.handovers_in_progress());
+        let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
+            if window > 0 {
+                window -= 1;
+                actions.push(Action::SetDrain { key, to });
+            }
+        };
         for mv in ring::plan(&ring_members, &placements) {
             match mv {
                 Move::Assign { key, .. } | Move::Drain { key, .. }
@@ -366,7 +408,7 @@ impl Book {
                     if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
                         actions.push(Action::ClearDrain { key, owner: to });
                     } else if m.valid_owner(o) {
-                        actions.push(Action::SetDrain { key, to });
+                        drain(key, to, &mut actions);
                     } else {
                         let cause = match &o.owner {
                             None if o.drain.is_some() => Cause::Rebalance,
@@ -377,7 +419,7 @@ impl Book {
                         actions.push(Action::Assign { key, to, cause });
                     }
                 }
-                Move::Drain { key, to, .. } => actions.push(Action::SetDrain { key, to }),
+                Move::Drain { key, to, .. } => drain(key, to, &mut actions),
             }
         }
         actions

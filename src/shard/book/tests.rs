@@ -255,3 +255,77 @@ fn a_drain_whose_target_left_is_withdrawn_when_the_owner_is_best() {
         }]
     );
 }
+
+/// A newcomer's share is drained a window at a time: draining it all at once
+/// queues every ack and assignment behind the others, and each checker of the
+/// share stays unprobed for the whole queue. Unowned checkers never wait.
+#[test]
+fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
+    let n = 4 * HANDOVER_WINDOW;
+    let mut items: Vec<ObjectMeta> = (0..n)
+        .map(|i| meta(&format!("c{i}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    items.extend((0..8).map(|i| meta(&format!("new{i}"), "1", None, None, None)));
+    let mut b = book(&items);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let first = decide(&b, &live, &[]);
+    let drains: Vec<&Action> = first
+        .iter()
+        .filter(|a| matches!(a, Action::SetDrain { .. }))
+        .collect();
+    assert_eq!(drains.len(), HANDOVER_WINDOW);
+    assert_eq!(
+        first
+            .iter()
+            .filter(|a| matches!(
+                a,
+                Action::Assign {
+                    cause: Cause::New,
+                    ..
+                }
+            ))
+            .count(),
+        8,
+        "new checkers are assigned whatever the window"
+    );
+    // In flight, then seen back as annotations: the window stays full.
+    let now = Instant::now();
+    for a in &drains {
+        b.write_started(a);
+    }
+    assert!(
+        decide(&b, &live, &[])
+            .iter()
+            .all(|a| !matches!(a, Action::SetDrain { .. })),
+        "no drain beyond the window while the first ones are in flight"
+    );
+    for (i, a) in drains.iter().enumerate() {
+        b.write_finished(a.key(), &WriteOutcome::Written(format!("w{i}")), now);
+        let name = a.key().trim_start_matches("ns/");
+        b.applied(
+            &meta(name, &format!("w{i}"), Some("a"), Some("ua"), Some("b")),
+            now,
+        );
+    }
+    assert!(
+        decide(&b, &live, &[])
+            .iter()
+            .all(|a| !matches!(a, Action::SetDrain { .. })),
+        "acknowledged or not, a drain holds its place until it is handed over"
+    );
+    // Half of them handed over: as many new drains start.
+    for (i, a) in drains.iter().take(HANDOVER_WINDOW / 2).enumerate() {
+        let name = a.key().trim_start_matches("ns/");
+        b.applied(
+            &meta(name, &format!("h{i}"), Some("b"), Some("ub"), None),
+            now,
+        );
+    }
+    let next = decide(&b, &live, &[]);
+    assert_eq!(
+        next.iter()
+            .filter(|a| matches!(a, Action::SetDrain { .. }))
+            .count(),
+        HANDOVER_WINDOW / 2
+    );
+}
