@@ -1,6 +1,7 @@
-//! Helpers of the platform-team tests (tests/chart_alerts.rs,
-//! tests/self_service_rbac.rs, tests/metric_labels.rs): the real helm of
-//! hack/build-tools.sh, programs on PATH (promtool, prometheus), and the
+//! Helpers of the platform-team and observability tests
+//! (tests/chart_alerts.rs, tests/self_service_rbac.rs, tests/metric_labels.rs,
+//! tests/observability.rs): the real helm of hack/build-tools.sh, programs on
+//! PATH (promtool, prometheus, python3), and the
 //! chart rendered into YAML documents. Included with `#[path]` next to
 //! `mod support;`.
 #![allow(dead_code)]
@@ -50,8 +51,8 @@ pub fn tool(name: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "`{name}` not found on PATH: run hack/install-deps.sh (Debian's `prometheus` \
-                 package provides `prometheus` and `promtool`)"
+                "`{name}` not found on PATH: run hack/install-deps.sh (it installs python3 \
+                 and Debian's `prometheus` package, which provides `prometheus` and `promtool`)"
             )
         })
 }
@@ -72,6 +73,14 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
         out.status.success(),
         format!("{}{}", text(&out.stdout), text(&out.stderr)),
     )
+}
+
+/// `run` that must succeed: its stdout and stderr; `what` names the command
+/// in the failure.
+pub fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let (ok, out) = run(cmd);
+    assert!(ok, "{what} failed:\n{out}");
+    out
 }
 
 /// helm from the repository root, with its own config/cache/data directories.
