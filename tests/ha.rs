@@ -13,12 +13,8 @@ use support::oracle::{Clock, fencing};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kube::Api;
 use kube::api::ListParams;
-use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use support::*;
-use webchecker::api::WebChecker;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {

@@ -185,8 +185,7 @@ async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
     ));
     let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
     create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<WebChecker>(&()));
+    let api = checkers_api(&client, &ns);
     let owners_of = |id: &'static str| {
         let api = api.clone();
         async move {
