@@ -179,7 +179,7 @@ async fn secrets_reach_the_target_and_never_leak() {
         &[("username", "probe-user"), ("password", &password)],
     )
     .await;
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let op = spawn_op(c, &format!("op-{ns}"), &ns, &[], &[], "trace");
     op.wait_ready(Duration::from_secs(60)).await;
     let hdr = |key: &str| {

@@ -22,9 +22,9 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
         let k = m.entry(s.uri.clone()).or_default();
         *k += 1;
         if *k % 2 == 1 {
-            Reply::ok("")
+            Answer::text("")
         } else {
-            Reply::status(503)
+            Answer::status(503)
         }
     })
     .await;
@@ -119,16 +119,16 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
     let ns = c.namespace("probe-tls");
     let client = c.client().await;
     let api = checkers(&client, &ns);
-    let pki = Pki::new();
-    let leaf = pki.leaf(&["127.0.0.1"], 5);
-    let client_leaf = pki.leaf(&["webchecker-client"], 90);
+    let pki = TestCa::new();
+    let leaf = pki.leaf_valid(&["127.0.0.1"], -1, 5);
+    let client_leaf = pki.leaf_valid(&["webchecker-client"], -1, 90);
     let t = Server::https(
         "127.0.0.1:0",
-        server_tls(&leaf, BOTH, Some(&pki.ca_pem)),
-        |_| Reply::ok(""),
+        server_tls(&leaf, BOTH, Some(&pki.pem)),
+        |_| Answer::text(""),
     )
     .await;
-    config_map(&client, &ns, "ca", &[("ca.crt", &pki.ca_pem)]).await;
+    config_map(&client, &ns, "ca", &[("ca.crt", &pki.pem)]).await;
     secret(
         &client,
         &ns,
@@ -273,9 +273,9 @@ async fn forgery_guard_through_the_operator() {
     let to = format!("http://{}/latest/meta-data", denied.addr);
     let t = Server::http("127.0.0.1:0", move |s| {
         if s.uri == "/ok" {
-            Reply::ok("")
+            Answer::text("")
         } else {
-            Reply::redirect(302, &to)
+            Answer::redirect(302, &to)
         }
     })
     .await;
@@ -328,7 +328,7 @@ async fn forgery_guard_through_the_operator() {
         ),
     )
     .await;
-    let local = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let local = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let by_name = format!("guard-{ns2}.probe.test");
     Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
     apply_ok(
@@ -428,7 +428,7 @@ async fn proxy_from_the_operator_environment() {
     let client = c.client().await;
     let api = checkers(&client, &ns);
     let proxy = Proxy::start(false).await;
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let op = spawn_op(
         c,
         &format!("op-{ns}"),
