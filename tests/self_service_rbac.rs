@@ -94,20 +94,7 @@ async fn kubectl_as(
     c.env("KUBECONFIG", kubeconfig).args(args);
     let input = input.to_string();
     tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run kubectl");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = output_with_stdin(c, &input);
         (
             out.status.success(),
             format!("{}{}", text(&out.stdout), text(&out.stderr)),

@@ -340,16 +340,11 @@ fn checker(name: &str, spec: &str) -> String {
 }
 
 async fn kubectl_apply(ns: &str, yaml: &str, dry_run: bool) -> std::process::Output {
-    let (ns, yaml) = (ns.to_string(), yaml.to_string());
-    tokio::task::spawn_blocking(move || {
-        let mut args = vec!["apply", "-n", &ns, "-f", "-"];
-        if dry_run {
-            args.push("--dry-run=server");
-        }
-        cluster().kubectl_stdin(&args, &yaml)
-    })
-    .await
-    .unwrap()
+    let mut args = vec!["apply", "-n", ns, "-f", "-"];
+    if dry_run {
+        args.push("--dry-run=server");
+    }
+    cluster().kubectl_stdin_async(&args, yaml).await
 }
 
 /// Each rule rejects its example with a message a person can act on, and

@@ -105,7 +105,7 @@ async fn new_admission_rules_reject_bad_specs() {
         ),
     ];
     for (name, spec, want) in cases {
-        let out = apply(&ns, &checker(name, spec)).await;
+        let out = cluster().apply(&ns, &checker(name, spec)).await;
         let err = text(&out.stderr);
         println!("{name}: {}", err.trim());
         assert!(
@@ -115,7 +115,9 @@ async fn new_admission_rules_reject_bad_specs() {
         );
         assert!(err.contains(want), "{name}: expected {want:?} in {err}");
     }
-    let out = kubectl(&["get", "wc", "-n", &ns, "-o", "name"]).await;
+    let out = cluster()
+        .kubectl_async(&["get", "wc", "-n", &ns, "-o", "name"])
+        .await;
     assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
     // The control: every new field at once, valid.
     apply_ok(
@@ -326,12 +328,14 @@ async fn secrets_reach_the_target_and_never_leak() {
     // Nowhere: the trace log, status, events, metrics.
     let log = op.log_text();
     let status = text(
-        &kubectl(&["get", "wc", "-n", &ns, "-o", "yaml"])
+        &cluster()
+            .kubectl_async(&["get", "wc", "-n", &ns, "-o", "yaml"])
             .await
             .stdout,
     );
     let events = text(
-        &kubectl(&["get", "events.events.k8s.io", "-n", &ns, "-o", "yaml"])
+        &cluster()
+            .kubectl_async(&["get", "events.events.k8s.io", "-n", &ns, "-o", "yaml"])
             .await
             .stdout,
     );

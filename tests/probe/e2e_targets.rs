@@ -250,16 +250,17 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
         Some(leaf.not_after as f64)
     );
     // kubectl shows both conditions.
-    let out = kubectl(&[
-        "get",
-        "wc",
-        "expiring",
-        "-n",
-        &ns,
-        "-o",
-        "jsonpath={.status.conditions[*].type}",
-    ])
-    .await;
+    let out = cluster()
+        .kubectl_async(&[
+            "get",
+            "wc",
+            "expiring",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.status.conditions[*].type}",
+        ])
+        .await;
     assert_eq!(text(&out.stdout), "Ready CertificateExpiring");
 }
 

@@ -34,27 +34,8 @@ pub(super) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
 }
 
-pub(super) async fn kubectl(args: &[&str]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        cluster().kubectl(&a)
-    })
-    .await
-    .unwrap()
-}
-
-pub(super) async fn apply(ns: &str, yaml: &str) -> std::process::Output {
-    let (ns, yaml) = (ns.to_string(), yaml.to_string());
-    tokio::task::spawn_blocking(move || {
-        cluster().kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &yaml)
-    })
-    .await
-    .unwrap()
-}
-
 pub(super) async fn apply_ok(ns: &str, yaml: &str) {
-    let out = apply(ns, yaml).await;
+    let out = cluster().apply(ns, yaml).await;
     assert!(out.status.success(), "{}\n{yaml}", text(&out.stderr));
 }
 

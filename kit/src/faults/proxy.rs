@@ -529,13 +529,7 @@ impl FaultProxy {
     /// `<cluster dir>/proxy-<name>-ca.crt`).
     pub async fn for_cluster(cluster: &Cluster, name: &str, seed: u64) -> FaultProxy {
         let text = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
-        let server = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .expect("server in kubeconfig")
-            .trim()
-            .to_string();
-        let upstream: SocketAddr = server
+        let upstream: SocketAddr = crate::kubeconfig_server(&text)
             .trim_start_matches("https://")
             .trim_end_matches('/')
             .parse()
