@@ -64,13 +64,7 @@ fn checkers(client: &Client, ns: &str) -> Api<WebChecker> {
 }
 
 async fn ready(api: &Api<WebChecker>, name: &str) -> Option<Condition> {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()?
-        .status?
-        .condition("Ready")
-        .cloned()
+    condition(api, name, "Ready").await
 }
 
 fn rfc3339(s: &str) -> chrono::DateTime<chrono::Utc> {

@@ -9,12 +9,20 @@ use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use webchecker::api::{DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
+use webchecker::api::{Condition, DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
 
 /// A checker as YAML for kubectl; `extra`: further spec lines, indented by two.
 pub fn checker_yaml(name: &str, host: &str, path: &str, interval: u32, extra: &str) -> String {
     format!(
         "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n  host: {host}\n  path: {path}\n  intervalSeconds: {interval}\n{extra}"
+    )
+}
+
+/// A checker as YAML for kubectl, with these spec lines (indented here).
+pub fn checker_manifest(name: &str, spec: &str) -> String {
+    let spec: String = spec.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n{spec}"
     )
 }
 
@@ -118,6 +126,18 @@ pub async fn create_all(
 /// The WebCheckers of `ns`, untyped (a test may write what the types forbid).
 pub fn checkers_api(client: &Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<WebChecker>(&()))
+}
+
+/// A checker's condition of this type as the API has it now (None: no such
+/// checker, or no such condition yet).
+pub async fn condition(api: &Api<WebChecker>, name: &str, type_: &str) -> Option<Condition> {
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()?
+        .status?
+        .condition(type_)
+        .cloned()
 }
 
 /// A checker's owner label as it stands (a drain in progress or not).

@@ -105,7 +105,7 @@ async fn new_admission_rules_reject_bad_specs() {
         ),
     ];
     for (name, spec, want) in cases {
-        let out = cluster().apply(&ns, &checker(name, spec)).await;
+        let out = cluster().apply(&ns, &checker_manifest(name, spec)).await;
         let err = text(&out.stderr);
         println!("{name}: {}", err.trim());
         assert!(
@@ -122,7 +122,7 @@ async fn new_admission_rules_reject_bad_specs() {
     // The control: every new field at once, valid.
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "everything",
             "host: https://example.com
 method: POST
@@ -144,7 +144,7 @@ tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.cr
     .await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "bearer-env-proxy",
             "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}",
         ),
@@ -190,19 +190,19 @@ async fn secrets_reach_the_target_and_never_leak() {
             t.url()
         )
     };
-    apply_ok(&ns, &checker("hdr", &hdr("token"))).await;
+    apply_ok(&ns, &checker_manifest("hdr", &hdr("token"))).await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "basic",
             &format!("host: {}\npath: /basic\nintervalSeconds: 2\nauth: {{basic: {{secretName: creds}}}}", t.url()),
         ),
     )
     .await;
-    apply_ok(&ns, &checker("nokey", &hdr("absent"))).await;
+    apply_ok(&ns, &checker_manifest("nokey", &hdr("absent"))).await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "missing",
             &format!("host: {}\npath: /missing\nintervalSeconds: 2\nheaders: [{{name: X-Later, valueFrom: {{secretKeyRef: {{name: later, key: v}}}}}}]", t.url()),
         ),

@@ -39,7 +39,7 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
     op.wait_ready(Duration::from_secs(60)).await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "flap",
             &format!(
                 "host: {}\npath: /flap\nintervalSeconds: 2\nfailureThreshold: 3",
@@ -50,7 +50,7 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
     .await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "flap-t1",
             &format!("host: {}\npath: /t1\nintervalSeconds: 2", t.url()),
         ),
@@ -160,9 +160,9 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
             }
         )
     };
-    apply_ok(&ns, &checker("expiring", &spec(30, true))).await;
-    apply_ok(&ns, &checker("fine", &spec(3, true))).await;
-    apply_ok(&ns, &checker("no-client-cert", &spec(30, false))).await;
+    apply_ok(&ns, &checker_manifest("expiring", &spec(30, true))).await;
+    apply_ok(&ns, &checker_manifest("fine", &spec(3, true))).await;
+    apply_ok(&ns, &checker_manifest("no-client-cert", &spec(30, false))).await;
     wait_condition(
         &api,
         "expiring",
@@ -304,7 +304,7 @@ async fn forgery_guard_through_the_operator() {
     op2.wait_ready(Duration::from_secs(60)).await;
     apply_ok(
         &ns1,
-        &checker(
+        &checker_manifest(
             "ok",
             &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
         ),
@@ -312,7 +312,7 @@ async fn forgery_guard_through_the_operator() {
     .await;
     apply_ok(
         &ns1,
-        &checker(
+        &checker_manifest(
             "redirect",
             &format!(
                 "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
@@ -323,7 +323,7 @@ async fn forgery_guard_through_the_operator() {
     .await;
     apply_ok(
         &ns1,
-        &checker(
+        &checker_manifest(
             "direct",
             &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
         ),
@@ -334,7 +334,7 @@ async fn forgery_guard_through_the_operator() {
     Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
     apply_ok(
         &ns2,
-        &checker(
+        &checker_manifest(
             "by-name",
             &format!(
                 "host: http://{by_name}:{}\nintervalSeconds: 2",
@@ -441,7 +441,7 @@ async fn proxy_from_the_operator_environment() {
     op.wait_ready(Duration::from_secs(60)).await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "via-env",
             &format!(
                 "host: {}\npath: /env\nintervalSeconds: 2\nproxy: {{fromEnvironment: true}}",
@@ -452,7 +452,7 @@ async fn proxy_from_the_operator_environment() {
     .await;
     apply_ok(
         &ns,
-        &checker(
+        &checker_manifest(
             "direct",
             &format!("host: {}\npath: /direct\nintervalSeconds: 2", t.url()),
         ),
@@ -508,7 +508,7 @@ async fn two_hundred_hostile_targets_at_once() {
         .collect();
     let docs: Vec<String> = names
         .iter()
-        .map(|(n, k)| checker(n, &format!("{}\nintervalSeconds: 4", targets.yaml(k, 3))))
+        .map(|(n, k)| checker_manifest(n, &format!("{}\nintervalSeconds: 4", targets.yaml(k, 3))))
         .collect();
     apply_ok(&ns, &docs.join("---\n")).await;
     // Every checker has a verdict.

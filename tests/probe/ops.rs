@@ -39,29 +39,8 @@ pub(super) async fn apply_ok(ns: &str, yaml: &str) {
     assert!(out.status.success(), "{}\n{yaml}", text(&out.stderr));
 }
 
-pub(super) fn checker(name: &str, spec: &str) -> String {
-    let spec: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    )
-}
-
 pub(super) fn checkers(client: &kube::Client, ns: &str) -> kube::Api<WebChecker> {
     kube::Api::namespaced(client.clone(), ns)
-}
-
-pub(super) async fn condition(
-    api: &kube::Api<WebChecker>,
-    name: &str,
-    type_: &str,
-) -> Option<webchecker::api::Condition> {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()?
-        .status?
-        .condition(type_)
-        .cloned()
 }
 
 pub(super) async fn wait_condition(
