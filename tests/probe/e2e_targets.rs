@@ -28,15 +28,7 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
         }
     })
     .await;
-    let op = spawn_op(
-        c,
-        &format!("op-{ns}"),
-        &ns,
-        &[],
-        &[],
-        "info,webchecker=debug",
-    );
-    op.wait_ready(Duration::from_secs(60)).await;
+    let op = ready_op(c, &ns).await;
     apply_ok(
         &ns,
         &checker_manifest(
@@ -140,15 +132,7 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
         ],
     )
     .await;
-    let op = spawn_op(
-        c,
-        &format!("op-{ns}"),
-        &ns,
-        &[],
-        &[],
-        "info,webchecker=debug",
-    );
-    op.wait_ready(Duration::from_secs(60)).await;
+    let op = ready_op(c, &ns).await;
     let spec = |days: u32, client: bool| {
         format!(
             "host: {}\nintervalSeconds: 2\ntls: {{caBundle: {{configMapKeyRef: {{name: ca, key: ca.crt}}}}, certificateExpiryWarningDays: {days}{}}}",

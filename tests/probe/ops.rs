@@ -24,6 +24,21 @@ pub(super) fn spawn_op(
     Operator::spawn_with_env(c, identity, ns, &args, env)
 }
 
+/// The usual operator of a test's namespace `ns` (identity op-<ns>, debug
+/// logs), ready.
+pub(super) async fn ready_op(c: &Cluster, ns: &str) -> Operator {
+    let op = spawn_op(
+        c,
+        &format!("op-{ns}"),
+        ns,
+        &[],
+        &[],
+        "info,webchecker=debug",
+    );
+    op.wait_ready(Duration::from_secs(60)).await;
+    op
+}
+
 /// process_resident_memory_bytes, in MiB.
 pub(super) async fn rss_mib(op: &Operator) -> f64 {
     metric(&op.scrape().await, "process_resident_memory_bytes", &[]).unwrap_or(0.0)
