@@ -158,11 +158,12 @@ impl Run {
             settled(&client, &ns, &live, initial.len())
         })
         .await;
-        eventually(Duration::from_secs(30), "every checker probed", || async {
-            let seen: BTreeSet<String> =
-                witness.all_hits().into_iter().map(|h| h.checker).collect();
-            initial.iter().all(|n| seen.contains(n)).then_some(())
-        })
+        wait_probed(
+            &witness,
+            &initial,
+            Duration::from_secs(30),
+            "every checker probed",
+        )
         .await;
         println!(
             "fleet of {} checkers on 3 replicas after {:?}",
@@ -237,11 +238,12 @@ impl Run {
             }
             all
         };
-        eventually(Duration::from_secs(20), "late checkers probed", || async {
-            let seen: BTreeSet<String> =
-                witness.all_hits().into_iter().map(|h| h.checker).collect();
-            names.iter().all(|n| seen.contains(n)).then_some(())
-        })
+        wait_probed(
+            &witness,
+            &names,
+            Duration::from_secs(20),
+            "late checkers probed",
+        )
         .await;
         println!(
             "scale 3->4: {} of {} moved ({:?}), settled {:.1}s after the new replica started",
@@ -295,6 +297,15 @@ fn group(names: &[String], prefix: &str) -> Vec<String> {
         .filter(|n| n.starts_with(&format!("{prefix}-")))
         .cloned()
         .collect()
+}
+
+/// Waits until the witness has seen a probe of each of `names`.
+async fn wait_probed(witness: &Witness, names: &[String], timeout: Duration, what: &str) {
+    eventually(timeout, what, || async {
+        let seen: BTreeSet<String> = witness.all_hits().into_iter().map(|h| h.checker).collect();
+        names.iter().all(|n| seen.contains(n)).then_some(())
+    })
+    .await
 }
 
 /// Prometheus' targets: (replica identity, port of its /metrics).
