@@ -18,6 +18,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use webchecker::api::{Condition, WebChecker};
 
+use support::release::text;
 use support::*;
 
 const FLANT: &str = "apiVersion: test.network.io/v1alpha1
@@ -53,10 +54,6 @@ fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut v: Vec<&str> = FAST_LEASES.to_vec();
     v.extend_from_slice(extra);
     v
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
 }
 
 fn checkers(client: &Client, ns: &str) -> Api<WebChecker> {
@@ -590,15 +587,8 @@ async fn invalid_manifests_are_rejected() {
     ];
     for (name, spec, want) in cases {
         let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
-        let err = text(&out.stderr);
-        println!("{name}: {}", err.trim());
-        assert!(
-            !out.status.success(),
-            "{name} was accepted: {}",
-            text(&out.stdout)
-        );
+        let err = assert_refused(&out, name, want);
         assert!(err.contains("is invalid"), "{name}: {err}");
-        assert!(err.contains(want), "{name}: expected {want:?} in {err}");
     }
     let out = c
         .kubectl_async(&["get", "wc", "-n", &ns, "-o", "name"])

@@ -195,6 +195,20 @@ impl Cluster {
     }
 }
 
+/// A kubectl answer that must be a refusal whose message holds `want`: its
+/// stderr. `case` names the manifest in the report and the failure.
+pub fn assert_refused(out: &Output, case: &str, want: &str) -> String {
+    let err = crate::release::text(&out.stderr);
+    println!("{case}: {}", err.trim());
+    assert!(
+        !out.status.success(),
+        "{case} was accepted: {}",
+        crate::release::text(&out.stdout)
+    );
+    assert!(err.contains(want), "{case}: expected {want:?} in {err}");
+    err
+}
+
 /// Runs `cmd` with `input` on its stdin; its output.
 pub fn output_with_stdin(mut cmd: Command, input: &str) -> Output {
     use std::io::Write;

@@ -106,25 +106,14 @@ async fn new_admission_rules_reject_bad_specs() {
     ];
     for (name, spec, want) in cases {
         let out = cluster().apply(&ns, &checker_manifest(name, spec)).await;
-        let err = text(&out.stderr);
-        println!("{name}: {}", err.trim());
-        assert!(
-            !out.status.success(),
-            "{name} was accepted: {}",
-            text(&out.stdout)
-        );
-        assert!(err.contains(want), "{name}: expected {want:?} in {err}");
+        assert_refused(&out, name, want);
     }
     let out = cluster()
         .kubectl_async(&["get", "wc", "-n", &ns, "-o", "name"])
         .await;
     assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
     // The control: every new field at once, valid.
-    apply_ok(
-        &ns,
-        &checker_manifest(
-            "everything",
-            "host: https://example.com
+    apply_checker(&ns, "everything", "host: https://example.com
 method: POST
 body: '{}'
 headers: [{name: X-Key, valueFrom: {secretKeyRef: {name: s, key: k}}}]
@@ -138,17 +127,9 @@ followRedirects: true
 maxRedirects: 3
 ipFamily: IPv4
 proxy: {url: 'http://proxy.example:3128'}
-tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}, clientCertificate: {secretName: mtls}, minVersion: TLS13, certificateExpiryWarningDays: 21}",
-        ),
-    )
+tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}, clientCertificate: {secretName: mtls}, minVersion: TLS13, certificateExpiryWarningDays: 21}")
     .await;
-    apply_ok(
-        &ns,
-        &checker_manifest(
-            "bearer-env-proxy",
-            "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}",
-        ),
-    )
+    apply_checker(&ns, "bearer-env-proxy", "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}")
     .await;
 }
 
@@ -190,23 +171,18 @@ async fn secrets_reach_the_target_and_never_leak() {
             t.url()
         )
     };
-    apply_ok(&ns, &checker_manifest("hdr", &hdr("token"))).await;
-    apply_ok(
+    apply_checker(&ns, "hdr", &hdr("token")).await;
+    apply_checker(
         &ns,
-        &checker_manifest(
-            "basic",
-            &format!("host: {}\npath: /basic\nintervalSeconds: 2\nauth: {{basic: {{secretName: creds}}}}", t.url()),
+        "basic",
+        &format!(
+            "host: {}\npath: /basic\nintervalSeconds: 2\nauth: {{basic: {{secretName: creds}}}}",
+            t.url()
         ),
     )
     .await;
-    apply_ok(&ns, &checker_manifest("nokey", &hdr("absent"))).await;
-    apply_ok(
-        &ns,
-        &checker_manifest(
-            "missing",
-            &format!("host: {}\npath: /missing\nintervalSeconds: 2\nheaders: [{{name: X-Later, valueFrom: {{secretKeyRef: {{name: later, key: v}}}}}}]", t.url()),
-        ),
-    )
+    apply_checker(&ns, "nokey", &hdr("absent")).await;
+    apply_checker(&ns, "missing", &format!("host: {}\npath: /missing\nintervalSeconds: 2\nheaders: [{{name: X-Later, valueFrom: {{secretKeyRef: {{name: later, key: v}}}}}}]", t.url()))
     .await;
 
     let basic = format!(

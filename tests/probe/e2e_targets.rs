@@ -29,23 +29,19 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
     })
     .await;
     let op = ready_op(c, &ns).await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker_manifest(
-            "flap",
-            &format!(
-                "host: {}\npath: /flap\nintervalSeconds: 2\nfailureThreshold: 3",
-                t.url()
-            ),
+        "flap",
+        &format!(
+            "host: {}\npath: /flap\nintervalSeconds: 2\nfailureThreshold: 3",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker_manifest(
-            "flap-t1",
-            &format!("host: {}\npath: /t1\nintervalSeconds: 2", t.url()),
-        ),
+        "flap-t1",
+        &format!("host: {}\npath: /t1\nintervalSeconds: 2", t.url()),
     )
     .await;
     let first = wait_condition(
@@ -144,9 +140,9 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
             }
         )
     };
-    apply_ok(&ns, &checker_manifest("expiring", &spec(30, true))).await;
-    apply_ok(&ns, &checker_manifest("fine", &spec(3, true))).await;
-    apply_ok(&ns, &checker_manifest("no-client-cert", &spec(30, false))).await;
+    apply_checker(&ns, "expiring", &spec(30, true)).await;
+    apply_checker(&ns, "fine", &spec(3, true)).await;
+    apply_checker(&ns, "no-client-cert", &spec(30, false)).await;
     wait_condition(
         &api,
         "expiring",
@@ -286,44 +282,36 @@ async fn forgery_guard_through_the_operator() {
     );
     op1.wait_ready(Duration::from_secs(60)).await;
     op2.wait_ready(Duration::from_secs(60)).await;
-    apply_ok(
+    apply_checker(
         &ns1,
-        &checker_manifest(
-            "ok",
-            &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
+        "ok",
+        &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
+    )
+    .await;
+    apply_checker(
+        &ns1,
+        "redirect",
+        &format!(
+            "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns1,
-        &checker_manifest(
-            "redirect",
-            &format!(
-                "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
-                t.url()
-            ),
-        ),
-    )
-    .await;
-    apply_ok(
-        &ns1,
-        &checker_manifest(
-            "direct",
-            &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
-        ),
+        "direct",
+        &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
     )
     .await;
     let local = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let by_name = format!("guard-{ns2}.probe.test");
     Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
-    apply_ok(
+    apply_checker(
         &ns2,
-        &checker_manifest(
-            "by-name",
-            &format!(
-                "host: http://{by_name}:{}\nintervalSeconds: 2",
-                local.addr.port()
-            ),
+        "by-name",
+        &format!(
+            "host: http://{by_name}:{}\nintervalSeconds: 2",
+            local.addr.port()
         ),
     )
     .await;
@@ -423,23 +411,19 @@ async fn proxy_from_the_operator_environment() {
         "info,webchecker=debug",
     );
     op.wait_ready(Duration::from_secs(60)).await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker_manifest(
-            "via-env",
-            &format!(
-                "host: {}\npath: /env\nintervalSeconds: 2\nproxy: {{fromEnvironment: true}}",
-                t.url()
-            ),
+        "via-env",
+        &format!(
+            "host: {}\npath: /env\nintervalSeconds: 2\nproxy: {{fromEnvironment: true}}",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker_manifest(
-            "direct",
-            &format!("host: {}\npath: /direct\nintervalSeconds: 2", t.url()),
-        ),
+        "direct",
+        &format!("host: {}\npath: /direct\nintervalSeconds: 2", t.url()),
     )
     .await;
     wait_condition(

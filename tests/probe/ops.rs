@@ -45,13 +45,16 @@ pub(super) async fn rss_mib(op: &Operator) -> f64 {
         / (1024.0 * 1024.0)
 }
 
-pub(super) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
+pub(super) use crate::support::release::text;
 
 pub(super) async fn apply_ok(ns: &str, yaml: &str) {
     let out = cluster().apply(ns, yaml).await;
     assert!(out.status.success(), "{}\n{yaml}", text(&out.stderr));
+}
+
+/// Applies checker `name` with these spec lines (see `checker_manifest`).
+pub(super) async fn apply_checker(ns: &str, name: &str, spec: &str) {
+    apply_ok(ns, &checker_manifest(name, spec)).await;
 }
 
 pub(super) fn checkers(client: &kube::Client, ns: &str) -> kube::Api<WebChecker> {

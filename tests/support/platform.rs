@@ -57,9 +57,7 @@ pub fn tool(name: &str) -> PathBuf {
         })
 }
 
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
+pub use crate::support::release::text;
 
 /// Runs a command in the repository; its stdout and stderr, and whether it
 /// succeeded.
