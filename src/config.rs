@@ -164,6 +164,13 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_HOSTS_FILE", default_value = crate::probe::DEFAULT_HOSTS_FILE)]
     pub hosts_file: std::path::PathBuf,
 
+    /// PEM file of certificate authorities trusted in addition to the
+    /// built-in roots by every checker without a `tls.caBundle` of its own
+    /// (a cluster's private CA). Read at start: a file that cannot be read
+    /// or holds no usable certificate stops the process.
+    #[arg(long, env = "WEBCHECKER_CA_BUNDLE")]
+    pub ca_bundle: Option<std::path::PathBuf>,
+
     /// Checker labels copied to `webchecker_checker_info` as `label_<name>`
     /// (comma separated label keys, e.g. `team,env`), to route alerts and
     /// group dashboards by them. Only that series carries them.

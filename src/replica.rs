@@ -46,6 +46,15 @@ fn panic_text(j: tokio::task::JoinError) -> String {
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
 pub async fn run(cfg: Config) -> Result<(), Error> {
     cfg.validate()?;
+    // Before anything reaches the cluster: a bad bundle is a bad configuration.
+    let ca_bundle = match &cfg.ca_bundle {
+        Some(path) => {
+            let roots = probe::Roots::from_file(path)
+                .map_err(|e| Error::Config(format!("--ca-bundle: {e}")))?;
+            Some((path, roots))
+        }
+        None => None,
+    };
     let identity = cfg.identity();
     let kube_config = kube::Config::infer().await.map_err(Error::InferConfig)?;
     let api_url = kube_config.cluster_url.to_string();
@@ -138,6 +147,14 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cfg.max_body_bytes,
     );
     prober.resolver = Arc::new(resolver);
+    if let Some((path, roots)) = ca_bundle {
+        info!(
+            "--ca-bundle: {} certificate(s) of {} trusted in addition to the built-in roots",
+            roots.extra(),
+            path.display()
+        );
+        prober.set_roots(roots);
+    }
     let prober = Arc::new(prober);
     // Few concurrent status writes: they are never urgent, and the API server's
     // capacity is better spent on assignments (new checkers, failover).

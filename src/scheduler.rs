@@ -181,13 +181,19 @@ impl Engine {
 /// The plan of a spec, with the patterns the feed compiled (compiled here
 /// only if it did not, which the feed never lets happen).
 fn plan_of(
+    prober: &Prober,
     spec: &WebCheckerSpec,
     resolved: &Resolved,
     patterns: Option<&Compiled>,
 ) -> Result<ProbePlan, String> {
+    let resolve = |v: &crate::probe::ValueRef| resolved.get(v);
+    let roots = prober.roots();
     match patterns {
-        Some(c) => crate::probe::plan_with(spec, &|v| resolved.get(v), c),
-        None => crate::probe::plan(spec, &|v| resolved.get(v)),
+        Some(c) => crate::probe::plan_trusting(spec, &resolve, c, roots),
+        None => {
+            let compiled = crate::probe::compile_patterns(spec);
+            crate::probe::plan_trusting(spec, &resolve, &compiled, roots)
+        }
     }
 }
 
@@ -575,7 +581,7 @@ impl Engine {
             return;
         }
         let plan: Result<ProbePlan, String> = match &checker {
-            Incoming::Valid(wc, r, c) => plan_of(&wc.spec, r, c.as_ref()),
+            Incoming::Valid(wc, r, c) => plan_of(&self.prober, &wc.spec, r, c.as_ref()),
             Incoming::Malformed { error, .. } => Err(format!(
                 "the object does not match the WebChecker schema: {error}"
             )),
@@ -653,7 +659,7 @@ impl Engine {
         let Some(spec) = e.spec.clone() else {
             return;
         };
-        let plan = plan_of(&spec, &resolved, e.patterns.as_ref());
+        let plan = plan_of(&self.prober, &spec, &resolved, e.patterns.as_ref());
         e.resolved = resolved;
         self.apply_plan(key, plan, None, false);
     }

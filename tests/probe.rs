@@ -4,9 +4,12 @@
 //! reason and the hostile targets, with precise timings and no cluster.
 //! Part 2 runs operator processes against the real control plane
 //! (hack/cluster.sh): admission rules, Secrets (and that their values never
-//! leak), thresholds, CertificateExpiring, the forgery guard, the proxy from
-//! the environment, and 200 hostile targets at once (memory).
+//! leak), thresholds, CertificateExpiring, the cluster's CA (`--ca-bundle`),
+//! the forgery guard, the proxy from the environment, and 200 hostile
+//! targets at once (memory).
 
+#[path = "probe/ca_bundle.rs"]
+mod ca_bundle;
 #[path = "probe/e2e_specs.rs"]
 mod e2e_specs;
 #[path = "probe/e2e_targets.rs"]

@@ -90,8 +90,7 @@ async fn kubectl_as(
     args: &[&str],
     input: &str,
 ) -> (bool, String) {
-    let mut c = bounded(cluster.bin.join("kubectl"), TOOL_LIMIT);
-    c.env("KUBECONFIG", kubeconfig).args(args);
+    let c = cluster.kubectl_as(kubeconfig, args);
     let input = input.to_string();
     tokio::task::spawn_blocking(move || {
         let out = output_with_stdin(c, &input);

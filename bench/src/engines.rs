@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use webchecker::api::WebCheckerSpec;
 use webchecker::probe::{AddressPolicy, Prober};
-use webchecker_kit::http_get_within;
+use webchecker_kit::{http_get_within, speaks};
 
 use crate::stats::quantile;
 use crate::sys::{clk_tck, cpu_ticks, pin_command, pin_current_thread};
@@ -40,22 +40,96 @@ async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     }
 }
 
-/// `bench target-server`: answers every request 200 "ok\n" and closes.
-pub fn target_main() {
+/// The protocols part 1 compares the engines on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Proto {
+    /// HTTP/1.1 over TCP; the target answers and closes.
+    Http1,
+    /// HTTP/1.1 over TLS (the target offers only `http/1.1` by ALPN).
+    TlsHttp1,
+    /// HTTP/2 over TLS (the target offers `h2`, then `http/1.1`).
+    TlsHttp2,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 3] = [Proto::Http1, Proto::TlsHttp1, Proto::TlsHttp2];
+
+    pub fn arg(self) -> &'static str {
+        match self {
+            Proto::Http1 => "http1",
+            Proto::TlsHttp1 => "tls-http1",
+            Proto::TlsHttp2 => "tls-h2",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Proto::Http1 => "HTTP/1.1",
+            Proto::TlsHttp1 => "HTTP/1.1 over TLS",
+            Proto::TlsHttp2 => "HTTP/2 over TLS",
+        }
+    }
+
+    /// The version each engine must report (a probe that negotiated another
+    /// one fails and counts as an error): ours, blackbox's.
+    pub fn version(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Proto::Http1 => None,
+            Proto::TlsHttp1 => Some(("HTTP/1.1", "HTTP/1.1")),
+            Proto::TlsHttp2 => Some(("HTTP/2", "HTTP/2.0")),
+        }
+    }
+
+    pub fn module(self) -> &'static str {
+        match self {
+            Proto::Http1 => "http_2xx",
+            Proto::TlsHttp1 => "tls_http1",
+            Proto::TlsHttp2 => "tls_h2",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Proto> {
+        Proto::ALL.into_iter().find(|p| p.arg() == s)
+    }
+}
+
+/// `bench target-server [PROTO CA_FILE]`: answers every request 200. Over
+/// plain HTTP/1.1 a minimal server that answers and closes; over TLS the
+/// kit's protocol target, with a certificate for 127.0.0.1 from a CA whose
+/// PEM it writes to CA_FILE. Prints its port.
+pub fn target_main(args: &[String]) {
+    let proto = args.first().map(|a| Proto::parse(a).expect("a protocol"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
-        let l = webchecker_kit::listener().await;
-        println!("{}", l.local_addr().unwrap().port());
-        std::io::stdout().flush().unwrap();
         // Exit when the driver closes our stdin (or dies).
         std::thread::spawn(|| {
             let mut b = String::new();
             let _ = std::io::stdin().read_line(&mut b);
             std::process::exit(0);
         });
+        if let Some(p @ (Proto::TlsHttp1 | Proto::TlsHttp2)) = proto {
+            let ca = webchecker_kit::targets::TestCa::new();
+            std::fs::write(&args[1], &ca.pem).expect("write the CA file");
+            let alpn: Vec<&'static [u8]> = if p == Proto::TlsHttp2 {
+                vec![b"h2", b"http/1.1"]
+            } else {
+                vec![b"http/1.1"]
+            };
+            let cert = speaks::SwapCert::new(&ca.leaf(&["127.0.0.1"]));
+            let t = speaks::Target::start(speaks::Speaks::Tls(cert, alpn), |_| {
+                webchecker_kit::targets::Answer::ok()
+            })
+            .await;
+            println!("{}", t.addr.port());
+            std::io::stdout().flush().unwrap();
+            std::future::pending::<()>().await;
+        }
+        let l = webchecker_kit::listener().await;
+        println!("{}", l.local_addr().unwrap().port());
+        std::io::stdout().flush().unwrap();
         loop {
             match l.accept().await {
                 Ok((mut s, _)) => {
@@ -74,8 +148,10 @@ pub fn target_main() {
 }
 
 /// `bench prober-worker`: our prober in a process of its own. Protocol on
-/// stdin/stdout: `run URL C MILLIS` -> `done PROBES ERRORS`; `report` ->
-/// `lat P50_US P99_US` of the last run; EOF ends.
+/// stdin/stdout: `run URL C MILLIS [CA_FILE VERSION]` -> `done PROBES
+/// ERRORS` (with a CA file the probes verify the target's certificate
+/// against it and require that HTTP version); `report` -> `lat P50_US
+/// P99_US` of the last run; EOF ends.
 pub fn worker_main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -95,12 +171,21 @@ pub fn worker_main() {
                 let url = f[1].to_string();
                 let c: usize = f[2].parse().unwrap();
                 let d = Duration::from_millis(f[3].parse().unwrap());
-                let spec: WebCheckerSpec = serde_json::from_value(serde_json::json!({
+                let mut spec = serde_json::json!({
                     "host": url, "path": "/", "intervalSeconds": 10, "timeoutSeconds": 5
-                }))
-                .unwrap();
+                });
+                let ca = f
+                    .get(4)
+                    .map(|p| std::fs::read(p).expect("read the CA file"));
+                if let Some(version) = f.get(5) {
+                    spec["tls"] = serde_json::json!({
+                        "caBundle": {"configMapKeyRef": {"name": "bench", "key": "ca.crt"}}
+                    });
+                    spec["httpVersions"] = serde_json::json!([version]);
+                }
+                let spec: WebCheckerSpec = serde_json::from_value(spec).unwrap();
                 let plan = Arc::new(
-                    webchecker::probe::plan(&spec, &|_| Err("no secrets".into())).unwrap(),
+                    webchecker::probe::plan(&spec, &|_| ca.clone().ok_or("no CA".into())).unwrap(),
                 );
                 let (lat, errors) = rt.block_on(async {
                     let deadline = Instant::now() + d;
@@ -225,19 +310,31 @@ impl EngineRun {
     }
 }
 
+/// Where an engine probes: the URL, and for TLS the CA file and protocol.
+pub struct Aim<'a> {
+    pub url: &'a str,
+    pub proto: Proto,
+    pub ca_file: Option<&'a std::path::Path>,
+}
+
 pub fn run_ours(
     w: &mut Worker,
-    url: &str,
+    aim: &Aim<'_>,
     c: usize,
     warm: Duration,
     d: Duration,
 ) -> Res<EngineRun> {
     let pid = w.child.id();
-    w.ask(&format!("run {url} {c} {}", warm.as_millis()))?;
+    let url = aim.url;
+    let tls = match (aim.ca_file, aim.proto.version()) {
+        (Some(ca), Some((v, _))) => format!(" {} {v}", ca.display()),
+        _ => String::new(),
+    };
+    w.ask(&format!("run {url} {c} {}{tls}", warm.as_millis()))?;
     w.ask("report")?;
     let t = Instant::now();
     let c0 = cpu_ticks(pid).ok_or_else(|| err("no /proc stat"))?;
-    let done = w.ask(&format!("run {url} {c} {}", d.as_millis()))?;
+    let done = w.ask(&format!("run {url} {c} {}{tls}", d.as_millis()))?;
     let c1 = cpu_ticks(pid).ok_or_else(|| err("no /proc stat"))?;
     let wall = t.elapsed().as_secs_f64();
     let lat = w.ask("report")?;
@@ -256,14 +353,15 @@ pub fn run_ours(
 /// connections, from a thread of its own (pinned to `cpu`).
 fn blackbox_load(
     port: u16,
-    target: &str,
+    aim: &Aim<'_>,
     c: usize,
     d: Duration,
     cpu: Option<usize>,
 ) -> Res<(u64, u64, Vec<f64>)> {
     let path = format!(
-        "/probe?module=http_2xx&target={}",
-        target
+        "/probe?module={}&target={}",
+        aim.proto.module(),
+        aim.url
             .replace('%', "%25")
             .replace(':', "%3A")
             .replace('/', "%2F")
@@ -359,16 +457,16 @@ fn blackbox_load(
 pub fn run_blackbox(
     pid: u32,
     port: u16,
-    target: &str,
+    aim: &Aim<'_>,
     c: usize,
     warm: Duration,
     d: Duration,
     cpu: Option<usize>,
 ) -> Res<EngineRun> {
-    blackbox_load(port, target, c, warm, cpu)?;
+    blackbox_load(port, aim, c, warm, cpu)?;
     let t = Instant::now();
     let c0 = cpu_ticks(pid).ok_or_else(|| err("no /proc stat"))?;
-    let (probes, errors, durs) = blackbox_load(port, target, c, d, cpu)?;
+    let (probes, errors, durs) = blackbox_load(port, aim, c, d, cpu)?;
     let c1 = cpu_ticks(pid).ok_or_else(|| err("no /proc stat"))?;
     Ok(EngineRun {
         probes: probes as f64,

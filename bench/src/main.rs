@@ -20,7 +20,7 @@
 //!
 //! Subcommands (internal): `bench prober-worker` (our prober in its own process,
 //! driven over stdin/stdout so its CPU time can be read from /proc) and
-//! `bench target-server` (the HTTP target of part 1).
+//! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
 //! (adds 30,000 checkers), BENCH_PARTS=probe,ring,scale,failover (subset),
@@ -303,10 +303,10 @@ fn driver_main() {
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("prober-worker") => probe::worker_main(),
-        Some("target-server") => probe::target_main(),
+        Some("target-server") => probe::target_main(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("-h") | Some("--help") | Some("help") => {
             eprintln!(
-                "usage: bench            run the benchmarks, write docs/benchmarks.md (see the module docs for BENCH_* variables)\n       bench prober-worker  (internal)\n       bench target-server  (internal)"
+                "usage: bench            run the benchmarks, write docs/benchmarks.md (see the module docs for BENCH_* variables)\n       bench prober-worker  (internal)\n       bench target-server [PROTO CA_FILE]  (internal)"
             );
         }
         _ => driver_main(),

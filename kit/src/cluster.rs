@@ -110,24 +110,26 @@ impl Cluster {
         assert!(st.success(), "hack/cluster.sh {sub} failed");
     }
 
-    /// kubectl as the cluster's admin, bounded (TOOL_LIMIT).
-    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as(&self.kubeconfig, args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// A kubectl command of this cluster with the credentials of `kubeconfig`.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut c = bounded(self.bin.join("kubectl"), TOOL_LIMIT);
-        c.env("KUBECONFIG", &self.kubeconfig).args(args);
+        c.env("KUBECONFIG", kubeconfig).args(args);
         c
     }
 
-    pub fn kubectl(&self, args: &[&str]) -> Output {
-        self.kubectl_command(args).output().expect("run kubectl")
-    }
-
     pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
-        output_with_stdin(self.kubectl_command(args), input)
+        output_with_stdin(self.kubectl_as(&self.kubeconfig, args), input)
     }
 
     /// `kubectl` off the async worker threads (the witnesses share them).
     pub async fn kubectl_async(&self, args: &[&str]) -> Output {
-        let mut c = self.kubectl_command(args);
+        let mut c = self.kubectl_as(&self.kubeconfig, args);
         tokio::task::spawn_blocking(move || c.output().expect("run kubectl"))
             .await
             .unwrap()
@@ -135,7 +137,7 @@ impl Cluster {
 
     /// `kubectl_stdin` off the async worker threads.
     pub async fn kubectl_stdin_async(&self, args: &[&str], input: &str) -> Output {
-        let (c, input) = (self.kubectl_command(args), input.to_string());
+        let (c, input) = (self.kubectl_as(&self.kubeconfig, args), input.to_string());
         tokio::task::spawn_blocking(move || output_with_stdin(c, &input))
             .await
             .unwrap()

@@ -17,6 +17,8 @@ pub struct Operator {
     /// Environment of the test's choice, on top of the kit's.
     env: Vec<(String, String)>,
     kubeconfig: PathBuf,
+    /// Started with `env` alone, as a pod's container (see `spawn_pod`).
+    pod: bool,
 }
 
 /// The proxy variables of the machine: never passed on (a test that wants a
@@ -92,6 +94,26 @@ impl Operator {
         op
     }
 
+    /// A replica started as a pod's container is: with the environment `env`
+    /// and nothing else of the test's (no proxy settings, no RUST_LOG, no
+    /// loopback allowance), the credentials of `kubeconfig`, `extra` flags.
+    /// Only the listen address (`--listen`, a port of its own) and the kit's
+    /// name server (the resolver files) are the kit's; `env` must not set them.
+    pub fn spawn_pod(
+        cluster: &Cluster,
+        identity: &str,
+        env: Vec<(String, String)>,
+        extra: &[&str],
+        kubeconfig: &Path,
+    ) -> Operator {
+        let args = extra.iter().map(|s| s.to_string()).collect();
+        let mut op = Self::with_args(cluster, identity, args, kubeconfig);
+        op.env = env;
+        op.pod = true;
+        op.start();
+        op
+    }
+
     fn build(
         cluster: &Cluster,
         identity: &str,
@@ -122,6 +144,7 @@ impl Operator {
             args,
             env: Vec::new(),
             kubeconfig: kubeconfig.to_path_buf(),
+            pod: false,
         }
     }
 
@@ -166,6 +189,7 @@ impl Operator {
             args,
             env: Vec::new(),
             kubeconfig: cluster.kubeconfig.clone(),
+            pod: false,
         };
         op.start();
         op
@@ -187,18 +211,23 @@ impl Operator {
             bin.display()
         );
         let mut cmd = Command::new(bin);
-        for v in PROXY_VARS {
-            cmd.env_remove(v);
+        if self.pod {
+            cmd.env_clear();
+        } else {
+            for v in PROXY_VARS {
+                cmd.env_remove(v);
+            }
+            cmd
+                // Debug logs (every probe) unless the test chose a level.
+                .env("RUST_LOG", self.rust_log())
+                .env_remove("POD_NAME")
+                .env_remove("POD_NAMESPACE")
+                // Test targets listen on loopback, which the operator denies by
+                // default; a test that wants the default passes --allow-loopback=false.
+                .env("WEBCHECKER_ALLOW_LOOPBACK", "true");
         }
         let child = cmd
             .env("KUBECONFIG", &self.kubeconfig)
-            // Debug logs (every probe) unless the test chose a level.
-            .env("RUST_LOG", self.rust_log())
-            .env_remove("POD_NAME")
-            .env_remove("POD_NAMESPACE")
-            // Test targets listen on loopback, which the operator denies by
-            // default; a test that wants the default passes --allow-loopback=false.
-            .env("WEBCHECKER_ALLOW_LOOPBACK", "true")
             // Names resolve through the test's own name server, never the machine's.
             .envs(dns::Dns::shared().operator_env())
             .envs(self.env.iter().map(|(k, v)| (k, v)))

@@ -4,6 +4,7 @@
 //! Leases in the release namespace, one watched namespace. Also clients acting
 //! as any ServiceAccount, for tests of what a user may do.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use super::{Cluster, FAST_LEASES, Operator, repo};
+use super::{Cluster, FAST_LEASES, Operator, TOOL_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 
@@ -38,27 +39,36 @@ pub async fn run(mut cmd: Command) -> Output {
 }
 
 pub async fn kubectl(cluster: &Cluster, args: &[&str]) -> String {
-    let mut c = Command::new(cluster.bin.join("kubectl"));
-    c.env("KUBECONFIG", &cluster.kubeconfig).args(args);
+    let c = cluster.kubectl_as(&cluster.kubeconfig, args);
     ok(run(c).await, &format!("kubectl {args:?}"))
 }
 
-/// The chart as users install it: `helm template` with the real helm (own
-/// config/cache/data directories, nothing written to $HOME).
+/// The helm of `bin` run from the repository root (chart paths are relative
+/// to it, as in the README), with its own config/cache/data directories
+/// (nothing written to $HOME), on the cluster of `kubeconfig` if any.
+pub fn helm_command(bin: &Path, kubeconfig: Option<&Path>) -> Command {
+    let home = repo().join("target").join("e2e").join("helm-home");
+    let mut c = bounded(bin.join("helm"), TOOL_LIMIT);
+    c.current_dir(repo())
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    match kubeconfig {
+        Some(k) => c.env("KUBECONFIG", k),
+        None => c.env_remove("KUBECONFIG"),
+    };
+    c
+}
+
+/// The chart as users install it: `helm template` with the real helm.
 pub async fn helm_template(
     cluster: &Cluster,
     release: &str,
     namespace: &str,
     sets: &[&str],
 ) -> String {
-    let home = repo().join("target").join("e2e").join("helm-home");
-    let mut c = Command::new(cluster.bin.join("helm"));
-    c.current_dir(repo())
-        .args(["template", release, CHART, "-n", namespace, "--skip-tests"])
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG");
+    let mut c = helm_command(&cluster.bin, None);
+    c.args(["template", release, CHART, "-n", namespace, "--skip-tests"]);
     for s in sets {
         c.args(["--set", s]);
     }
@@ -105,6 +115,47 @@ impl Replica {
         extra.push("--log-level=info,webchecker=trace");
         Replica(Operator::spawn_scoped(
             cluster, &identity, lease_ns, watch_ns, &extra, kubeconfig,
+        ))
+    }
+
+    /// One replica as a pod of a Deployment runs: the operator container's
+    /// environment `env` (name -> value, or the downward API's fieldPath, as
+    /// the Deployment lists them), the credentials of `kubeconfig` (a token
+    /// of the pod's ServiceAccount), `extra` flags, nothing else. The kit
+    /// plays the kubelet: the pod name is `identity`, the namespace
+    /// `namespace`, the pod UID `uid` (no garbage collector runs here: an
+    /// owner that never existed is harmless), the pod IP loopback. The listen
+    /// port (the pod binds 0.0.0.0:<port>; here every replica needs a port of
+    /// its own) and the resolver files (the kit's name server) are the kit's.
+    pub fn spawn_pod(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        env: &BTreeMap<String, String>,
+        (identity, namespace, uid): (&str, &str, &str),
+        extra: &[&str],
+    ) -> Replica {
+        let kits = [
+            "WEBCHECKER_LISTEN",
+            "WEBCHECKER_RESOLV_CONF",
+            "WEBCHECKER_HOSTS_FILE",
+        ];
+        let env = env
+            .iter()
+            .filter(|(k, _)| !kits.contains(&k.as_str()))
+            .map(|(k, v)| {
+                let v = match v.as_str() {
+                    "metadata.name" => identity,
+                    "metadata.namespace" => namespace,
+                    // Peers look at the listen address, on loopback.
+                    "status.podIP" => "127.0.0.1",
+                    "metadata.uid" => uid,
+                    v => v,
+                };
+                (k.clone(), v.to_string())
+            })
+            .collect();
+        Replica(Operator::spawn_pod(
+            cluster, identity, env, extra, kubeconfig,
         ))
     }
 

@@ -16,7 +16,8 @@
 //! (resolution, connect), `policy` (the forgery guard), `resolve` and
 //! `resolv_conf` (the async resolver and its files), `proxy` (CONNECT
 //! tunnels), `tls`
-//! (handshake, no session resumption) and `certs` (the chain it showed),
+//! (handshake, no session resumption), `roots` (the roots of default
+//! verification, `--ca-bundle` included) and `certs` (the chain it showed),
 //! `exchange` (request and response over HTTP/1.1 or HTTP/2), `decode`
 //! (content codings), `redirect`, `checks` (status, HTTP version, headers,
 //! body, JSON, latency); `error` and `outcome` are what a probe reports.
@@ -36,6 +37,7 @@ mod proxy;
 mod redirect;
 mod resolv_conf;
 mod resolve;
+mod roots;
 mod target;
 mod tls;
 
@@ -47,8 +49,8 @@ pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
 pub use plan::{
     AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns, ProbePlan, ProxyPlan, StatusSet,
-    TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan, plan_with,
-    references,
+    TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan, plan_trusting,
+    plan_with, references,
 };
 pub use policy::{
     AddressPolicy, ClusterAddresses, Denial, KUBELET_PORTS, PRIVATE_NETWORKS, Scope, Why,
@@ -60,4 +62,5 @@ pub use resolv_conf::ResolvConf;
 pub use resolve::{
     DEFAULT_HOSTS_FILE, DEFAULT_RESOLV_CONF, LookupError, RESOLUTION_DELAY, Resolver,
 };
+pub use roots::Roots;
 pub use target::Target;

@@ -18,7 +18,8 @@ use super::policy::AddressPolicy;
 use super::proxy::EnvProxy;
 use super::redirect::next_hop;
 use super::resolve::Resolver;
-use super::tls::{Trust, client_config, webpki_store};
+use super::roots::Roots;
+use super::tls::{Trust, client_config};
 
 /// Shared, immutable prober configuration.
 pub struct Prober {
@@ -40,20 +41,28 @@ pub struct Prober {
     /// handshake), one per `http2` mode (their ALPN), by [`Http2::index`].
     pub(super) verified: [Arc<rustls::ClientConfig>; 3],
     pub(super) unverified: [Arc<rustls::ClientConfig>; 3],
+    /// The roots `verified` trusts (see [`Prober::set_roots`]).
+    roots: Roots,
     /// Server certificate chains already parsed (certs.rs).
     pub(super) chains: ChainCache,
 }
 
+const MODES: [Http2; 3] = [Http2::Negotiate, Http2::Disabled, Http2::PriorKnowledge];
+
+fn verified_configs(roots: &Roots) -> [Arc<rustls::ClientConfig>; 3] {
+    MODES.map(|m| {
+        Arc::new(
+            client_config(Trust::Roots(roots.store()), MinTlsVersion::Tls12, None, m)
+                .expect("ring supports TLS 1.2 and 1.3"),
+        )
+    })
+}
+
 impl Prober {
     pub fn new(identity: Option<&str>, policy: AddressPolicy, max_body_bytes: usize) -> Self {
-        let modes = [Http2::Negotiate, Http2::Disabled, Http2::PriorKnowledge];
-        let verified = modes.map(|m| {
-            Arc::new(
-                client_config(Trust::Roots(webpki_store()), MinTlsVersion::Tls12, None, m)
-                    .expect("ring supports TLS 1.2 and 1.3"),
-            )
-        });
-        let unverified = modes.map(|m| {
+        let roots = Roots::builtin();
+        let verified = verified_configs(&roots);
+        let unverified = MODES.map(|m| {
             Arc::new(
                 client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None, m)
                     .expect("ring supports TLS 1.2 and 1.3"),
@@ -73,8 +82,21 @@ impl Prober {
             resolver: Arc::new(Resolver::system()),
             verified,
             unverified,
+            roots,
             chains: ChainCache::default(),
         }
+    }
+
+    /// Default verification (checkers without a `caBundle`, and every origin
+    /// a redirect leads to) trusts `roots`: the operator's `--ca-bundle`.
+    /// Plans must be made with the same roots ([`crate::probe::plan_trusting`]).
+    pub fn set_roots(&mut self, roots: Roots) {
+        self.verified = verified_configs(&roots);
+        self.roots = roots;
+    }
+
+    pub fn roots(&self) -> &Roots {
+        &self.roots
     }
 
     /// Runs one probe under the plan's deadline. Never panics on any target.

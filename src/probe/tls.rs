@@ -27,13 +27,6 @@ pub(super) struct ClientIdentity {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// The public web's roots (webpki-roots), for checkers without a `caBundle`.
-pub(super) fn webpki_store() -> rustls::RootCertStore {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    roots
-}
-
 pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,

@@ -240,7 +240,10 @@ impl Sharder {
             .boxed();
         let mut book = Book::default();
         let mut writes: tokio::task::JoinSet<WriteOutcome> = tokio::task::JoinSet::new();
-        let mut write_actions: HashMap<tokio::task::Id, Action> = HashMap::new();
+        // Each write in flight: its action and when its checker was first seen
+        // unassigned (taken when the write starts: the watch event of the
+        // write itself may reach the book before the write's answer does).
+        let mut write_actions: HashMap<tokio::task::Id, (Action, Option<Instant>)> = HashMap::new();
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
@@ -278,8 +281,8 @@ impl Sharder {
                             (e.id(), WriteOutcome::Failed)
                         }
                     };
-                    let Some(action) = write_actions.remove(&id) else { continue };
-                    self.record(&book, &action, &outcome);
+                    let Some((action, unassigned_since)) = write_actions.remove(&id) else { continue };
+                    self.record(&action, unassigned_since, &outcome);
                     book.write_finished(action.key(), &outcome, Instant::now());
                     continue;
                 }
@@ -340,6 +343,7 @@ impl Sharder {
                     o.name.clone(),
                     o.resource_version.clone(),
                 );
+                let unassigned_since = o.first_seen_unassigned;
                 let epoch = members.get(a.target()).cloned();
                 book.write_started(&a);
                 let action = a.clone();
@@ -350,12 +354,12 @@ impl Sharder {
                     let _permit = limit.acquire_owned().await;
                     Self::write(client, leader, ns, name, rv, a, epoch).await
                 });
-                write_actions.insert(handle.id(), action);
+                write_actions.insert(handle.id(), (action, unassigned_since));
             }
         }
     }
 
-    fn record(&self, book: &Book, action: &Action, outcome: &WriteOutcome) {
+    fn record(&self, action: &Action, unassigned_since: Option<Instant>, outcome: &WriteOutcome) {
         let key = action.key();
         match (outcome, action) {
             (WriteOutcome::Raced, _) => {
@@ -363,7 +367,7 @@ impl Sharder {
             }
             (WriteOutcome::Written(_), Action::Assign { to, cause, .. }) => {
                 self.metrics.moves.with_label_values(&[cause.label()]).inc();
-                if let Some(t) = book.object(key).and_then(|o| o.first_seen_unassigned) {
+                if let Some(t) = unassigned_since {
                     self.metrics
                         .assignment_latency
                         .observe(t.elapsed().as_secs_f64());

@@ -1,5 +1,5 @@
-//! Helpers of the platform-team, chart and observability tests
-//! (tests/chart_alerts.rs, tests/chart_test_hook.rs, tests/self_service_rbac.rs,
+//! Helpers of the platform-team, chart and observability tests (tests/chart.rs,
+//! tests/chart_alerts.rs, tests/chart_test_hook.rs, tests/self_service_rbac.rs,
 //! tests/metric_labels.rs, tests/observability.rs): the real helm of
 //! hack/build-tools.sh, programs on PATH (promtool, prometheus, python3), and the
 //! chart rendered into YAML documents. Included with `#[path]` next to
@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use crate::support::{SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
+use crate::support::release::helm_command;
+use crate::support::{SETUP_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 pub const RELEASE: &str = "wc";
@@ -83,14 +84,7 @@ pub fn run_ok(cmd: &mut Command, what: &str) -> String {
 
 /// helm from the repository root, with its own config/cache/data directories.
 pub fn helm(args: &[&str]) -> (bool, String) {
-    let home = repo().join("target").join("e2e").join("helm-home");
-    let mut c = bounded(tools_bin().join("helm"), TOOL_LIMIT);
-    c.args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG");
-    run(&mut c)
+    run(helm_command(tools_bin(), None).args(args))
 }
 
 /// A scratch directory under target/ (removed when dropped).

@@ -15,6 +15,7 @@ use crate::api::{
 };
 use crate::probe::decode::Coding;
 use crate::probe::proxy::proxy_target;
+use crate::probe::roots::Roots;
 use crate::probe::target::Target;
 
 /// Turns a spec into a plan. Errors are the `InvalidSpec` messages: what the
@@ -37,6 +38,17 @@ pub fn plan_with(
     spec: &WebCheckerSpec,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
     patterns: &Result<Patterns, String>,
+) -> Result<ProbePlan, String> {
+    plan_trusting(spec, resolve, patterns, &Roots::builtin())
+}
+
+/// [`plan_with`] whose default verification trusts `roots` (the prober's,
+/// [`crate::probe::Prober::roots`]) rather than the built-in roots alone.
+pub fn plan_trusting(
+    spec: &WebCheckerSpec,
+    resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
+    patterns: &Result<Patterns, String>,
+    roots: &Roots,
 ) -> Result<ProbePlan, String> {
     let target = target(spec)?;
     if spec.interval_seconds < 1 {
@@ -100,6 +112,7 @@ pub fn plan_with(
         spec.tls.as_ref().unwrap_or(&TlsSpec::default()),
         http2,
         resolve,
+        roots,
     )?;
     let proxy = match &spec.proxy {
         None => ProxyPlan::Direct,

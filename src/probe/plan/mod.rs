@@ -24,7 +24,7 @@ use http::{HeaderName, HeaderValue, Method};
 use super::decode::Coding;
 use super::target::Target;
 
-pub use build::{plan, plan_with};
+pub use build::{plan, plan_trusting, plan_with};
 pub use credentials::base64;
 pub use patterns::{
     CHECKER_PATTERN_BUDGET, Compiled, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns,
@@ -190,7 +190,8 @@ pub struct TlsPlan {
     pub insecure_skip_verify: bool,
     pub server_name: Option<String>,
     pub min_version: MinTlsVersion,
-    /// Certificates of `caBundle` (they replace the built-in roots).
+    /// Certificates of `caBundle` (they replace the roots of default
+    /// verification: the built-in ones and `--ca-bundle`).
     pub ca_certificates: usize,
     pub client_certificate: bool,
     pub expiry_warning_days: Option<u32>,

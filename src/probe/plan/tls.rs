@@ -9,12 +9,16 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use super::values::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, ValueRef};
 use super::{Http2, MinTlsVersion, TlsConfig, TlsPlan};
 use crate::api::{TlsSpec, TlsVersion};
-use crate::probe::tls::{ClientIdentity, Trust, client_config, webpki_store};
+use crate::probe::roots::Roots;
+use crate::probe::tls::{ClientIdentity, Trust, client_config};
 
+/// `defaults` are the roots of default verification, for a checker without
+/// a `caBundle` that still needs a configuration of its own.
 pub(super) fn tls_plan(
     tls: &TlsSpec,
     http2: Http2,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
+    defaults: &Roots,
 ) -> Result<TlsPlan, String> {
     let insecure = tls.insecure_skip_verify.unwrap_or(false);
     let min_version = match tls.min_version.unwrap_or(TlsVersion::Tls12) {
@@ -73,7 +77,7 @@ pub(super) fn tls_plan(
         let trust = match (insecure, roots) {
             (true, _) => Trust::AnyCertificate,
             (false, Some(store)) => Trust::Roots(store),
-            (false, None) => Trust::Roots(webpki_store()),
+            (false, None) => Trust::Roots(defaults.store()),
         };
         let config = client_config(trust, min_version, client, http2).map_err(|e| {
             if client_certificate {

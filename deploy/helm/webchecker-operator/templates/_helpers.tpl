@@ -70,6 +70,18 @@ Container image reference: repository@digest, or repository:tag (tag defaults to
 {{- end }}
 
 {{/*
+Where the caBundle volume is mounted, and the file the operator reads
+(--ca-bundle): the key is always mounted as ca.crt.
+*/}}
+{{- define "webchecker-operator.caBundleDir" -}}
+/etc/webchecker-ca
+{{- end }}
+
+{{- define "webchecker-operator.caBundleFile" -}}
+{{ include "webchecker-operator.caBundleDir" . }}/ca.crt
+{{- end }}
+
+{{/*
 A duration (500ms, 10s, 5m) in milliseconds, as a string.
 Argument: dict "name" <value path for messages> "value" <duration>.
 Fails with a clear message when the value is not such a duration (the schema
@@ -118,6 +130,25 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- end }}
 {{- if lt $lease 1000 }}
 {{- fail (printf "operator.leaseDuration (%s) must be at least 1s (Leases count whole seconds)" (toString $op.leaseDuration)) }}
+{{- end }}
+{{- if and .Values.caBundle.configMap .Values.caBundle.secret }}
+{{- fail (printf "caBundle: set configMap (%q) or secret (%q), not both" .Values.caBundle.configMap .Values.caBundle.secret) }}
+{{- end }}
+{{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
+{{- fail "serviceMonitor.enabled and podMonitor.enabled: enable one of them, otherwise Prometheus scrapes every replica twice (duplicate series)" }}
+{{- end }}
+{{- if and (eq (toString .Values.dnsPolicy) "None") (not (.Values.dnsConfig | default dict).nameservers) }}
+{{- fail "dnsPolicy None: set dnsConfig.nameservers, the pod has no name server otherwise (the API server refuses it)" }}
+{{- end }}
+{{- range $i, $v := .Values.extraVolumes }}
+{{- if has (toString $v.name) (list "tmp" "ca-bundle") }}
+{{- fail (printf "extraVolumes[%d]: the name %q is the chart's own volume; choose another" $i (toString $v.name)) }}
+{{- end }}
+{{- end }}
+{{- range $i, $m := .Values.extraVolumeMounts }}
+{{- if or (eq (toString $m.mountPath) "/tmp") (eq (toString $m.mountPath) (include "webchecker-operator.caBundleDir" $)) }}
+{{- fail (printf "extraVolumeMounts[%d]: %q is mounted by the chart; choose another mountPath" $i (toString $m.mountPath)) }}
+{{- end }}
 {{- end }}
 {{- $cidr := `^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|([0-9a-fA-F]{0,4}:){2,7}[0-9a-fA-F]{0,4}/(12[0-8]|1[01][0-9]|[1-9]?[0-9])|([0-9a-fA-F]{0,4}:){2,6}((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$` }}
 {{- range $list := list "denyCidrs" "allowCidrs" "privateCidrs" }}

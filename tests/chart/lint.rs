@@ -1,0 +1,124 @@
+//! The chart as files: its copies of the CRD, the alert rules and the
+//! dashboards match their sources, `helm lint --strict` is clean, and every
+//! values file of deploy/helm/ci/invalid/ fails with its documented message.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::platform::helm;
+use super::*;
+use support::repo;
+
+#[test]
+fn chart_copies_are_identical_to_their_sources() {
+    let chart = repo().join(CHART);
+    let mut pairs = vec![
+        (
+            repo().join("crds/webcheckers.test.network.io.yaml"),
+            chart.join("crds/webcheckers.test.network.io.yaml"),
+        ),
+        (
+            repo().join("alerts/webchecker.rules.yaml"),
+            chart.join("files/alerts.yaml"),
+        ),
+    ];
+    let json_files = |dir: &Path| -> BTreeSet<String> {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+                    .filter(|n| n.ends_with(".json"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let sources = json_files(&repo().join("dashboards"));
+    assert!(!sources.is_empty(), "no dashboards/*.json");
+    let copies = json_files(&chart.join("files/dashboards"));
+    let mut problems = Vec::new();
+    for extra in copies.difference(&sources) {
+        problems.push(format!(
+            "{CHART}/files/dashboards/{extra} has no source in dashboards/"
+        ));
+    }
+    for n in &sources {
+        pairs.push((
+            repo().join("dashboards").join(n),
+            chart.join("files/dashboards").join(n),
+        ));
+    }
+    for (src, copy) in &pairs {
+        let a = std::fs::read(src).unwrap_or_else(|e| panic!("read {}: {e}", src.display()));
+        match std::fs::read(copy) {
+            Ok(b) if a == b => {}
+            Ok(_) => problems.push(format!(
+                "{} differs from {}",
+                copy.strip_prefix(repo()).unwrap().display(),
+                src.strip_prefix(repo()).unwrap().display()
+            )),
+            Err(e) => problems.push(format!(
+                "{} is missing ({e})",
+                copy.strip_prefix(repo()).unwrap().display()
+            )),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "the Helm chart's copies are out of date; run `make chart-sync` and commit the result:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn helm_lint_strict_is_clean() {
+    for values in [None, Some(ALL_ON)] {
+        let mut args = vec!["lint", "--strict", CHART];
+        if let Some(v) = values {
+            args.extend(["-f", v]);
+        }
+        let (ok, out) = helm(&args);
+        assert!(ok, "helm lint --strict {values:?} failed:\n{out}");
+        assert!(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            "helm lint --strict {values:?}:\n{out}"
+        );
+        assert!(out.contains("0 chart(s) failed"), "{out}");
+    }
+}
+
+#[test]
+fn invalid_values_fail_with_their_documented_message() {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join(INVALID_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "too few files in {INVALID_DIR}");
+    let mut problems = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(repo())
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let first = std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let want = first
+            .split_once("helm prints: ")
+            .map(|(_, m)| m.trim().to_string())
+            .unwrap_or_else(|| panic!("{rel}: first line must be `# ... helm prints: <message>`"));
+        let (ok, out) = helm(&["template", RELEASE, CHART, "-n", RELEASE_NS, "-f", &rel]);
+        if ok {
+            problems.push(format!("{rel}: helm template succeeded"));
+        } else if !out.contains(&want) {
+            problems.push(format!("{rel}: expected {want:?}, helm printed:\n{out}"));
+        }
+    }
+    println!("{} invalid values files checked", files.len());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

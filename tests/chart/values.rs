@@ -1,0 +1,277 @@
+//! `helm template` with the default values and with every option on
+//! (deploy/helm/ci/all-on-values.yaml): the Deployment as the operator reads
+//! it, the ServiceAccount and bindings, and the monitoring objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use super::rbac::{grant_set, grants, operator_cluster_grants, references_role};
+use super::rendered::*;
+use super::*;
+use support::repo;
+
+#[test]
+fn default_values_render_a_hardened_three_replica_deployment() {
+    let docs = render(&[]);
+    let dep = one(&docs, "Deployment");
+    assert_eq!(dep["metadata"]["name"].as_str(), Some(FULLNAME));
+    assert_eq!(dep["metadata"]["namespace"].as_str(), Some(RELEASE_NS));
+    assert_eq!(dep["spec"]["replicas"].as_u64(), Some(3), "replicaCount 3");
+    let identity = format!("{FULLNAME}-5c9f7d8b6-x2b7k");
+    let cfg = rendered_config(dep, &identity);
+    check_pod(dep, &cfg);
+
+    // Every documented WEBCHECKER_* variable, except those that are only set
+    // when their value is not empty.
+    let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
+    let optional = [
+        "WEBCHECKER_WATCH_NAMESPACE",
+        "WEBCHECKER_ALLOW_CIDRS",
+        "WEBCHECKER_CA_BUNDLE",
+    ];
+    for var in documented_env().keys() {
+        if optional.contains(&var.as_str()) {
+            assert!(!names.contains(var), "{var} set although empty");
+        } else {
+            assert!(names.contains(var), "{var} not set: {names:?}");
+        }
+    }
+    assert_eq!(cfg.identity(), identity);
+    assert_eq!(cfg.namespace, RELEASE_NS);
+    assert_eq!(cfg.watch_namespace, None, "all namespaces by default");
+    assert_eq!(cfg.listen.port(), 8080);
+    assert_eq!(cfg.workers, 256);
+    assert_eq!(cfg.lease_duration, Duration::from_secs(10));
+    assert_eq!(cfg.renew_deadline, Duration::from_secs(7));
+    assert_eq!(cfg.retry_period, Duration::from_secs(2));
+    assert_eq!(cfg.shutdown_timeout, Duration::from_secs(20));
+    assert!(cfg.replica_header && cfg.per_checker_histogram);
+    assert!(
+        cfg.deny_cidrs.0.is_empty(),
+        "link-local, loopback... are denied without a flag"
+    );
+    assert!(cfg.allow_cidrs.0.is_empty());
+    assert!(!cfg.allow_loopback && cfg.check_proxied_targets);
+    assert_eq!(
+        cfg.restricted_namespaces,
+        webchecker::config::RESTRICTED_NAMESPACES
+    );
+    assert_eq!(cfg.private_cidrs.0.len(), 5);
+    assert_eq!(
+        cfg.resolv_conf,
+        Path::new("/etc/resolv.conf"),
+        "the pod's own"
+    );
+    assert_eq!(cfg.hosts_file, Path::new("/etc/hosts"));
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64(),
+        Some(30)
+    );
+
+    // The pods run as the chart's ServiceAccount; the bindings name it.
+    let sa = one(&docs, "ServiceAccount");
+    assert_eq!(sa["metadata"]["name"].as_str(), Some(FULLNAME));
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        Some(FULLNAME)
+    );
+    for b in [
+        one(&docs, "ClusterRoleBinding"),
+        one_in(&docs, "RoleBinding", RELEASE_NS),
+        one_in(&docs, "RoleBinding", "default"),
+    ] {
+        let kind = b["kind"].as_str().unwrap();
+        let s = &b["subjects"][0];
+        assert_eq!(s["kind"].as_str(), Some("ServiceAccount"), "{kind}");
+        assert_eq!(s["name"].as_str(), Some(FULLNAME), "{kind}");
+        assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS), "{kind}");
+    }
+    let svc = one(&docs, "Service");
+    assert_eq!(
+        svc["spec"]["ports"][0]["targetPort"].as_str(),
+        Some("metrics")
+    );
+    assert_eq!(
+        svc["spec"]["selector"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    assert_eq!(
+        one(&docs, "PodDisruptionBudget")["spec"]["maxUnavailable"].as_u64(),
+        Some(1)
+    );
+    let k = kinds(&docs);
+    for off in [
+        "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
+        "ConfigMap",
+        "NetworkPolicy",
+    ] {
+        assert!(!k.contains(off), "{off} rendered by default: {k:?}");
+    }
+}
+
+#[test]
+fn all_on_values_render_monitoring_and_every_option() {
+    let docs = render(&["-f", ALL_ON]);
+    let dep = one(&docs, "Deployment");
+    assert_eq!(dep["spec"]["replicas"].as_u64(), Some(3));
+    let identity = format!("{FULLNAME}-6d8b9c7f4-q9m4t");
+    let cfg = rendered_config(dep, &identity);
+    check_pod(dep, &cfg);
+    let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
+    for var in documented_env().keys() {
+        assert!(names.contains(var), "{var} not set: {names:?}");
+    }
+    assert!(names.contains("RUST_BACKTRACE"), "extraEnv");
+    assert_eq!(cfg.watch_namespace.as_deref(), Some("probes"));
+    assert_eq!(cfg.listen.port(), 9090);
+    assert_eq!(cfg.workers, 512);
+    assert_eq!(cfg.heartbeat, Duration::from_secs(120));
+    assert_eq!(cfg.lease_duration, Duration::from_secs(15));
+    assert_eq!(cfg.renew_deadline, Duration::from_secs(10));
+    assert_eq!(cfg.retry_period, Duration::from_millis(2500));
+    assert_eq!(cfg.shutdown_timeout, Duration::from_secs(25));
+    assert!(!cfg.replica_header && !cfg.per_checker_histogram);
+    assert_eq!(cfg.deny_cidrs.0.len(), 3);
+    assert_eq!(cfg.allow_cidrs.0.len(), 3);
+    assert!(cfg.allow_loopback && !cfg.check_proxied_targets);
+    assert_eq!(cfg.restricted_namespaces, "tenancy in (external,partner)");
+    assert_eq!(cfg.private_cidrs.0.len(), 2);
+    assert_eq!(cfg.max_body_bytes, 1048576);
+    assert_eq!(
+        cfg.metric_labels_allowlist.0,
+        [
+            ("team".to_string(), "label_team".to_string()),
+            (
+                "app.kubernetes.io/part-of".to_string(),
+                "label_app_kubernetes_io_part_of".to_string()
+            )
+        ]
+    );
+    assert_eq!(cfg.resolv_conf, Path::new("/etc/webchecker/resolv.conf"));
+    assert_eq!(cfg.hosts_file, Path::new("/etc/webchecker/hosts"));
+    assert_eq!(cfg.log_format, "json");
+    assert_eq!(
+        cfg.ca_bundle.as_deref(),
+        Some(Path::new("/etc/webchecker-ca/ca.crt"))
+    );
+    assert_eq!(
+        container(dep)["image"].as_str(),
+        Some(
+            "registry.example.com:5000/team/webchecker-operator@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        )
+    );
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        Some("webchecker")
+    );
+
+    let selector = &dep["spec"]["selector"]["matchLabels"];
+    let sm = one(&docs, "ServiceMonitor");
+    assert_eq!(sm["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+    assert_eq!(sm["metadata"]["namespace"].as_str(), Some("monitoring"));
+    assert_eq!(
+        sm["metadata"]["labels"]["release"].as_str(),
+        Some("kube-prometheus-stack")
+    );
+    assert_eq!(&sm["spec"]["selector"]["matchLabels"], selector);
+    assert_eq!(
+        sm["spec"]["namespaceSelector"]["matchNames"][0].as_str(),
+        Some(RELEASE_NS)
+    );
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["port"].as_str(), Some("metrics"));
+    assert_eq!(ep["path"].as_str(), Some("/metrics"));
+    assert_eq!(ep["honorLabels"].as_bool(), Some(true));
+    assert_eq!(ep["interval"].as_str(), Some("15s"));
+
+    // The PrometheusRule carries the real alert groups.
+    let rule = one(&docs, "PrometheusRule");
+    assert_eq!(
+        rule["apiVersion"].as_str(),
+        Some("monitoring.coreos.com/v1")
+    );
+    assert_eq!(rule["metadata"]["namespace"].as_str(), Some("monitoring"));
+    let source: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(repo().join("alerts/webchecker.rules.yaml")).unwrap(),
+    )
+    .unwrap();
+    let groups = rule["spec"]["groups"].as_sequence().expect("groups");
+    assert!(!groups.is_empty(), "PrometheusRule without alert groups");
+    assert_eq!(
+        &rule["spec"]["groups"], &source["groups"],
+        "the PrometheusRule's groups are those of alerts/webchecker.rules.yaml"
+    );
+    let alerts: Vec<&str> = groups
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap().iter())
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert!(
+        alerts.contains(&"WebCheckerDown") && alerts.contains(&"WebCheckerNoLeader"),
+        "{alerts:?}"
+    );
+
+    // The dashboards ConfigMap: one key per dashboards/*.json, same content.
+    let cms = of_kind(&docs, "ConfigMap");
+    let cm = cms
+        .iter()
+        .find(|c| c["metadata"]["name"].as_str() == Some("wc-webchecker-operator-dashboards"))
+        .expect("dashboards ConfigMap");
+    assert_eq!(cm["metadata"]["namespace"].as_str(), Some("monitoring"));
+    assert_eq!(
+        cm["metadata"]["labels"]["grafana_dashboard"].as_str(),
+        Some("1")
+    );
+    assert_eq!(
+        cm["metadata"]["annotations"]["grafana_folder"].as_str(),
+        Some("WebChecker")
+    );
+    let data = cm["data"].as_mapping().expect("data");
+    let mut want = BTreeMap::new();
+    for e in std::fs::read_dir(repo().join("dashboards")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "json") {
+            want.insert(
+                p.file_name().unwrap().to_string_lossy().to_string(),
+                std::fs::read_to_string(&p).unwrap(),
+            );
+        }
+    }
+    let got: BTreeMap<String, String> = data
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().unwrap().to_string(),
+                v.as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (k, v) in &got {
+        assert_eq!(v, &want[k], "dashboard {k} differs from dashboards/{k}");
+        let d: serde_json::Value = serde_json::from_str(v).unwrap();
+        assert!(d["panels"].as_array().is_some_and(|p| !p.is_empty()), "{k}");
+    }
+
+    // readSecrets/readConfigMaps add exactly their one permission each, in
+    // the watched namespace only: not in the ClusterRole.
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
+    let (role, binding) = references_role(&docs, "probes");
+    assert_eq!(
+        grants(role),
+        grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])])
+    );
+    let s = &binding["subjects"][0];
+    assert_eq!(s["name"].as_str(), Some("webchecker"));
+    assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));
+    assert!(of_kind(&docs, "PodDisruptionBudget").len() == 1);
+}
