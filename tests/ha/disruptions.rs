@@ -476,26 +476,14 @@ async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
 async fn leader_failover_is_no_slower_than_any_other_at_default_leases() {
     let cluster = Cluster::shared("ha");
     let ns = cluster.namespace("deflt");
-    let client = cluster.client().await;
-    let witness = Witness::start().await;
     let defaults: &[&str] = &[];
-    let mut ops: Vec<Operator> = (0..3)
+    let ops: Vec<Operator> = (0..3)
         .map(|i| Operator::spawn(cluster, &format!("deflt-r{i}"), &ns, defaults))
         .collect();
-    for o in &ops {
-        o.wait_ready(Duration::from_secs(60)).await;
-    }
-    let names: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
-    create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
-    ops.push(Operator::spawn(cluster, "deflt-r3", &ns, defaults));
-    let mut fleet = Fleet {
-        cluster,
-        ns,
-        ops,
-        witness,
-        names,
-        client,
-    };
+    let mut fleet = Fleet::start_with(cluster, ns, ops, 300).await;
+    // A fourth replica joins the settled fleet (it takes its share through drains).
+    let fourth = Operator::spawn(cluster, "deflt-r3", &fleet.ns, defaults);
+    fleet.ops.push(fourth);
     fleet.ops[3].wait_ready(Duration::from_secs(60)).await;
     // Default lease, renew deadline and retry period of the operator.
     let (lease, retry) = (Duration::from_secs(10), Duration::from_secs(2));
