@@ -40,14 +40,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::PostParams;
-use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use report::*;
 use support::faults::*;
 use support::objlog::*;
 use support::oracle::*;
 use support::*;
-use webchecker::api::WebChecker;
 
 // ============================================================== settings
 

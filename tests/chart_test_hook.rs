@@ -4,69 +4,15 @@
 //! the pod as hardened as the operator's and pointed at the release's own
 //! Service. tests/node.rs runs it for real.
 
+#[path = "support/platform.rs"]
+mod platform;
 mod support;
 
-use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::OnceLock;
-
-use serde::Deserialize;
+use platform::{of_kind, render_sets};
 use serde_yaml::Value;
-use support::release::ok;
-use support::{SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
-
-const CHART: &str = "deploy/helm/webchecker-operator";
-
-fn helm_bin() -> &'static PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(b) = std::env::var_os("WEBCHECKER_TOOLS_BIN") {
-            return PathBuf::from(b).join("helm");
-        }
-        let out = bounded("bash", SETUP_LIMIT)
-            .arg(repo().join("hack/build-tools.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run hack/build-tools.sh");
-        assert!(out.status.success(), "hack/build-tools.sh failed");
-        let dir = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap()
-            .trim()
-            .to_string();
-        PathBuf::from(dir).join("helm")
-    })
-}
-
-/// `helm template wc -n webchecker` with `sets`, parsed.
-fn render(sets: &[&str]) -> Vec<Value> {
-    let home = repo().join("target").join("e2e").join("helm-home");
-    let mut c = bounded(helm_bin(), TOOL_LIMIT);
-    c.current_dir(repo())
-        .args(["template", "wc", CHART, "-n", "webchecker"])
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .env_remove("KUBECONFIG");
-    for s in sets {
-        c.args(["--set", s]);
-    }
-    let out = ok(c.output().unwrap(), &format!("helm template {sets:?}"));
-    serde_yaml::Deserializer::from_str(&out)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
-}
 
 fn is_test_hook(d: &Value) -> bool {
     d["metadata"]["annotations"]["helm.sh/hook"].as_str() == Some("test")
-}
-
-fn of<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
-    docs.iter()
-        .filter(|d| d["kind"].as_str() == Some(kind))
-        .collect()
 }
 
 fn args(pod: &Value) -> Vec<String> {
@@ -80,7 +26,7 @@ fn args(pod: &Value) -> Vec<String> {
 
 #[test]
 fn test_hook_checks_its_own_release() {
-    let docs = render(&[]);
+    let docs = render_sets(&[]);
     let hooks: Vec<&Value> = docs.iter().filter(|d| is_test_hook(d)).collect();
     let kinds: Vec<&str> = hooks.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["ServiceAccount", "Role", "RoleBinding", "Pod"]);
@@ -100,7 +46,7 @@ fn test_hook_checks_its_own_release() {
             .all(|d| d["metadata"]["annotations"]["helm.sh/hook"].is_null())
     );
 
-    let pod = of(&docs, "Pod")[0];
+    let pod = of_kind(&docs, "Pod")[0];
     let c = &pod["spec"]["containers"][0];
     assert_eq!(
         c["image"].as_str(),
@@ -118,7 +64,7 @@ fn test_hook_checks_its_own_release() {
     assert_eq!(pod["spec"]["securityContext"], op["securityContext"]);
     assert_eq!(pod["spec"]["restartPolicy"].as_str(), Some("Never"));
     // The Service's address from the kubelet's variables of the rendered Service.
-    let svc = of(&docs, "Service")[0];
+    let svc = of_kind(&docs, "Service")[0];
     let name = svc["metadata"]["name"].as_str().unwrap();
     let port = svc["spec"]["ports"][0]["port"].as_u64().unwrap();
     let var = format!("{}_SERVICE_HOST", name.to_uppercase().replace('-', "_"));
@@ -129,7 +75,7 @@ fn test_hook_checks_its_own_release() {
     );
     assert!(a.contains(&"--namespace=webchecker".to_string()), "{a:?}");
 
-    let role = of(&docs, "Role")
+    let role = of_kind(&docs, "Role")
         .into_iter()
         .find(|r| is_test_hook(r))
         .unwrap();
@@ -147,12 +93,12 @@ fn test_hook_checks_its_own_release() {
 
 #[test]
 fn test_hook_follows_the_values() {
-    let docs = render(&[
+    let docs = render_sets(&[
         "image.tag=2.0.0",
         "operator.watchNamespace=tenant",
         "tests.image.pullPolicy=Never",
     ]);
-    let pod = of(&docs, "Pod")[0];
+    let pod = of_kind(&docs, "Pod")[0];
     assert_eq!(
         pod["spec"]["containers"][0]["image"].as_str(),
         Some("webchecker-operator-chart-test:2.0.0")
@@ -163,7 +109,7 @@ fn test_hook_follows_the_values() {
     );
     assert!(args(pod).contains(&"--namespace=tenant".to_string()));
     for kind in ["Role", "RoleBinding"] {
-        let hook = of(&docs, kind)
+        let hook = of_kind(&docs, kind)
             .into_iter()
             .find(|r| is_test_hook(r))
             .unwrap();
@@ -173,12 +119,12 @@ fn test_hook_follows_the_values() {
             "{kind}"
         );
     }
-    let docs = render(&["tests.image.tag=x1", "tests.image.repository=reg.example/t"]);
+    let docs = render_sets(&["tests.image.tag=x1", "tests.image.repository=reg.example/t"]);
     assert_eq!(
-        of(&docs, "Pod")[0]["spec"]["containers"][0]["image"].as_str(),
+        of_kind(&docs, "Pod")[0]["spec"]["containers"][0]["image"].as_str(),
         Some("reg.example/t:x1")
     );
-    let docs = render(&["tests.enabled=false"]);
+    let docs = render_sets(&["tests.enabled=false"]);
     assert!(
         !docs.iter().any(is_test_hook),
         "tests.enabled=false renders no test hook"

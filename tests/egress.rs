@@ -139,10 +139,7 @@ fn kubectl_ok(c: &Cluster, args: &[&str], input: Option<&str>) -> String {
 }
 
 fn checker(name: &str, spec: &str) -> String {
-    let spec: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n  intervalSeconds: 2\n{spec}"
-    )
+    checker_manifest(name, &format!("intervalSeconds: 2\n{spec}"))
 }
 
 fn apply(c: &Cluster, ns: &str, yaml: &str) {

@@ -13,12 +13,8 @@ use support::oracle::{Clock, fencing};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kube::Api;
 use kube::api::ListParams;
-use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use support::*;
-use webchecker::api::WebChecker;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
@@ -34,12 +30,7 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
     // Let every checker run a few intervals, then check the witness.
     let from = Instant::now();
     tokio::time::sleep(Duration::from_secs(3 * INTERVAL as u64)).await;
-    let hits: Vec<Hit> = fleet
-        .witness
-        .hits()
-        .into_iter()
-        .filter(|h| h.start >= from)
-        .collect();
+    let hits = fleet.witness.hits_since(from);
     for h in &hits {
         assert_eq!(
             Some(&h.replica),
@@ -61,12 +52,7 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
         "{who}: {gap:?}"
     );
     // Owned-checker gauges add up to the fleet.
-    let mut total = 0.0;
-    for o in &fleet.ops {
-        total += fleet
-            .counter(&o.identity, "webchecker_owned_checkers", &[])
-            .await;
-    }
+    let total = fleet.sum("webchecker_owned_checkers").await;
     assert_eq!(total, 3000.0);
 }
 
@@ -160,12 +146,7 @@ async fn sigterm_releases_the_lease_and_hands_over_at_once() {
     assert!(gap <= bound, "{who}: {gap:?}");
     // Release and the last flush take a few round trips, not a lease.
     assert!(exit_after <= 2 * LEASE, "exit took {exit_after:?}");
-    let since: Vec<Hit> = fleet
-        .witness
-        .hits()
-        .into_iter()
-        .filter(|h| h.start >= at)
-        .collect();
+    let since = fleet.witness.hits_since(at);
     assert_eq!(exclusivity_violation(&since), None);
     assert_eq!(reappearance(&since), None);
 }
@@ -223,12 +204,7 @@ async fn leader_loss_never_interrupts_probing_and_a_new_leader_assigns() {
 async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
     let mut fleet = Fleet::start("ha", "scale", 3, 1200).await;
     let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
-    let mut drains_before = 0.0;
-    for o in &fleet.ops {
-        drains_before += fleet
-            .counter(&o.identity, "webchecker_drains_total", &[])
-            .await;
-    }
+    let drains_before = fleet.sum("webchecker_drains_total").await;
     let from = Instant::now();
     let newcomer = Operator::spawn(fleet.cluster, "scale-r3", &fleet.ns, FAST_LEASES);
     fleet.ops.push(newcomer);
@@ -266,12 +242,7 @@ async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
     fleet
         .wait_all_probed_since(Instant::now(), Duration::from_secs(20))
         .await;
-    let hits: Vec<Hit> = fleet
-        .witness
-        .hits()
-        .into_iter()
-        .filter(|h| h.start >= from)
-        .collect();
+    let hits = fleet.witness.hits_since(from);
     assert_eq!(exclusivity_violation(&hits), None);
     assert_eq!(reappearance(&hits), None);
     let mut drains = 0.0;

@@ -10,12 +10,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use kube::Api;
 use kube::api::ListParams;
-use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use support::*;
-use webchecker::api::{OWNER_LABEL, WebChecker};
+use webchecker::api::OWNER_LABEL;
 
 struct Sample {
     at: Duration,
@@ -227,11 +224,7 @@ async fn fifty_thousand_checkers_degrade_visibly_and_recover() {
         if Instant::now() > deadline {
             let mut stuck = Vec::new();
             for ns in [&steady_ns, &burst_ns] {
-                let api: Api<DynamicObject> = Api::namespaced_with(
-                    client.clone(),
-                    ns,
-                    &ApiResource::erase::<WebChecker>(&()),
-                );
+                let api = checkers_api(&client, ns);
                 let unassigned = ListParams::default().labels(&format!("!{OWNER_LABEL}"));
                 if let Ok(list) = api.list_metadata(&unassigned).await {
                     stuck.extend(list.items.into_iter().map(|o| {
@@ -253,11 +246,7 @@ async fn fifty_thousand_checkers_degrade_visibly_and_recover() {
     // Drop the load: delete the burst namespace's checkers. One DeleteCollection
     // of 45,000 objects outlasts the API server's request timeout, so repeat it
     // until the namespace is empty (each call gets further).
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &burst_ns,
-        &ApiResource::erase::<WebChecker>(&()),
-    );
+    let api = checkers_api(&client, &burst_ns);
     eventually(
         Duration::from_secs(600),
         "the burst checkers are deleted",

@@ -34,12 +34,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use webchecker::api::{WebChecker, WebCheckerSpec};
@@ -48,60 +44,19 @@ use webchecker::probe::{
 };
 
 use support::dns::{Dns, HOSTS_FILE_NAME};
+use support::targets::{Answer, Handler, Leaf, Request, TestCa, serve_recorded};
 use support::*;
 
 // ============================================================== targets
 
-/// A request as a target saw it.
-#[derive(Clone, Debug)]
-struct Seen {
-    method: String,
-    uri: String,
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-/// How a target answers.
-#[derive(Clone, Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-    delay: Duration,
-}
-
-impl Reply {
-    fn ok(body: &str) -> Reply {
-        Reply {
-            status: 200,
-            headers: vec![],
-            body: body.as_bytes().to_vec(),
-            delay: Duration::ZERO,
-        }
-    }
-    fn status(status: u16) -> Reply {
-        Reply {
-            status,
-            ..Reply::ok("")
-        }
-    }
-    fn header(mut self, k: &str, v: &str) -> Reply {
-        self.headers.push((k.into(), v.into()));
-        self
-    }
-    fn redirect(code: u16, to: &str) -> Reply {
-        Reply::status(code).header("location", to)
-    }
-}
-
-type Handler = Arc<dyn Fn(&Seen) -> Reply + Send + Sync>;
 type RawHandler = Arc<dyn Fn(TcpStream) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
-/// A local target: HTTP (hyper), HTTPS (rustls + hyper) or raw TCP. Counts
-/// accepted connections and records requests.
+/// A local target on an address of the test's choice: HTTP, HTTPS with a
+/// rustls configuration of the test's choice, or raw TCP. Counts accepted
+/// connections and records requests (kit: `serve_recorded`).
 struct Server {
     addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Seen>>>,
+    seen: Arc<Mutex<Vec<Request>>>,
     accepts: Arc<AtomicUsize>,
     task: tokio::task::AbortHandle,
 }
@@ -113,14 +68,14 @@ impl Drop for Server {
 }
 
 impl Server {
-    async fn http(bind: &str, h: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Server {
+    async fn http(bind: &str, h: impl Fn(&Request) -> Answer + Send + Sync + 'static) -> Server {
         Self::start(bind, None, Some(Arc::new(h)), None).await
     }
 
     async fn https(
         bind: &str,
         tls: Arc<rustls::ServerConfig>,
-        h: impl Fn(&Seen) -> Reply + Send + Sync + 'static,
+        h: impl Fn(&Request) -> Answer + Send + Sync + 'static,
     ) -> Server {
         Self::start(bind, Some(tls), Some(Arc::new(h)), None).await
     }
@@ -159,61 +114,15 @@ impl Server {
                 let seen = s2.clone();
                 let tls = tls.clone();
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let handler = handler.clone();
-                        let seen = seen.clone();
-                        async move {
-                            let method = req.method().to_string();
-                            let uri = req.uri().to_string();
-                            let headers = req
-                                .headers()
-                                .iter()
-                                .map(|(k, v)| {
-                                    (
-                                        k.as_str().to_string(),
-                                        String::from_utf8_lossy(v.as_bytes()).to_string(),
-                                    )
-                                })
-                                .collect();
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes().to_vec())
-                                .unwrap_or_default();
-                            let s = Seen {
-                                method,
-                                uri,
-                                headers,
-                                body,
-                            };
-                            let reply = handler(&s);
-                            seen.lock().unwrap().push(s);
-                            tokio::time::sleep(reply.delay).await;
-                            let mut b = hyper::Response::builder().status(reply.status);
-                            for (k, v) in &reply.headers {
-                                b = b.header(k, v);
-                            }
-                            Ok::<_, std::convert::Infallible>(
-                                b.body(Full::new(Bytes::from(reply.body))).unwrap(),
-                            )
-                        }
-                    });
                     match tls {
                         Some(cfg) => {
                             let Ok(s) = tokio_rustls::TlsAcceptor::from(cfg).accept(stream).await
                             else {
                                 return;
                             };
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(TokioIo::new(s), svc)
-                                .await;
+                            serve_recorded(s, handler, seen).await;
                         }
-                        None => {
-                            let _ = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(TokioIo::new(stream), svc)
-                                .await;
-                        }
+                        None => serve_recorded(stream, handler, seen).await,
                     }
                 });
             }
@@ -234,7 +143,7 @@ impl Server {
         format!("https://{}", self.addr)
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    fn seen(&self) -> Vec<Request> {
         self.seen.lock().unwrap().clone()
     }
 
@@ -320,89 +229,6 @@ impl Proxy {
 }
 
 // ============================================================== certificates
-
-/// A test certificate authority (rcgen).
-struct Pki {
-    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
-    ca_pem: String,
-}
-
-/// A leaf certificate and its key, DER and PEM.
-struct Leaf {
-    chain: Vec<CertificateDer<'static>>,
-    key_pem: String,
-    cert_pem: String,
-    not_after: i64,
-}
-
-impl Leaf {
-    fn key(&self) -> PrivateKeyDer<'static> {
-        PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap()
-    }
-}
-
-/// Today plus `days`, as rcgen wants it.
-fn ymd_in(days: i64) -> (i32, u8, u8) {
-    use chrono::Datelike;
-    let d = chrono::Utc::now().date_naive() + chrono::Duration::days(days);
-    (d.year(), d.month() as u8, d.day() as u8)
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "webchecker test CA");
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).unwrap();
-        Pki {
-            ca_pem: cert.pem(),
-            issuer: rcgen::Issuer::new(params, key),
-        }
-    }
-
-    /// A certificate for `names` signed by this CA, valid until today + `days`.
-    fn leaf(&self, names: &[&str], days: i64) -> Leaf {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        let (y, m, d) = ymd_in(-1);
-        params.not_before = rcgen::date_time_ymd(y, m, d);
-        let (y, m, d) = ymd_in(days);
-        params.not_after = rcgen::date_time_ymd(y, m, d);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let not_after = chrono::NaiveDate::from_ymd_opt(y, m as u32, d as u32)
-            .unwrap()
-            .and_hms_opt(0, 0, 0)
-            .unwrap()
-            .and_utc()
-            .timestamp();
-        Leaf {
-            chain: vec![cert.der().clone()],
-            key_pem: key.serialize_pem(),
-            cert_pem: cert.pem(),
-            not_after,
-        }
-    }
-}
-
-/// A self-signed certificate (no CA the prober knows).
-fn self_signed(names: &[&str]) -> Leaf {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let params =
-        rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-            .unwrap();
-    let cert = params.self_signed(&key).unwrap();
-    Leaf {
-        chain: vec![cert.der().clone()],
-        key_pem: key.serialize_pem(),
-        cert_pem: cert.pem(),
-        not_after: 0,
-    }
-}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

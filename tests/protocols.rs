@@ -176,6 +176,7 @@ fn two_level_chain(intermediate_days: i64) -> (String, Leaf, i64) {
     let mut leaf_p = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
     leaf_p.not_before = day(-1).0;
     leaf_p.not_after = day(90).0;
+    let not_after = leaf_p.not_after.unix_timestamp();
     let key = rcgen::KeyPair::generate().unwrap();
     let leaf = leaf_p
         .signed_by(&key, &rcgen::Issuer::new(int_p, int_k))
@@ -184,6 +185,7 @@ fn two_level_chain(intermediate_days: i64) -> (String, Leaf, i64) {
         chain: vec![leaf.der().clone(), int.der().clone()],
         cert_pem: leaf.pem(),
         key_pem: key.serialize_pem(),
+        not_after,
     };
     let int_not_after = date.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp();
     (root.pem(), leaf, int_not_after)

@@ -41,12 +41,7 @@ async fn etcd_restart_and_compaction_lose_and_duplicate_nothing() {
         Box::leak(Box::new(Cluster::start_with("etcd", "--watch-cache=false")));
     let mut fleet = Fleet::start_on(cluster, "etcd", 3, 300).await;
     let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
-    let mut expired_before = 0.0;
-    for o in &fleet.ops {
-        expired_before += fleet
-            .counter(&o.identity, "webchecker_watch_expired_total", &[])
-            .await;
-    }
+    let expired_before = fleet.sum("webchecker_watch_expired_total").await;
     cluster.script("restart-etcd");
     cluster.script("compact-etcd");
     // Break the open watches so they re-establish from a compacted version.
@@ -62,12 +57,7 @@ async fn etcd_restart_and_compaction_lose_and_duplicate_nothing() {
         Duration::from_secs(30),
         "a watch ended with 410 Gone and re-listed",
         || async {
-            let mut total = 0.0;
-            for o in &fleet.ops {
-                total += fleet
-                    .counter(&o.identity, "webchecker_watch_expired_total", &[])
-                    .await;
-            }
+            let total = fleet.sum("webchecker_watch_expired_total").await;
             (total > expired_before).then_some(total)
         },
     )
@@ -82,12 +72,7 @@ async fn etcd_restart_and_compaction_lose_and_duplicate_nothing() {
     let from = Instant::now();
     tokio::time::sleep(Duration::from_secs(2 * INTERVAL as u64 + 1)).await;
     single_prober(&fleet.witness.hits(), &after, from, Instant::now()).unwrap();
-    let mut owned = 0.0;
-    for o in &fleet.ops {
-        owned += fleet
-            .counter(&o.identity, "webchecker_owned_checkers", &[])
-            .await;
-    }
+    let owned = fleet.sum("webchecker_owned_checkers").await;
     assert_eq!(
         owned as usize,
         fleet.names.len(),
@@ -231,42 +216,11 @@ async fn a_three_minute_api_server_outage_loses_nothing() {
             o.identity
         );
     }
-    let hits: Vec<Hit> = fleet
-        .witness
-        .hits()
-        .into_iter()
-        .filter(|h| h.start >= down_at && h.start <= up_at)
-        .collect();
-    let (gap, who) = largest_gap(
-        &hits,
-        &fleet.names,
-        down_at + Duration::from_secs(INTERVAL as u64),
-        up_at,
-    );
-    println!("outage 3 min, 1000 checkers: largest probe gap {gap:?} ({who})");
-    assert!(
-        gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 700),
-        "{who}: {gap:?}"
-    );
-    let api = fleet.api();
-    eventually(
-        Duration::from_secs(10),
-        "pending transitions written",
-        || async {
-            for c in &failing {
-                let o = api.get(c).await.ok()?;
-                if o.data
-                    .pointer("/status/conditions/0/reason")
-                    .and_then(|v| v.as_str())
-                    != Some("UnexpectedStatus")
-                {
-                    return None;
-                }
-            }
-            Some(())
-        },
-    )
-    .await;
+    fleet.assert_probed_throughout(down_at, up_at, "outage 3 min, 1000 checkers");
+    // The transitions pending during the outage are written.
+    fleet
+        .wait_reason(&failing, "UnexpectedStatus", Duration::from_secs(10))
+        .await;
     println!(
         "status converged {:?} after the API server returned",
         returned.elapsed()

@@ -90,24 +90,10 @@ async fn kubectl_as(
     args: &[&str],
     input: &str,
 ) -> (bool, String) {
-    let mut c = bounded(cluster.bin.join("kubectl"), TOOL_LIMIT);
-    c.env("KUBECONFIG", kubeconfig).args(args);
+    let c = cluster.kubectl_as(kubeconfig, args);
     let input = input.to_string();
     tokio::task::spawn_blocking(move || {
-        use std::io::Write;
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run kubectl");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = output_with_stdin(c, &input);
         (
             out.status.success(),
             format!("{}{}", text(&out.stdout), text(&out.stderr)),

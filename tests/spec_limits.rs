@@ -332,24 +332,12 @@ fn cluster() -> &'static Cluster {
     Cluster::shared("limits")
 }
 
-fn checker(name: &str, spec: &str) -> String {
-    let spec: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    )
-}
-
 async fn kubectl_apply(ns: &str, yaml: &str, dry_run: bool) -> std::process::Output {
-    let (ns, yaml) = (ns.to_string(), yaml.to_string());
-    tokio::task::spawn_blocking(move || {
-        let mut args = vec!["apply", "-n", &ns, "-f", "-"];
-        if dry_run {
-            args.push("--dry-run=server");
-        }
-        cluster().kubectl_stdin(&args, &yaml)
-    })
-    .await
-    .unwrap()
+    let mut args = vec!["apply", "-n", ns, "-f", "-"];
+    if dry_run {
+        args.push("--dry-run=server");
+    }
+    cluster().kubectl_stdin_async(&args, yaml).await
 }
 
 /// Each rule rejects its example with a message a person can act on, and
@@ -385,7 +373,7 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
         ),
     ];
     for (i, (spec, message)) in refused.iter().enumerate() {
-        let out = kubectl_apply(&ns, &checker(&format!("refused-{i}"), spec), true).await;
+        let out = kubectl_apply(&ns, &checker_manifest(&format!("refused-{i}"), spec), true).await;
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "admitted: {spec}");
         assert!(err.contains(message), "{spec}: {err}");
@@ -399,7 +387,7 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
     .iter()
     .enumerate()
     {
-        let out = kubectl_apply(&ns, &checker(&format!("admitted-{i}"), spec), true).await;
+        let out = kubectl_apply(&ns, &checker_manifest(&format!("admitted-{i}"), spec), true).await;
         assert!(
             out.status.success(),
             "{spec}: {}",
@@ -420,13 +408,7 @@ fn vm_rss_kib(pid: i32) -> u64 {
 }
 
 async fn ready(api: &kube::Api<WebChecker>, name: &str) -> Option<webchecker::api::Condition> {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()?
-        .status?
-        .condition("Ready")
-        .cloned()
+    condition(api, name, "Ready").await
 }
 
 /// The checker: 16 header checks and a body match, each pattern of
@@ -450,7 +432,7 @@ async fn huge_patterns_are_invalid_spec_and_leave_the_replica_memory_alone() {
     extra.push("--log-level=info");
     let op = Operator::spawn(c, &format!("op-{ns}"), &ns, &extra);
     op.wait_ready(Duration::from_secs(60)).await;
-    let steady = checker(
+    let steady = checker_manifest(
         "steady",
         &format!(
             "host: {}\npath: /steady\nintervalSeconds: 1\ntimeoutSeconds: 0.5",
@@ -482,7 +464,7 @@ async fn huge_patterns_are_invalid_spec_and_leave_the_replica_memory_alone() {
         spec.push_str(&format!("- {{name: X-H{i}, regex: '{}'}}\n", pattern(i)));
     }
     spec.push_str(&format!("bodyMatch: {{regex: '{}'}}\n", pattern(16)));
-    let out = kubectl_apply(&ns, &checker("huge", &spec), false).await;
+    let out = kubectl_apply(&ns, &checker_manifest("huge", &spec), false).await;
     assert!(
         out.status.success(),
         "{}",

@@ -17,12 +17,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use kube::Api;
-use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use support::dns::Dns;
 use support::*;
-use webchecker::api::WebChecker;
 
 const INTERVAL: Duration = Duration::from_secs(4);
 const WORKERS: usize = 16;
@@ -35,40 +31,12 @@ async fn create(
     host: impl Fn(&str) -> String,
     timeout_seconds: u32,
 ) {
-    use futures::StreamExt;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<WebChecker>(&()));
-    let objs: Vec<DynamicObject> = names
+    let extra = serde_json::json!({ "timeoutSeconds": timeout_seconds });
+    let objs = names
         .iter()
-        .map(|n| {
-            serde_json::from_value(serde_json::json!({
-                "apiVersion": "test.network.io/v1alpha1",
-                "kind": "WebChecker",
-                "metadata": {"name": n},
-                "spec": {
-                    "host": host(n),
-                    "path": format!("/c/{n}"),
-                    "intervalSeconds": INTERVAL.as_secs(),
-                    "timeoutSeconds": timeout_seconds,
-                }
-            }))
-            .unwrap()
-        })
+        .map(|n| checker_object(n, &host(n), INTERVAL.as_secs(), extra.clone()))
         .collect();
-    futures::stream::iter(objs)
-        .for_each_concurrent(16, |o| {
-            let api = api.clone();
-            async move {
-                for _ in 0..5 {
-                    if api.create(&Default::default(), &o).await.is_ok() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                panic!("could not create {:?}", o.metadata.name);
-            }
-        })
-        .await;
+    create_all(client, ns, objs, 16).await;
 }
 
 /// How late each probe of each checker started, relative to its cadence.

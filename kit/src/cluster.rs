@@ -1,8 +1,8 @@
 //! The control plane of one test binary (or of the bench): hack/cluster.sh,
 //! the same code path as `make cluster-up`, with the CRD installed.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use kube::Client;
@@ -110,36 +110,43 @@ impl Cluster {
         assert!(st.success(), "hack/cluster.sh {sub} failed");
     }
 
-    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+    pub fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_as(&self.kubeconfig, args)
             .output()
             .expect("run kubectl")
     }
 
     /// A kubectl command of this cluster with the credentials of `kubeconfig`.
-    pub fn kubectl_as(&self, kubeconfig: &std::path::Path, args: &[&str]) -> Command {
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Command {
         let mut c = bounded(self.bin.join("kubectl"), TOOL_LIMIT);
         c.env("KUBECONFIG", kubeconfig).args(args);
         c
     }
 
-    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> std::process::Output {
-        use std::io::Write;
-        let mut child = bounded(self.bin.join("kubectl"), TOOL_LIMIT)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run kubectl");
-        child
-            .stdin
-            .take()
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        output_with_stdin(self.kubectl_as(&self.kubeconfig, args), input)
+    }
+
+    /// `kubectl` off the async worker threads (the witnesses share them).
+    pub async fn kubectl_async(&self, args: &[&str]) -> Output {
+        let mut c = self.kubectl_as(&self.kubeconfig, args);
+        tokio::task::spawn_blocking(move || c.output().expect("run kubectl"))
+            .await
             .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+    }
+
+    /// `kubectl_stdin` off the async worker threads.
+    pub async fn kubectl_stdin_async(&self, args: &[&str], input: &str) -> Output {
+        let (c, input) = (self.kubectl_as(&self.kubeconfig, args), input.to_string());
+        tokio::task::spawn_blocking(move || output_with_stdin(c, &input))
+            .await
+            .unwrap()
+    }
+
+    /// `kubectl apply -n <ns> -f -` of `yaml`, off the async worker threads.
+    pub async fn apply(&self, ns: &str, yaml: &str) -> Output {
+        self.kubectl_stdin_async(&["apply", "-n", ns, "-f", "-"], yaml)
+            .await
     }
 
     pub fn install_crd(&self) {
@@ -188,6 +195,60 @@ impl Cluster {
         );
         ns
     }
+}
+
+/// A kubectl answer that must be a refusal whose message holds `want`: its
+/// stderr. `case` names the manifest in the report and the failure.
+pub fn assert_refused(out: &Output, case: &str, want: &str) -> String {
+    let err = crate::release::text(&out.stderr);
+    println!("{case}: {}", err.trim());
+    assert!(
+        !out.status.success(),
+        "{case} was accepted: {}",
+        crate::release::text(&out.stdout)
+    );
+    assert!(err.contains(want), "{case}: expected {want:?} in {err}");
+    err
+}
+
+/// Runs `cmd` with `input` on its stdin; its output.
+pub fn output_with_stdin(mut cmd: Command, input: &str) -> Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run command");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The API server URL of a kubeconfig (its `server:`).
+pub fn kubeconfig_server(kubeconfig_text: &str) -> String {
+    kubeconfig_text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server in kubeconfig")
+        .trim()
+        .to_string()
+}
+
+/// Writes at `to` the kubeconfig `from` with its server moved to
+/// https://127.0.0.1:`port` (a proxy, or a port where nothing listens).
+pub fn redirect_kubeconfig(from: &Path, port: u16, to: &Path) {
+    let text = std::fs::read_to_string(from).unwrap();
+    let server = kubeconfig_server(&text);
+    std::fs::write(
+        to,
+        text.replace(&server, &format!("https://127.0.0.1:{port}")),
+    )
+    .unwrap();
 }
 
 pub fn rand_suffix() -> String {

@@ -202,6 +202,52 @@ impl Fleet {
         let m = self.op(identity).metrics().await.unwrap_or_default();
         metric(&m, name, labels).unwrap_or(0.0)
     }
+
+    /// A metric summed over every replica (0 for one that does not answer).
+    pub async fn sum(&self, name: &str) -> f64 {
+        let mut total = 0.0;
+        for o in &self.ops {
+            total += self.counter(&o.identity, name, &[]).await;
+        }
+        total
+    }
+
+    /// Probing went on at its interval throughout `[from, to]` (while the API
+    /// server was away, say): no checker's probes further apart than an
+    /// interval and 700 ms, after the first interval. The probes of the
+    /// window; `what` names it in the report.
+    pub fn assert_probed_throughout(&self, from: Instant, to: Instant, what: &str) -> Vec<Hit> {
+        let hits = self.witness.hits_between(from, to);
+        let interval = Duration::from_secs(INTERVAL.into());
+        let (gap, who) = largest_gap(&hits, &self.names, from + interval, to);
+        println!("{what}: largest probe gap {gap:?} ({who})");
+        assert!(
+            gap <= interval + Duration::from_millis(700),
+            "{what}: {who}: {gap:?}"
+        );
+        hits
+    }
+
+    /// Waits (up to `timeout`) until the first condition of each of `names`
+    /// has this reason.
+    pub async fn wait_reason(&self, names: &[String], reason: &str, timeout: Duration) {
+        let api = self.api();
+        eventually(
+            timeout,
+            &format!("reason {reason} in the status of {} checkers", names.len()),
+            || async {
+                for c in names {
+                    let o = api.get(c).await.ok()?;
+                    o.data
+                        .pointer("/status/conditions/0/reason")
+                        .and_then(|v| v.as_str())
+                        .filter(|r| *r == reason)?;
+                }
+                Some(())
+            },
+        )
+        .await
+    }
 }
 
 pub fn shard_sizes(owners: &HashMap<String, String>) -> BTreeMap<String, usize> {

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,10 +18,9 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use super::oci::{Image, archive};
-use super::release::text;
+use super::release::ok;
+pub use super::release::{CHART, run};
 use super::{Cluster, SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
-
-pub const CHART: &str = "deploy/helm/webchecker-operator";
 
 pub struct Node {
     pub cluster: Cluster,
@@ -160,24 +159,9 @@ impl Node {
     }
 }
 
-/// Runs a command off the async worker threads.
-pub async fn run(mut cmd: Command) -> Output {
-    tokio::task::spawn_blocking(move || cmd.output().expect("run command"))
-        .await
-        .unwrap()
-}
-
 /// Runs a command that must succeed; returns its stdout.
 pub async fn must(cmd: Command, what: &str) -> String {
-    let out = run(cmd).await;
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
+    ok(run(cmd).await, what)
 }
 
 /// Pods of a release, as the API has them now.

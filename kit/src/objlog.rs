@@ -19,10 +19,9 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::DynamicObject;
-use kube::discovery::ApiResource;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use webchecker::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL, WebChecker};
+use webchecker::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecKind {
@@ -343,11 +342,7 @@ impl ObjectLog {
     /// and waits (up to 30 s) for both first lists.
     pub async fn start(client: Client, namespace: &str) -> ObjectLog {
         let state = Arc::new(Mutex::new(LogState::default()));
-        let checkers: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            namespace,
-            &ApiResource::erase::<WebChecker>(&()),
-        );
+        let checkers = crate::checkers_api(&client, namespace);
         let leases: Api<Lease> = Api::namespaced(client, namespace);
         let on_checker: Handler<DynamicObject> = Arc::new(|s, at, seen| match seen {
             Seen::Listed { items, list_rv } => {

@@ -15,21 +15,13 @@ pub struct TcpProxy {
 impl TcpProxy {
     pub async fn start(kubeconfig: &Path) -> TcpProxy {
         let text = std::fs::read_to_string(kubeconfig).unwrap();
-        let server = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .expect("server in kubeconfig")
-            .trim()
+        let upstream = crate::kubeconfig_server(&text)
+            .trim_start_matches("https://")
             .to_string();
-        let upstream = server.trim_start_matches("https://").to_string();
         let listener = crate::listener().await;
         let port = listener.local_addr().unwrap().port();
         let path = kubeconfig.with_file_name(format!("kubeconfig-proxy-{port}"));
-        std::fs::write(
-            &path,
-            text.replace(&server, &format!("https://127.0.0.1:{port}")),
-        )
-        .unwrap();
+        crate::redirect_kubeconfig(kubeconfig, port, &path);
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::new(Mutex::new(Vec::new()));
         let (c2, k2) = (cut.clone(), conns.clone());

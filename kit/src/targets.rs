@@ -2,11 +2,13 @@
 //! from a closure and record what reached them (requests, and for HTTPS the
 //! SNI of each ClientHello and whether a client certificate came), plus a
 //! test certificate authority. Two targets on two ports are two origins.
+//! `serve_recorded` is their HTTP side, for targets of a test's own making.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -33,6 +35,8 @@ pub struct Answer {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// How long the target waits before it answers.
+    pub delay: Duration,
 }
 
 impl Answer {
@@ -41,11 +45,20 @@ impl Answer {
             status,
             headers: vec![],
             body: vec![],
+            delay: Duration::ZERO,
         }
     }
 
     pub fn ok() -> Answer {
         Answer::status(200)
+    }
+
+    /// 200 with this body.
+    pub fn text(body: &str) -> Answer {
+        Answer {
+            body: body.as_bytes().to_vec(),
+            ..Answer::ok()
+        }
     }
 
     pub fn redirect(status: u16, location: &str) -> Answer {
@@ -67,7 +80,53 @@ pub struct Handshakes {
     pub client_certificate: Vec<bool>,
 }
 
-type Handler = Arc<dyn Fn(&Request) -> Answer + Send + Sync>;
+/// What a target answers to a request.
+pub type Handler = Arc<dyn Fn(&Request) -> Answer + Send + Sync>;
+
+/// Serves HTTP/1.1 on one connection: each request is read whole, appended
+/// to `log`, and answered as `handler` says.
+pub async fn serve_recorded<IO>(io: IO, handler: Handler, log: Arc<Mutex<Vec<Request>>>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let (handler, log) = (handler.clone(), log.clone());
+        async move {
+            let mut headers: HashMap<String, String> = HashMap::new();
+            for (k, v) in req.headers() {
+                let v = String::from_utf8_lossy(v.as_bytes()).to_string();
+                headers
+                    .entry(k.as_str().to_string())
+                    .and_modify(|e| *e = format!("{e}, {v}"))
+                    .or_insert(v);
+            }
+            let (method, uri) = (req.method().to_string(), req.uri().to_string());
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes().to_vec())
+                .unwrap_or_default();
+            let r = Request {
+                method,
+                uri,
+                headers,
+                body,
+            };
+            let answer = handler(&r);
+            log.lock().unwrap().push(r);
+            tokio::time::sleep(answer.delay).await;
+            let mut b = hyper::Response::builder().status(answer.status);
+            for (k, v) in &answer.headers {
+                b = b.header(k, v);
+            }
+            Ok::<_, std::convert::Infallible>(b.body(Full::new(Bytes::from(answer.body))).unwrap())
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .await;
+}
 
 pub struct RecordingTarget {
     pub addr: SocketAddr,
@@ -118,42 +177,6 @@ impl RecordingTarget {
                 let (handler, reqs, hs, acceptor) =
                     (handler.clone(), reqs.clone(), hs.clone(), acceptor.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                        let (handler, reqs) = (handler.clone(), reqs.clone());
-                        async move {
-                            let mut headers: HashMap<String, String> = HashMap::new();
-                            for (k, v) in req.headers() {
-                                let v = String::from_utf8_lossy(v.as_bytes()).to_string();
-                                headers
-                                    .entry(k.as_str().to_string())
-                                    .and_modify(|e| *e = format!("{e}, {v}"))
-                                    .or_insert(v);
-                            }
-                            let (method, uri) = (req.method().to_string(), req.uri().to_string());
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes().to_vec())
-                                .unwrap_or_default();
-                            let r = Request {
-                                method,
-                                uri,
-                                headers,
-                                body,
-                            };
-                            let answer = handler(&r);
-                            reqs.lock().unwrap().push(r);
-                            let mut b = hyper::Response::builder().status(answer.status);
-                            for (k, v) in &answer.headers {
-                                b = b.header(k, v);
-                            }
-                            Ok::<_, std::convert::Infallible>(
-                                b.body(Full::new(Bytes::from(answer.body))).unwrap(),
-                            )
-                        }
-                    });
-                    let http = hyper::server::conn::http1::Builder::new();
                     match acceptor {
                         Some(a) => {
                             let Ok(s) = a.accept(stream).await else {
@@ -161,11 +184,9 @@ impl RecordingTarget {
                             };
                             let cert = s.get_ref().1.peer_certificates().is_some();
                             hs.lock().unwrap().client_certificate.push(cert);
-                            let _ = http.serve_connection(TokioIo::new(s), svc).await;
+                            serve_recorded(s, handler, reqs).await;
                         }
-                        None => {
-                            let _ = http.serve_connection(TokioIo::new(stream), svc).await;
-                        }
+                        None => serve_recorded(stream, handler, reqs).await,
                     }
                 });
             }
@@ -249,7 +270,7 @@ fn server_config(
     };
     let key = provider()
         .key_provider
-        .load_private_key(PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap())
+        .load_private_key(leaf.key())
         .unwrap();
     let resolver = RecordSni {
         key: Arc::new(CertifiedKey::new(leaf.chain.clone(), key)),
@@ -271,6 +292,30 @@ pub struct Leaf {
     pub chain: Vec<CertificateDer<'static>>,
     pub cert_pem: String,
     pub key_pem: String,
+    /// The end of its validity, unix seconds.
+    pub not_after: i64,
+}
+
+impl Leaf {
+    /// A self-signed certificate for `names` (no CA a client knows).
+    pub fn self_signed(names: &[&str]) -> Leaf {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params =
+            rcgen::CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        let not_after = params.not_after.unix_timestamp();
+        let cert = params.self_signed(&key).unwrap();
+        Leaf {
+            chain: vec![cert.der().clone()],
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            not_after,
+        }
+    }
+
+    pub fn key(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes()).unwrap()
+    }
 }
 
 impl Default for TestCa {
@@ -320,11 +365,13 @@ impl TestCa {
 
     fn sign(&self, params: rcgen::CertificateParams) -> Leaf {
         let key = rcgen::KeyPair::generate().unwrap();
+        let not_after = params.not_after.unix_timestamp();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         Leaf {
             chain: vec![cert.der().clone()],
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
+            not_after,
         }
     }
 }

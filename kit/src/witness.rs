@@ -208,11 +208,23 @@ impl Witness {
         out
     }
 
+    /// Answered probes that started at `from` or later.
+    pub fn hits_since(&self, from: Instant) -> Vec<Hit> {
+        self.hits_where(|h| h.start >= from)
+    }
+
+    /// Answered probes that started in `[from, to]`.
+    pub fn hits_between(&self, from: Instant, to: Instant) -> Vec<Hit> {
+        self.hits_where(|h| h.start >= from && h.start <= to)
+    }
+
+    fn hits_where(&self, keep: impl Fn(&Hit) -> bool) -> Vec<Hit> {
+        let s = self.state.lock().unwrap();
+        s.hits.iter().filter(|h| keep(h)).cloned().collect()
+    }
+
     pub fn hits_for(&self, checker: &str) -> Vec<Hit> {
-        self.hits()
-            .into_iter()
-            .filter(|h| h.checker == checker)
-            .collect()
+        self.hits_where(|h| h.checker == checker)
     }
 
     pub fn count_for(&self, checker: &str) -> usize {

@@ -148,26 +148,16 @@ impl Campaign {
     }
 
     pub(super) async fn create(&self, names: &[String]) -> Result<Vec<(String, Instant)>, String> {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &ApiResource::erase::<WebChecker>(&()),
-        );
+        let api = checkers_api(&self.client, &self.ns);
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut out = Vec::new();
         for n in names {
-            let obj: DynamicObject = serde_json::from_value(serde_json::json!({
-                "apiVersion": "test.network.io/v1alpha1",
-                "kind": "WebChecker",
-                "metadata": {"name": n},
-                "spec": {
-                    "host": self.witness.url(),
-                    "path": format!("/c/{n}"),
-                    "intervalSeconds": INTERVAL_S,
-                    "timeoutSeconds": 1.0,
-                }
-            }))
-            .unwrap();
+            let obj = checker_object(
+                n,
+                &self.witness.url(),
+                INTERVAL_S.into(),
+                serde_json::json!({"timeoutSeconds": 1.0}),
+            );
             loop {
                 match tokio::time::timeout(
                     Duration::from_secs(5),

@@ -322,19 +322,8 @@ async fn health_endpoints_and_graceful_shutdown() {
     assert_eq!(op.get("/readyz").await, Some((200, "ready\n".to_string())));
 
     // A replica that cannot reach the API server never becomes ready.
-    let kc = std::fs::read_to_string(&c.kubeconfig).unwrap();
-    let server = kc
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: "))
-        .unwrap()
-        .trim()
-        .to_string();
     let bad_kc = c.dir.join(format!("kubeconfig-closed-{ns}"));
-    std::fs::write(
-        &bad_kc,
-        kc.replace(&server, &format!("https://127.0.0.1:{}", free_port())),
-    )
-    .unwrap();
+    redirect_kubeconfig(&c.kubeconfig, free_port(), &bad_kc);
     let bad_cluster = Cluster {
         dir: c.dir.clone(),
         kubeconfig: bad_kc,
@@ -370,12 +359,12 @@ async fn health_endpoints_and_graceful_shutdown() {
     drop(bad);
 
     // Graceful shutdown while a probe hangs (target hangs 3 s, timeout 2 s).
-    let out = kubectl_apply(
-        c,
-        &ns,
-        &checker_yaml("slow", &w.url(), "/c/slow", 3, "  timeoutSeconds: 2\n"),
-    )
-    .await;
+    let out = c
+        .apply(
+            &ns,
+            &checker_yaml("slow", &w.url(), "/c/slow", 3, "  timeoutSeconds: 2\n"),
+        )
+        .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     // Wait for the first probe to be in flight: no status yet, one probe running.
     eventually(Duration::from_secs(30), "first probe in flight", || async {

@@ -3,7 +3,7 @@
 //! own caBundle still replaces them; a bundle the operator cannot use stops
 //! it at start, naming the file.
 
-use support::targets::{Answer, RecordingTarget, TestCa};
+use support::targets::RecordingTarget;
 
 use super::ops::*;
 use super::*;
@@ -42,7 +42,7 @@ async fn a_private_ca_is_trusted_with_ca_bundle_and_only_then() {
         let op = spawn_op(c, &format!("op-{ns}"), &ns, extra, &[], "info");
         op.wait_ready(Duration::from_secs(60)).await;
         for (name, spec) in &checkers_yaml {
-            apply_ok(&ns, &checker(name, &format!("{spec}\nintervalSeconds: 2"))).await;
+            apply_checker(&ns, name, &format!("{spec}\nintervalSeconds: 2")).await;
         }
         let (status, reason) = match with {
             true => ("True", "ProbeSucceeded"),

@@ -105,24 +105,15 @@ async fn new_admission_rules_reject_bad_specs() {
         ),
     ];
     for (name, spec, want) in cases {
-        let out = apply(&ns, &checker(name, spec)).await;
-        let err = text(&out.stderr);
-        println!("{name}: {}", err.trim());
-        assert!(
-            !out.status.success(),
-            "{name} was accepted: {}",
-            text(&out.stdout)
-        );
-        assert!(err.contains(want), "{name}: expected {want:?} in {err}");
+        let out = cluster().apply(&ns, &checker_manifest(name, spec)).await;
+        assert_refused(&out, name, want);
     }
-    let out = kubectl(&["get", "wc", "-n", &ns, "-o", "name"]).await;
+    let out = cluster()
+        .kubectl_async(&["get", "wc", "-n", &ns, "-o", "name"])
+        .await;
     assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
     // The control: every new field at once, valid.
-    apply_ok(
-        &ns,
-        &checker(
-            "everything",
-            "host: https://example.com
+    apply_checker(&ns, "everything", "host: https://example.com
 method: POST
 body: '{}'
 headers: [{name: X-Key, valueFrom: {secretKeyRef: {name: s, key: k}}}]
@@ -136,17 +127,9 @@ followRedirects: true
 maxRedirects: 3
 ipFamily: IPv4
 proxy: {url: 'http://proxy.example:3128'}
-tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}, clientCertificate: {secretName: mtls}, minVersion: TLS13, certificateExpiryWarningDays: 21}",
-        ),
-    )
+tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}, clientCertificate: {secretName: mtls}, minVersion: TLS13, certificateExpiryWarningDays: 21}")
     .await;
-    apply_ok(
-        &ns,
-        &checker(
-            "bearer-env-proxy",
-            "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}",
-        ),
-    )
+    apply_checker(&ns, "bearer-env-proxy", "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}")
     .await;
 }
 
@@ -179,7 +162,7 @@ async fn secrets_reach_the_target_and_never_leak() {
         &[("username", "probe-user"), ("password", &password)],
     )
     .await;
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let op = spawn_op(c, &format!("op-{ns}"), &ns, &[], &[], "trace");
     op.wait_ready(Duration::from_secs(60)).await;
     let hdr = |key: &str| {
@@ -188,23 +171,18 @@ async fn secrets_reach_the_target_and_never_leak() {
             t.url()
         )
     };
-    apply_ok(&ns, &checker("hdr", &hdr("token"))).await;
-    apply_ok(
+    apply_checker(&ns, "hdr", &hdr("token")).await;
+    apply_checker(
         &ns,
-        &checker(
-            "basic",
-            &format!("host: {}\npath: /basic\nintervalSeconds: 2\nauth: {{basic: {{secretName: creds}}}}", t.url()),
+        "basic",
+        &format!(
+            "host: {}\npath: /basic\nintervalSeconds: 2\nauth: {{basic: {{secretName: creds}}}}",
+            t.url()
         ),
     )
     .await;
-    apply_ok(&ns, &checker("nokey", &hdr("absent"))).await;
-    apply_ok(
-        &ns,
-        &checker(
-            "missing",
-            &format!("host: {}\npath: /missing\nintervalSeconds: 2\nheaders: [{{name: X-Later, valueFrom: {{secretKeyRef: {{name: later, key: v}}}}}}]", t.url()),
-        ),
-    )
+    apply_checker(&ns, "nokey", &hdr("absent")).await;
+    apply_checker(&ns, "missing", &format!("host: {}\npath: /missing\nintervalSeconds: 2\nheaders: [{{name: X-Later, valueFrom: {{secretKeyRef: {{name: later, key: v}}}}}}]", t.url()))
     .await;
 
     let basic = format!(
@@ -326,12 +304,14 @@ async fn secrets_reach_the_target_and_never_leak() {
     // Nowhere: the trace log, status, events, metrics.
     let log = op.log_text();
     let status = text(
-        &kubectl(&["get", "wc", "-n", &ns, "-o", "yaml"])
+        &cluster()
+            .kubectl_async(&["get", "wc", "-n", &ns, "-o", "yaml"])
             .await
             .stdout,
     );
     let events = text(
-        &kubectl(&["get", "events.events.k8s.io", "-n", &ns, "-o", "yaml"])
+        &cluster()
+            .kubectl_async(&["get", "events.events.k8s.io", "-n", &ns, "-o", "yaml"])
             .await
             .stdout,
     );

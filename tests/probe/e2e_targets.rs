@@ -22,38 +22,26 @@ async fn a_flapping_target_never_flips_failure_threshold_3() {
         let k = m.entry(s.uri.clone()).or_default();
         *k += 1;
         if *k % 2 == 1 {
-            Reply::ok("")
+            Answer::text("")
         } else {
-            Reply::status(503)
+            Answer::status(503)
         }
     })
     .await;
-    let op = spawn_op(
-        c,
-        &format!("op-{ns}"),
+    let op = ready_op(c, &ns).await;
+    apply_checker(
         &ns,
-        &[],
-        &[],
-        "info,webchecker=debug",
-    );
-    op.wait_ready(Duration::from_secs(60)).await;
-    apply_ok(
-        &ns,
-        &checker(
-            "flap",
-            &format!(
-                "host: {}\npath: /flap\nintervalSeconds: 2\nfailureThreshold: 3",
-                t.url()
-            ),
+        "flap",
+        &format!(
+            "host: {}\npath: /flap\nintervalSeconds: 2\nfailureThreshold: 3",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker(
-            "flap-t1",
-            &format!("host: {}\npath: /t1\nintervalSeconds: 2", t.url()),
-        ),
+        "flap-t1",
+        &format!("host: {}\npath: /t1\nintervalSeconds: 2", t.url()),
     )
     .await;
     let first = wait_condition(
@@ -119,16 +107,16 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
     let ns = c.namespace("probe-tls");
     let client = c.client().await;
     let api = checkers(&client, &ns);
-    let pki = Pki::new();
-    let leaf = pki.leaf(&["127.0.0.1"], 5);
-    let client_leaf = pki.leaf(&["webchecker-client"], 90);
+    let pki = TestCa::new();
+    let leaf = pki.leaf_valid(&["127.0.0.1"], -1, 5);
+    let client_leaf = pki.leaf_valid(&["webchecker-client"], -1, 90);
     let t = Server::https(
         "127.0.0.1:0",
-        server_tls(&leaf, BOTH, Some(&pki.ca_pem)),
-        |_| Reply::ok(""),
+        server_tls(&leaf, BOTH, Some(&pki.pem)),
+        |_| Answer::text(""),
     )
     .await;
-    config_map(&client, &ns, "ca", &[("ca.crt", &pki.ca_pem)]).await;
+    config_map(&client, &ns, "ca", &[("ca.crt", &pki.pem)]).await;
     secret(
         &client,
         &ns,
@@ -140,15 +128,7 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
         ],
     )
     .await;
-    let op = spawn_op(
-        c,
-        &format!("op-{ns}"),
-        &ns,
-        &[],
-        &[],
-        "info,webchecker=debug",
-    );
-    op.wait_ready(Duration::from_secs(60)).await;
+    let op = ready_op(c, &ns).await;
     let spec = |days: u32, client: bool| {
         format!(
             "host: {}\nintervalSeconds: 2\ntls: {{caBundle: {{configMapKeyRef: {{name: ca, key: ca.crt}}}}, certificateExpiryWarningDays: {days}{}}}",
@@ -160,9 +140,9 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
             }
         )
     };
-    apply_ok(&ns, &checker("expiring", &spec(30, true))).await;
-    apply_ok(&ns, &checker("fine", &spec(3, true))).await;
-    apply_ok(&ns, &checker("no-client-cert", &spec(30, false))).await;
+    apply_checker(&ns, "expiring", &spec(30, true)).await;
+    apply_checker(&ns, "fine", &spec(3, true)).await;
+    apply_checker(&ns, "no-client-cert", &spec(30, false)).await;
     wait_condition(
         &api,
         "expiring",
@@ -250,16 +230,17 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
         Some(leaf.not_after as f64)
     );
     // kubectl shows both conditions.
-    let out = kubectl(&[
-        "get",
-        "wc",
-        "expiring",
-        "-n",
-        &ns,
-        "-o",
-        "jsonpath={.status.conditions[*].type}",
-    ])
-    .await;
+    let out = cluster()
+        .kubectl_async(&[
+            "get",
+            "wc",
+            "expiring",
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.status.conditions[*].type}",
+        ])
+        .await;
     assert_eq!(text(&out.stdout), "Ready CertificateExpiring");
 }
 
@@ -273,9 +254,9 @@ async fn forgery_guard_through_the_operator() {
     let to = format!("http://{}/latest/meta-data", denied.addr);
     let t = Server::http("127.0.0.1:0", move |s| {
         if s.uri == "/ok" {
-            Reply::ok("")
+            Answer::text("")
         } else {
-            Reply::redirect(302, &to)
+            Answer::redirect(302, &to)
         }
     })
     .await;
@@ -301,44 +282,36 @@ async fn forgery_guard_through_the_operator() {
     );
     op1.wait_ready(Duration::from_secs(60)).await;
     op2.wait_ready(Duration::from_secs(60)).await;
-    apply_ok(
+    apply_checker(
         &ns1,
-        &checker(
-            "ok",
-            &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
+        "ok",
+        &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
+    )
+    .await;
+    apply_checker(
+        &ns1,
+        "redirect",
+        &format!(
+            "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns1,
-        &checker(
-            "redirect",
-            &format!(
-                "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
-                t.url()
-            ),
-        ),
+        "direct",
+        &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
     )
     .await;
-    apply_ok(
-        &ns1,
-        &checker(
-            "direct",
-            &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
-        ),
-    )
-    .await;
-    let local = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let local = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let by_name = format!("guard-{ns2}.probe.test");
     Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
-    apply_ok(
+    apply_checker(
         &ns2,
-        &checker(
-            "by-name",
-            &format!(
-                "host: http://{by_name}:{}\nintervalSeconds: 2",
-                local.addr.port()
-            ),
+        "by-name",
+        &format!(
+            "host: http://{by_name}:{}\nintervalSeconds: 2",
+            local.addr.port()
         ),
     )
     .await;
@@ -428,7 +401,7 @@ async fn proxy_from_the_operator_environment() {
     let client = c.client().await;
     let api = checkers(&client, &ns);
     let proxy = Proxy::start(false).await;
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let op = spawn_op(
         c,
         &format!("op-{ns}"),
@@ -438,23 +411,19 @@ async fn proxy_from_the_operator_environment() {
         "info,webchecker=debug",
     );
     op.wait_ready(Duration::from_secs(60)).await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker(
-            "via-env",
-            &format!(
-                "host: {}\npath: /env\nintervalSeconds: 2\nproxy: {{fromEnvironment: true}}",
-                t.url()
-            ),
+        "via-env",
+        &format!(
+            "host: {}\npath: /env\nintervalSeconds: 2\nproxy: {{fromEnvironment: true}}",
+            t.url()
         ),
     )
     .await;
-    apply_ok(
+    apply_checker(
         &ns,
-        &checker(
-            "direct",
-            &format!("host: {}\npath: /direct\nintervalSeconds: 2", t.url()),
-        ),
+        "direct",
+        &format!("host: {}\npath: /direct\nintervalSeconds: 2", t.url()),
     )
     .await;
     wait_condition(
@@ -507,7 +476,7 @@ async fn two_hundred_hostile_targets_at_once() {
         .collect();
     let docs: Vec<String> = names
         .iter()
-        .map(|(n, k)| checker(n, &format!("{}\nintervalSeconds: 4", targets.yaml(k, 3))))
+        .map(|(n, k)| checker_manifest(n, &format!("{}\nintervalSeconds: 4", targets.yaml(k, 3))))
         .collect();
     apply_ok(&ns, &docs.join("---\n")).await;
     // Every checker has a verdict.

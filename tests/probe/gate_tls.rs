@@ -88,7 +88,7 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
     // A redirect hop is gated too: open for the first request only.
     let second = Recorder::start().await;
     let to = second.server.url();
-    let first = Server::http("127.0.0.1:0", move |_| Reply::redirect(302, &to)).await;
+    let first = Server::http("127.0.0.1:0", move |_| Answer::redirect(302, &to)).await;
     let plan = mk(&format!("host: {}\nfollowRedirects: true", first.url()));
     let (calls, once) = gate_open_for(1);
     let held = p.probe(&plan, "probe-test", &once).await;
@@ -103,9 +103,9 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
     // target, absolute form; https target, CONNECT), and with the gate open
     // for the CONNECT only the target sees a TLS handshake but no request.
     let proxy = Proxy::start(false).await;
-    let leaf = self_signed(&["127.0.0.1"]);
+    let leaf = Leaf::self_signed(&["127.0.0.1"]);
     let tls = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
-        Reply::ok("")
+        Answer::text("")
     })
     .await;
     let via = format!("proxy: {{url: '{}'}}", proxy.url());
@@ -153,9 +153,9 @@ async fn a_closed_gate_sends_no_request_and_an_open_one_probes() {
 
 #[tokio::test]
 async fn tls_insecure_skip_verify_still_reports_expiry() {
-    let leaf = self_signed(&["127.0.0.1"]);
+    let leaf = Leaf::self_signed(&["127.0.0.1"]);
     let t = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
-        Reply::ok("")
+        Answer::text("")
     })
     .await;
     let o = run(&format!("host: {}", t.https_url())).await;
@@ -175,10 +175,10 @@ async fn tls_insecure_skip_verify_still_reports_expiry() {
 
 #[tokio::test]
 async fn tls_ca_bundle_and_server_name() {
-    let pki = Pki::new();
-    let leaf = pki.leaf(&["svc.internal.test"], 90);
+    let pki = TestCa::new();
+    let leaf = pki.leaf_valid(&["svc.internal.test"], -1, 90);
     let t = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
-        Reply::ok("")
+        Answer::text("")
     })
     .await;
     let ca = |kind: &str| {
@@ -187,7 +187,7 @@ async fn tls_ca_bundle_and_server_name() {
         } else {
             ValueRef::secret("ca", "ca.crt")
         };
-        vec![(r, pki.ca_pem.as_bytes().to_vec())]
+        vec![(r, pki.pem.as_bytes().to_vec())]
     };
     let host = format!("host: {}", t.https_url());
     // Neither: the test CA is unknown.
@@ -231,12 +231,12 @@ async fn tls_ca_bundle_and_server_name() {
 
 #[tokio::test]
 async fn tls_client_certificate() {
-    let pki = Pki::new();
-    let server = pki.leaf(&["127.0.0.1"], 90);
-    let client = pki.leaf(&["probe-client"], 90);
+    let pki = TestCa::new();
+    let server = pki.leaf_valid(&["127.0.0.1"], -1, 90);
+    let client = pki.leaf_valid(&["probe-client"], -1, 90);
     let ca = (
         ValueRef::config_map("ca", "ca.crt"),
-        pki.ca_pem.as_bytes().to_vec(),
+        pki.pem.as_bytes().to_vec(),
     );
     for (name, versions) in [
         ("TLS 1.3", &[&rustls::version::TLS13][..]),
@@ -244,8 +244,8 @@ async fn tls_client_certificate() {
     ] {
         let t = Server::https(
             "127.0.0.1:0",
-            server_tls(&server, versions, Some(&pki.ca_pem)),
-            |_| Reply::ok(""),
+            server_tls(&server, versions, Some(&pki.pem)),
+            |_| Answer::text(""),
         )
         .await;
         let base = format!(
@@ -284,11 +284,11 @@ async fn tls_client_certificate() {
 
 #[tokio::test]
 async fn tls_min_version() {
-    let leaf = self_signed(&["127.0.0.1"]);
+    let leaf = Leaf::self_signed(&["127.0.0.1"]);
     let t = Server::https(
         "127.0.0.1:0",
         server_tls(&leaf, &[&rustls::version::TLS12], None),
-        |_| Reply::ok(""),
+        |_| Answer::text(""),
     )
     .await;
     let base = format!("host: {}\ntls: {{insecureSkipVerify: true", t.https_url());
@@ -303,7 +303,7 @@ async fn tls_min_version() {
     let t13 = Server::https(
         "127.0.0.1:0",
         server_tls(&leaf, &[&rustls::version::TLS13], None),
-        |_| Reply::ok(""),
+        |_| Answer::text(""),
     )
     .await;
     let o = run(&format!(
@@ -320,22 +320,22 @@ async fn tls_min_version() {
 #[tokio::test]
 async fn every_reason_from_a_target_built_for_it() {
     let ok = Server::http("127.0.0.1:0", |s| match s.uri.as_str() {
-        "/500" => Reply::status(500),
-        "/slow" => Reply {
+        "/500" => Answer::status(500),
+        "/slow" => Answer {
             delay: Duration::from_millis(200),
-            ..Reply::ok("")
+            ..Answer::text("")
         },
-        "/hang" => Reply {
+        "/hang" => Answer {
             delay: Duration::from_secs(30),
-            ..Reply::ok("")
+            ..Answer::text("")
         },
-        _ => Reply::ok("hello"),
+        _ => Answer::text("hello"),
     })
     .await;
-    let pki = Pki::new();
-    let other_name = pki.leaf(&["another.example"], 30);
+    let pki = TestCa::new();
+    let other_name = pki.leaf_valid(&["another.example"], -1, 30);
     let tls = Server::https("127.0.0.1:0", server_tls(&other_name, BOTH, None), |_| {
-        Reply::ok("")
+        Answer::text("")
     })
     .await;
     let garbage = Server::raw("127.0.0.1:0", |mut s| async move {
@@ -343,10 +343,7 @@ async fn every_reason_from_a_target_built_for_it() {
         tokio::time::sleep(Duration::from_secs(5)).await;
     })
     .await;
-    let ca = vec![(
-        ValueRef::secret("ca", "pem"),
-        pki.ca_pem.as_bytes().to_vec(),
-    )];
+    let ca = vec![(ValueRef::secret("ca", "pem"), pki.pem.as_bytes().to_vec())];
     type Values = Vec<(ValueRef, Vec<u8>)>;
     let cases: Vec<(Reason, String, Values, &str)> = vec![
         (

@@ -201,7 +201,7 @@ impl Hostile {
         );
         servers.insert(
             "redirect-loop",
-            Server::http("127.0.0.1:0", |_| Reply::redirect(302, "/again")).await,
+            Server::http("127.0.0.1:0", |_| Answer::redirect(302, "/again")).await,
         );
         // Accepts TCP, never speaks TLS.
         servers.insert(
@@ -237,12 +237,12 @@ impl Hostile {
             .await,
         );
         // Valid for another name, from a CA the checker trusts (caBundle).
-        let pki = Pki::new();
-        let leaf = pki.leaf(&["another.example"], 30);
+        let pki = TestCa::new();
+        let leaf = pki.leaf_valid(&["another.example"], -1, 30);
         servers.insert(
             "wrong-name",
             Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
-                Reply::ok("")
+                Answer::text("")
             })
             .await,
         );
@@ -257,7 +257,7 @@ impl Hostile {
         );
         Hostile {
             servers,
-            ca_pem: pki.ca_pem,
+            ca_pem: pki.pem,
         }
     }
 

@@ -7,7 +7,7 @@ use super::*;
 async fn a_redirect_to_a_denied_address_is_forbidden_and_nothing_is_sent() {
     let denied = Server::raw("127.0.0.2:0", |_s| async {}).await;
     let to = format!("http://{}/meta-data", denied.addr);
-    let t = Server::http("127.0.0.1:0", move |_| Reply::redirect(302, &to)).await;
+    let t = Server::http("127.0.0.1:0", move |_| Answer::redirect(302, &to)).await;
     let p = deny(&["127.0.0.2/32"]);
     let o = probe_timed(
         &p,
@@ -42,7 +42,7 @@ async fn a_redirect_to_a_denied_address_is_forbidden_and_nothing_is_sent() {
 async fn a_name_resolving_to_a_denied_address_is_forbidden() {
     let name = format!("guard-{}.probe.test", rand_suffix());
     Dns::shared().add(&name, &["127.0.0.1".parse().unwrap()]);
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let url = format!("http://{name}:{}", t.addr.port());
     let o = probe_timed(&deny(&["127.0.0.1/32"]), &mk(&format!("host: {url}"))).await;
     expect(
@@ -79,8 +79,8 @@ async fn a_name_resolving_to_a_denied_address_is_forbidden() {
 
 #[tokio::test]
 async fn ip_family_filters_resolved_addresses_and_auto_falls_back() {
-    let v4 = Server::http("127.0.0.1:0", |_| Reply::ok("v4")).await;
-    let v6 = Server::http("[::1]:0", |_| Reply::ok("v6")).await;
+    let v4 = Server::http("127.0.0.1:0", |_| Answer::text("v4")).await;
+    let v6 = Server::http("[::1]:0", |_| Answer::text("v6")).await;
     let mut p = prober();
     // dual.test: the IPv6 address first (as getaddrinfo sorts it), nothing
     // listens there on v4's port; v6only.test the other way round.
@@ -146,8 +146,8 @@ async fn ip_family_filters_resolved_addresses_and_auto_falls_back() {
 async fn names_resolve_through_the_configured_name_server() {
     let dns = Dns::shared();
     let zone = format!("r{}.resolve.test", rand_suffix());
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
-    let v6 = Server::http("[::1]:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
+    let v6 = Server::http("[::1]:0", |_| Answer::text("")).await;
     dns.add(&format!("www.{zone}"), &["127.0.0.1".parse().unwrap()]);
     dns.add(&format!("six.{zone}"), &["::1".parse().unwrap()]);
     let port = t.addr.port();
@@ -208,7 +208,7 @@ async fn a_black_holed_lookup_ends_with_the_probe() {
     assert_eq!(dns.queries(&name), sent, "no query after the probe ended");
 
     let half = format!("h{}.noaaaa.test", rand_suffix());
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     dns.add(&half, &["127.0.0.1".parse().unwrap()]);
     dns.black_hole_type(&half, hickory_resolver::proto::rr::RecordType::AAAA);
     let url = format!("host: http://{half}:{}", t.addr.port());
@@ -244,7 +244,7 @@ fn lookups_do_not_use_the_blocking_pool() {
         let zone = format!("p{}.pool.test", rand_suffix());
         dns.black_hole(&format!("stuck.{zone}"));
         dns.add(&format!("ok.{zone}"), &["127.0.0.1".parse().unwrap()]);
-        let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+        let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
         // Hold the only blocking thread for the whole test.
         let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
         let held = tokio::task::spawn_blocking(move || hold_rx.recv());
@@ -283,10 +283,10 @@ fn lookups_do_not_use_the_blocking_pool() {
 #[tokio::test]
 async fn proxy_url_connect_for_https_and_absolute_form_for_http() {
     let proxy = Proxy::start(false).await;
-    let plain = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
-    let leaf = self_signed(&["127.0.0.1"]);
+    let plain = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
+    let leaf = Leaf::self_signed(&["127.0.0.1"]);
     let tls = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
-        Reply::ok("")
+        Answer::text("")
     })
     .await;
     // Default: no proxy at all.
@@ -362,7 +362,7 @@ async fn proxy_url_connect_for_https_and_absolute_form_for_http() {
 #[tokio::test]
 async fn proxy_from_environment_honours_no_proxy() {
     let proxy = Proxy::start(false).await;
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let mut p = prober();
     p.env_proxy = EnvProxy::parse(Some(&proxy.url()), Some(&proxy.url()), None);
     let yaml = format!("host: {}\nproxy: {{fromEnvironment: true}}", t.url());

@@ -24,63 +24,41 @@ pub(super) fn spawn_op(
     Operator::spawn_with_env(c, identity, ns, &args, env)
 }
 
+/// The usual operator of a test's namespace `ns` (identity op-<ns>, debug
+/// logs), ready.
+pub(super) async fn ready_op(c: &Cluster, ns: &str) -> Operator {
+    let op = spawn_op(
+        c,
+        &format!("op-{ns}"),
+        ns,
+        &[],
+        &[],
+        "info,webchecker=debug",
+    );
+    op.wait_ready(Duration::from_secs(60)).await;
+    op
+}
+
 /// process_resident_memory_bytes, in MiB.
 pub(super) async fn rss_mib(op: &Operator) -> f64 {
     metric(&op.scrape().await, "process_resident_memory_bytes", &[]).unwrap_or(0.0)
         / (1024.0 * 1024.0)
 }
 
-pub(super) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
-
-pub(super) async fn kubectl(args: &[&str]) -> std::process::Output {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        cluster().kubectl(&a)
-    })
-    .await
-    .unwrap()
-}
-
-pub(super) async fn apply(ns: &str, yaml: &str) -> std::process::Output {
-    let (ns, yaml) = (ns.to_string(), yaml.to_string());
-    tokio::task::spawn_blocking(move || {
-        cluster().kubectl_stdin(&["apply", "-n", &ns, "-f", "-"], &yaml)
-    })
-    .await
-    .unwrap()
-}
+pub(super) use crate::support::release::text;
 
 pub(super) async fn apply_ok(ns: &str, yaml: &str) {
-    let out = apply(ns, yaml).await;
+    let out = cluster().apply(ns, yaml).await;
     assert!(out.status.success(), "{}\n{yaml}", text(&out.stderr));
 }
 
-pub(super) fn checker(name: &str, spec: &str) -> String {
-    let spec: String = spec.lines().map(|l| format!("  {l}\n")).collect();
-    format!(
-        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n{spec}"
-    )
+/// Applies checker `name` with these spec lines (see `checker_manifest`).
+pub(super) async fn apply_checker(ns: &str, name: &str, spec: &str) {
+    apply_ok(ns, &checker_manifest(name, spec)).await;
 }
 
 pub(super) fn checkers(client: &kube::Client, ns: &str) -> kube::Api<WebChecker> {
     kube::Api::namespaced(client.clone(), ns)
-}
-
-pub(super) async fn condition(
-    api: &kube::Api<WebChecker>,
-    name: &str,
-    type_: &str,
-) -> Option<webchecker::api::Condition> {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()?
-        .status?
-        .condition(type_)
-        .cloned()
 }
 
 pub(super) async fn wait_condition(

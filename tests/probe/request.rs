@@ -5,7 +5,7 @@ use super::*;
 
 #[tokio::test]
 async fn method_headers_and_body_reach_the_target() {
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("fine")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("fine")).await;
     let o = run(&format!("host: {}\npath: /p?q=1", t.url())).await;
     expect(&o, Reason::ProbeSucceeded, "HTTP 200");
     let s = t.seen();
@@ -30,7 +30,7 @@ async fn method_headers_and_body_reach_the_target() {
 
 #[tokio::test]
 async fn secret_header_basic_and_bearer_auth_are_sent() {
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let p = plan_with(
         &format!(
             "host: {}\nheaders: [{{name: X-Api-Key, valueFrom: {{secretKeyRef: {{name: api, key: token}}}}}}]\nauth: {{basic: {{secretName: creds}}}}",
@@ -75,7 +75,7 @@ async fn secret_header_basic_and_bearer_auth_are_sent() {
 
 #[tokio::test]
 async fn expected_status_codes() {
-    let t = Server::http("127.0.0.1:0", |_| Reply::status(404)).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::status(404)).await;
     let o = run(&format!("host: {}", t.url())).await;
     expect(&o, Reason::UnexpectedStatus, "HTTP 404");
     assert_eq!(o.status_code, Some(404));
@@ -89,7 +89,7 @@ async fn expected_status_codes() {
 
 #[tokio::test]
 async fn body_match_and_invert() {
-    let t = Server::http("127.0.0.1:0", |_| Reply::ok("status: all good\n")).await;
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("status: all good\n")).await;
     let base = format!("host: {}", t.url());
     expect(
         &run(&format!("{base}\nbodyMatch: {{regex: 'all go+d'}}")).await,
@@ -123,9 +123,9 @@ async fn body_match_and_invert() {
 async fn json_checks() {
     let t = Server::http("127.0.0.1:0", |s| {
         if s.uri == "/text" {
-            Reply::ok("<html>ok</html>")
+            Answer::text("<html>ok</html>")
         } else {
-            Reply::ok(
+            Answer::text(
                 r#"{"status":"ok","version":{"major":2},"ready":true,"items":[{"name":"a"}]}"#,
             )
             .header("content-type", "application/json")
@@ -160,7 +160,7 @@ async fn json_checks() {
 #[tokio::test]
 async fn header_checks() {
     let t = Server::http("127.0.0.1:0", |_| {
-        Reply::ok("")
+        Answer::text("")
             .header("x-version", "v2.4.1")
             .header("etag", "\"abc\"")
     })
@@ -189,9 +189,9 @@ async fn header_checks() {
 
 #[tokio::test]
 async fn max_response_time_gives_slow_response() {
-    let t = Server::http("127.0.0.1:0", |_| Reply {
+    let t = Server::http("127.0.0.1:0", |_| Answer {
         delay: Duration::from_millis(300),
-        ..Reply::ok("")
+        ..Answer::text("")
     })
     .await;
     let o = run(&format!("host: {}\nmaxResponseTimeMillis: 100", t.url())).await;
@@ -213,12 +213,12 @@ async fn max_response_time_gives_slow_response() {
 #[tokio::test]
 async fn redirects_are_followed_counted_and_bounded() {
     let t = Server::http("127.0.0.1:0", |s| match s.uri.as_str() {
-        "/start" => Reply::redirect(302, "/middle"),
-        "/middle" => Reply::redirect(301, "/end"),
-        "/end" => Reply::ok("landed"),
-        "/loop" => Reply::redirect(302, "/loop"),
-        "/post" => Reply::redirect(303, "/end"),
-        _ => Reply::status(404),
+        "/start" => Answer::redirect(302, "/middle"),
+        "/middle" => Answer::redirect(301, "/end"),
+        "/end" => Answer::text("landed"),
+        "/loop" => Answer::redirect(302, "/loop"),
+        "/post" => Answer::redirect(303, "/end"),
+        _ => Answer::status(404),
     })
     .await;
     let base = format!("host: {}", t.url());
@@ -270,12 +270,12 @@ async fn redirects_are_followed_counted_and_bounded() {
 
 #[tokio::test]
 async fn credentials_do_not_follow_a_redirect_to_another_origin() {
-    let other = Server::http("127.0.0.1:0", |_| Reply::ok("")).await;
+    let other = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let to = format!("{}/elsewhere", other.url());
     let t = Server::http("127.0.0.1:0", move |s| match s.uri.as_str() {
-        "/same" => Reply::redirect(302, "/end"),
-        "/cross" => Reply::redirect(302, &to),
-        _ => Reply::ok(""),
+        "/same" => Answer::redirect(302, "/end"),
+        "/cross" => Answer::redirect(302, &to),
+        _ => Answer::text(""),
     })
     .await;
     for path in ["/same", "/cross"] {

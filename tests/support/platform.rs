@@ -1,6 +1,7 @@
-//! Helpers of the platform-team tests (tests/chart.rs, tests/chart_alerts.rs,
-//! tests/self_service_rbac.rs, tests/metric_labels.rs): the real helm of
-//! hack/build-tools.sh, programs on PATH (promtool, prometheus), and the
+//! Helpers of the platform-team, chart and observability tests (tests/chart.rs,
+//! tests/chart_alerts.rs, tests/chart_test_hook.rs, tests/self_service_rbac.rs,
+//! tests/metric_labels.rs, tests/observability.rs): the real helm of
+//! hack/build-tools.sh, programs on PATH (promtool, prometheus, python3), and the
 //! chart rendered into YAML documents. Included with `#[path]` next to
 //! `mod support;`.
 #![allow(dead_code)]
@@ -51,15 +52,13 @@ pub fn tool(name: &str) -> PathBuf {
         .find(|p| p.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "`{name}` not found on PATH: run hack/install-deps.sh (Debian's `prometheus` \
-                 package provides `prometheus` and `promtool`)"
+                "`{name}` not found on PATH: run hack/install-deps.sh (it installs python3 \
+                 and Debian's `prometheus` package, which provides `prometheus` and `promtool`)"
             )
         })
 }
 
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).to_string()
-}
+pub use crate::support::release::text;
 
 /// Runs a command in the repository; its stdout and stderr, and whether it
 /// succeeded.
@@ -73,6 +72,14 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
         out.status.success(),
         format!("{}{}", text(&out.stdout), text(&out.stderr)),
     )
+}
+
+/// `run` that must succeed: its stdout and stderr; `what` names the command
+/// in the failure.
+pub fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let (ok, out) = run(cmd);
+    assert!(ok, "{what} failed:\n{out}");
+    out
 }
 
 /// helm from the repository root, with its own config/cache/data directories.
@@ -89,46 +96,50 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
         .unwrap()
 }
 
-/// `helm template` of the README's release with this values file content,
-/// parsed into its YAML documents.
+/// `helm template` of the README's release with these further arguments:
+/// whether it succeeded, and its output.
+pub fn template(extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS];
+    args.extend_from_slice(extra);
+    helm(&args)
+}
+
+/// `helm template` of the README's release with `--set` of each of `sets`
+/// (the test hooks included), parsed into its YAML documents.
+pub fn render_sets(sets: &[&str]) -> Vec<Value> {
+    let extra: Vec<&str> = sets.iter().flat_map(|s| ["--set", s]).collect();
+    let (ok, out) = template(&extra);
+    assert!(ok, "helm template {sets:?} failed:\n{out}");
+    documents(&out)
+}
+
+/// `helm template` of the README's release with this values file content
+/// (no test hooks), parsed into its YAML documents.
 pub fn render_values(values: &str) -> Vec<Value> {
-    let dir = scratch("render-");
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).unwrap();
-    let (ok, out) = helm(&[
-        "template",
-        RELEASE,
-        CHART,
-        "-n",
-        RELEASE_NS,
-        "--skip-tests",
-        "-f",
-        file.to_str().unwrap(),
-    ]);
+    let (ok, out) = template_values(values);
     assert!(ok, "helm template with\n{values}\nfailed:\n{out}");
-    serde_yaml::Deserializer::from_str(&out)
-        .map(|d| Value::deserialize(d).expect("helm template prints YAML"))
-        .filter(|v| !v.is_null())
-        .collect()
+    documents(&out)
 }
 
 /// `helm template` that must fail; its output.
 pub fn render_fails(values: &str) -> String {
+    let (ok, out) = template_values(values);
+    assert!(!ok, "helm template with\n{values}\nsucceeded");
+    out
+}
+
+fn template_values(values: &str) -> (bool, String) {
     let dir = scratch("render-");
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
-    let (ok, out) = helm(&[
-        "template",
-        RELEASE,
-        CHART,
-        "-n",
-        RELEASE_NS,
-        "--skip-tests",
-        "-f",
-        file.to_str().unwrap(),
-    ]);
-    assert!(!ok, "helm template with\n{values}\nsucceeded");
-    out
+    template(&["--skip-tests", "-f", file.to_str().unwrap()])
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("helm template prints YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
 }
 
 pub fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {

@@ -1,10 +1,11 @@
 //! A real Prometheus (the `prometheus` binary on PATH) on a loopback port,
 //! scraping operator replicas each second with honor_labels (as the chart's
-//! ServiceMonitor does) and evaluating the given rule files each second.
+//! ServiceMonitor does) and evaluating the given rule files each second; and
+//! the samples of its HTTP API's answers.
 //! Included with `#[path]` (next to `mod support;` and `mod platform;`).
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -16,34 +17,26 @@ use crate::support::{eventually, free_port, http_get};
 
 pub const JOB: &str = "webchecker-operator";
 
+/// One sample of an instant vector: its labels and value.
+pub type Sample = (BTreeMap<String, String>, f64);
+
 pub struct Prometheus {
     child: Child,
     pub port: u16,
     dir: tempfile::TempDir,
+    rules: Vec<PathBuf>,
 }
 
 impl Prometheus {
     /// `targets`: (replica identity, port of its /metrics); `rules`: rule files.
     pub fn start(targets: &[(String, u16)], rules: &[PathBuf]) -> Prometheus {
         let dir = scratch("prometheus-");
-        let static_configs: Vec<Value> = targets
-            .iter()
-            .map(|(id, port)| json!({"targets": [format!("127.0.0.1:{port}")], "labels": {"pod": id}}))
-            .collect();
-        let cfg = json!({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "rule_files": rules.iter().map(|r| r.to_str().unwrap()).collect::<Vec<_>>(),
-            "scrape_configs": [{"job_name": JOB, "honor_labels": true, "static_configs": static_configs}],
-        });
-        // JSON is YAML.
-        std::fs::write(dir.path().join("prometheus.yml"), cfg.to_string()).unwrap();
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let config = dir.path().join("prometheus.yml");
+        write_config(&config, targets, rules);
         let child = Command::new(tool("prometheus"))
-            .arg(format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ))
+            .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
                 dir.path().join("data").display()
@@ -55,55 +48,100 @@ impl Prometheus {
             .stderr(log)
             .spawn()
             .expect("start prometheus");
-        Prometheus { child, port, dir }
+        Prometheus {
+            child,
+            port,
+            dir,
+            rules: rules.to_vec(),
+        }
+    }
+
+    /// New target list, applied with a configuration reload (SIGHUP).
+    pub fn set_targets(&self, targets: &[(String, u16)]) {
+        write_config(
+            &self.dir.path().join("prometheus.yml"),
+            targets,
+            &self.rules,
+        );
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGHUP);
+        }
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
     }
 
+    async fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(&format!("127.0.0.1:{}", self.port), path).await
+    }
+
     pub async fn wait_ready(&self) {
-        let addr = format!("127.0.0.1:{}", self.port);
         eventually(Duration::from_secs(60), "Prometheus ready", || async {
-            matches!(http_get(&addr, "/-/ready").await, Some((200, _))).then_some(())
+            matches!(self.get("/-/ready").await, Some((200, _))).then_some(())
         })
         .await
     }
 
-    /// Instant query: its samples as (labels, value); None when Prometheus
-    /// did not answer or refused the query.
-    pub async fn query(&self, expr: &str) -> Option<Vec<(BTreeMap<String, String>, f64)>> {
-        let q: String = url::form_urlencoded::byte_serialize(expr.as_bytes()).collect();
-        let (_, body) = http_get(
-            &format!("127.0.0.1:{}", self.port),
-            &format!("/api/v1/query?query={q}"),
+    /// Waits until Prometheus scrapes exactly these targets and all are up.
+    pub async fn wait_targets_up(&self, targets: &[(String, u16)]) {
+        let want: BTreeSet<String> = targets
+            .iter()
+            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .collect();
+        eventually(
+            Duration::from_secs(30),
+            "Prometheus scrapes every replica",
+            || async {
+                let v = self.api("/api/v1/targets?state=active").await;
+                let active = v["data"]["activeTargets"].as_array()?;
+                let up: BTreeSet<String> = active
+                    .iter()
+                    .filter(|t| t["health"] == "up")
+                    .filter_map(|t| t["labels"]["instance"].as_str().map(String::from))
+                    .collect();
+                (active.len() == want.len() && up == want).then_some(())
+            },
         )
-        .await?;
-        let v: Value = serde_json::from_str(&body).ok()?;
-        if v["status"] != "success" {
-            return None;
+        .await
+    }
+
+    /// GET of an API path: the decoded JSON answer (also for errors); panics
+    /// with Prometheus' log after three attempts without one.
+    pub async fn api(&self, path: &str) -> Value {
+        for _ in 0..3 {
+            if let Some((_, body)) = self.get(path).await
+                && let Ok(v) = serde_json::from_str::<Value>(&body)
+            {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        v["data"]["result"].as_array().map(|a| {
-            a.iter()
-                .map(|s| {
-                    let labels = s["metric"]
-                        .as_object()
-                        .map(|m| {
-                            m.iter()
-                                .map(|(k, v)| {
-                                    (k.clone(), v.as_str().unwrap_or_default().to_string())
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let value = s["value"][1]
-                        .as_str()
-                        .and_then(|x| x.parse().ok())
-                        .unwrap_or(f64::NAN);
-                    (labels, value)
-                })
-                .collect()
-        })
+        panic!(
+            "no JSON answer from Prometheus to {path}\n{}",
+            self.log_text()
+        );
+    }
+
+    /// Instant query, its whole answer (an error included); `at`: evaluation
+    /// time in unix seconds (default: now).
+    pub async fn query_at(&self, expr: &str, at: Option<f64>) -> Value {
+        self.api(&query_path(expr, at)).await
+    }
+
+    /// Instant query: its samples; None when Prometheus did not answer or
+    /// refused the query (for polling).
+    pub async fn query(&self, expr: &str) -> Option<Vec<Sample>> {
+        let (_, body) = self.get(&query_path(expr, None)).await?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        (v["status"] == "success").then(|| samples(&v["data"]))
+    }
+
+    /// Instant query that must succeed: its samples.
+    pub async fn samples(&self, expr: &str) -> Vec<Sample> {
+        let v = self.query_at(expr, None).await;
+        assert_eq!(v["status"], "success", "{expr}: {v}");
+        samples(&v["data"])
     }
 }
 
@@ -112,4 +150,81 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One scrape job over `targets` (a `pod` label each) and the rule files.
+/// Written whole then renamed, so that a reload never reads half of it.
+fn write_config(path: &std::path::Path, targets: &[(String, u16)], rules: &[PathBuf]) {
+    let static_configs: Vec<Value> = targets
+        .iter()
+        .map(|(id, port)| json!({"targets": [format!("127.0.0.1:{port}")], "labels": {"pod": id}}))
+        .collect();
+    let cfg = json!({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+        "rule_files": rules.iter().map(|r| r.to_str().unwrap()).collect::<Vec<_>>(),
+        "scrape_configs": [{"job_name": JOB, "honor_labels": true, "static_configs": static_configs}],
+    });
+    // JSON is YAML.
+    let tmp = path.with_extension("yml.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn query_path(expr: &str, at: Option<f64>) -> String {
+    let q: String = url::form_urlencoded::byte_serialize(expr.as_bytes()).collect();
+    match at {
+        Some(t) => format!("/api/v1/query?query={q}&time={t:.3}"),
+        None => format!("/api/v1/query?query={q}"),
+    }
+}
+
+/// Samples of the `data` of an instant query (a vector, or a scalar as one
+/// sample without labels).
+pub fn samples(data: &Value) -> Vec<Sample> {
+    match data["resultType"].as_str() {
+        Some("vector") => data["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (labels(&s["metric"]), num(&s["value"][1])))
+            .collect(),
+        Some("scalar") => vec![(BTreeMap::new(), num(&data["result"][1]))],
+        other => panic!("not a vector: {other:?}"),
+    }
+}
+
+/// The labels of a series (`metric` of a result).
+pub fn labels(v: &Value) -> BTreeMap<String, String> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A sample value as the API writes it (a string, `NaN` and `±Inf` included).
+pub fn num(v: &Value) -> f64 {
+    match v.as_str() {
+        Some("NaN") => f64::NAN,
+        Some("+Inf") => f64::INFINITY,
+        Some("-Inf") => f64::NEG_INFINITY,
+        Some(s) => s.parse().unwrap(),
+        None => v.as_f64().unwrap_or(f64::NAN),
+    }
+}
+
+/// The value of the one sample there must be.
+pub fn single(samples: &[Sample], what: &str) -> f64 {
+    assert_eq!(samples.len(), 1, "{what}: one sample expected: {samples:?}");
+    samples[0].1
+}
+
+/// Sample values by one of their labels.
+pub fn by_label(samples: Vec<Sample>, label: &str) -> BTreeMap<String, f64> {
+    samples
+        .into_iter()
+        .map(|(l, v)| (l[label].clone(), v))
+        .collect()
 }

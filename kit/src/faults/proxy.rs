@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
@@ -475,25 +475,13 @@ impl FaultProxy {
             tls: tokio_rustls::TlsConnector::from(Arc::new(client)),
         });
         // Our own CA and serving certificate for 127.0.0.1.
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "webchecker fault proxy CA");
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let leaf_key = rcgen::KeyPair::generate().unwrap();
-        let leaf_params =
-            rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
-                .unwrap();
-        let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
-        let key = PrivateKeyDer::from_pem_slice(leaf_key.serialize_pem().as_bytes()).unwrap();
+        let ca = crate::targets::TestCa::new();
+        let leaf = ca.leaf(&["127.0.0.1", "localhost"]);
         let mut server = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
-            .with_single_cert(vec![leaf.der().clone()], key)
+            .with_single_cert(leaf.chain.clone(), leaf.key())
             .unwrap();
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
@@ -529,7 +517,7 @@ impl FaultProxy {
         });
         FaultProxy {
             addr,
-            ca_pem: ca_cert.pem(),
+            ca_pem: ca.pem,
             kubeconfig: PathBuf::new(),
             ctl,
             accept,
@@ -541,13 +529,7 @@ impl FaultProxy {
     /// `<cluster dir>/proxy-<name>-ca.crt`).
     pub async fn for_cluster(cluster: &Cluster, name: &str, seed: u64) -> FaultProxy {
         let text = std::fs::read_to_string(&cluster.kubeconfig).unwrap();
-        let server = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .expect("server in kubeconfig")
-            .trim()
-            .to_string();
-        let upstream: SocketAddr = server
+        let upstream: SocketAddr = crate::kubeconfig_server(&text)
             .trim_start_matches("https://")
             .trim_end_matches('/')
             .parse()

@@ -1,0 +1,201 @@
+//! (a) Every PromQL expression of the dashboards and rules
+//! (hack/extract-promql.py) evaluates through Prometheus' HTTP API and returns
+//! data, unless it is known to need a condition the scenario does not create;
+//! the uptime stat counts a moved checker once.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::platform::{run_ok, tool};
+use crate::prom::{labels, num, samples, single};
+use crate::scenario::{Run, now_unix};
+use crate::support::{TOOL_LIMIT, bounded};
+
+/// Expressions allowed to return nothing (no sample, or only NaN) at the end of
+/// the end-to-end scenario, and why: each needs a condition the healthy
+/// scenario does not create. Matched as substrings of the `source` printed by
+/// hack/extract-promql.py. Every other expression must return at least one
+/// sample that is not NaN: a new expression has to be classified here.
+const MAY_BE_EMPTY: &[(&str, &str)] = &[
+    (
+        ":Certificates expiring within 30 days/",
+        "certificate expiry exists for https checkers only; the witness targets are plain http \
+         (and a real certificate would rarely expire within 30 days)",
+    ),
+    (
+        ":Watch restarts/",
+        "webchecker_watch_restarts_total gets a series on the first watch error or relist; \
+         a healthy run has none",
+    ),
+    (
+        "alert=WebCheckerCertificateExpiring",
+        "no https checker (and it needs a certificate expiring within 14 days)",
+    ),
+    (
+        "record=probe_ssl_earliest_cert_expiry",
+        "blackbox name of the certificate expiry: https checkers only, the witness targets are \
+         plain http",
+    ),
+    (
+        "record=probe_tls_version_info",
+        "blackbox name of webchecker_tls_info: https checkers only",
+    ),
+    (
+        "alert=WebCheckerNoLeader",
+        "needs a fault: no replica holding the leader Lease, or no replica scraped",
+    ),
+    (
+        "alert=WebCheckerOrphaned",
+        "needs a fault: checkers nobody serves for longer than a lease (a sharder that cannot assign or prove)",
+    ),
+    (
+        "alert=WebCheckerReplicaMissing",
+        "needs a fault: a scrape target down, or a Lease holder that is not scraped",
+    ),
+    (
+        "alert=WebCheckerShardImbalance",
+        "needs at least 100 checkers and a shard above 1.2x the average; the test runs 44 \
+         checkers, balanced by the sharder",
+    ),
+    (
+        "alert=WebCheckerScheduleLagHigh",
+        "needs an overloaded replica (p99 schedule lag above 500ms)",
+    ),
+    (
+        "alert=WebCheckerStatusWritesFailing",
+        "needs more than 10% of a replica's status writes to fail (error or conflict)",
+    ),
+    (
+        "alert=WebCheckerSelfFencing",
+        "needs a fault: a replica that lost its Lease or was paused",
+    ),
+    (
+        "alert=WebCheckerLeaseRenewFailing",
+        "needs a fault: Lease renewals failing (API server unreachable or Lease lost)",
+    ),
+    (
+        "alert=WebCheckerAddressDiscoveryFailing",
+        "needs a replica that cannot list a source of the forgery guard (tests/egress.rs \
+         shows the metric at 0 without permission on Nodes)",
+    ),
+];
+
+fn may_be_empty(source: &str) -> Option<&'static str> {
+    MAY_BE_EMPTY
+        .iter()
+        .find(|(pat, _)| source.contains(pat))
+        .map(|(_, why)| *why)
+}
+
+/// Evaluates every expression; returns them as (source, expression).
+pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
+    let out = run_ok(
+        bounded(tool("python3"), TOOL_LIMIT).arg("hack/extract-promql.py"),
+        "python3 hack/extract-promql.py",
+    );
+    let exprs: Vec<(String, String)> = out
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["source"].as_str().unwrap().to_string(),
+                v["expr"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        exprs.len() > 50,
+        "extract-promql printed {} expressions",
+        exprs.len()
+    );
+    let mut failures = Vec::new();
+    let mut empty_allowed = Vec::new();
+    let mut with_data = 0;
+    for (source, expr) in &exprs {
+        let v = run.prom.query_at(expr, None).await;
+        if v["status"] != "success" {
+            failures.push(format!(
+                "{source}: {} {}\n    {expr}",
+                v["errorType"], v["error"]
+            ));
+            continue;
+        }
+        let data = &v["data"];
+        let values: Vec<f64> = match data["resultType"].as_str() {
+            Some("vector") | Some("scalar") => samples(data).into_iter().map(|(_, x)| x).collect(),
+            Some("matrix") => vec![0.0; data["result"].as_array().unwrap().len()],
+            _ => Vec::new(),
+        };
+        let has_data = values.iter().any(|x| !x.is_nan());
+        match (has_data, may_be_empty(source)) {
+            (true, _) => with_data += 1,
+            (false, Some(why)) => empty_allowed.push(format!("{source}: {why}")),
+            (false, None) => failures.push(format!(
+                "{source}: no data ({} samples, all NaN or none)\n    {expr}",
+                values.len()
+            )),
+        }
+    }
+    println!(
+        "expressions: {} evaluated, {with_data} with data, {} empty (allowed):",
+        exprs.len(),
+        empty_allowed.len()
+    );
+    for e in &empty_allowed {
+        println!("  empty: {e}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} expression(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    exprs
+}
+
+/// "Uptime over the range" is the mean over checkers of each checker's
+/// fraction of Ready samples, the samples of all its owners together: a
+/// moved checker counts once, not once per owner.
+pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, String)]) {
+    let uptime = &exprs
+        .iter()
+        .find(|(s, _)| s.contains(":Uptime over the range/"))
+        .expect("the uptime stat")
+        .1;
+    let at = now_unix();
+    let panel = run.prom.query_at(uptime, Some(at)).await;
+    let panel = single(&samples(&panel["data"]), "uptime");
+    let raw = run
+        .prom
+        .query_at(&format!("webchecker_up{{{}}}[1h]", run.sel()), Some(at))
+        .await;
+    let mut per_checker: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut per_series = Vec::new();
+    for s in raw["data"]["result"].as_array().unwrap() {
+        let vals: Vec<f64> = s["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| num(&v[1]))
+            .collect();
+        let e = per_checker
+            .entry(labels(&s["metric"])["name"].clone())
+            .or_default();
+        e.0 += vals.iter().sum::<f64>();
+        e.1 += vals.len() as f64;
+        per_series.push(vals.iter().sum::<f64>() / vals.len() as f64);
+    }
+    let total = run.total();
+    assert_eq!(per_checker.len(), total);
+    let want = per_checker.values().map(|(s, c)| s / c).sum::<f64>() / total as f64;
+    let by_series = per_series.iter().sum::<f64>() / per_series.len() as f64;
+    println!(
+        "uptime stat {panel:.4}: per checker {want:.4} (an average per series would say {by_series:.4} over {} series)",
+        per_series.len()
+    );
+    assert!(
+        (panel - want).abs() < 1e-9,
+        "uptime stat {panel} vs per-checker uptime {want}"
+    );
+}
