@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 
@@ -44,14 +44,69 @@ struct AppState {
     health: Arc<Health>,
 }
 
-async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        s.metrics.render(),
+/// Does this Accept-Encoding admit gzip (RFC 9110 12.5.3: `gzip` or `*`
+/// with a non-zero weight, an explicit `gzip` weighing over `*`)?
+fn accepts_gzip(accept_encoding: &str) -> bool {
+    let mut star = None;
+    for item in accept_encoding.split(',') {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let weight = parts
+            .filter_map(|p| p.trim().strip_prefix("q=").or(p.trim().strip_prefix("Q=")))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match coding.as_str() {
+            "gzip" | "x-gzip" => return weight > 0.0,
+            "*" => star = Some(weight > 0.0),
+            _ => {}
+        }
+    }
+    star.unwrap_or(false)
+}
+
+/// The exposition of a large fleet is tens of megabytes of text: compressed
+/// for scrapers that ask (Prometheus does), rendered and compressed off this
+/// thread's runtime so /healthz answers meanwhile.
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::response::Response {
+    let gzip = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(accepts_gzip);
+    let body = tokio::task::spawn_blocking(move || {
+        let text = s.metrics.render();
+        if !gzip {
+            return Ok::<_, std::io::Error>(text.into_bytes());
+        }
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(text.len() / 8),
+            flate2::Compression::fast(),
+        );
+        enc.write_all(text.as_bytes())?;
+        enc.finish()
+    })
+    .await;
+    let Ok(Ok(body)) = body else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response();
+    };
+    let mut response = (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            ),
+            (header::VARY, HeaderValue::from_static("accept-encoding")),
+        ],
+        body,
     )
+        .into_response();
+    if gzip {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
 }
 
 async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
@@ -130,4 +185,75 @@ pub fn spawn(
             });
         })?;
     Ok((local, stopped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use std::io::Read;
+    use tower::ServiceExt;
+
+    #[test]
+    fn gzip_is_chosen_only_when_accepted() {
+        for (header, gzip) in [
+            ("gzip", true),
+            ("identity, gzip;q=0.5", true),
+            ("br, GZIP", true),
+            ("*", true),
+            ("gzip;q=0", false),
+            ("*;q=0.1, gzip;q=0", false),
+            ("identity", false),
+            ("", false),
+            ("deflate, br", false),
+            ("gzip;q=zero", true),
+        ] {
+            assert_eq!(accepts_gzip(header), gzip, "{header:?}");
+        }
+    }
+
+    async fn scrape(accept: Option<&str>) -> (Option<String>, Vec<u8>) {
+        let metrics = Arc::new(Metrics::new("r0", false));
+        metrics.status_writes.with_label_values(&["ok"]).inc();
+        let mut req = Request::get("/metrics");
+        if let Some(a) = accept {
+            req = req.header(header::ACCEPT_ENCODING, a);
+        }
+        let resp = router(metrics, Arc::new(Health::default()))
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let encoding = resp
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (encoding, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn metrics_are_compressed_for_scrapers_that_ask_and_say_the_same() {
+        let (plain_enc, plain) = scrape(None).await;
+        assert_eq!(plain_enc, None);
+        let text = String::from_utf8(plain).unwrap();
+        assert!(text.contains("webchecker_status_writes_total{result=\"ok\"} 1"));
+        let (enc, gz) = scrape(Some("gzip")).await;
+        assert_eq!(enc.as_deref(), Some("gzip"));
+        let mut unzipped = String::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_string(&mut unzipped)
+            .unwrap();
+        let types = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| l.starts_with("# TYPE"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert!(unzipped.contains("webchecker_status_writes_total{result=\"ok\"} 1"));
+        assert_eq!(types(&unzipped), types(&text));
+    }
 }
