@@ -31,6 +31,11 @@ use crate::secrets::Resolved;
 use crate::status::{CheckerStatus, Context};
 use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
 
+mod events;
+mod intake;
+
+pub use events::run_events;
+
 /// A checker as the watch delivers it, or why it could not be read.
 #[derive(Debug)]
 pub enum Incoming {
@@ -392,32 +397,6 @@ impl Engine {
         self.schedule(&key, next);
     }
 
-    fn emit(&self, key: &str, ready: &str, reason: &str, message: &str) {
-        let Some(e) = self.entries.get(key) else {
-            return;
-        };
-        let type_ = if ready == "True" {
-            EventType::Normal
-        } else {
-            EventType::Warning
-        };
-        let ev = KubeEvent {
-            type_,
-            reason: reason.to_string(),
-            note: Some(
-                format!("Ready={ready}: {message}")
-                    .chars()
-                    .take(1000)
-                    .collect(),
-            ),
-            action: "Probe".into(),
-            secondary: None,
-        };
-        let label = if ready == "True" { "Normal" } else { "Warning" };
-        self.send_event(key, e.object_ref.clone(), ev, label, reason);
-        info!(checker = %key, ready, reason, "Ready changed");
-    }
-
     async fn command(&mut self, c: Command) {
         match c {
             Command::Upsert { checker, initial } => self.upsert(checker, initial),
@@ -524,226 +503,6 @@ impl Engine {
             .set(self.entries.values().filter(|e| !e.draining).count() as i64);
     }
 
-    fn upsert(&mut self, checker: Incoming, initial: bool) {
-        let (key, namespace, name, rv, generation) = match &checker {
-            Incoming::Valid(wc, ..) => (
-                crate::api::object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
-                wc.namespace().unwrap_or_default(),
-                wc.name_any(),
-                wc.resource_version().unwrap_or_default(),
-                wc.metadata.generation,
-            ),
-            Incoming::Malformed {
-                namespace,
-                name,
-                resource_version,
-                generation,
-                ..
-            } => (
-                crate::api::object_key(namespace, name),
-                namespace.clone(),
-                name.clone(),
-                resource_version.clone(),
-                *generation,
-            ),
-        };
-        self.writer.observe_version(&key, &rv);
-        let existing = self
-            .entries
-            .get(&key)
-            .map(|e| ((e.spec.clone(), e.resolved.clone()), e.draining));
-        if let Some((_, true)) = existing {
-            // A drain was requested earlier and since withdrawn: resume, and
-            // do not hand over after all.
-            self.writer.withdraw_ack(&key);
-            if let Some(e) = self.entries.get_mut(&key) {
-                e.draining = false;
-            }
-        }
-        let (spec, resolved, patterns) = match &checker {
-            Incoming::Valid(wc, r, c) => (Some(wc.spec.clone()), r.clone(), c.clone()),
-            Incoming::Malformed { .. } => (None, Resolved::default(), None),
-        };
-        // Labels change without a new spec: the info series follows them.
-        if let (Incoming::Valid(wc, ..), Some(e)) = (&checker, self.entries.get_mut(&key)) {
-            let info = self.metrics.checker_info(wc);
-            if info != e.info {
-                e.info = info;
-                self.metrics.refresh_info(&e.namespace, &e.name, &e.info);
-            }
-        }
-        let unchanged =
-            matches!(&existing, Some(((old, old_r), false)) if *old == spec && *old_r == resolved);
-        if unchanged {
-            if let Some(e) = self.entries.get_mut(&key) {
-                e.generation = generation;
-            }
-            return;
-        }
-        let plan: Result<ProbePlan, String> = match &checker {
-            Incoming::Valid(wc, r, c) => plan_of(&self.prober, &wc.spec, r, c.as_ref()),
-            Incoming::Malformed { error, .. } => Err(format!(
-                "the object does not match the WebChecker schema: {error}"
-            )),
-        };
-        let object_ref = match &checker {
-            Incoming::Valid(wc, ..) => wc.object_ref(&()),
-            Incoming::Malformed {
-                namespace, name, ..
-            } => k8s_openapi::api::core::v1::ObjectReference {
-                api_version: Some(WebChecker::api_version(&()).to_string()),
-                kind: Some("WebChecker".into()),
-                namespace: Some(namespace.clone()),
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-        };
-        let new_entry = !self.entries.contains_key(&key);
-        if new_entry {
-            self.next_seq += 1;
-            self.ready.add_checker(&namespace);
-            let status = match &checker {
-                Incoming::Valid(wc, ..) => CheckerStatus::from_existing(wc.status.as_ref()),
-                Incoming::Malformed { .. } => CheckerStatus::from_existing(None),
-            };
-            self.entries.insert(
-                key.clone(),
-                Entry {
-                    seq: self.next_seq,
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    generation,
-                    spec: None,
-                    resolved: Resolved::default(),
-                    patterns: None,
-                    plan: None,
-                    object_ref: object_ref.clone(),
-                    delay: None,
-                    due: Instant::now(),
-                    inflight: None,
-                    draining: false,
-                    status,
-                    last_probe_wall: None,
-                    info: match &checker {
-                        Incoming::Valid(wc, ..) => self.metrics.checker_info(wc),
-                        Incoming::Malformed { .. } => Default::default(),
-                    },
-                },
-            );
-        }
-        let handover = match &checker {
-            Incoming::Valid(wc, ..) => wc
-                .annotations()
-                .get(LAST_PROBE_ANNOTATION)
-                .and_then(|v| v.parse::<i64>().ok()),
-            Incoming::Malformed { .. } => None,
-        };
-        let e = self.entries.get_mut(&key).expect("inserted above");
-        e.generation = generation;
-        e.spec = spec;
-        e.resolved = resolved;
-        e.patterns = patterns;
-        e.object_ref = object_ref;
-        self.apply_plan(&key, plan, handover, initial);
-    }
-
-    /// Re-plans a checker whose referenced values changed (same spec).
-    fn refresh(&mut self, key: &str, resolved: Resolved) {
-        let Some(e) = self.entries.get_mut(key) else {
-            return;
-        };
-        // A draining checker is re-resolved by the Upsert that resumes it.
-        if e.resolved == resolved || e.draining {
-            return;
-        }
-        let Some(spec) = e.spec.clone() else {
-            return;
-        };
-        let plan = plan_of(&self.prober, &spec, &resolved, e.patterns.as_ref());
-        e.resolved = resolved;
-        self.apply_plan(key, plan, None, false);
-    }
-
-    /// Installs a new plan (or the InvalidSpec condition) and (re)schedules.
-    fn apply_plan(
-        &mut self,
-        key: &str,
-        plan: Result<ProbePlan, String>,
-        handover: Option<i64>,
-        initial: bool,
-    ) {
-        let key = key.to_string();
-        let Some(e) = self.entries.get_mut(&key) else {
-            return;
-        };
-        let (namespace, name, generation) = (e.namespace.clone(), e.name.clone(), e.generation);
-        let old_interval = e.plan.as_ref().map(|p| p.interval);
-        match plan {
-            Ok(p) if p.suspend => {
-                e.plan = None;
-                if let Some(k) = e.delay.take() {
-                    self.queue.remove(&k);
-                }
-                let ctx = make_ctx(&self.settings, generation, Some(&p));
-                let fx = e.status.set_condition(
-                    "Unknown",
-                    "Suspended",
-                    "probing is suspended (spec.suspend)",
-                    &ctx,
-                );
-                self.metrics.forget_checker(&namespace, &name);
-                self.apply_effects(&key, fx);
-            }
-            Ok(p) => {
-                let interval = p.interval;
-                e.plan = Some(Arc::new(p));
-                let scheduled = e.delay.is_some() || e.inflight.is_some();
-                let now = Instant::now();
-                if !scheduled {
-                    let at = match handover {
-                        // Moved in: keep the old owner's cadence.
-                        Some(ms) => {
-                            let since = unix_ms(SystemTime::now()) - ms;
-                            let wait = interval.as_millis() as i64 - since;
-                            now + Duration::from_millis(
-                                wait.clamp(0, interval.as_millis() as i64) as u64
-                            )
-                        }
-                        None => {
-                            // At start-up spread the whole shard over one interval; a
-                            // checker that arrives later (new, or moved from a replica
-                            // that left) is probed almost at once, with a little jitter
-                            // so a burst of arrivals does not hit the pool in one tick.
-                            let spread = if initial {
-                                interval
-                            } else {
-                                interval.min(Duration::from_millis(100))
-                            };
-                            now + rand::rng().random_range(Duration::ZERO..=spread)
-                        }
-                    };
-                    self.schedule(&key, at);
-                } else if old_interval.is_some_and(|old| interval < old) && e.inflight.is_none() {
-                    // A shorter interval takes effect now, not after the old one ran out.
-                    let at = (e.due).min(now + interval);
-                    self.schedule(&key, at);
-                }
-            }
-            Err(msg) => {
-                e.plan = None;
-                if let Some(k) = e.delay.take() {
-                    self.queue.remove(&k);
-                }
-                warn!(checker = %key, reason = "InvalidSpec", "{msg}");
-                let ctx = make_ctx(&self.settings, generation, None);
-                let fx = e.status.set_condition("False", "InvalidSpec", &msg, &ctx);
-                self.metrics.set_up(&namespace, &name, &e.info, false);
-                self.apply_effects(&key, fx);
-            }
-        }
-        self.update_owned();
-    }
-
     fn apply_effects(&self, key: &str, fx: crate::status::Effects) {
         let Some(e) = self.entries.get(key) else {
             return;
@@ -757,50 +516,6 @@ impl Engine {
         }
         if let Some(message) = fx.certificate_expiring {
             self.emit_certificate(key, &message);
-        }
-    }
-
-    /// Warning event: CertificateExpiring turned True.
-    fn emit_certificate(&self, key: &str, message: &str) {
-        let Some(e) = self.entries.get(key) else {
-            return;
-        };
-        let reason = crate::status::CERTIFICATE_EXPIRING;
-        let ev = KubeEvent {
-            type_: EventType::Warning,
-            reason: reason.to_string(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "Probe".into(),
-            secondary: None,
-        };
-        self.send_event(key, e.object_ref.clone(), ev, "Warning", reason);
-        info!(checker = %key, "{message}");
-    }
-
-    /// Queues an Event without waiting: when the API server is slower than the
-    /// transitions (an overload, a flood of new checkers), Events are the first
-    /// thing to give up. Drops are counted; the log says so once per 1,000.
-    fn send_event(
-        &self,
-        key: &str,
-        object_ref: k8s_openapi::api::core::v1::ObjectReference,
-        ev: KubeEvent,
-        type_: &str,
-        reason: &str,
-    ) {
-        match self.events.try_send((object_ref, ev)) {
-            Ok(()) => self
-                .metrics
-                .events
-                .with_label_values(&[type_, reason])
-                .inc(),
-            Err(_) => {
-                self.metrics.events_dropped.inc();
-                let dropped = self.metrics.events_dropped.get();
-                if dropped % 1000 == 1 {
-                    warn!(checker = %key, dropped, "event queue full; Events dropped (webchecker_events_dropped_total)");
-                }
-            }
         }
     }
 }
@@ -818,17 +533,5 @@ impl InflightGuard {
 impl Drop for InflightGuard {
     fn drop(&mut self) {
         self.0.inflight.dec();
-    }
-}
-
-/// Publishes Kubernetes Events from a bounded queue.
-pub async fn run_events(
-    recorder: Recorder,
-    mut rx: mpsc::Receiver<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
-) {
-    while let Some((reference, ev)) = rx.recv().await {
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            debug!(error = %e, "event not published");
-        }
     }
 }
