@@ -84,6 +84,13 @@ REASON = (
 WITH_REASON = " * on (namespace, name) group_left (reason) group by (namespace, name, reason) (%s)" % REASON
 
 
+def success_ratio(by, success, probes):
+    """Successful / all probes over the range; 0, not empty, when none
+    succeeded (then no series has result="success")."""
+    all_ = "sum %s(increase(%s[$__range]))" % (by, probes)
+    return "(sum %s(increase(%s[$__range])) or 0 * %s) / %s" % (by, success, all_, all_)
+
+
 def quantile(q, bucket, by="", checker=False):
     s = csel(bucket) if checker else sel(bucket)
     grp = "le" if not by else by + ", le"
@@ -379,8 +386,8 @@ def fleet():
                targets("avg(%s)" % UPTIME, instant=True), "percentunit",
                thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
     L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range, from webchecker_probes_total. Single failures count here even when failureThreshold keeps the checker Ready.",
-               targets("sum(increase(%s[$__range])) / sum(increase(%s[$__range]))"
-                       % (csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")), instant=True),
+               targets(success_ratio("", csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")),
+                       instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
     L.add(stat("Certificates expiring < 30d", "https checkers a certificate of whose chain (leaf or intermediate) expires within 30 days (or has expired).",
                targets("count((min by (namespace, name) (%s > 0) - time()) < 30 * 86400) or vector(0)"
@@ -600,8 +607,8 @@ def checker():
                        % (osel("webchecker_up"), osel("webchecker_up")), instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 3, 4)
     L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range (webchecker_probes_total, all owners added up).",
-               targets("sum by (namespace, name) (increase(%s[$__range])) / sum by (namespace, name) (increase(%s[$__range]))"
-                       % (osel("webchecker_probes_total", 'result="success"'), probes), instant=True),
+               targets(success_ratio("by (namespace, name) ", osel("webchecker_probes_total", 'result="success"'), probes),
+                       instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 3, 4)
     L.add(stat("p90 probe duration over the range", "90th percentile of the whole probe duration over the dashboard's time range (webchecker_probe_duration_seconds; empty with --per-checker-histogram=false).",
                targets("histogram_quantile(0.9, sum by (namespace, name, le) (increase(%s[$__range])))"

@@ -213,7 +213,10 @@ async fn no_cluster_label(run: &Run) {
 pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, String)]) {
     let uptime = &exprs
         .iter()
-        .find(|(s, _)| s.contains(":Uptime over the range/"))
+        .find(|(s, _)| {
+            s.starts_with("dashboards/fleet-overview.json#")
+                && s.contains(":Uptime over the range/")
+        })
         .expect("the uptime stat")
         .1;
     let at = now_unix();
