@@ -43,7 +43,10 @@ Checks, per dashboard:
   table (a key of its organize transformation's renameByName).
 These include the rules of Grafana's dashboard-linter (`lint --strict`) that
 apply to these dashboards; the PromQL itself is checked against a real
-Prometheus with hack/extract-promql.py.
+Prometheus with hack/extract-promql.py. dashboard-linter itself cannot be
+built here: v0.2.0 needs github.com/grafana/grafana/apps/dashboard
+v0.0.0-20260602113031-3fcdbc5a6e5c, which the Go module proxy refuses (403
+"This module version is not available"), and v0.1.1 is not served at all.
 """
 import glob
 import json
