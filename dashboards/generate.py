@@ -11,12 +11,19 @@ is made once. Standard library only.
 Conventions (checked by hack/lint-dashboards.py):
 - data source: the `datasource` variable (type datasource, query prometheus);
   every panel and target says {"type": "prometheus", "uid": "${datasource}"};
-- every selector carries job=~"$job" and instance=~"$instance"; per-checker
-  selectors also namespace=~"$namespace" and name=~"$checker" (always =~, the
-  variables are multi-valued);
+- every selector carries cluster=~"$cluster", job=~"$job" and
+  instance=~"$instance"; per-checker selectors also namespace=~"$namespace" and
+  name=~"$checker" (=~: those variables are multi-valued); the checker
+  dashboard's namespace and checker are single-valued (one checker) and match
+  exactly: namespace="$namespace", name="$checker";
+- $cluster's "All" is .*, which also matches series without a cluster label
+  (a Prometheus without external labels or relabelling has none);
 - rates use [$__rate_interval];
 - per-checker series move between replicas (instance/pod change) when a
-  checker is reassigned, so per-checker queries aggregate by (namespace, name).
+  checker is reassigned, so per-checker queries aggregate by (namespace, name);
+- tables of checkers link each checker to the checker dashboard (data link on
+  the Checker column: namespace and checker set, time range, data source,
+  cluster and job kept).
 """
 import json
 import os
@@ -28,17 +35,25 @@ RI = "$__rate_interval"
 
 
 # --------------------------------------------------------------------- PromQL
-def sel(metric, *extra, checker=False):
-    """A selector with the dashboard's variables as matchers."""
-    m = ['job=~"$job"', 'instance=~"$instance"']
+def sel(metric, *extra, checker=False, one=False):
+    """A selector with the dashboard's variables as matchers; checker: a
+    per-checker metric (multi-valued namespace and checker), one: the same on
+    the checker dashboard (single-valued: exact match)."""
+    m = ['cluster=~"$cluster"', 'job=~"$job"', 'instance=~"$instance"']
     if checker:
         m += ['namespace=~"$namespace"', 'name=~"$checker"']
+    if one:
+        m += ['namespace="$namespace"', 'name="$checker"']
     m += list(extra)
     return "%s{%s}" % (metric, ", ".join(m))
 
 
 def csel(metric, *extra):
     return sel(metric, *extra, checker=True)
+
+
+def osel(metric, *extra):
+    return sel(metric, *extra, one=True)
 
 
 BUILD_INFO = sel("webchecker_build_info")
@@ -67,6 +82,13 @@ REASON = (
     'label_replace(%s, "reason", "none in 15m", "", "")' % (FAIL15, DOWN, DOWN)
 )
 WITH_REASON = " * on (namespace, name) group_left (reason) group by (namespace, name, reason) (%s)" % REASON
+
+
+def success_ratio(by, success, probes):
+    """Successful / all probes over the range; 0, not empty, when none
+    succeeded (then no series has result="success")."""
+    all_ = "sum %s(increase(%s[$__range]))" % (by, probes)
+    return "(sum %s(increase(%s[$__range])) or 0 * %s) / %s" % (by, success, all_, all_)
 
 
 def quantile(q, bucket, by="", checker=False):
@@ -173,7 +195,7 @@ def timeseries(title, desc, tgts, unit, stack=False, min_=None, max_=None, fill=
     }
 
 
-def stat(title, desc, tgts, unit, thr=None, decimals=None, mappings=None, graph=False):
+def stat(title, desc, tgts, unit, thr=None, decimals=None, mappings=None, graph=False, text="auto"):
     defaults = {"unit": unit, "color": {"mode": "thresholds"}, "thresholds": thr or thresholds("green")}
     if decimals is not None:
         defaults["decimals"] = decimals
@@ -185,7 +207,7 @@ def stat(title, desc, tgts, unit, thr=None, decimals=None, mappings=None, graph=
         "options": {
             "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
             "colorMode": "value", "graphMode": "area" if graph else "none",
-            "justifyMode": "auto", "orientation": "auto", "textMode": "auto",
+            "justifyMode": "auto", "orientation": "auto", "textMode": text,
             "wideLayout": True, "showPercentChange": False,
         },
         "targets": tgts,
@@ -221,16 +243,19 @@ def override(field, **props):
             "properties": [{"id": k, "value": v} for k, v in props.items()]}
 
 
-def state_timeline(title, desc, tgts, mappings):
+def state_timeline(title, desc, tgts, mappings, thr=None, show_value="never", unit=None):
+    defaults = {"color": {"mode": "thresholds"}, "mappings": mappings,
+                "thresholds": thr or thresholds("green"),
+                "custom": {"fillOpacity": 80, "lineWidth": 0}}
+    if unit:
+        defaults["unit"] = unit
     return {
         "type": "state-timeline", "title": title, "description": desc, "datasource": DS,
         "fieldConfig": {
-            "defaults": {"color": {"mode": "thresholds"}, "mappings": mappings,
-                         "thresholds": thresholds("green"),
-                         "custom": {"fillOpacity": 80, "lineWidth": 0}},
+            "defaults": defaults,
             "overrides": [],
         },
-        "options": {"mergeValues": True, "showValue": "never", "alignValue": "left", "rowHeight": 0.9,
+        "options": {"mergeValues": True, "showValue": show_value, "alignValue": "left", "rowHeight": 0.9,
                     "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False},
                     "tooltip": {"mode": "single", "sort": "none"}},
         "targets": tgts,
@@ -264,28 +289,61 @@ def mapping(values):
 
 
 # ------------------------------------------------------------------ templating
-def query_var(name, label, query, all_value):
-    return {
+def query_var(name, label, query, all_value=None):
+    """all_value None: a single-valued variable (no All), else multi-valued
+    with All = all_value."""
+    v = {
         "name": name, "label": label, "type": "query", "datasource": DS,
         "definition": query, "query": query, "refresh": 2, "regex": "", "sort": 1,
-        "multi": True, "includeAll": True, "allValue": all_value,
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "options": [], "hide": 0, "skipUrlSync": False,
     }
+    if all_value is None:
+        v.update({"multi": False, "includeAll": False, "current": {}})
+    else:
+        v.update({"multi": True, "includeAll": True, "allValue": all_value,
+                  "current": {"selected": True, "text": ["All"], "value": ["$__all"]}})
+    v.update({"options": [], "hide": 0, "skipUrlSync": False})
+    return v
 
 
-TEMPLATING = {"list": [
-    {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
-     "current": {}, "options": [], "refresh": 1, "regex": "", "hide": 0,
-     "includeAll": False, "multi": False, "skipUrlSync": False},
-    query_var("job", "Job", "label_values(webchecker_build_info, job)", ".+"),
-    query_var("instance", "Instance", 'label_values(webchecker_build_info{job=~"$job"}, instance)', ".+"),
-    query_var("namespace", "Namespace", "label_values(webchecker_up, namespace)", ".*"),
-    query_var("checker", "Checker", 'label_values(webchecker_up{namespace=~"$namespace"}, name)', ".*"),
-]}
+CLUSTER = 'cluster=~"$cluster"'
+JOB = 'job=~"$job"'
 
 
-def dashboard(uid, title, desc, layout):
+def templating(one_checker=False):
+    """one_checker: namespace and checker single-valued (the checker dashboard)."""
+    all_checkers = None if one_checker else ".*"
+    ns_match = 'namespace="$namespace"' if one_checker else 'namespace=~"$namespace"'
+    return {"list": [
+        {"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+         "current": {}, "options": [], "refresh": 1, "regex": "", "hide": 0,
+         "includeAll": False, "multi": False, "skipUrlSync": False},
+        # All = .*: also the series without a cluster label (no external label set).
+        query_var("cluster", "Cluster", "label_values(webchecker_build_info, cluster)", ".*"),
+        query_var("job", "Job", "label_values(webchecker_build_info{%s}, job)" % CLUSTER, ".+"),
+        query_var("instance", "Instance", "label_values(webchecker_build_info{%s, %s}, instance)" % (CLUSTER, JOB), ".+"),
+        query_var("namespace", "Namespace", "label_values(webchecker_up{%s, %s}, namespace)" % (CLUSTER, JOB),
+                  all_checkers),
+        query_var("checker", "Checker", "label_values(webchecker_up{%s, %s, %s}, name)" % (CLUSTER, JOB, ns_match),
+                  all_checkers),
+    ]}
+
+
+CHECKER_UID = "webchecker-checker"
+
+
+def checker_link():
+    """Data link of a table's Checker column to the checker dashboard. The
+    instance filter is not carried: the checker dashboard follows the checker
+    across the replicas that owned it."""
+    return [{
+        "title": "Checker dashboard: ${__data.fields.namespace}/${__data.fields.name}",
+        "url": "/d/%s/webchecker-checker?${__url_time_range}&${datasource:queryparam}&${cluster:queryparam}"
+               "&${job:queryparam}&var-namespace=${__data.fields.namespace}&var-checker=${__data.fields.name}" % CHECKER_UID,
+        "targetBlank": False,
+    }]
+
+
+def dashboard(uid, title, desc, layout, one_checker=False):
     return {
         "annotations": {"list": []},
         "description": desc,
@@ -301,7 +359,7 @@ def dashboard(uid, title, desc, layout):
         "refresh": "1m",
         "schemaVersion": 39,
         "tags": ["webchecker", "kubernetes-operator"],
-        "templating": TEMPLATING,
+        "templating": templating(one_checker),
         "time": {"from": "now-6h", "to": "now"},
         "timepicker": {},
         "timezone": "",
@@ -328,8 +386,8 @@ def fleet():
                targets("avg(%s)" % UPTIME, instant=True), "percentunit",
                thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
     L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range, from webchecker_probes_total. Single failures count here even when failureThreshold keeps the checker Ready.",
-               targets("sum(increase(%s[$__range])) / sum(increase(%s[$__range]))"
-                       % (csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")), instant=True),
+               targets(success_ratio("", csel("webchecker_probes_total", 'result="success"'), csel("webchecker_probes_total")),
+                       instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 4, 4)
     L.add(stat("Certificates expiring < 30d", "https checkers a certificate of whose chain (leaf or intermediate) expires within 30 days (or has expired).",
                targets("count((min by (namespace, name) (%s > 0) - time()) < 30 * 86400) or vector(0)"
@@ -355,7 +413,8 @@ def fleet():
                 "short",
                 rename={"namespace": "Namespace", "name": "Checker", "reason": "Reason",
                         "Value #A": "Failures (15m)", "Value #B": "Since last success", "Value #C": "Last HTTP status"},
-                overrides=[override("Since last success", unit="s"), override("Last HTTP status", unit="none")],
+                overrides=[override("Since last success", unit="s"), override("Last HTTP status", unit="none"),
+                           override("Checker", links=checker_link())],
                 sort_by=("Failures (15m)", True)), 14, 9)
     L.add(timeseries("Failures by reason", "Failed probes per second by reason (webchecker_probes_total{result=\"failure\"}).",
                      targets(("sum by (reason) (rate(%s[%s]))" % (csel("webchecker_probes_total", 'result="failure"'), RI), "{{reason}}")),
@@ -391,7 +450,8 @@ def fleet():
                 targets("sort((min by (namespace, name) (%s > 0) - time()) < 30 * 86400)"
                         % csel("webchecker_certificate_expiry_timestamp_seconds"), instant=True, fmt="table"),
                 "s", rename={"namespace": "Namespace", "name": "Checker", "Value": "Expires in"},
-                overrides=[override("Expires in", **{"custom.cellOptions": {"type": "color-background"}})],
+                overrides=[override("Expires in", **{"custom.cellOptions": {"type": "color-background"}}),
+                           override("Checker", links=checker_link())],
                 thr=thresholds("red", 7 * 86400, "orange", 14 * 86400, "green"),
                 sort_by=("Expires in", False)), 24, 8)
     return dashboard("webchecker-fleet-overview", "WebChecker / Fleet overview",
@@ -510,9 +570,102 @@ def operator():
     L.add(table("Owner of selected checkers", "The replica that owns (probes) each selected checker now, and whether the checker is Ready (1) or not (0). Same as `kubectl get wc -A -L webchecker.test.network.io/owner`.",
                 targets("max by (namespace, name, replica) (%s)" % by_replica(csel("webchecker_up")), instant=True, fmt="table"),
                 "short", rename={"namespace": "Namespace", "name": "Checker", "replica": "Owner", "Value": "Ready"},
+                overrides=[override("Checker", links=checker_link())],
                 sort_by=("Namespace", False)), 12, 8)
     return dashboard("webchecker-operator-health", "WebChecker / Operator health",
                      "Replicas, leadership, sharding, scheduling, Kubernetes API use and resources of webchecker-operator.", L)
+
+
+# ------------------------------------------------------------------- checker
+def checker():
+    """One checker (the single-valued namespace and checker variables), across
+    the replicas that owned it: every query aggregates by (namespace, name) or
+    finer, never by instance, so that a move neither splits nor duplicates it."""
+    L = Layout()
+    one = "max by (namespace, name) (%s)"
+    up = one % osel("webchecker_up")
+    owner = "group by (namespace, name, replica) (%s * on (job, instance) group_left (replica) %s)" % (
+        osel("webchecker_up"), BUILD_INFO)
+    probes = osel("webchecker_probes_total")
+    failures = osel("webchecker_probes_total", 'result="failure"')
+    expiry = "(min by (namespace, name) (%s > 0) - time()) / 86400" % osel("webchecker_certificate_expiry_timestamp_seconds")
+    status_thr = thresholds("red", 200, "green", 300, "blue", 400, "orange", 500, "red")
+    no_response = [{"type": "value", "options": {"0": {"text": "no response", "color": "red", "index": 0}}}]
+    ok_fail = mapping([(0, "failing", "red"), (1, "ok", "green")])
+
+    L.row("Now")
+    L.add(stat("Ready", "The checker's Ready condition now (webchecker_up, which honours failureThreshold and successThreshold).",
+               targets(up, instant=True), "none", mappings=mapping([(0, "not ready", "red"), (1, "ready", "green")])), 3, 4)
+    L.add(stat("Last probe", "Outcome of the last probe (webchecker_last_probe_success: no thresholds, flips on every single failure).",
+               targets(one % osel("webchecker_last_probe_success"), instant=True), "none",
+               mappings=mapping([(0, "failed", "red"), (1, "succeeded", "green")])), 3, 4)
+    L.add(stat("Last HTTP status", "HTTP status code of the last probe's response (webchecker_last_status_code); no response: DNS, connect or TLS error, timeout, forbidden address.",
+               targets(one % osel("webchecker_last_status_code"), instant=True), "none",
+               thr=status_thr, mappings=no_response), 3, 4)
+    L.add(stat("Uptime over the range", "Time-weighted fraction of Ready samples over the dashboard's time range, with the samples of every replica that owned the checker in it.",
+               targets("sum by (namespace, name) (sum_over_time(%s[$__range])) / sum by (namespace, name) (count_over_time(%s[$__range]))"
+                       % (osel("webchecker_up"), osel("webchecker_up")), instant=True),
+               "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 3, 4)
+    L.add(stat("Probe success ratio over the range", "Successful probes / all probes over the dashboard's time range (webchecker_probes_total, all owners added up).",
+               targets(success_ratio("by (namespace, name) ", osel("webchecker_probes_total", 'result="success"'), probes),
+                       instant=True),
+               "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 3, 4)
+    L.add(stat("p90 probe duration over the range", "90th percentile of the whole probe duration over the dashboard's time range (webchecker_probe_duration_seconds; empty with --per-checker-histogram=false).",
+               targets("histogram_quantile(0.9, sum by (namespace, name, le) (increase(%s[$__range])))"
+                       % osel("webchecker_probe_duration_seconds_bucket"), instant=True),
+               "s", thr=thresholds("green", 1, "orange", 5, "red"), decimals=3), 3, 4)
+    L.add(stat("Certificate expires in", "Days until the earliest notAfter of the certificate chain presented at the last TLS handshake (webchecker_certificate_expiry_timestamp_seconds); negative: expired. https checkers only. The alert WebCheckerCertificateExpiring fires under 14 days.",
+               targets(expiry, instant=True), "d", thr=thresholds("red", 7, "orange", 14, "green"), decimals=1), 3, 4)
+    L.add(stat("Owner", "The replica that owns (probes) the checker now: the replica label of webchecker_build_info joined to the webchecker_up series of its owner.",
+               targets((owner, "{{replica}}"), instant=True), "none", text="name"), 3, 4)
+
+    L.row("Availability")
+    L.add(state_timeline("Ready and last probe", "Ready condition (webchecker_up) and outcome of the last probe (webchecker_last_probe_success) over time. A gap: no owner exported the checker (suspended, or between two owners).",
+                         targets((up, "Ready"), (one % osel("webchecker_last_probe_success"), "Last probe")), ok_fail), 24, 5)
+    L.add(state_timeline("HTTP status", "HTTP status of the last probe over time (webchecker_last_status_code): green 2xx, blue 3xx, orange 4xx, red 5xx and no response.",
+                         targets((one % osel("webchecker_last_status_code"), "status")), no_response,
+                         thr=status_thr, show_value="auto", unit="none"), 24, 4)
+    L.add(state_timeline("Owner replica", "Which replica owned (probed) the checker over time; a move (rebalance, drain, dead or departed owner) shows as a change of row.",
+                         targets((owner, "{{replica}}")), mapping([(1, "owner", "blue")])), 24, 5)
+
+    L.row("Probes")
+    L.add(timeseries("Probes per second", "Probes per second by result (rate of webchecker_probes_total, all owners added up).",
+                     targets(("sum by (namespace, name, result) (rate(%s[%s]))" % (probes, RI), "{{result}}")),
+                     "reqps", stack=True, min_=0,
+                     overrides=[override("failure", color={"mode": "fixed", "fixedColor": "red"}),
+                                override("success", color={"mode": "fixed", "fixedColor": "green"})]), 12, 8)
+    L.add(timeseries("Failures by reason", "Failed probes per second by reason (webchecker_probes_total{result=\"failure\"}).",
+                     targets(("sum by (namespace, name, reason) (rate(%s[%s]))" % (failures, RI), "{{reason}}")),
+                     "reqps", stack=True, min_=0), 12, 8)
+    L.add(table("Failure reasons", "Failed probes by reason over the dashboard's time range and in the last 15 minutes (increase of webchecker_probes_total{result=\"failure\"}, all owners added up). Empty: no failure in the range.",
+                targets("sort_desc(sum by (namespace, name, reason) (increase(%s[$__range])) > 0)" % failures,
+                        "sum by (namespace, name, reason) (increase(%s[15m]))" % failures,
+                        instant=True, fmt="table"),
+                "short", rename={"reason": "Reason", "Value #A": "Failures (range)", "Value #B": "Failures (15m)"},
+                exclude=("Time", "namespace", "name"), sort_by=("Failures (range)", True)), 24, 6)
+
+    L.row("Latency")
+    L.add(timeseries("Probe duration percentiles", "p50, p90 and p99 of the whole probe duration (webchecker_probe_duration_seconds, the buckets of all owners added up; empty with --per-checker-histogram=false).",
+                     targets(*[("histogram_quantile(%s, sum by (namespace, name, le) (rate(%s[%s])))"
+                                % (q, osel("webchecker_probe_duration_seconds_bucket"), RI), "p%d" % round(q * 100))
+                               for q in (0.5, 0.9, 0.99)]),
+                     "s", min_=0), 12, 8)
+    L.add(timeseries("Probe phases", "Duration of each phase of the last probe: resolve (DNS), connect (TCP), tls (handshake), processing (request sent to first response byte), transfer (body read) (webchecker_probe_phase_duration_seconds, a gauge: the last probe's, not a distribution).",
+                     targets(("max by (namespace, name, phase) (%s)" % osel("webchecker_probe_phase_duration_seconds"), "{{phase}}")),
+                     "s", stack=True, min_=0), 12, 8)
+
+    L.row("TLS")
+    L.add(timeseries("Certificate days left", "Days until the earliest notAfter of the chain over time; a renewal shows as a jump. https checkers only.",
+                     targets((expiry, "days left")), "d"), 8, 8)
+    L.add(table("Certificate chain", "The certificates of the chain at the last TLS handshake (webchecker_certificate_info): position 0 is the leaf, then the intermediates. https checkers only.",
+                targets("max by (namespace, name, position, subject, issuer, serial, not_after) (%s)"
+                        % osel("webchecker_certificate_info"), instant=True, fmt="table"),
+                "none", rename={"position": "Position", "subject": "Subject", "issuer": "Issuer", "serial": "Serial",
+                                "not_after": "Not after"},
+                exclude=("Time", "namespace", "name", "Value"), sort_by=("Position", False)), 16, 8)
+    return dashboard(CHECKER_UID, "WebChecker / Checker",
+                     "One WebChecker across the replicas that owned it: Ready, HTTP status, failures, latency, certificate and owner.",
+                     L, one_checker=True)
 
 
 def render(d):
@@ -522,7 +675,7 @@ def render(d):
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
-    for name, d in (("fleet-overview.json", fleet()), ("operator-health.json", operator())):
+    for name, d in (("fleet-overview.json", fleet()), ("operator-health.json", operator()), ("checker.json", checker())):
         path = os.path.join(HERE, name)
         text = render(d)
         old = open(path, encoding="utf-8").read() if os.path.exists(path) else None

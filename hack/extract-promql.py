@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints every PromQL expression of the dashboards and alert rules as JSON lines.
 
-    python3 hack/extract-promql.py [FILE ...]
+    python3 hack/extract-promql.py [--var NAME=VALUE ...] [FILE ...]
 
 Without arguments it reads dashboards/*.json and alerts/*.yaml (except
 *.test.yaml) of the repository. Each output line is
@@ -13,8 +13,14 @@ expression can be sent as is to /api/v1/query:
 
     $__rate_interval, $__interval -> 1m     $__range -> 1h
     $__range_s -> 3600                      $__range_ms, $__interval_ms -> ms
-    dashboard variables ($namespace, $checker, $job, $instance, ...) -> .*
-      (the dashboards use them only as =~ matchers, which
+    multi-valued dashboard variables ($cluster, $job, $instance, $namespace,
+      $checker, ...) -> their allValue, what Grafana sends for "All" (.*
+      for $cluster also matches series without a cluster label)
+    single-valued ones (the checker dashboard's $namespace and $checker):
+      NAME="$v" -> NAME=~".*" (every checker at once: still valid PromQL)
+    --var NAME=VALUE: that value instead (regex-escaped in =~ matchers,
+      as Grafana does), e.g. --var namespace=shop --var checker=api
+      (the dashboards use variables only as whole matcher values, which
        hack/lint-dashboards.py enforces)
 
 Template variable queries label_values(SELECTOR, label) are emitted with
@@ -270,16 +276,32 @@ def load_yaml(path):
 
 
 # ------------------------------------------------------------------ dashboards
-def substitute(expr, variables, where):
+def substitute(expr, variables, where, values):
+    """variables: name -> allValue of a multi-valued variable, None for a
+    single-valued one; values: the --var values."""
     if "${datasource}" in expr or "$datasource" in expr:
         raise ExtractError("%s: the data source variable appears in an expression" % where)
+
+    def single(m):
+        label, name = m.group(1), m.group(2) or m.group(3)
+        if name in values:
+            return '%s="%s"' % (label, values[name].replace("\\", "\\\\").replace('"', '\\"'))
+        return '%s=~".*"' % label
+
+    single_names = "|".join(re.escape(n) for n, v in variables.items() if v is None)
+    if single_names:
+        expr = re.sub(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?:\$(%s)|\$\{(%s)\})"' % (single_names, single_names), single, expr)
 
     def repl(m):
         name = m.group(1) or m.group(2) or m.group(3)
         if name in GLOBALS:
             return GLOBALS[name]
+        if name in variables and variables[name] is not None:
+            if name in values:
+                return re.sub(r"([\\.^$*+?()\[\]{}|])", r"\\\\\1", values[name])
+            return variables[name]
         if name in variables:
-            return ".*"
+            raise ExtractError("%s: single-valued $%s outside a NAME=\"$%s\" matcher in %r" % (where, name, name, expr))
         raise ExtractError("%s: unknown variable $%s in %r" % (where, name, expr))
 
     return VAR_RE.sub(repl, expr)
@@ -291,14 +313,15 @@ def walk_panels(panels):
         yield from walk_panels(p.get("panels"))
 
 
-def dashboard_exprs(path, rel):
+def dashboard_exprs(path, rel, values):
     with open(path, encoding="utf-8") as f:
         try:
             d = json.load(f)
         except ValueError as e:
             raise ExtractError("%s: invalid JSON: %s" % (rel, e))
     tlist = (d.get("templating") or {}).get("list") or []
-    variables = {v.get("name") for v in tlist if v.get("type") != "datasource"}
+    variables = {v.get("name"): (v.get("allValue") or ".*") if v.get("multi") or v.get("includeAll") else None
+                 for v in tlist if v.get("type") != "datasource"}
     for v in tlist:
         if v.get("type") != "query":
             continue
@@ -308,14 +331,14 @@ def dashboard_exprs(path, rel):
         m = re.match(r"^\s*label_values\((.*),\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$", q or "", re.S)
         if m:
             where = "%s#variable=%s" % (rel, v.get("name"))
-            yield where, substitute(m.group(1), variables, where)
+            yield where, substitute(m.group(1), variables, where, values)
     for p in walk_panels(d.get("panels")):
         for t in p.get("targets") or []:
             expr = t.get("expr")
             if not expr:
                 continue
             where = "%s#panel=%s:%s/target=%s" % (rel, p.get("id"), p.get("title", ""), t.get("refId", "?"))
-            yield where, substitute(expr, variables, where)
+            yield where, substitute(expr, variables, where, values)
 
 
 def rules_exprs(path, rel):
@@ -333,6 +356,14 @@ def rules_exprs(path, rel):
 
 
 def main(argv):
+    values = {}
+    while argv and argv[0] == "--var":
+        if len(argv) < 2 or not re.match(r"^[A-Za-z0-9_]+=", argv[1]):
+            print("extract-promql: --var wants NAME=VALUE", file=sys.stderr)
+            return 2
+        name, value = argv[1].split("=", 1)
+        values[name] = value
+        argv = argv[2:]
     files = argv or sorted(glob.glob(os.path.join(ROOT, "dashboards", "*.json"))) + sorted(
         f for f in glob.glob(os.path.join(ROOT, "alerts", "*.yaml")) + glob.glob(os.path.join(ROOT, "alerts", "*.yml"))
         if not re.search(r"\.test\.ya?ml$", f))
@@ -343,7 +374,7 @@ def main(argv):
         out = []
         for path in files:
             rel = os.path.relpath(os.path.abspath(path), ROOT)
-            gen = dashboard_exprs(path, rel) if path.endswith(".json") else rules_exprs(path, rel)
+            gen = dashboard_exprs(path, rel, values) if path.endswith(".json") else rules_exprs(path, rel)
             for source, expr in gen:
                 out.append(json.dumps({"source": source, "expr": expr}, ensure_ascii=False))
     except (ExtractError, OSError) as e:

@@ -12,8 +12,13 @@ Checks, per dashboard:
   (unique), schemaVersion >= 39, editable false;
 - template variables: one `datasource` variable (type datasource, query
   prometheus, label "Data source"); query variables use ${datasource}, refresh
-  on time range change (2), are multi-value with includeAll and an allValue;
-  the variables job, instance, namespace and checker exist;
+  on time range change (2), and are either multi-valued (multi, includeAll
+  and an allValue) or single-valued (none of the three: a dashboard about one
+  thing, e.g. the checker dashboard's namespace and checker); cluster, job and
+  instance are multi-valued, and cluster's allValue is .* so that "All" also
+  matches series without a cluster label; the variables cluster, job,
+  instance, namespace and checker exist; a variable's query uses only the
+  variables defined before it, as the panels do;
 - no hard-coded data source anywhere: every "datasource" is the variable;
 - panels: integer ids unique in the dashboard, gridPos with x, y, w, h inside
   the 24-column grid, no two panels overlap; every panel except rows has a
@@ -22,14 +27,26 @@ Checks, per dashboard:
 - targets: datasource variable, a unique refId, a non-empty expr.
 - expressions (a small PromQL tokenizer, not a full parser):
   balanced brackets and quotes; no data source variable; only known
-  variables; dashboard variables only as the whole value of an =~ matcher
-  (they are multi-valued: regex alternations); every selector has
+  variables; a multi-valued variable only as the whole value of an =~
+  matcher (its values are a regex alternation), a single-valued one only as
+  the whole value of an = matcher (Grafana does not regex-escape it, so =~
+  would let "a.b" match "axb"); every selector has cluster=~"$cluster",
   job=~"$job" and instance=~"$instance", and selectors of per-checker metrics
-  also namespace=~"$namespace" and name=~"$checker"; rate()/irate() ranges are
-  [$__rate_interval]; counters (*_total) only inside rate/irate/increase.
+  also namespace and name matched with $namespace and $checker; rate()/irate()
+  ranges are [$__rate_interval]; counters (*_total) only inside
+  rate/irate/increase.
+- data links (fieldConfig links, panel links) to a dashboard (/d/UID...):
+  UID is one of the dashboards linted, the link keeps the time range
+  (${__url_time_range}) and the data source (${datasource:queryparam}), sets
+  every single-valued variable of the target (var-NAME=...), names only
+  variables the target has, and ${__data.fields.F} names a column of the
+  table (a key of its organize transformation's renameByName).
 These include the rules of Grafana's dashboard-linter (`lint --strict`) that
 apply to these dashboards; the PromQL itself is checked against a real
-Prometheus with hack/extract-promql.py.
+Prometheus with hack/extract-promql.py. dashboard-linter itself cannot be
+built here: v0.2.0 needs github.com/grafana/grafana/apps/dashboard
+v0.0.0-20260602113031-3fcdbc5a6e5c, which the Go module proxy refuses (403
+"This module version is not available"), and v0.1.1 is not served at all.
 """
 import glob
 import json
@@ -41,7 +58,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIN_SCHEMA = 39
 GRID_W = 24
 DS_REFS = {"$datasource", "${datasource}"}
-REQUIRED_VARS = ("job", "instance", "namespace", "checker")
+REQUIRED_VARS = ("cluster", "job", "instance", "namespace", "checker")
+# Always multi-valued, with these allValues. cluster: .* also matches series
+# without the label (Prometheus without external labels); job and instance:
+# .+ as dashboard-linter's template-job-rule and template-instance-rule.
+MULTI_VARS = {"cluster": ".*", "job": ".+", "instance": ".+"}
 GLOBAL_VARS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s", "__range_ms",
                "__from", "__to", "__dashboard", "__name", "__org", "__user"}
 # Panels whose numbers need a unit (as dashboard-linter's panel-units-rule).
@@ -50,7 +71,7 @@ NO_QUERY_PANELS = {"row", "text", "dashlist", "news", "welcome"}
 PER_CHECKER = re.compile(
     r"^webchecker_(probe_duration_seconds(_bucket|_sum|_count)?|probes_total|up|last_probe_success|"
     r"last_status_code|last_success_timestamp_seconds|probe_phase_duration_seconds|"
-    r"certificate_expiry_timestamp_seconds)$")
+    r"certificate_expiry_timestamp_seconds|certificate_info|checker_info|tls_info|http_version)$")
 AGGREGATORS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
                "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
@@ -204,6 +225,10 @@ class Linter:
         self.problems = []
         self.uids = {}
         self.titles = {}
+        # uid -> {variable name: kind}, for the links between dashboards.
+        self.variables = {}
+        # (where, url, columns of the table or None, variables of its dashboard)
+        self.links = []
 
     def err(self, where, msg):
         self.problems.append("%s: %s" % (where, msg))
@@ -265,6 +290,8 @@ class Linter:
             self.err(rel, "editable must be false (provisioned dashboards are changed in the repository)")
         self.find_hardcoded(rel, d, "")
         variables = self.lint_templating(rel, d)
+        if isinstance(uid, str):
+            self.variables[uid] = variables
         self.lint_panels(rel, d, variables)
 
     def lint_templating(self, rel, d):
@@ -286,9 +313,12 @@ class Linter:
                 self.err(rel, "datasource variable query is %r, not 'prometheus'" % v.get("query"))
             if v.get("label") != "Data source":
                 self.err(rel, "datasource variable label is %r, not 'Data source'" % v.get("label"))
+        kinds = {}
         for v in tl:
-            where = "%s: variable %r" % (rel, v.get("name"))
+            name = v.get("name")
+            where = "%s: variable %r" % (rel, name)
             if v.get("type") != "query":
+                kinds[name] = v.get("type")
                 continue
             self.check_ds(where, v.get("datasource"), "variable")
             if v.get("refresh") != 2:
@@ -298,18 +328,30 @@ class Linter:
                 q = q.get("query")
             if not isinstance(q, str) or not re.match(r"^\s*(label_values|label_names|metrics|query_result)\(.+\)\s*$", q, re.S):
                 self.err(where, "query %r is not label_values(...)/query_result(...)" % (q,))
-            if not v.get("multi") or not v.get("includeAll"):
+            elif kinds:
+                # Chained variables: only those defined before this one.
+                self.lint_var_refs(where, q, kinds)
+            multi, include_all, all_value = bool(v.get("multi")), bool(v.get("includeAll")), v.get("allValue")
+            if multi and include_all and all_value:
+                kinds[name] = "multi"
+            elif not multi and not include_all and not all_value:
+                kinds[name] = "single"
+            else:
+                kinds[name] = "multi"
+                self.err(where, "must be multi-valued (multi, includeAll and an allValue such as .* or .+, so that "
+                                "'All' is one regex, not a list of every value) or single-valued (none of the three)")
+            if name in MULTI_VARS and kinds[name] == "single":
                 self.err(where, "must be multi-value with includeAll")
-            if not v.get("allValue"):
-                self.err(where, "needs an allValue (e.g. .* or .+) so that 'All' is one regex, not a list of every value")
-            if v.get("name") in ("job", "instance") and v.get("allValue") != ".+":
-                self.err(where, "allValue must be '.+' (dashboard-linter template-%s-rule)" % v.get("name"))
-            if v.get("name") in ("job", "instance") and v.get("label") != v.get("name").title():
-                self.err(where, "label must be %r" % v.get("name").title())
+            if name in MULTI_VARS and kinds[name] == "multi" and all_value != MULTI_VARS[name]:
+                why = ("matches series without a cluster label too" if name == "cluster"
+                       else "dashboard-linter template-%s-rule" % name)
+                self.err(where, "allValue must be %r (%s)" % (MULTI_VARS[name], why))
+            if name in ("job", "instance") and v.get("label") != name.title():
+                self.err(where, "label must be %r" % name.title())
         for req in REQUIRED_VARS:
             if req not in names:
                 self.err(rel, "missing template variable %r" % req)
-        return {n for n in names if n}
+        return {n: k for n, k in kinds.items() if n}
 
     def lint_panels(self, rel, d, variables):
         panels = d.get("panels")
@@ -365,6 +407,7 @@ class Linter:
             return
         self.check_ds(where, p.get("datasource"), "panel")
         defaults = ((p.get("fieldConfig") or {}).get("defaults") or {})
+        self.collect_links(where, p, variables)
         if ptype in UNIT_PANELS:
             has_unit = bool(defaults.get("unit")) or any(
                 prop.get("id") == "unit" and prop.get("value")
@@ -390,37 +433,93 @@ class Linter:
                 continue
             self.lint_expr(twhere, expr, variables)
 
-    def lint_expr(self, where, expr, variables):
-        dash_vars = variables - {"datasource"}
+    def lint_var_refs(self, where, expr, variables):
+        """Variables in an expression: known, and each the whole value of a
+        matcher of its kind (=~ multi-valued, = single-valued)."""
         for m in re.finditer(r"\$\{[^}]*\}|\$[A-Za-z0-9_]+|\[\[[^\]]*\]\]", expr):
             name = var_name(m.group())
+            kind = variables.get(name)
+            before, after = expr[:m.start()], expr[m.end():]
             if name == "datasource":
                 self.err(where, "the datasource variable appears in the expression")
-            elif name in dash_vars:
-                before = expr[:m.start()]
-                after = expr[m.end():]
+            elif kind == "multi":
                 if not (re.search(r'=~\s*"$', before) and after.startswith('"')):
                     self.err(where, "$%s must be the whole value of an =~ matcher (=~\"$%s\"): it is multi-valued" % (name, name))
+            elif kind == "single":
+                if not (re.search(r'(^|[^=!~<>])=\s*"$', before) and after.startswith('"')):
+                    self.err(where, "$%s must be the whole value of an = matcher (=\"$%s\"): it is single-valued, "
+                                    "and Grafana does not regex-escape it" % (name, name))
             elif name not in GLOBAL_VARS:
                 self.err(where, "unknown variable $%s" % name)
+
+    def lint_expr(self, where, expr, variables):
+        self.lint_var_refs(where, expr, variables)
         selectors, problems = analyse(expr)
         for pr in problems:
             self.err(where, pr)
+        op = {var: "=" if variables.get(var) == "single" else "=~" for var in ("namespace", "checker")}
         for s in selectors:
             label = s["name"] or "{...}"
-            ms = {(k, op, v) for k, op, v in s["matchers"]}
-            for var in ("job", "instance"):
+            ms = {(k, o, v) for k, o, v in s["matchers"]}
+            for var in ("cluster", "job", "instance"):
                 if (var, "=~", "$" + var) not in ms:
                     self.err(where, '%s lacks %s=~"$%s"' % (label, var, var))
             if s["name"] and PER_CHECKER.match(s["name"]):
                 for lab, var in (("namespace", "namespace"), ("name", "checker")):
-                    if (lab, "=~", "$" + var) not in ms:
-                        self.err(where, '%s lacks %s=~"$%s"' % (label, lab, var))
+                    if (lab, op[var], "$" + var) not in ms:
+                        self.err(where, '%s lacks %s%s"$%s"' % (label, lab, op[var], var))
             if s["range"] is not None and s["func"] in ("rate", "irate") and s["range"] not in ("$__rate_interval", "${__rate_interval}"):
                 self.err(where, "%s(%s[%s]): use [$__rate_interval]" % (s["func"], label, s["range"]))
             if s["name"] and s["name"].endswith("_total"):
                 if s["range"] is None or s["func"] not in COUNTER_FUNCS or not s["direct"]:
                     self.err(where, "counter %s must be wrapped in rate/irate/increase" % label)
+
+    # ---------------------------------------------------------------- links
+    def collect_links(self, where, p, variables):
+        fc = p.get("fieldConfig") or {}
+        links = list((fc.get("defaults") or {}).get("links") or []) + list(p.get("links") or [])
+        for o in fc.get("overrides") or []:
+            for prop in o.get("properties") or []:
+                if prop.get("id") == "links":
+                    links += prop.get("value") or []
+        columns = None
+        for t in p.get("transformations") or []:
+            if t.get("id") == "organize":
+                columns = set(((t.get("options") or {}).get("renameByName") or {}))
+        for link in links:
+            url = link.get("url") or ""
+            if not (link.get("title") or "").strip():
+                self.err(where, "link %r has no title" % url)
+            if url.startswith("/d/"):
+                self.links.append((where, url, columns, variables))
+
+    def finish(self):
+        """Checks the links between dashboards, once every file is read."""
+        for where, url, columns, variables in self.links:
+            uid = re.split(r"[/?]", url[3:], maxsplit=1)[0]
+            target = self.variables.get(uid)
+            if target is None:
+                self.err(where, "link to /d/%s: no dashboard with that uid among those linted" % uid)
+                continue
+            if "${__url_time_range}" not in url:
+                self.err(where, "link to %s does not keep the time range (${__url_time_range})" % uid)
+            if "${datasource:queryparam}" not in url:
+                self.err(where, "link to %s does not keep the data source (${datasource:queryparam})" % uid)
+            set_vars = re.findall(r"[?&]var-([A-Za-z0-9_]+)=", url)
+            carried = re.findall(r"\$\{([A-Za-z0-9_]+):queryparam\}", url)
+            for name in set_vars + carried:
+                if name not in target:
+                    self.err(where, "link to %s sets variable %r, which that dashboard does not have" % (uid, name))
+            for name in carried:
+                if name not in variables:
+                    self.err(where, "link carries ${%s:queryparam}, which this dashboard does not have" % name)
+            for name, kind in sorted(target.items()):
+                if kind == "single" and name not in set_vars:
+                    self.err(where, "link to %s does not set its single-valued variable %r (var-%s=...)" % (uid, name, name))
+            for field in re.findall(r"\$\{__data\.fields\.([^}:]+)(?::[^}]*)?\}", url):
+                if columns is None or field not in columns:
+                    self.err(where, "link uses ${__data.fields.%s}, not a column of the table (renameByName keys: %s)"
+                             % (field, ", ".join(sorted(columns or [])) or "none"))
 
 
 def main(argv):
@@ -431,6 +530,7 @@ def main(argv):
     lint = Linter()
     for f in files:
         lint.lint_file(f)
+    lint.finish()
     for p in lint.problems:
         print(p)
     if lint.problems:

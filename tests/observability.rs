@@ -9,7 +9,9 @@
 //! Prometheus (the `prometheus` binary) scraping every replica each second
 //! with the alert rules loaded. Then every PromQL expression of the
 //! dashboards and rules (hack/extract-promql.py) is evaluated through
-//! Prometheus' HTTP API, the panels and the alerts of the failing checkers
+//! Prometheus' HTTP API (with Grafana's "All" for every variable; this
+//! Prometheus has no cluster label), the checker dashboard for one failing
+//! and one moved checker, the panels and the alerts of the failing checkers
 //! are checked, the probe counters are compared with what the witness saw,
 //! and the catalogue of metrics with what the fleet exports.
 
@@ -17,6 +19,8 @@
 mod alerts;
 #[path = "observability/catalogue.rs"]
 mod catalogue;
+#[path = "observability/checker_dashboard.rs"]
+mod checker_dashboard;
 #[path = "observability/counts.rs"]
 mod counts;
 #[path = "observability/expressions.rs"]
@@ -41,6 +45,7 @@ async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() 
     expressions::uptime_counts_a_moved_checker_once(&run, &exprs).await;
     panels::rules_evaluate_without_error(&run).await;
     panels::panels_match_the_scenario(&run).await;
+    checker_dashboard::checker_dashboard_follows_one_checker(&run).await;
     // (c) the alerts.
     alerts::failing_checkers_alert_and_healthy_ones_do_not(&run).await;
     // (b) the probe counters, and the catalogue of what the fleet exports.

@@ -24,6 +24,18 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
          (and a real certificate would rarely expire within 30 days)",
     ),
     (
+        ":Certificate expires in/",
+        "certificate expiry exists for https checkers only; the witness targets are plain http",
+    ),
+    (
+        ":Certificate days left/",
+        "certificate expiry exists for https checkers only; the witness targets are plain http",
+    ),
+    (
+        ":Certificate chain/",
+        "webchecker_certificate_info exists for https checkers only; the witness targets are plain http",
+    ),
+    (
         ":Watch restarts/",
         "webchecker_watch_restarts_total gets a series on the first watch error or relist; \
          a healthy run has none",
@@ -88,14 +100,16 @@ fn may_be_empty(source: &str) -> Option<&'static str> {
         .map(|(_, why)| *why)
 }
 
-/// Evaluates every expression; returns them as (source, expression).
-pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
+/// The expressions hack/extract-promql.py prints for `args`, as (source,
+/// expression).
+pub fn extract(args: &[&str]) -> Vec<(String, String)> {
     let out = run_ok(
-        bounded(tool("python3"), TOOL_LIMIT).arg("hack/extract-promql.py"),
-        "python3 hack/extract-promql.py",
+        bounded(tool("python3"), TOOL_LIMIT)
+            .arg("hack/extract-promql.py")
+            .args(args),
+        &format!("python3 hack/extract-promql.py {}", args.join(" ")),
     );
-    let exprs: Vec<(String, String)> = out
-        .lines()
+    out.lines()
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap();
             (
@@ -103,7 +117,17 @@ pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
                 v["expr"].as_str().unwrap().to_string(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// Evaluates every expression; returns them as (source, expression). The
+/// dashboard variables are what Grafana sends for "All" (their allValue):
+/// `$cluster` is `.*`, and this Prometheus has no cluster label at all
+/// (checked), so the expressions that have data here prove that the cluster
+/// variable does not hide series without the label.
+pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
+    no_cluster_label(run).await;
+    let exprs = extract(&[]);
     assert!(
         exprs.len() > 50,
         "extract-promql printed {} expressions",
@@ -154,13 +178,45 @@ pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
     exprs
 }
 
+/// The scenario's Prometheus has no `cluster` label (no external labels, no
+/// relabelling), and a selector `cluster=~".*"` matches its series while
+/// `cluster=~".+"` (a cluster variable whose All would be .+) matches none.
+async fn no_cluster_label(run: &Run) {
+    let labelled = run
+        .prom
+        .samples("count({__name__=~\"webchecker_.+\", cluster!=\"\"})")
+        .await;
+    assert!(
+        labelled.is_empty(),
+        "series with a cluster label: {labelled:?}"
+    );
+    let count = |m: &'static str| {
+        let sel = run.sel();
+        async move {
+            run.prom
+                .samples(&format!(
+                    "count(max by (namespace, name) (webchecker_up{{{sel}, cluster=~\"{m}\"}}))"
+                ))
+                .await
+                .first()
+                .map(|(_, v)| *v)
+                .unwrap_or(0.0)
+        }
+    };
+    assert_eq!(count(".*").await, run.total() as f64, "cluster=~\".*\"");
+    assert_eq!(count(".+").await, 0.0, "cluster=~\".+\"");
+}
+
 /// "Uptime over the range" is the mean over checkers of each checker's
 /// fraction of Ready samples, the samples of all its owners together: a
 /// moved checker counts once, not once per owner.
 pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, String)]) {
     let uptime = &exprs
         .iter()
-        .find(|(s, _)| s.contains(":Uptime over the range/"))
+        .find(|(s, _)| {
+            s.starts_with("dashboards/fleet-overview.json#")
+                && s.contains(":Uptime over the range/")
+        })
         .expect("the uptime stat")
         .1;
     let at = now_unix();

@@ -97,6 +97,8 @@ pub struct Run {
     pub client: kube::Client,
     pub ns: String,
     pub names: Vec<String>,
+    /// Owner of every initial checker just before the scale-out.
+    pub before: HashMap<String, String>,
     /// Owner of every checker at the end.
     pub after: HashMap<String, String>,
     /// The checkers the scale-out moved (to NEW_REPLICA).
@@ -263,6 +265,7 @@ impl Run {
             client,
             ns,
             names,
+            before,
             after,
             moved,
             move_at,
