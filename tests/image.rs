@@ -123,7 +123,7 @@ fn stage(name: Option<&str>) -> Stage {
     st
 }
 
-fn labels(img: &Image) -> BTreeMap<String, String> {
+fn labels_of(img: &Image) -> BTreeMap<String, String> {
     img.config["config"]["Labels"]
         .as_object()
         .map(|m| {
@@ -169,7 +169,7 @@ fn differences(st: &Stage, img: &Image, binary: &str) -> Vec<String> {
             st.exposed
         ));
     }
-    let mut labels = labels(img);
+    let mut labels = labels_of(img);
     labels.remove(REVISION);
     if labels != st.labels {
         problems.push(format!(
@@ -227,7 +227,7 @@ fn dockerfile_and_built_images_describe_the_same_images() {
 #[test]
 fn images_are_labelled_with_version_and_revision() {
     for name in ["webchecker-operator", "chart-test"] {
-        let l = labels(&Image::read(&archive(name)));
+        let l = labels_of(&Image::read(&archive(name)));
         assert_eq!(
             l.get("org.opencontainers.image.version")
                 .map(String::as_str),
