@@ -1,5 +1,8 @@
 # syntax=docker/dockerfile:1
-# Build:  docker build -t webchecker-operator:0.1.0 .
+# Build:  docker build -t webchecker-operator:<version> .
+#   <version> is Cargo.toml's (the chart's appVersion; `make chart-sync` writes it
+#   into the version labels below). `make image` also labels the commit, as
+#   --label org.opencontainers.image.revision=$(git rev-parse HEAD) would.
 # The image runs as the non-root user 65532 (distroless "nonroot").
 
 FROM rust:1-bookworm AS builder
@@ -15,11 +18,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
  && install -D -m 0755 target/release/webchecker-chart-test /out/webchecker-chart-test
 
 # The chart's `helm test` pod (src/bin/chart_test.rs):
-#   docker build --target chart-test -t webchecker-operator-chart-test:0.1.0 .
+#   docker build --target chart-test -t webchecker-operator-chart-test:<version> .
 FROM gcr.io/distroless/cc-debian12:nonroot AS chart-test
 LABEL org.opencontainers.image.title="webchecker-operator-chart-test" \
       org.opencontainers.image.description="helm test of the webchecker-operator chart" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 COPY --from=builder /out/webchecker-chart-test /usr/local/bin/webchecker-chart-test
 USER 65532:65532
 # the sample checker's target
@@ -31,7 +35,8 @@ ENTRYPOINT ["/usr/local/bin/webchecker-chart-test"]
 FROM gcr.io/distroless/cc-debian12:nonroot
 LABEL org.opencontainers.image.title="webchecker-operator" \
       org.opencontainers.image.description="Kubernetes operator that probes HTTP endpoints described by WebChecker resources" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
 COPY --from=builder /out/webchecker-operator /usr/local/bin/webchecker-operator
 USER 65532:65532
 # /metrics, /healthz, /readyz

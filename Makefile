@@ -106,19 +106,36 @@ crds: ## regenerate crds/ from src/api.rs (crdgen), then chart-sync
 	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync
 
-chart-sync: ## copy the CRD, alert and recording rules and dashboards into the Helm chart (tests/chart.rs checks it)
+chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table (tests/chart.rs, tests/generated.rs check them)
 	cp crds/webcheckers.test.network.io.yaml $(CHART_DIR)/crds/webcheckers.test.network.io.yaml
 	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
 	cp alerts/blackbox.rules.yaml $(CHART_DIR)/files/blackbox.rules.yaml
 	mkdir -p $(CHART_DIR)/files/dashboards
 	rm -f $(CHART_DIR)/files/dashboards/*.json
 	cp dashboards/*.json $(CHART_DIR)/files/dashboards/
+	python3 hack/sync-version.py
+	python3 hack/chart-values-doc.py
+
+CHART_OUT := target/charts
+
+.PHONY: package
+
+# helm of hack/build-tools.sh (what the tests use), with its state under
+# target/ so nothing is written to $$HOME.
+package: chart-sync ## the chart as target/charts/webchecker-operator-<version>.tgz (chart-sync, helm lint --strict before and after)
+	@set -euo pipefail; \
+	bin=$$(hack/build-tools.sh | tail -n 1); \
+	export HELM_CACHE_HOME=$$PWD/target/helm-home/cache HELM_CONFIG_HOME=$$PWD/target/helm-home/config HELM_DATA_HOME=$$PWD/target/helm-home/data; \
+	"$$bin/helm" lint --strict $(CHART_DIR); \
+	mkdir -p $(CHART_OUT); \
+	"$$bin/helm" package $(CHART_DIR) --destination $(CHART_OUT); \
+	"$$bin/helm" lint --strict $(CHART_OUT)/webchecker-operator-$$(python3 -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])').tgz
 
 ## benchmarks
 
 .PHONY: bench
 
-bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (~20 min, unattended; BENCH_LARGE=1 adds 30,000 checkers)
+bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last run's wall time is in docs/benchmarks.md; BENCH_LARGE=1 adds 30,000 checkers)
 	hack/install-deps.sh
 	hack/build-tools.sh >/dev/null
 	cargo build --release --locked -p webchecker-bench -p webchecker-operator --bin bench --bin webchecker-operator

@@ -15,10 +15,20 @@
 # package manager. base-packages.txt in $OUT lists what went in.
 # tests/image.rs checks that the Dockerfile and the archive agree.
 #
+# Labels: the Dockerfile's (title, description, licenses, version: the crate
+# version) and org.opencontainers.image.revision, the commit (`git rev-parse
+# HEAD`), when the tracked files are those of that commit; a build from a
+# changed tree has no revision label rather than a wrong one. Like the image
+# time (the last commit's), it keeps the archives reproducible: the same
+# commit gives the same bytes. No source/url labels: the project names no
+# repository URL (Cargo.toml, Chart.yaml).
+#
 # Environment: IMAGE_TAG (default: the crate version, the chart's appVersion),
 # CARGO_TARGET_DIR, SOURCE_DATE_EPOCH (file and image times; default the last
 # commit's time), SKIP_CARGO_BUILD=1 (use the release binaries as they are).
 set -euo pipefail
+log() { echo "image: $*" >&2; }
+die() { echo "image: error: $*" >&2; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 . "$here/versions.env"
@@ -27,12 +37,12 @@ what=${1:-all}
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
 OUT=${OUT:-$target/oci}
-tag=${IMAGE_TAG:-$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n 1)}
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n 1)
+[ -n "$version" ] || die "no version in $repo/Cargo.toml"
+tag=${IMAGE_TAG:-$version}
 epoch=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct 2>/dev/null || echo 0)}
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 cache_root=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}
-log() { echo "image: $*" >&2; }
-die() { echo "image: error: $*" >&2; exit 1; }
 
 for c in dpkg-deb apt-get; do command -v $c >/dev/null || die "$c is required (a Debian machine)"; done
 tool=$("$here/build-node-tools.sh" image | tail -n 1)/oci-image
@@ -132,6 +142,21 @@ EOF
   rm -rf "$x"
 }
 
+# LABELS: those of both of this project's images, beside title and description.
+project_labels() {
+  LABELS=(
+    --label org.opencontainers.image.licenses=Apache-2.0
+    --label "org.opencontainers.image.version=$version"
+  )
+  local revision
+  if revision=$(git -C "$repo" rev-parse --verify -q HEAD 2>/dev/null) &&
+    git -C "$repo" diff --quiet HEAD -- 2>/dev/null; then
+    LABELS+=(--label "org.opencontainers.image.revision=$revision")
+  else
+    log "no revision label: not a git checkout, or tracked files differ from HEAD"
+  fi
+}
+
 # distroless's nonroot variant: working directory and environment of its config.
 BASE_CONFIG=(
   --workdir /home/nonroot
@@ -165,7 +190,7 @@ build_operator() {
     --entrypoint /usr/local/bin/webchecker-operator \
     --label org.opencontainers.image.title=webchecker-operator \
     --label "org.opencontainers.image.description=Kubernetes operator that probes HTTP endpoints described by WebChecker resources" \
-    --label org.opencontainers.image.licenses=Apache-2.0
+    "${LABELS[@]}"
   log "wrote $OUT/webchecker-operator.oci.tar (docker.io/library/webchecker-operator:$tag)"
 }
 
@@ -179,7 +204,7 @@ build_chart_test() {
     --entrypoint /usr/local/bin/webchecker-chart-test \
     --label org.opencontainers.image.title=webchecker-operator-chart-test \
     --label "org.opencontainers.image.description=helm test of the webchecker-operator chart" \
-    --label org.opencontainers.image.licenses=Apache-2.0
+    "${LABELS[@]}"
   log "wrote $OUT/chart-test.oci.tar (docker.io/library/webchecker-operator-chart-test:$tag)"
 }
 
@@ -199,6 +224,7 @@ case "$what" in
   pause) build_pause; exit 0 ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac
+project_labels
 release_binaries
 base_rootfs "$work/base"
 case "$what" in

@@ -4,10 +4,12 @@
 //! - `lint`: the chart's copies of the CRD, the alert rules and the
 //!   dashboards are identical to their sources (`make chart-sync`);
 //!   `helm lint --strict` with the default values and with
-//!   deploy/helm/ci/all-on-values.yaml; every values file of
+//!   deploy/helm/ci/all-on-values.yaml, and of the packaged chart
+//!   (`make package`); every values file of
 //!   deploy/helm/ci/invalid/ fails with the message of its first line;
 //! - `values`: `helm template` with the default and the all-on values, read
-//!   back by the operator's own flag parser (`rendered`: reading a render);
+//!   back by the operator's own flag parser (`rendered`: reading a render),
+//!   and the chart's operator defaults are the operator's own;
 //! - `rbac`, `admission`: the permissions and the admission policy rendered;
 //! - the knobs of a platform team, each off by default and rendered as
 //!   documented: `network_policy`, `dns_and_volumes`, `pod_monitor`,

@@ -50,7 +50,14 @@ fn test_hook_checks_its_own_release() {
     let c = &pod["spec"]["containers"][0];
     assert_eq!(
         c["image"].as_str(),
-        Some("webchecker-operator-chart-test:0.1.0")
+        Some(
+            format!(
+                "webchecker-operator-chart-test:{}",
+                env!("CARGO_PKG_VERSION")
+            )
+            .as_str()
+        ),
+        "the chart's appVersion, the crate's version"
     );
     let dep = docs
         .iter()

@@ -1,7 +1,31 @@
-//! The committed CRD manifests are generated from `src/api.rs` (src/bin/crdgen.rs).
-//! This fails when the types changed and the manifests were not regenerated.
+//! Generated files are up to date with their sources:
+//!
+//! - the CRD manifests, from `src/api.rs` (src/bin/crdgen.rs, `make crds`);
+//! - `version`: Cargo.toml's version in Chart.yaml and the Dockerfile;
+//! - `values_doc`: the values table of the chart's README, from values.yaml
+//!   (both `make chart-sync`).
+//!
+//! The chart's copies of the CRD, rules and dashboards are checked by
+//! tests/chart.rs (lint).
+
+#[path = "generated/values_doc.rs"]
+mod values_doc;
+#[path = "generated/version.rs"]
+mod version;
+
+use std::path::{Path, PathBuf};
 
 use kube::CustomResourceExt;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A file of the repository, by its path relative to the root.
+fn repo_file(rel: &str) -> String {
+    let path: PathBuf = repo().join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
 
 fn generated() -> String {
     // Exactly what src/bin/crdgen.rs prints.
@@ -9,9 +33,7 @@ fn generated() -> String {
 }
 
 fn check(rel: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
-    let committed =
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let committed = repo_file(rel);
     let want = generated();
     if committed != want {
         let first = committed

@@ -1,7 +1,9 @@
 //! The images of `make image` (hack/image.sh, no container engine):
 //!
 //! - the operator image and the Dockerfile's final stage describe the same
-//!   image: user, entrypoint, exposed ports, labels, the binary's path;
+//!   image: user, entrypoint, exposed ports, labels, the binary's path; the
+//!   version label is the crate's, the revision label (added at build time,
+//!   as `docker build --label` would) a commit of this repository;
 //! - its base is what distroless cc-debian12:nonroot gives: the nonroot user
 //!   and home, CA roots, /tmp, no shell; and the binaries run on it alone
 //!   (started in a chroot of the image's file system);
@@ -121,11 +123,25 @@ fn stage(name: Option<&str>) -> Stage {
     st
 }
 
+fn labels_of(img: &Image) -> BTreeMap<String, String> {
+    img.config["config"]["Labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn strings(v: &serde_json::Value) -> Vec<String> {
     v.as_array()
         .map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
 }
+
+/// The label `make image` adds at build time (the Dockerfile cannot know it).
+const REVISION: &str = "org.opencontainers.image.revision";
 
 /// The differences between a Dockerfile stage and an image archive.
 fn differences(st: &Stage, img: &Image, binary: &str) -> Vec<String> {
@@ -153,14 +169,8 @@ fn differences(st: &Stage, img: &Image, binary: &str) -> Vec<String> {
             st.exposed
         ));
     }
-    let labels: BTreeMap<String, String> = c["Labels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut labels = labels_of(img);
+    labels.remove(REVISION);
     if labels != st.labels {
         problems.push(format!(
             "labels: Dockerfile {:?}, image {labels:?}",
@@ -208,6 +218,37 @@ fn dockerfile_and_built_images_describe_the_same_images() {
             img.manifest["mediaType"],
             "application/vnd.oci.image.manifest.v1+json"
         );
+    }
+}
+
+/// The version label is the crate's (the Dockerfile says so too: the
+/// comparison above); the revision label, where present, names a commit of
+/// this repository (hack/image.sh leaves it out for a changed tree).
+#[test]
+fn images_are_labelled_with_version_and_revision() {
+    for name in ["webchecker-operator", "chart-test"] {
+        let l = labels_of(&Image::read(&archive(name)));
+        assert_eq!(
+            l.get("org.opencontainers.image.version")
+                .map(String::as_str),
+            Some(env!("CARGO_PKG_VERSION")),
+            "{name}: {l:?}"
+        );
+        if let Some(rev) = l.get(REVISION) {
+            assert!(
+                rev.len() == 40 && rev.chars().all(|c| c.is_ascii_hexdigit()),
+                "{name}: {REVISION}={rev:?}"
+            );
+            let known = Command::new("git")
+                .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
+                .current_dir(repo())
+                .status()
+                .expect("git");
+            assert!(
+                known.success(),
+                "{name}: {REVISION}={rev} is no commit here"
+            );
+        }
     }
 }
 
@@ -367,18 +408,30 @@ fn archives_name_their_images_and_are_reproducible() {
         test.manifest["layers"][0]["digest"]
     );
 
-    // The same inputs give the same bytes: build the pause image twice.
+    // The same inputs give the same bytes: build the pause image twice, and
+    // the chart test's image (with this project's labels) from the binary
+    // built above.
     let out = tempfile::tempdir().unwrap();
-    let build = |dir: &std::path::Path| {
+    let build = |what: &str, dir: &std::path::Path| {
         let st = Command::new("bash")
             .arg(repo().join("hack/image.sh"))
-            .arg("pause")
+            .arg(what)
             .env("OUT", dir)
+            .env("CARGO_TARGET_DIR", target_dir())
+            .env("SKIP_CARGO_BUILD", "1")
             .status()
             .unwrap();
-        assert!(st.success());
-        std::fs::read(dir.join("pause.oci.tar")).unwrap()
+        assert!(st.success(), "hack/image.sh {what}");
+        std::fs::read(dir.join(format!("{what}.oci.tar"))).unwrap()
     };
-    let (a, b) = (out.path().join("a"), out.path().join("b"));
-    assert_eq!(build(&a), build(&b), "two builds of the pause image differ");
+    for what in ["pause", "chart-test"] {
+        let (a, b) = (
+            out.path().join(format!("{what}-a")),
+            out.path().join(format!("{what}-b")),
+        );
+        assert!(
+            build(what, &a) == build(what, &b),
+            "two builds of the {what} image differ"
+        );
+    }
 }

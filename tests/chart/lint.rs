@@ -1,11 +1,13 @@
 //! The chart as files: its copies of the CRD, the alert rules and the
-//! dashboards match their sources, `helm lint --strict` is clean, and every
-//! values file of deploy/helm/ci/invalid/ fails with its documented message.
+//! dashboards match their sources (the recording rules' copy:
+//! tests/chart_alerts.rs), `helm lint --strict` is clean, the
+//! archive `make package` writes lints too, and every values file of
+//! deploy/helm/ci/invalid/ fails with its documented message.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::platform::helm;
+use super::platform::{helm, scratch};
 use super::*;
 use support::repo;
 
@@ -83,6 +85,32 @@ fn helm_lint_strict_is_clean() {
         );
         assert!(out.contains("0 chart(s) failed"), "{out}");
     }
+}
+
+/// What `make package` does after chart-sync: the archive is named and
+/// versioned after the crate, and lints as the directory does.
+#[test]
+fn packaged_chart_lints_and_carries_the_crate_version() {
+    let dir = scratch("package-");
+    let dest = dir.path().to_str().unwrap();
+    let (ok, out) = helm(&["package", CHART, "--destination", dest]);
+    assert!(ok, "helm package failed:\n{out}");
+    let version = env!("CARGO_PKG_VERSION");
+    let tgz = dir
+        .path()
+        .join(format!("webchecker-operator-{version}.tgz"));
+    assert!(tgz.is_file(), "{} missing:\n{out}", tgz.display());
+    let tgz = tgz.to_str().unwrap();
+    let (ok, out) = helm(&["lint", "--strict", tgz]);
+    assert!(
+        ok && !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+        "helm lint --strict {tgz}:\n{out}"
+    );
+    let (ok, out) = helm(&["show", "chart", tgz]);
+    assert!(ok, "helm show chart:\n{out}");
+    let chart: Value = serde_yaml::from_str(&out).unwrap();
+    assert_eq!(chart["version"].as_str(), Some(version), "{out}");
+    assert_eq!(chart["appVersion"].as_str(), Some(version), "{out}");
 }
 
 #[test]

@@ -9,7 +9,9 @@ use std::time::Duration;
 use super::rbac::{grant_set, grants, operator_cluster_grants, references_role};
 use super::rendered::*;
 use super::*;
+use clap::Parser;
 use support::repo;
+use webchecker::config::Config;
 
 /// Documented variables the chart never sets: the advertised address comes
 /// from POD_IP and the listen port.
@@ -47,29 +49,21 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     assert_eq!(cfg.namespace, RELEASE_NS);
     assert_eq!(cfg.watch_namespace, None, "all namespaces by default");
     assert_eq!(cfg.listen.port(), 8080);
-    assert_eq!(cfg.workers, 256);
-    assert_eq!(cfg.lease_duration, Duration::from_secs(10));
-    assert_eq!(cfg.renew_deadline, Duration::from_secs(7));
-    assert_eq!(cfg.retry_period, Duration::from_secs(2));
-    assert_eq!(cfg.shutdown_timeout, Duration::from_secs(20));
-    assert!(cfg.replica_header && cfg.per_checker_histogram);
     assert!(
         cfg.deny_cidrs.0.is_empty(),
         "link-local, loopback... are denied without a flag"
     );
     assert!(cfg.allow_cidrs.0.is_empty());
-    assert!(!cfg.allow_loopback && cfg.check_proxied_targets);
-    assert_eq!(
-        cfg.restricted_namespaces,
-        webchecker::config::RESTRICTED_NAMESPACES
-    );
-    assert_eq!(cfg.private_cidrs.0.len(), 5);
     assert_eq!(
         cfg.resolv_conf,
         Path::new("/etc/resolv.conf"),
         "the pod's own"
     );
-    assert_eq!(cfg.hosts_file, Path::new("/etc/hosts"));
+    assert_eq!(
+        container(dep)["image"].as_str(),
+        Some(format!("webchecker-operator:{}", env!("CARGO_PKG_VERSION")).as_str()),
+        "the image tag defaults to appVersion, the crate's version (tests/generated.rs)"
+    );
     assert_eq!(
         dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64(),
         Some(30)
@@ -116,6 +110,56 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     ] {
         assert!(!k.contains(off), "{off} rendered by default: {k:?}");
     }
+}
+
+/// The chart's operator settings default to the operator's own defaults
+/// (src/config.rs, documented in docs/operator-interface.md): one value each,
+/// whether the operator runs from the chart or not.
+#[test]
+fn chart_defaults_are_the_operators_defaults() {
+    let docs = render(&[]);
+    let chart = rendered_config(one(&docs, "Deployment"), "wc-webchecker-operator-0");
+    let own = Config::try_parse_from(["webchecker-operator"]).expect("the built-in defaults parse");
+    let pairs = |c: &Config| {
+        [
+            ("listen", c.listen.to_string()),
+            ("fast-failover", c.fast_failover.to_string()),
+            ("workers", c.workers.to_string()),
+            ("heartbeat", format!("{:?}", c.heartbeat)),
+            ("lease-duration", format!("{:?}", c.lease_duration)),
+            ("renew-deadline", format!("{:?}", c.renew_deadline)),
+            ("retry-period", format!("{:?}", c.retry_period)),
+            ("shutdown-timeout", format!("{:?}", c.shutdown_timeout)),
+            ("replica-header", c.replica_header.to_string()),
+            ("per-checker-histogram", c.per_checker_histogram.to_string()),
+            ("deny-cidrs", format!("{:?}", c.deny_cidrs.0)),
+            ("allow-cidrs", format!("{:?}", c.allow_cidrs.0)),
+            ("allow-loopback", c.allow_loopback.to_string()),
+            ("restricted-namespaces", c.restricted_namespaces.clone()),
+            ("private-cidrs", format!("{:?}", c.private_cidrs.0)),
+            ("check-proxied-targets", c.check_proxied_targets.to_string()),
+            ("resolv-conf", c.resolv_conf.display().to_string()),
+            ("hosts-file", c.hosts_file.display().to_string()),
+            (
+                "metric-labels-allowlist",
+                format!("{:?}", c.metric_labels_allowlist.0),
+            ),
+            ("max-body-bytes", c.max_body_bytes.to_string()),
+            ("log-format", c.log_format.clone()),
+            ("log-level", c.log_level.clone()),
+        ]
+    };
+    let differ: Vec<String> = pairs(&chart)
+        .into_iter()
+        .zip(pairs(&own))
+        .filter(|(a, b)| a.1 != b.1)
+        .map(|((flag, a), (_, b))| format!("--{flag}: chart {a}, operator {b}"))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "values.yaml's operator.* defaults differ from the operator's flag defaults:\n  {}",
+        differ.join("\n  ")
+    );
 }
 
 #[test]

@@ -1,0 +1,51 @@
+//! One version: Cargo.toml's is the chart's `version` and `appVersion` and
+//! the Dockerfile's version labels (hack/sync-version.py writes them, `make
+//! chart-sync`). The chart's image.tag defaults to appVersion and
+//! hack/image.sh tags and labels with the crate version, so the images follow.
+
+use super::repo_file;
+
+const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
+const FIX: &str = "run `make chart-sync` (hack/sync-version.py) and commit the result";
+
+#[test]
+fn chart_version_and_app_version_are_the_crates() {
+    let rel = "deploy/helm/webchecker-operator/Chart.yaml";
+    let chart: serde_yaml::Value =
+        serde_yaml::from_str(&repo_file(rel)).expect("Chart.yaml parses");
+    let mut problems = Vec::new();
+    for key in ["version", "appVersion"] {
+        // appVersion is quoted in Chart.yaml; a bare 1.0 would read as a number.
+        match chart[key].as_str() {
+            Some(v) if v == CRATE_VERSION => {}
+            other => problems.push(format!("{key} is {other:?}")),
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "{rel}: {} where Cargo.toml's version is {CRATE_VERSION:?}; {FIX}",
+        problems.join(", ")
+    );
+}
+
+#[test]
+fn dockerfile_version_labels_are_the_crates() {
+    let key = "org.opencontainers.image.version=";
+    let text = repo_file("Dockerfile");
+    let values: Vec<&str> = text
+        .match_indices(key)
+        .map(|(at, _)| {
+            let rest = &text[at + key.len()..];
+            rest.trim_start_matches('"')
+                .split(['"', ' ', '\n'])
+                .next()
+                .unwrap_or_default()
+        })
+        .collect();
+    // One per image: the operator and the chart test pod.
+    assert_eq!(values.len(), 2, "the Dockerfile's {key} labels: {values:?}");
+    assert!(
+        values.iter().all(|v| *v == CRATE_VERSION),
+        "the Dockerfile's {key} labels are {values:?}, Cargo.toml's version is {CRATE_VERSION:?}; {FIX}"
+    );
+}
