@@ -73,8 +73,9 @@ pub struct Singles {
     pub lag: Single,
     pub writes: Single,
     pub limited: Single,
-    pub witness: Witness,
-    /// The https targets of cert-soon and cert-far.
+    /// The targets, kept alive: the witness of the http checkers, and the
+    /// https targets of cert-soon and cert-far.
+    _witness: Witness,
     _tls: Vec<RecordingTarget>,
 }
 
@@ -187,7 +188,7 @@ impl Singles {
             lag,
             writes,
             limited,
-            witness,
+            _witness: witness,
             _tls: tls,
         }
     }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::fleets::Jobs;
-use crate::support::faults::FaultProxy;
+use crate::support::faults::{FaultProxy, sigkill};
 use crate::support::fleet::{Fleet, LEASE, shard_sizes};
 use crate::support::*;
 use crate::watch::{Alerts, labels_of};

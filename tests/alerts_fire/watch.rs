@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use crate::prom::{Prometheus, labels, num};
 use crate::rules::for_of;
-use crate::support::eventually;
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -140,19 +139,6 @@ impl<'a> Alerts<'a> {
         );
         self.fired.lock().unwrap().push(fired.clone());
         fired
-    }
-
-    /// Waits until no alert `name` with these labels is firing or pending.
-    pub async fn wait_quiet(&self, what: &str, name: &str, want: &Labels, bound: Duration) {
-        eventually(
-            bound,
-            &format!("{what}: {name} {want:?} resolved"),
-            || async {
-                let all = self.now().await;
-                (!all.iter().any(|a| a.name == name && &a.labels == want)).then_some(())
-            },
-        )
-        .await
     }
 
     pub fn fired(&self) -> Vec<Fired> {
