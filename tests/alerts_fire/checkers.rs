@@ -4,7 +4,7 @@
 //! answers 503, WebCheckerSlow (p90_latency) for the one that answers after
 //! 700 ms. (tests/observability drives Down and Slow through a scale-out.)
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::fleets::{FAR_DAYS, SOON_DAYS, Single};
 use crate::watch::{Alerts, labels_of, unix_now};
@@ -30,11 +30,14 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
         l.extend(labels_of(extra));
         l
     };
+    // The checkers probe from the start: the waits count from now.
+    let t = Instant::now();
     let fired = alerts
         .wait_firing(
             &format!("a certificate ending in {SOON_DAYS} days"),
             "WebCheckerCertificateExpiring",
             checker("cert-soon", &[]),
+            t,
             // The first TLS handshake.
             Duration::from_secs(5),
         )
@@ -47,20 +50,28 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
         "time left {left:.2} days (now {})",
         unix_now()
     );
-    alerts
+    let fired = alerts
         .wait_firing(
             "an endpoint answering 503",
             "WebCheckerDown",
             checker("down-0", &[]),
+            t,
             // Not Ready after failureThreshold probes at 2 s.
             Duration::from_secs(8),
         )
         .await;
+    let description = &fired.alert.annotations["description"];
+    assert!(
+        description
+            .contains("Most frequent failure reason over the last 10 minutes: UnexpectedStatus."),
+        "{description}"
+    );
     alerts
         .wait_firing(
             "an endpoint answering after 700 ms",
             "WebCheckerSlow",
             checker("slow-0", &[("signal", "p90_latency")]),
+            t,
             // Two probes at 3 s make a rate.
             Duration::from_secs(8),
         )

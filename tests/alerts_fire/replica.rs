@@ -14,7 +14,7 @@
 //!   ServiceAccount may not read (nodes, service, endpointslices), never for
 //!   `namespaces`, which it may.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::fleets::{LAG, Single, WRITES};
 use crate::support::faults::{ProxyMode, pause, resume};
@@ -40,6 +40,7 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
     // The length of the fault, not a wait for something.
     tokio::time::sleep(PAUSE).await;
     resume(&s.op);
+    let resumed = Instant::now();
     let mut want = s.replica_labels("warning");
     want.insert("reason".into(), "paused".into());
     alerts
@@ -47,6 +48,7 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
             &format!("paused {PAUSE:?}"),
             "WebCheckerSelfFencing",
             want,
+            resumed,
             // It notices within a heartbeat; then the next scrape.
             RETRY * 2 + Duration::from_secs(2),
         )
@@ -54,11 +56,13 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
 
     let proxy = s.proxy.as_ref().expect("behind a proxy");
     proxy.set_mode(ProxyMode::Reset);
+    let cut = Instant::now();
     alerts
         .wait_firing(
             "cut off from the API server",
             "WebCheckerNoLeader",
             labels_of(&[("job", &s.job), ("severity", "critical")]),
+            cut,
             // Its renew deadline (2 s) passes.
             LEASE,
         )
@@ -68,6 +72,7 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
             "cut off from the API server",
             "WebCheckerLeaseRenewFailing",
             s.replica_labels("warning"),
+            cut,
             // More than 5 failures, an attempt each retry period (500 ms).
             RETRY * 8,
         )
@@ -81,6 +86,8 @@ pub async fn lag(s: &Single, alerts: &Alerts<'_>) {
             &format!("{} checkers due each second on one worker", LAG.len()),
             "WebCheckerScheduleLagHigh",
             s.replica_labels("warning"),
+            // Late from the start: the wait counts from now.
+            Instant::now(),
             Duration::from_secs(10),
         )
         .await;
@@ -92,6 +99,8 @@ pub async fn writes(s: &Single, alerts: &Alerts<'_>) {
             &format!("status writes of {} checkers answered 500", WRITES.len()),
             "WebCheckerStatusWritesFailing",
             s.replica_labels("warning"),
+            // Refused from the start: the wait counts from now.
+            Instant::now(),
             Duration::from_secs(10),
         )
         .await;
@@ -107,6 +116,8 @@ pub async fn limited(s: &Single, alerts: &Alerts<'_>) {
             && a.labels.get("pod") == Some(&pod)
             && a.labels.get("source").map(String::as_str) == Some("namespaces")
     });
+    // Not permitted from the start: the waits count from now.
+    let t = Instant::now();
     for source in ["nodes", "service", "endpointslices"] {
         let mut want = s.replica_labels("warning");
         want.insert("source".into(), source.into());
@@ -115,6 +126,7 @@ pub async fn limited(s: &Single, alerts: &Alerts<'_>) {
                 &format!("no permission on {source}"),
                 "WebCheckerAddressDiscoveryFailing",
                 want,
+                t,
                 Duration::from_secs(5),
             )
             .await;

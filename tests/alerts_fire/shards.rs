@@ -12,7 +12,7 @@
 //!    (WebCheckerOrphaned, value = its checkers).
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::fleets::Jobs;
 use crate::support::faults::{FaultProxy, sigkill};
@@ -102,6 +102,7 @@ impl Shards {
                 && path.contains("/webcheckers/")
                 && !path.ends_with("/status")
         });
+        let join = Instant::now();
         let joined = Operator::spawn_with_kubeconfig(
             f.cluster,
             &id(2),
@@ -117,7 +118,9 @@ impl Shards {
                 "a replica joined a sharder that cannot write",
                 "WebCheckerShardImbalance",
                 labels_of(&[("job", JOB), ("severity", "info")]),
-                Duration::from_secs(10),
+                join,
+                // Its start and readiness, and the reload that adds its target.
+                Duration::from_secs(20),
             )
             .await;
         let (max, total) = (*sizes.values().max().unwrap(), CHECKERS as f64);
@@ -141,12 +144,14 @@ impl Shards {
         let victim = f.ops[other].identity.clone();
         let lost = owners.values().filter(|o| **o == victim).count();
         sigkill(&mut f.ops[other]);
+        let killed = Instant::now();
         let port = f.ops[other].port;
         let fired = alerts
             .wait_firing(
                 "an owner was killed and the sharder cannot reassign",
                 "WebCheckerOrphaned",
                 labels_of(&[("job", JOB), ("severity", "critical")]),
+                killed,
                 // Its Lease runs out, then a lease of grace.
                 LEASE * 3,
             )
@@ -165,6 +170,7 @@ impl Shards {
                     ("pod", &victim),
                     ("severity", "warning"),
                 ]),
+                killed,
                 Duration::from_secs(2),
             )
             .await;

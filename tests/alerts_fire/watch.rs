@@ -33,6 +33,7 @@ pub struct Alert {
     pub labels: Labels,
     pub state: String,
     pub value: f64,
+    pub annotations: Labels,
     /// Unix seconds at which it went pending.
     pub active_at: f64,
 }
@@ -41,7 +42,7 @@ pub struct Alert {
 #[derive(Clone, Debug)]
 pub struct Fired {
     pub alert: Alert,
-    /// From the start of the wait (the fault) to the first look that saw it firing.
+    /// From the fault to the first look that saw it firing.
     pub after: Duration,
 }
 
@@ -90,21 +91,23 @@ impl<'a> Alerts<'a> {
     }
 
     /// Waits until `name` fires with exactly `want` (besides `alertname`), at
-    /// most `cause` (how long the fault takes to show in the metrics) plus
-    /// the alert's `for` plus a few scrape and evaluation intervals; checks
-    /// that it was pending for its whole `for` first. `what` names the case.
+    /// most `cause` (how long the fault made at `fault` takes to show in the
+    /// metrics) plus the alert's `for` plus a few scrape and evaluation
+    /// intervals after `fault`; checks that it was pending for its whole
+    /// `for` first and that its annotations rendered. `what` names the case.
     pub async fn wait_firing(
         &self,
         what: &str,
         name: &str,
         want: Labels,
+        fault: Instant,
         cause: Duration,
     ) -> Fired {
-        let started = Instant::now();
         let hold = for_of(name);
         let bound = cause + hold + SLACK;
         let mut last = Vec::new();
-        let found = tokio::time::timeout(bound, async {
+        let deadline = tokio::time::Instant::from_std(fault + bound);
+        let found = tokio::time::timeout_at(deadline, async {
             loop {
                 let all = self.now().await;
                 if let Some(a) = all
@@ -129,12 +132,13 @@ impl<'a> Alerts<'a> {
             pending_for + 0.5 >= hold.as_secs_f64(),
             "{what}: {name} fired {pending_for:.1}s after it went pending, before its `for` of {hold:?}"
         );
+        check_annotations(what, &alert);
         let fired = Fired {
             alert,
-            after: started.elapsed(),
+            after: fault.elapsed(),
         };
         println!(
-            "{what}: {name} firing after {:.1?} (for {hold:?}), value {}, labels {:?}",
+            "{what}: {name} firing {:.1?} after the fault (for {hold:?}), value {}, labels {:?}",
             fired.after, fired.alert.value, fired.alert.labels
         );
         self.fired.lock().unwrap().push(fired.clone());
@@ -159,8 +163,48 @@ fn alert(v: &Value) -> Alert {
         labels,
         state: v["state"].as_str().unwrap_or_default().to_string(),
         value: num(&v["value"]),
+        annotations: crate::prom::labels(&v["annotations"]),
         active_at,
     }
+}
+
+/// The annotations rendered with the alert's real labels and value: a
+/// summary naming what the alert is about, a description, the runbook's
+/// section of this alert, and no template error.
+fn check_annotations(what: &str, a: &Alert) {
+    let get = |k: &str| a.annotations.get(k).map(String::as_str).unwrap_or_default();
+    let (summary, description) = (get("summary"), get("description"));
+    for (k, text) in &a.annotations {
+        assert!(
+            !text.contains("error expanding") && !text.contains("<no value>"),
+            "{what}: {} annotation {k}: {text}",
+            a.name
+        );
+    }
+    assert!(
+        !description.is_empty(),
+        "{what}: {} has no description",
+        a.name
+    );
+    // What the alert is about is in its summary (a replica by its instance).
+    for label in ["instance", "job", "name", "reason", "source"] {
+        if let Some(v) = a.labels.get(label)
+            && !(label == "job" && a.labels.contains_key("instance"))
+        {
+            assert!(
+                summary.contains(v.as_str()),
+                "{what}: {} summary {summary:?} lacks {label} {v}",
+                a.name
+            );
+        }
+    }
+    let section = format!("#{}", a.name.to_lowercase());
+    assert!(
+        get("runbook_url").ends_with(&section),
+        "{what}: {} runbook_url {:?}",
+        a.name,
+        get("runbook_url")
+    );
 }
 
 pub fn unix_now() -> f64 {
