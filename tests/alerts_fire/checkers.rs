@@ -32,48 +32,45 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
     };
     // The checkers probe from the start: the waits count from now.
     let t = Instant::now();
-    let fired = alerts
-        .wait_firing(
-            &format!("a certificate ending in {SOON_DAYS} days"),
+    let soon = format!("a certificate ending in {SOON_DAYS} days");
+    let (cert, down, _) = tokio::join!(
+        alerts.wait_firing(
+            &soon,
             "WebCheckerCertificateExpiring",
             checker("cert-soon", &[]),
             t,
             // The first TLS handshake.
             Duration::from_secs(5),
-        )
-        .await;
-    // The value is the time left: notAfter (midnight UTC, SOON_DAYS from
-    // today) minus now.
-    let left = fired.alert.value / DAY;
-    assert!(
-        left > (SOON_DAYS - 1) as f64 && left <= SOON_DAYS as f64,
-        "time left {left:.2} days (now {})",
-        unix_now()
-    );
-    let fired = alerts
-        .wait_firing(
+        ),
+        alerts.wait_firing(
             "an endpoint answering 503",
             "WebCheckerDown",
             checker("down-0", &[]),
             t,
             // Not Ready after failureThreshold probes at 2 s.
             Duration::from_secs(8),
-        )
-        .await;
-    let description = &fired.alert.annotations["description"];
-    assert!(
-        description
-            .contains("Most frequent failure reason over the last 10 minutes: UnexpectedStatus."),
-        "{description}"
-    );
-    alerts
-        .wait_firing(
+        ),
+        alerts.wait_firing(
             "an endpoint answering after 700 ms",
             "WebCheckerSlow",
             checker("slow-0", &[("signal", "p90_latency")]),
             t,
             // Two probes at 3 s make a rate.
             Duration::from_secs(8),
-        )
-        .await;
+        ),
+    );
+    // The value is the time left: notAfter (midnight UTC, SOON_DAYS from
+    // today) minus now.
+    let left = cert.alert.value / DAY;
+    assert!(
+        left > (SOON_DAYS - 1) as f64 && left <= SOON_DAYS as f64,
+        "time left {left:.2} days (now {})",
+        unix_now()
+    );
+    let description = &down.alert.annotations["description"];
+    assert!(
+        description
+            .contains("Most frequent failure reason over the last 10 minutes: UnexpectedStatus."),
+        "{description}"
+    );
 }

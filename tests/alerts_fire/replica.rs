@@ -57,26 +57,24 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
     let proxy = s.proxy.as_ref().expect("behind a proxy");
     proxy.set_mode(ProxyMode::Reset);
     let cut = Instant::now();
-    alerts
-        .wait_firing(
+    tokio::join!(
+        alerts.wait_firing(
             "cut off from the API server",
             "WebCheckerNoLeader",
             labels_of(&[("job", &s.job), ("severity", "critical")]),
             cut,
             // Its renew deadline (2 s) passes.
             LEASE,
-        )
-        .await;
-    alerts
-        .wait_firing(
+        ),
+        alerts.wait_firing(
             "cut off from the API server",
             "WebCheckerLeaseRenewFailing",
             s.replica_labels("warning"),
             cut,
             // More than 5 failures, an attempt each retry period (500 ms).
             RETRY * 8,
-        )
-        .await;
+        ),
+    );
     println!("leaderless: proxy {}", proxy.stats());
 }
 

@@ -146,34 +146,33 @@ impl Shards {
         sigkill(&mut f.ops[other]);
         let killed = Instant::now();
         let port = f.ops[other].port;
-        let fired = alerts
-            .wait_firing(
+        let instance = format!("127.0.0.1:{port}");
+        let (orphaned, _) = tokio::join!(
+            alerts.wait_firing(
                 "an owner was killed and the sharder cannot reassign",
                 "WebCheckerOrphaned",
                 labels_of(&[("job", JOB), ("severity", "critical")]),
                 killed,
                 // Its Lease runs out, then a lease of grace.
                 LEASE * 3,
-            )
-            .await;
-        assert_eq!(
-            fired.alert.value, lost as f64,
-            "orphans: {victim}'s checkers"
-        );
-        alerts
-            .wait_firing(
+            ),
+            alerts.wait_firing(
                 "a replica was killed",
                 "WebCheckerReplicaMissing",
                 labels_of(&[
                     ("job", JOB),
-                    ("instance", &format!("127.0.0.1:{port}")),
+                    ("instance", &instance),
                     ("pod", &victim),
                     ("severity", "warning"),
                 ]),
                 killed,
                 Duration::from_secs(2),
-            )
-            .await;
+            ),
+        );
+        assert_eq!(
+            orphaned.alert.value, lost as f64,
+            "orphans: {victim}'s checkers"
+        );
     }
 }
 
