@@ -154,8 +154,11 @@ struct Ctl {
 #[derive(Clone)]
 struct Refusal {
     code: u16,
-    matches: Arc<dyn Fn(&hyper::Method, &str) -> bool + Send + Sync>,
+    matches: Arc<RequestMatch>,
 }
+
+/// Whether a request (its method and path) is one a [`Refusal`] answers.
+type RequestMatch = dyn Fn(&hyper::Method, &str) -> bool + Send + Sync;
 
 impl Ctl {
     fn mode(&self) -> ProxyMode {
