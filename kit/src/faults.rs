@@ -4,7 +4,9 @@
 //! - [`FaultProxy`]: a TLS-terminating HTTP proxy in front of the API server,
 //!   one per replica, whose behaviour can be switched at run time (pass,
 //!   black-hole, reset every connection, added latency, a share of requests
-//!   answered 429/500/503, accept and never answer);
+//!   answered 429/500/503, accept and never answer), and which can answer the
+//!   requests of one kind (say the status writes) with an error whatever the
+//!   mode (`FaultProxy::refuse`);
 //! - process faults on an [`Operator`] (SIGKILL, SIGSTOP/SIGCONT, SIGTERM,
 //!   restart under the same identity);
 //! - [`ControlPlane`]: faults of etcd and kube-apiserver on a cluster of one's

@@ -1,7 +1,8 @@
 //! A real Prometheus (the `prometheus` binary on PATH) on a loopback port,
 //! scraping operator replicas each second with honor_labels (as the chart's
-//! ServiceMonitor does) and evaluating the given rule files each second; and
-//! the samples of its HTTP API's answers.
+//! ServiceMonitor does), in one job or in several (one per installation), and
+//! evaluating the given rule files each second; and the samples of its HTTP
+//! API's answers.
 //! Included with `#[path]` (next to `mod support;` and `mod platform;`).
 #![allow(dead_code)]
 
@@ -20,6 +21,13 @@ pub const JOB: &str = "webchecker-operator";
 /// One sample of an instant vector: its labels and value.
 pub type Sample = (BTreeMap<String, String>, f64);
 
+/// A scrape job: its name and its targets (replica identity, port of its /metrics).
+pub type Job = (String, Vec<(String, u16)>);
+
+fn one_job(targets: &[(String, u16)]) -> Vec<Job> {
+    vec![(JOB.to_string(), targets.to_vec())]
+}
+
 pub struct Prometheus {
     child: Child,
     pub port: u16,
@@ -30,11 +38,16 @@ pub struct Prometheus {
 impl Prometheus {
     /// `targets`: (replica identity, port of its /metrics); `rules`: rule files.
     pub fn start(targets: &[(String, u16)], rules: &[PathBuf]) -> Prometheus {
+        Self::start_jobs(&one_job(targets), rules)
+    }
+
+    /// Same, with several scrape jobs.
+    pub fn start_jobs(jobs: &[Job], rules: &[PathBuf]) -> Prometheus {
         let dir = scratch("prometheus-");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let config = dir.path().join("prometheus.yml");
-        write_config(&config, targets, rules);
+        write_config(&config, jobs, rules);
         let child = Command::new(tool("prometheus"))
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
@@ -58,11 +71,12 @@ impl Prometheus {
 
     /// New target list, applied with a configuration reload (SIGHUP).
     pub fn set_targets(&self, targets: &[(String, u16)]) {
-        write_config(
-            &self.dir.path().join("prometheus.yml"),
-            targets,
-            &self.rules,
-        );
+        self.set_jobs(&one_job(targets))
+    }
+
+    /// New scrape jobs, applied with a configuration reload (SIGHUP).
+    pub fn set_jobs(&self, jobs: &[Job]) {
+        write_config(&self.dir.path().join("prometheus.yml"), jobs, &self.rules);
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGHUP);
         }
@@ -85,8 +99,15 @@ impl Prometheus {
 
     /// Waits until Prometheus scrapes exactly these targets and all are up.
     pub async fn wait_targets_up(&self, targets: &[(String, u16)]) {
-        let want: BTreeSet<String> = targets
+        self.wait_jobs_up(&one_job(targets)).await
+    }
+
+    /// Waits until Prometheus scrapes exactly the targets of these jobs and
+    /// all are up.
+    pub async fn wait_jobs_up(&self, jobs: &[Job]) {
+        let want: BTreeSet<String> = jobs
             .iter()
+            .flat_map(|(_, targets)| targets.iter())
             .map(|(_, p)| format!("127.0.0.1:{p}"))
             .collect();
         eventually(
@@ -152,17 +173,25 @@ impl Drop for Prometheus {
     }
 }
 
-/// One scrape job over `targets` (a `pod` label each) and the rule files.
+/// The scrape jobs (each target with a `pod` label) and the rule files.
 /// Written whole then renamed, so that a reload never reads half of it.
-fn write_config(path: &std::path::Path, targets: &[(String, u16)], rules: &[PathBuf]) {
-    let static_configs: Vec<Value> = targets
+fn write_config(path: &std::path::Path, jobs: &[Job], rules: &[PathBuf]) {
+    let scrape_configs: Vec<Value> = jobs
         .iter()
-        .map(|(id, port)| json!({"targets": [format!("127.0.0.1:{port}")], "labels": {"pod": id}}))
+        .map(|(job, targets)| {
+            let static_configs: Vec<Value> = targets
+                .iter()
+                .map(|(id, port)| {
+                    json!({"targets": [format!("127.0.0.1:{port}")], "labels": {"pod": id}})
+                })
+                .collect();
+            json!({"job_name": job, "honor_labels": true, "static_configs": static_configs})
+        })
         .collect();
     let cfg = json!({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": rules.iter().map(|r| r.to_str().unwrap()).collect::<Vec<_>>(),
-        "scrape_configs": [{"job_name": JOB, "honor_labels": true, "static_configs": static_configs}],
+        "scrape_configs": scrape_configs,
     });
     // JSON is YAML.
     let tmp = path.with_extension("yml.tmp");

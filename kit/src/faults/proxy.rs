@@ -143,7 +143,22 @@ struct Ctl {
     reset: tokio::sync::watch::Sender<u64>,
     rng: Mutex<Prng>,
     stats: ProxyStats,
+    /// Requests of one kind answered with an error whatever the mode.
+    refusal: Mutex<Option<Refusal>>,
 }
+
+/// Requests of one kind (a method and path the predicate accepts) answered
+/// by the proxy with `code` instead of being forwarded: a fault aimed at one
+/// API call (the status writes, the sharder's assignment writes), while the
+/// rest of the replica's traffic, its Lease renewals included, passes.
+#[derive(Clone)]
+struct Refusal {
+    code: u16,
+    matches: Arc<RequestMatch>,
+}
+
+/// Whether a request (its method and path) is one a [`Refusal`] answers.
+type RequestMatch = dyn Fn(&hyper::Method, &str) -> bool + Send + Sync;
 
 impl Ctl {
     fn mode(&self) -> ProxyMode {
@@ -341,6 +356,17 @@ async fn handle_request(
 ) -> Result<hyper::Response<ProxyBody>, io::Error> {
     ctl.stats.requests.fetch_add(1, Ordering::Relaxed);
     watching.store(is_watch(req.uri()), Ordering::SeqCst);
+    let refused = ctl
+        .refusal
+        .lock()
+        .unwrap()
+        .as_ref()
+        .filter(|r| (r.matches)(req.method(), req.uri().path()))
+        .map(|r| r.code);
+    if let Some(code) = refused {
+        ctl.stats.injected_errors.fetch_add(1, Ordering::Relaxed);
+        return Ok(injected(code));
+    }
     match ctl.mode() {
         ProxyMode::Hang => {
             ctl.stats.hung.fetch_add(1, Ordering::Relaxed);
@@ -497,6 +523,7 @@ impl FaultProxy {
             reset,
             rng: Mutex::new(Prng::new(seed)),
             stats: ProxyStats::default(),
+            refusal: Mutex::new(None),
         });
         let c2 = ctl.clone();
         let accept = tokio::spawn(async move {
@@ -580,6 +607,25 @@ impl FaultProxy {
         if reset {
             self.reset_connections();
         }
+    }
+
+    /// From now on answers every request whose method and path `matches`
+    /// accepts with `code` (a `Status` body, as an API server would), in any
+    /// mode that lets the request reach the proxy; replaces an earlier refusal.
+    pub fn refuse(
+        &self,
+        code: u16,
+        matches: impl Fn(&hyper::Method, &str) -> bool + Send + Sync + 'static,
+    ) {
+        *self.ctl.refusal.lock().unwrap() = Some(Refusal {
+            code,
+            matches: Arc::new(matches),
+        });
+    }
+
+    /// Forwards the requests `refuse` answered again.
+    pub fn stop_refusing(&self) {
+        *self.ctl.refusal.lock().unwrap() = None;
     }
 
     /// Resets every open connection once (a network blip); the mode stays.

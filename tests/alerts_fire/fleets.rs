@@ -1,0 +1,302 @@
+//! The installations the alerts are driven on, each a scrape job of its own
+//! (the per-job alerts judge each separately), and Prometheus' jobs.
+//!
+//! - `shards` (shards.rs): three replicas, 100 checkers;
+//! - `leaderless`: one replica behind a fault proxy, cut off later;
+//! - `lag`: one replica with a single worker for more probing than it can do;
+//! - `writes`: one replica whose proxy answers every status write with 500;
+//! - `limited`: one replica with a ServiceAccount that may not read Nodes, the
+//!   `kubernetes` Service nor its EndpointSlices (the forgery guard cannot
+//!   learn them), trusting a test CA (--ca-bundle); it probes the per-checker
+//!   cases (an expiring certificate, a down and a slow endpoint).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::prom::{Job, Prometheus};
+use crate::support::faults::FaultProxy;
+use crate::support::release::service_account;
+use crate::support::targets::{Answer, RecordingTarget, TestCa};
+use crate::support::*;
+use crate::watch::{Labels, labels_of};
+
+/// One replica, its own installation.
+pub struct Single {
+    pub job: String,
+    pub ns: String,
+    pub op: Operator,
+    pub proxy: Option<FaultProxy>,
+}
+
+impl Single {
+    pub fn instance(&self) -> String {
+        format!("127.0.0.1:{}", self.op.port)
+    }
+
+    /// The labels of one of its per-replica alerts.
+    pub fn replica_labels(&self, severity: &str) -> Labels {
+        labels_of(&[
+            ("job", &self.job),
+            ("instance", &self.instance()),
+            ("pod", &self.op.identity),
+            ("severity", severity),
+        ])
+    }
+
+    pub fn scrape_job(&self) -> Job {
+        (
+            self.job.clone(),
+            vec![(self.op.identity.clone(), self.op.port)],
+        )
+    }
+}
+
+/// A checker of the shared witness: `(name, interval, extra spec, mode)`.
+type Spec = (&'static str, u64, serde_json::Value, Mode);
+
+/// Per-checker cases, probed by `limited` (the https ones get their host there).
+pub const HEALTHY_LIMITED: &[&str] = &["ok-0", "ok-1", "slow-0", "cert-soon", "cert-far"];
+/// The status writes `writes` cannot make.
+pub const WRITES: &[&str] = &["w-0", "w-1", "w-2"];
+/// The probes `lag` is late for: 5 x 300 ms each second on one worker.
+pub const LAG: &[&str] = &["lag-0", "lag-1", "lag-2", "lag-3", "lag-4"];
+pub const LAG_HANG: Duration = Duration::from_millis(300);
+pub const SLOW_HANG: Duration = Duration::from_millis(700);
+/// Days left of the expiring certificate (threshold: 14), and of the other.
+pub const SOON_DAYS: i64 = 7;
+pub const FAR_DAYS: i64 = 90;
+
+pub struct Singles {
+    pub leaderless: Single,
+    pub lag: Single,
+    pub writes: Single,
+    pub limited: Single,
+    /// The targets, kept alive: the witness of the http checkers, and the
+    /// https targets of cert-soon and cert-far.
+    _witness: Witness,
+    _tls: Vec<RecordingTarget>,
+}
+
+impl Singles {
+    /// Starts the four replicas and their checkers; returns once each replica
+    /// is ready and its checkers are created.
+    pub async fn start(cluster: &'static Cluster, dir: &std::path::Path) -> Singles {
+        let witness = Witness::start().await;
+        let flags = |extra: &[&str]| -> Vec<String> {
+            FAST_LEASES
+                .iter()
+                .chain(extra)
+                .map(|s| s.to_string())
+                .collect()
+        };
+        let spawn = |id: &str, ns: &str, flags: Vec<String>, kubeconfig: &std::path::Path| {
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            Operator::spawn_with_kubeconfig(cluster, id, ns, &flags, kubeconfig)
+        };
+
+        let ns = cluster.namespace("leaderless");
+        let proxy = FaultProxy::for_cluster(cluster, "leaderless-0", 1).await;
+        let op = spawn("leaderless-0", &ns, flags(&[]), &proxy.kubeconfig);
+        let leaderless = Single {
+            job: "webchecker-leaderless".into(),
+            ns,
+            op,
+            proxy: Some(proxy),
+        };
+
+        let ns = cluster.namespace("lag");
+        let op = spawn("lag-0", &ns, flags(&["--workers=1"]), &cluster.kubeconfig);
+        let lag = Single {
+            job: "webchecker-lag".into(),
+            ns,
+            op,
+            proxy: None,
+        };
+
+        let ns = cluster.namespace("writes");
+        let proxy = FaultProxy::for_cluster(cluster, "writes-0", 2).await;
+        // Status writes only (PATCH .../webcheckers/<name>/status): the Lease
+        // renewals and the sharder's assignments pass.
+        proxy.refuse(500, |method, path| {
+            method.as_str() == "PATCH"
+                && path.contains("/webcheckers/")
+                && path.ends_with("/status")
+        });
+        let op = spawn("writes-0", &ns, flags(&[]), &proxy.kubeconfig);
+        let writes = Single {
+            job: "webchecker-writes".into(),
+            ns,
+            op,
+            proxy: Some(proxy),
+        };
+
+        let ns = cluster.namespace("limited");
+        let kubeconfig = limited_account(cluster, &ns).await;
+        let ca = TestCa::new();
+        let bundle = dir.join("ca-bundle.crt");
+        std::fs::write(&bundle, &ca.pem).unwrap();
+        let ca_flag = format!("--ca-bundle={}", bundle.display());
+        let op = spawn("limited-0", &ns, flags(&[&ca_flag]), &kubeconfig);
+        let limited = Single {
+            job: "webchecker-limited".into(),
+            ns,
+            op,
+            proxy: None,
+        };
+
+        let soon = ca.leaf_valid(&["127.0.0.1"], -1, SOON_DAYS);
+        let far = ca.leaf_valid(&["127.0.0.1"], -1, FAR_DAYS);
+        let tls = vec![
+            RecordingTarget::https(&soon, None, |_| Answer::ok()).await,
+            RecordingTarget::https(&far, None, |_| Answer::ok()).await,
+        ];
+        for s in [&leaderless, &lag, &writes, &limited] {
+            s.op.wait_ready(Duration::from_secs(60)).await;
+        }
+
+        let client = cluster.client().await;
+        let ok = || json!({});
+        let mut specs: Vec<(&Single, Spec)> = vec![(&leaderless, ("n-0", 2, ok(), Mode::Ok))];
+        for n in WRITES {
+            specs.push((&writes, (n, 2, ok(), Mode::Ok)));
+        }
+        for n in LAG {
+            let t = json!({"timeoutSeconds": 0.9});
+            specs.push((&lag, (n, 1, t, Mode::Hang(LAG_HANG))));
+        }
+        let slow = json!({"timeoutSeconds": 2});
+        specs.extend([
+            (&limited, ("ok-0", 2, ok(), Mode::Ok)),
+            (&limited, ("ok-1", 2, ok(), Mode::Ok)),
+            (&limited, ("down-0", 2, ok(), Mode::Status(503))),
+            (&limited, ("slow-0", 3, slow, Mode::Hang(SLOW_HANG))),
+        ]);
+        for (s, (name, interval, extra, mode)) in specs {
+            witness.set_mode(name, mode);
+            let obj = checker_object(name, &witness.url(), interval, extra);
+            create_all(&client, &s.ns, vec![obj], 1).await;
+        }
+        for (name, t) in [("cert-soon", &tls[0]), ("cert-far", &tls[1])] {
+            let host = format!("https://{}", t.addr);
+            let obj = checker_object(name, &host, 2, json!({}));
+            create_all(&client, &limited.ns, vec![obj], 1).await;
+        }
+        Singles {
+            leaderless,
+            lag,
+            writes,
+            limited,
+            _witness: witness,
+            _tls: tls,
+        }
+    }
+
+    pub fn jobs(&self) -> Vec<Job> {
+        [&self.leaderless, &self.lag, &self.writes, &self.limited]
+            .iter()
+            .map(|s| s.scrape_job())
+            .collect()
+    }
+
+    /// (namespace, name) of every checker that must never be down.
+    pub fn healthy(&self) -> Vec<(String, String)> {
+        let of = |s: &Single, names: &[&str]| -> Vec<(String, String)> {
+            names
+                .iter()
+                .map(|n| (s.ns.clone(), n.to_string()))
+                .collect()
+        };
+        [
+            of(&self.limited, HEALTHY_LIMITED),
+            of(&self.writes, WRITES),
+            of(&self.lag, LAG),
+        ]
+        .concat()
+    }
+}
+
+/// A ServiceAccount with what the operator needs (its checkers, their status,
+/// Events, the namespaces, Leases in its namespace) but nothing to read Nodes,
+/// the `kubernetes` Service or its EndpointSlices: a kubeconfig for it.
+async fn limited_account(cluster: &Cluster, ns: &str) -> std::path::PathBuf {
+    let role = format!("alerts-fire-limited-{ns}");
+    let rbac = format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: limited, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {role}}}
+rules:
+- {{apiGroups: [test.network.io], resources: [webcheckers], verbs: [get, list, watch, patch]}}
+- {{apiGroups: [test.network.io], resources: [webcheckers/status], verbs: [patch]}}
+- {{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}
+- {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {role}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
+subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: leases, namespace: {ns}}}
+rules:
+- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, delete]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: leases, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}}
+subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
+"#
+    );
+    let out = cluster
+        .kubectl_stdin_async(&["apply", "-f", "-"], &rbac)
+        .await;
+    assert!(
+        out.status.success(),
+        "RBAC of the limited replica: {}",
+        release::text(&out.stderr)
+    );
+    service_account(cluster, ns, "limited").await.0
+}
+
+/// Prometheus' scrape jobs, which a replica that joins later is added to.
+pub struct Jobs<'a> {
+    pub prom: &'a Prometheus,
+    jobs: Mutex<Vec<Job>>,
+}
+
+impl<'a> Jobs<'a> {
+    pub fn new(prom: &'a Prometheus, jobs: Vec<Job>) -> Self {
+        Jobs {
+            prom,
+            jobs: Mutex::new(jobs),
+        }
+    }
+
+    /// Adds a target to `job` (a configuration reload) and waits until
+    /// Prometheus has scraped it.
+    pub async fn add(&self, job: &str, target: (String, u16)) {
+        let port = target.1;
+        let all = {
+            let mut jobs = self.jobs.lock().unwrap();
+            let j = jobs.iter_mut().find(|(n, _)| n == job).expect("a job");
+            j.1.push(target);
+            jobs.clone()
+        };
+        self.prom.set_jobs(&all);
+        let q = format!("up{{instance=\"127.0.0.1:{port}\"}} == 1");
+        eventually(
+            Duration::from_secs(30),
+            &format!("Prometheus scrapes 127.0.0.1:{port}"),
+            || async { self.prom.query(&q).await.filter(|s| s.len() == 1) },
+        )
+        .await;
+    }
+}
