@@ -75,6 +75,47 @@ pub async fn helm_template(
     ok(run(c).await, &format!("helm template {sets:?}"))
 }
 
+/// RBAC for a ServiceAccount `limited` in `ns` with what the operator needs
+/// (its checkers and their status, Events, namespaces, Leases in `ns`) and
+/// nothing to read Nodes, the `kubernetes` Service or its EndpointSlices:
+/// the operator runs without address discovery. `role` names the cluster-wide
+/// objects (unique per test).
+pub fn rbac_without_address_discovery(ns: &str, role: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: limited, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {role}}}
+rules:
+- {{apiGroups: [test.network.io], resources: [webcheckers], verbs: [get, list, watch, patch]}}
+- {{apiGroups: [test.network.io], resources: [webcheckers/status], verbs: [patch]}}
+- {{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}
+- {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {role}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
+subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: leases, namespace: {ns}}}
+rules:
+- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, delete]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: leases, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}}
+subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
+"#
+    )
+}
+
 /// A kubeconfig of the cluster whose only user is a ServiceAccount token
 /// (TokenRequest API, `kubectl create token`), and a client using it.
 pub async fn service_account(cluster: &Cluster, namespace: &str, name: &str) -> (PathBuf, Client) {

@@ -222,39 +222,7 @@ impl Singles {
 /// the `kubernetes` Service or its EndpointSlices: a kubeconfig for it.
 async fn limited_account(cluster: &Cluster, ns: &str) -> std::path::PathBuf {
     let role = format!("alerts-fire-limited-{ns}");
-    let rbac = format!(
-        r#"apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: limited, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {role}}}
-rules:
-- {{apiGroups: [test.network.io], resources: [webcheckers], verbs: [get, list, watch, patch]}}
-- {{apiGroups: [test.network.io], resources: [webcheckers/status], verbs: [patch]}}
-- {{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}
-- {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {role}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
-subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: leases, namespace: {ns}}}
-rules:
-- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, delete]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: leases, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}}
-subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
-"#
-    );
+    let rbac = crate::support::release::rbac_without_address_discovery(ns, &role);
     let out = cluster
         .kubectl_stdin_async(&["apply", "-f", "-"], &rbac)
         .await;

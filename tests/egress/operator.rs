@@ -253,39 +253,7 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     let c = cluster();
     let ns = c.namespace("egress-limited");
     let role = format!("egress-limited-{ns}");
-    let rbac = format!(
-        r#"apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: limited, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {{name: {role}}}
-rules:
-- {{apiGroups: [test.network.io], resources: [webcheckers], verbs: [get, list, watch, patch]}}
-- {{apiGroups: [test.network.io], resources: [webcheckers/status], verbs: [patch]}}
-- {{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}
-- {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {{name: {role}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
-subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: leases, namespace: {ns}}}
-rules:
-- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, delete]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: leases, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: leases}}
-subjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]
-"#
-    );
+    let rbac = crate::support::release::rbac_without_address_discovery(&ns, &role);
     kubectl_ok(c, &["apply", "-f", "-"], Some(&rbac));
     let token = kubectl_ok(
         c,
