@@ -255,12 +255,7 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     let role = format!("egress-limited-{ns}");
     let rbac = crate::support::release::rbac_without_address_discovery(&ns, &role);
     kubectl_ok(c, &["apply", "-f", "-"], Some(&rbac));
-    let token = kubectl_ok(
-        c,
-        &["create", "token", "limited", "-n", &ns, "--duration=1h"],
-        None,
-    );
-    let kc = token_kubeconfig(c, &format!("limited-{ns}"), token.trim());
+    let (kc, _) = crate::support::release::service_account(c, &ns, "limited").await;
     let args = with_fast(&[]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let op = Operator::spawn_with_kubeconfig(c, &format!("op-{ns}"), &ns, &args, &kc);
@@ -326,19 +321,6 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     assert_eq!(kubelet.accepts(), now);
     assert!(now >= seen);
     kubectl_ok(c, &["delete", "node", &format!("node-{ns}")], None);
-}
-
-fn token_kubeconfig(c: &Cluster, user: &str, token: &str) -> PathBuf {
-    let mut kc: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(&c.kubeconfig).unwrap()).unwrap();
-    kc["users"] =
-        serde_yaml::from_str(&format!("- name: {user}\n  user:\n    token: {token}\n")).unwrap();
-    for ctx in kc["contexts"].as_sequence_mut().expect("contexts") {
-        ctx["context"]["user"] = serde_yaml::Value::String(user.to_string());
-    }
-    let path = c.dir.join(format!("kubeconfig-{user}"));
-    std::fs::write(&path, serde_yaml::to_string(&kc).unwrap()).unwrap();
-    path
 }
 
 /// Through the operator: a proxied target's name is resolved by the
