@@ -63,6 +63,17 @@ impl Fleet {
         ops: Vec<Operator>,
         checkers: usize,
     ) -> Fleet {
+        Self::start_at_interval(cluster, ns, ops, checkers, INTERVAL).await
+    }
+
+    /// Same, the checkers probed every `interval_s` seconds.
+    pub async fn start_at_interval(
+        cluster: &'static Cluster,
+        ns: String,
+        ops: Vec<Operator>,
+        checkers: usize,
+        interval_s: u32,
+    ) -> Fleet {
         let client = cluster.client().await;
         let witness = Witness::start().await;
         // Let every replica join first, so the initial assignment is already
@@ -71,7 +82,7 @@ impl Fleet {
             o.wait_ready(Duration::from_secs(60)).await;
         }
         let names: Vec<String> = (0..checkers).map(|i| format!("c{i}")).collect();
-        create_checkers(&client, &ns, &witness.url(), &names, INTERVAL).await;
+        create_checkers(&client, &ns, &witness.url(), &names, interval_s).await;
         let f = Fleet {
             cluster,
             ns,

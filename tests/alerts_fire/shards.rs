@@ -50,22 +50,7 @@ impl Shards {
                 )
             })
             .collect();
-        for o in &ops {
-            o.wait_ready(Duration::from_secs(60)).await;
-        }
-        let client = cluster.client().await;
-        let witness = Witness::start().await;
-        let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i}")).collect();
-        create_checkers(&client, &ns, &witness.url(), &names, INTERVAL_S).await;
-        let fleet = Fleet {
-            cluster,
-            ns,
-            ops,
-            witness,
-            names,
-            client,
-        };
-        fleet.wait_all_assigned(Duration::from_secs(60)).await;
+        let fleet = Fleet::start_at_interval(cluster, ns, ops, CHECKERS, INTERVAL_S).await;
         Shards { fleet, proxies }
     }
 
