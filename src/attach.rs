@@ -20,6 +20,7 @@ impl SecretResolver {
             Command::Upsert {
                 checker: Incoming::Valid(wc, _, compiled),
                 initial,
+                seen,
             } => {
                 let namespace = wc.metadata.namespace.clone().unwrap_or_default();
                 let key = crate::api::object_key(
@@ -30,6 +31,7 @@ impl SecretResolver {
                 Command::Upsert {
                     checker: Incoming::Valid(wc, resolved, compiled),
                     initial,
+                    seen,
                 }
             }
             Command::Resync { present } => {

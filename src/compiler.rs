@@ -32,6 +32,7 @@ impl PatternCache {
             Command::Upsert {
                 checker: Incoming::Valid(wc, resolved, _),
                 initial,
+                seen,
             } => {
                 let key = crate::api::object_key(
                     wc.metadata.namespace.as_deref().unwrap_or_default(),
@@ -41,6 +42,7 @@ impl PatternCache {
                 Command::Upsert {
                     checker: Incoming::Valid(wc, resolved, Some(compiled)),
                     initial,
+                    seen,
                 }
             }
             Command::Resync { present } => {
@@ -88,6 +90,7 @@ mod tests {
         Command::Upsert {
             checker: Incoming::Valid(Box::new(wc), Default::default(), None),
             initial: false,
+            seen: std::time::Instant::now(),
         }
     }
 

@@ -26,6 +26,7 @@ fn classify(
     obj: DynamicObject,
     membership: &Membership,
     initial: bool,
+    seen: std::time::Instant,
 ) -> (String, Option<Command>) {
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
@@ -68,7 +69,14 @@ fn classify(
             error: e.to_string().chars().take(200).collect(),
         },
     };
-    (key, Some(Command::Upsert { checker, initial }))
+    (
+        key,
+        Some(Command::Upsert {
+            checker,
+            initial,
+            seen,
+        }),
+    )
 }
 
 /// Feeds the engine from a watch of this replica's own shard (label selector).
@@ -127,7 +135,7 @@ pub async fn watch_own_shard(
                 None
             }
             Ok(Event::InitApply(o)) => {
-                let (key, cmd) = classify(o, &membership, true);
+                let (key, cmd) = classify(o, &membership, true, std::time::Instant::now());
                 if matches!(cmd, Some(Command::Upsert { .. } | Command::Drain { .. })) {
                     present.insert(key);
                 }
@@ -139,7 +147,7 @@ pub async fn watch_own_shard(
                     present: std::mem::take(&mut present),
                 })
             }
-            Ok(Event::Apply(o)) => classify(o, &membership, false).1,
+            Ok(Event::Apply(o)) => classify(o, &membership, false, std::time::Instant::now()).1,
             Ok(Event::Delete(o)) => Some(Command::Remove {
                 key: object_key(
                     o.metadata.namespace.as_deref().unwrap_or_default(),

@@ -99,6 +99,7 @@ pub struct Metrics {
     pub moves: IntCounterVec,
     pub drains: IntCounter,
     pub assignment_latency: Histogram,
+    pub first_probe_delay: Histogram,
     pub lease_renew_failures: IntCounterVec,
     pub self_fences: IntCounterVec,
     pub peer_proofs: IntCounterVec,
@@ -241,6 +242,17 @@ impl Metrics {
                     HistogramOpts::new(
                         "webchecker_assignment_latency_seconds",
                         "Sharder: checker seen unassigned to assignment written",
+                    )
+                    .buckets(ASSIGN_BUCKETS.to_vec()),
+                )
+                .unwrap(),
+            ),
+            first_probe_delay: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "webchecker_first_probe_delay_seconds",
+                        "Owner: a new checker delivered by the watch to its first probe's start",
                     )
                     .buckets(ASSIGN_BUCKETS.to_vec()),
                 )

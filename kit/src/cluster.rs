@@ -68,18 +68,7 @@ impl Cluster {
             .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
             .expect("BIN in cluster.env");
         // Reaper: take the control plane down when this test process exits.
-        let pid = std::process::id();
-        let _ = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >/dev/null 2>&1",
-                repo().join("hack/cluster.sh").display(),
-                dir.display()
-            ))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        crate::reap_at_exit(&repo().join("hack/cluster.sh"), &dir);
         let c = Cluster {
             dir,
             kubeconfig,

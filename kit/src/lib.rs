@@ -94,6 +94,31 @@ pub fn bounded(program: impl AsRef<std::ffi::OsStr>, limit: Duration) -> Command
     c
 }
 
+/// Runs `bash <script> down <dir>` once this process has exited, however it
+/// ends. The reaper has a process group of its own: a runner that kills the
+/// test's group on a timeout (coreutils' `timeout`, hack/test.sh) must not
+/// take the reaper with it and leave the control plane or node running.
+/// `<dir>.down.log` keeps the output of a teardown that failed.
+pub fn reap_at_exit(script: &Path, dir: &Path) {
+    use std::os::unix::process::CommandExt;
+    let pid = std::process::id();
+    let log = dir.with_extension("down.log");
+    let _ = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >'{}' 2>&1 && rm -f '{}'",
+            script.display(),
+            dir.display(),
+            log.display(),
+            log.display()
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn();
+}
+
 /// Bound of one kubectl or helm call (a `--wait` included).
 pub const TOOL_LIMIT: Duration = Duration::from_secs(300);
 /// Bound of bringing a control plane up (it may build the tools first).

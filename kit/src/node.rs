@@ -84,20 +84,7 @@ impl Node {
                     .status()
                     .expect("run hack/node.sh up");
                 // Reaper: take the node down when this test process exits.
-                let pid = std::process::id();
-                let _ = Command::new("bash")
-                    .arg("-c")
-                    .arg(format!(
-                        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; bash '{}' down '{}' >'{}.down.log' 2>&1 && rm -f '{}.down.log'",
-                        repo().join("hack/node.sh").display(),
-                        dir.display(),
-                        dir.display(),
-                        dir.display()
-                    ))
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn();
+                crate::reap_at_exit(&repo().join("hack/node.sh"), &dir);
                 assert!(
                     st.success(),
                     "hack/node.sh up failed (see {})",

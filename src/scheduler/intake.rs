@@ -4,9 +4,10 @@
 //! cadence, otherwise almost at once).
 
 use super::*;
+use arrival::{Arrival, first_due};
 
 impl Engine {
-    pub(super) fn upsert(&mut self, checker: Incoming, initial: bool) {
+    pub(super) fn upsert(&mut self, checker: Incoming, initial: bool, seen: Instant) {
         let (key, namespace, name, rv, generation) = match &checker {
             Incoming::Valid(wc, ..) => (
                 crate::api::object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
@@ -106,6 +107,7 @@ impl Engine {
                     draining: false,
                     status,
                     last_probe_wall: None,
+                    first_probe_since: None,
                     info: match &checker {
                         Incoming::Valid(wc, ..) => self.metrics.checker_info(wc),
                         Incoming::Malformed { .. } => Default::default(),
@@ -126,7 +128,8 @@ impl Engine {
         e.resolved = resolved;
         e.patterns = patterns;
         e.object_ref = object_ref;
-        self.apply_plan(&key, plan, handover, initial);
+        let arrival = self.arrivals.of(initial, seen);
+        self.apply_plan(&key, plan, handover, arrival);
     }
 
     /// Re-plans a checker whose referenced values changed (same spec).
@@ -143,7 +146,7 @@ impl Engine {
         };
         let plan = plan_of(&self.prober, &spec, &resolved, e.patterns.as_ref());
         e.resolved = resolved;
-        self.apply_plan(key, plan, None, false);
+        self.apply_plan(key, plan, None, Arrival::Known);
     }
 
     /// Installs a new plan (or the InvalidSpec condition) and (re)schedules.
@@ -152,7 +155,7 @@ impl Engine {
         key: &str,
         plan: Result<ProbePlan, String>,
         handover: Option<i64>,
-        initial: bool,
+        arrival: Arrival,
     ) {
         let key = key.to_string();
         let Some(e) = self.entries.get_mut(&key) else {
@@ -182,28 +185,13 @@ impl Engine {
                 let scheduled = e.delay.is_some() || e.inflight.is_some();
                 let now = Instant::now();
                 if !scheduled {
-                    let at = match handover {
-                        // Moved in: keep the old owner's cadence.
-                        Some(ms) => {
-                            let since = unix_ms(SystemTime::now()) - ms;
-                            let wait = interval.as_millis() as i64 - since;
-                            now + Duration::from_millis(
-                                wait.clamp(0, interval.as_millis() as i64) as u64
-                            )
-                        }
-                        None => {
-                            // At start-up spread the whole shard over one interval; a
-                            // checker that arrives later (new, or moved from a replica
-                            // that left) is probed almost at once, with a little jitter
-                            // so a burst of arrivals does not hit the pool in one tick.
-                            let spread = if initial {
-                                interval
-                            } else {
-                                interval.min(Duration::from_millis(100))
-                            };
-                            now + rand::rng().random_range(Duration::ZERO..=spread)
-                        }
-                    };
+                    if let Arrival::New(seen) = arrival
+                        && handover.is_none()
+                    {
+                        e.first_probe_since = Some(seen);
+                    }
+                    let since = handover.map(|ms| unix_ms(SystemTime::now()) - ms);
+                    let at = first_due(now, interval, arrival, since, rand::rng().random());
                     self.schedule(&key, at);
                 } else if old_interval.is_some_and(|old| interval < old) && e.inflight.is_none() {
                     // A shorter interval takes effect now, not after the old one ran out.

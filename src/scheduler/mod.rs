@@ -31,6 +31,7 @@ use crate::secrets::Resolved;
 use crate::status::{CheckerStatus, Context};
 use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
 
+mod arrival;
 mod events;
 mod intake;
 
@@ -55,8 +56,14 @@ pub enum Incoming {
 
 #[derive(Debug)]
 pub enum Command {
-    /// A checker of our shard, added or changed. `initial` during a (re)list.
-    Upsert { checker: Incoming, initial: bool },
+    /// A checker of our shard, added or changed. `initial` during a (re)list;
+    /// `seen` when the watch delivered it (a new checker's first probe is
+    /// measured from there).
+    Upsert {
+        checker: Incoming,
+        initial: bool,
+        seen: Instant,
+    },
     /// The sharder asks us to hand this checker over.
     Drain {
         key: String,
@@ -119,6 +126,8 @@ struct Entry {
     draining: bool,
     status: CheckerStatus,
     last_probe_wall: Option<SystemTime>,
+    /// A new arrival not yet probed: when the watch delivered it.
+    first_probe_since: Option<Instant>,
     /// URL and allowlisted labels (`webchecker_checker_info`).
     info: Arc<crate::metrics::CheckerInfo>,
 }
@@ -143,6 +152,8 @@ pub struct Engine {
     pool: Arc<Semaphore>,
     next_seq: u64,
     stopping: Option<oneshot::Sender<()>>,
+    /// Whether listed checkers fill an empty table (their first probes spread).
+    arrivals: arrival::Arrivals,
 }
 
 fn now_wall() -> String {
@@ -179,6 +190,7 @@ impl Engine {
             ready: FairQueue::new(workers),
             next_seq: 0,
             stopping: None,
+            arrivals: Default::default(),
         }
     }
 }
@@ -285,8 +297,14 @@ impl Engine {
             }
             let plan = entry.plan.clone().expect("checked above");
             let namespace = entry.namespace.clone();
-            let lag = Instant::now().saturating_duration_since(due);
+            let now = Instant::now();
+            let lag = now.saturating_duration_since(due);
             self.metrics.schedule_lag.observe(lag.as_secs_f64());
+            if let Some(seen) = entry.first_probe_since.take() {
+                self.metrics
+                    .first_probe_delay
+                    .observe(now.saturating_duration_since(seen).as_secs_f64());
+            }
             let inflight = InflightGuard::new(self.metrics.clone());
             let prober = self.prober.clone();
             let tx = done_tx.clone();
@@ -399,7 +417,11 @@ impl Engine {
 
     async fn command(&mut self, c: Command) {
         match c {
-            Command::Upsert { checker, initial } => self.upsert(checker, initial),
+            Command::Upsert {
+                checker,
+                initial,
+                seen,
+            } => self.upsert(checker, initial, seen),
             Command::Drain {
                 key,
                 namespace,
@@ -437,6 +459,7 @@ impl Engine {
             }
             Command::Refresh { key, resolved } => self.refresh(&key, resolved),
             Command::Resync { present } => {
+                self.arrivals.listed();
                 let gone: Vec<String> = self
                     .entries
                     .keys()
@@ -456,6 +479,7 @@ impl Engine {
                 }
                 self.writer.forget_all();
                 self.ready.clear_ready();
+                self.arrivals.emptied();
                 self.shrink_if_sparse();
                 self.update_owned();
                 let _ = done.send(());

@@ -272,27 +272,67 @@ async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
     drop(ops);
 }
 
+/// The p-quantile of sorted durations.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 * q) as usize).min(sorted.len() - 1)]
+}
+
+/// A histogram summed over every replica's scrape.
+async fn fleet_histogram(fleet: &Fleet, name: &str) -> Vec<(f64, f64)> {
+    let mut sum: Vec<(f64, f64)> = Vec::new();
+    for o in &fleet.ops {
+        let m = o
+            .metrics()
+            .await
+            .unwrap_or_else(|| panic!("{} does not answer", o.identity));
+        let b = histogram_buckets(&m, name);
+        if sum.is_empty() {
+            sum = b;
+        } else {
+            for (s, (_, c)) in sum.iter_mut().zip(b) {
+                s.1 += c;
+            }
+        }
+    }
+    sum
+}
+
+/// The bound docs/architecture.md ("New checkers") states for a burst of new
+/// checkers: the sharder assigns each within 1 s of seeing it, and its owner
+/// starts its first probe within 0.5 s of seeing the assignment (p99, from
+/// the operator's histograms). Before them comes the API server's own delay in
+/// delivering the watch events, which on two shared cores under a burst of
+/// 3,000 writes is the bulk of the end-to-end figure: it is printed, split as
+/// the test's own watch sees it, and bounded only by interval + lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_thousand_new_checkers_are_probed_within_a_second() {
+async fn a_burst_of_1000_new_checkers_is_assigned_within_1s_and_probed_within_half_a_second() {
     let fleet = Fleet::start("ha", "burst", 3, 30).await;
     let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
-    // A watch of our own sees when each assignment lands, to split the delay.
-    let assigned: std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>> = Default::default();
+    // A watch of our own sees when each object shows up and when its
+    // assignment lands, to split the delay.
+    type Seen = std::sync::Arc<std::sync::Mutex<HashMap<String, Instant>>>;
+    let (created_seen, assigned): (Seen, Seen) = Default::default();
     let watch_task = {
         use futures::StreamExt;
-        let assigned = assigned.clone();
+        let (created_seen, assigned) = (created_seen.clone(), assigned.clone());
         let api = fleet.api();
         tokio::spawn(async move {
-            let mut s = kube::runtime::watcher::watcher(api, Default::default()).boxed();
-            while let Some(Ok(ev)) = s.next().await {
-                if let kube::runtime::watcher::Event::Apply(o) = ev
-                    && owner_label(&o.metadata).is_some()
-                {
-                    assigned
+            use kube::runtime::WatchStreamExt;
+            let mut s = kube::runtime::watcher::watcher(api, Default::default())
+                .default_backoff()
+                .boxed();
+            while let Some(ev) = s.next().await {
+                if let Ok(kube::runtime::watcher::Event::Apply(o)) = ev {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    let now = Instant::now();
+                    created_seen
                         .lock()
                         .unwrap()
-                        .entry(o.metadata.name.unwrap())
-                        .or_insert_with(Instant::now);
+                        .entry(name.clone())
+                        .or_insert(now);
+                    if owner_label(&o.metadata).is_some() {
+                        assigned.lock().unwrap().entry(name).or_insert(now);
+                    }
                 }
             }
         })
@@ -300,6 +340,7 @@ async fn a_thousand_new_checkers_are_probed_within_a_second() {
     let t0 = Instant::now();
     // Each object's creation moment as the test saw its create call return.
     let created = create_checkers(&fleet.client, &fleet.ns, &fleet.witness.url(), &names, 10).await;
+    // Interval (10 s) + lease: far above what the bound implies.
     eventually(
         Duration::from_secs(30),
         "every new checker probed",
@@ -317,82 +358,77 @@ async fn a_thousand_new_checkers_are_probed_within_a_second() {
         },
     )
     .await;
-    let hits = fleet.witness.hits();
-    let mut delays: Vec<Duration> = names
-        .iter()
-        .map(|n| {
-            let first = hits
-                .iter()
-                .filter(|h| &h.checker == n)
-                .map(|h| h.start)
-                .min()
-                .unwrap();
-            first.saturating_duration_since(created[n])
-        })
-        .collect();
-    delays.sort();
     watch_task.abort();
-    let assigned = assigned.lock().unwrap().clone();
-    let mut to_assign: Vec<Duration> = names
-        .iter()
-        .filter_map(|n| Some(assigned.get(n)?.saturating_duration_since(created[n])))
-        .collect();
-    let mut to_probe: Vec<Duration> = names
-        .iter()
-        .filter_map(|n| {
-            let first = hits
-                .iter()
-                .filter(|h| &h.checker == n)
-                .map(|h| h.start)
-                .min()?;
-            Some(first.saturating_duration_since(*assigned.get(n)?))
-        })
-        .collect();
-    to_assign.sort();
-    to_probe.sort();
-    if !to_assign.is_empty() && !to_probe.is_empty() {
+    let hits = fleet.witness.hits();
+    let mut first: HashMap<&str, Instant> = HashMap::new();
+    for h in hits.iter().filter(|h| h.start >= t0) {
+        let f = first.entry(h.checker.as_str()).or_insert(h.start);
+        *f = (*f).min(h.start);
+    }
+    let (created_seen, assigned) = (
+        created_seen.lock().unwrap().clone(),
+        assigned.lock().unwrap().clone(),
+    );
+    let split = |from: &dyn Fn(&str) -> Option<Instant>, to: &dyn Fn(&str) -> Option<Instant>| {
+        let mut v: Vec<Duration> = names
+            .iter()
+            .filter_map(|n| Some(to(n)?.saturating_duration_since(from(n)?)))
+            .collect();
+        v.sort();
+        v
+    };
+    let end_to_end = split(&|n| created.get(n).copied(), &|n| first.get(n).copied());
+    let delivery = split(&|n| created.get(n).copied(), &|n| {
+        created_seen.get(n).copied()
+    });
+    let to_assign = split(&|n| created_seen.get(n).copied(), &|n| {
+        assigned.get(n).copied()
+    });
+    let to_probe = split(&|n| assigned.get(n).copied(), &|n| first.get(n).copied());
+    assert_eq!(end_to_end.len(), names.len());
+    assert!(
+        to_assign.len() == names.len() && to_probe.len() == names.len(),
+        "the test's own watch saw every object and its assignment"
+    );
+    for (what, v) in [
+        ("creation -> first probe", &end_to_end),
+        ("  creation -> a watch sees it (API server)", &delivery),
+        ("  a watch sees it -> it sees the assignment", &to_assign),
+        ("  it sees the assignment -> first probe", &to_probe),
+    ] {
         println!(
-            "split: creation->assignment seen p50 {:?} p99 {:?}; assignment seen->first probe p50 {:?} p99 {:?}",
-            to_assign[to_assign.len() / 2],
-            to_assign[to_assign.len() * 99 / 100],
-            to_probe[to_probe.len() / 2],
-            to_probe[to_probe.len() * 99 / 100]
+            "burst of 1000: {what}: p50 {:?} p99 {:?} max {:?}",
+            quantile(v, 0.5),
+            quantile(v, 0.99),
+            v[v.len() - 1]
         );
     }
-    let p99 = delays[delays.len() * 99 / 100];
-    let p50 = delays[delays.len() / 2];
-    let mut assign = String::new();
-    for o in &fleet.ops {
-        let m = o.metrics().await.unwrap_or_default();
-        if metric(&m, "webchecker_leader", &[]) == Some(1.0) {
-            assign = format!(
-                "assignment latency p50<={:?}s p99<={:?}s",
-                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.5),
-                histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.99)
-            );
-        }
-    }
-    println!("1000 new checkers: first probe after creation p50 {p50:?} p99 {p99:?}; {assign}");
-    // The operator's own part: the sharder's assignment latency (watch event to
-    // write done) and the owner's assignment-to-first-probe. The rest is the API
-    // server delivering watch events, which on two shared cores is the bulk.
-    let leader = fleet.leader().await.expect("a leader");
-    let m = fleet.op(&leader).metrics().await.unwrap();
-    let assign_p99 = histogram_quantile(&m, "webchecker_assignment_latency_seconds", 0.99).unwrap();
-    assert!(
-        assign_p99 <= 1.0,
-        "sharder assignment latency p99 bucket {assign_p99}"
+    let assign = fleet_histogram(&fleet, "webchecker_assignment_latency_seconds").await;
+    let probe = fleet_histogram(&fleet, "webchecker_first_probe_delay_seconds").await;
+    let (assign_p99, probe_p99) = (bucket_upper(&assign, 0.99), bucket_upper(&probe, 0.99));
+    println!(
+        "operator: assignment p50 <= {:?} s, p99 <= {assign_p99:?} s; owner seeing it -> first probe p50 <= {:?} s, p99 <= {probe_p99:?} s ({} observed)",
+        bucket_upper(&assign, 0.5),
+        bucket_upper(&probe, 0.5),
+        probe.last().map_or(0.0, |b| b.1),
     );
     assert!(
-        !to_probe.is_empty(),
-        "the test's own watch saw the assignments"
+        probe.last().map_or(0.0, |b| b.1) >= names.len() as f64,
+        "every new checker's first probe is measured by its owner"
     );
-    let probe_p99 = to_probe[to_probe.len() * 99 / 100];
     assert!(
-        probe_p99 <= Duration::from_secs(1),
-        "assignment to first probe p99 {probe_p99:?}"
+        assign_p99.is_some_and(|b| b <= 1.0),
+        "sharder assignment p99 bucket {assign_p99:?} (bound 1 s)"
     );
-    assert!(p99 <= Duration::from_secs(5), "end to end p99 {p99:?}");
+    assert!(
+        probe_p99.is_some_and(|b| b <= 0.5),
+        "owner seeing a new checker -> first probe p99 bucket {probe_p99:?} (bound 0.5 s)"
+    );
+    let bound = Duration::from_secs(10) + LEASE;
+    assert!(
+        end_to_end[end_to_end.len() - 1] <= bound,
+        "every new checker probed within interval + lease of its creation"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
