@@ -25,7 +25,9 @@ const PROBE_BUCKETS: &[f64] = &[
 const LAG_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
-const ASSIGN_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+const ASSIGN_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 30.0,
+];
 
 const ALL_REASONS: &[Reason] = &[
     Reason::ProbeSucceeded,
