@@ -34,7 +34,7 @@ export CARGO_INCREMENTAL=0
 PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels)
 PAIRED=(chart chart_test_hook image egress spec_limits tenancy self_service_rbac
   protocols observability overload)
-ALONE=(ha failover control_plane chaos foundation node alerts_fire tenancy_dns
+ALONE=(ha failover control_plane chaos foundation node alerts_fire tenancy_dns isolation
   probe reliability)
 
 # cargo arguments of a binary's name.

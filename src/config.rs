@@ -99,6 +99,12 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_WORKERS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub workers: u32,
 
+    /// Threads that run the response checks (headerChecks, bodyMatch,
+    /// jsonChecks), namespaces taking turns; a check that outlasts its
+    /// probe's timeout ends with reason CheckTimeout.
+    #[arg(long, env = "WEBCHECKER_MATCH_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub match_threads: u32,
+
     /// Status is rewritten at least this often when nothing changes.
     #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "20m", value_parser = parse_duration)]
     pub heartbeat: Duration,

@@ -36,6 +36,7 @@ const ALL_REASONS: &[Reason] = &[
     Reason::TlsError,
     Reason::CertificateInvalid,
     Reason::Timeout,
+    Reason::CheckTimeout,
     Reason::UnexpectedStatus,
     Reason::UnexpectedHttpVersion,
     Reason::BodyMismatch,
@@ -103,6 +104,7 @@ pub struct Metrics {
     pub assignment_latency: Histogram,
     pub first_probe_delay: Histogram,
     pub lease_renew_failures: IntCounterVec,
+    pub lease_renew_duration: Histogram,
     pub self_fences: IntCounterVec,
     pub peer_proofs: IntCounterVec,
     pub api_reachable: IntGauge,
@@ -257,6 +259,17 @@ impl Metrics {
                         "Owner: a new checker delivered by the watch to its first probe's start",
                     )
                     .buckets(ASSIGN_BUCKETS.to_vec()),
+                )
+                .unwrap(),
+            ),
+            lease_renew_duration: reg(
+                &r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        "webchecker_lease_renew_duration_seconds",
+                        "Membership Lease renewals that succeeded: from the attempt's start to its answer being acted on",
+                    )
+                    .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0]),
                 )
                 .unwrap(),
             ),

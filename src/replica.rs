@@ -43,6 +43,27 @@ fn panic_text(j: tokio::task::JoinError) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
+/// The runtime of coordination: membership renewals and the pause detector,
+/// the member view, peer evidence, leader election and the sharder. It has a
+/// thread of its own and API clients of its own (a pooled connection's I/O
+/// runs on the runtime that opened it), so probe work that saturates the
+/// engine's threads (matching, TLS handshakes, a burst of due probes) never
+/// delays a renewal or an assignment: the kernel schedules this mostly idle
+/// thread as soon as it wakes.
+fn coordination_runtime() -> Result<tokio::runtime::Handle, Error> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("coordination")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Config(format!("cannot start the coordination runtime: {e}")))?;
+    let handle = rt.handle().clone();
+    // It lives as long as the process: its tasks are aborted at shutdown, and
+    // a runtime may not be dropped from within another one.
+    Box::leak(Box::new(rt));
+    Ok(handle)
+}
+
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
 pub async fn run(cfg: Config) -> Result<(), Error> {
     cfg.validate()?;
@@ -59,6 +80,11 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let kube_config = kube::Config::infer().await.map_err(Error::InferConfig)?;
     let api_url = kube_config.cluster_url.to_string();
     let api_uri = kube_config.cluster_url.clone();
+    let coordination = coordination_runtime()?;
+    let coord_clients = {
+        let _on = coordination.enter();
+        Clients::new(kube_config.clone())?
+    };
     let clients = Clients::new(kube_config)?;
     let client = clients.requests.clone();
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
@@ -147,6 +173,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cfg.max_body_bytes,
     );
     prober.resolver = Arc::new(resolver);
+    prober.matcher = Arc::new(probe::Matcher::new(cfg.match_threads as usize));
     if let Some((path, roots)) = ca_bundle {
         info!(
             "--ca-bundle: {} certificate(s) of {} trusted in addition to the built-in roots",
@@ -195,23 +222,26 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         }
     });
     tokio::spawn(scheduler::run_events(recorder, ev_rx));
-    let mut view_task = tokio::spawn(view.clone().run(
-        clients.watches.clone(),
+    let mut view_task = coordination.spawn(view.clone().run(
+        coord_clients.watches.clone(),
         cfg.namespace.clone(),
         metrics.clone(),
     ));
     let fence_tx = cmd_tx.clone();
-    let mut lease_task = tokio::spawn(membership.clone().run(clients.leases.clone(), move || {
-        let tx = fence_tx.clone();
-        async move {
-            let (done, wait) = oneshot::channel();
-            if tx.send(Command::Fence { done }).await.is_ok() {
-                let _ = wait.await;
+    let mut lease_task = coordination.spawn(membership.clone().run(
+        coord_clients.leases.clone(),
+        move || {
+            let tx = fence_tx.clone();
+            async move {
+                let (done, wait) = oneshot::channel();
+                if tx.send(Command::Fence { done }).await.is_ok() {
+                    let _ = wait.await;
+                }
             }
-        }
-    }));
+        },
+    ));
     let peers = Peers::new(&identity, cfg.fast_failover);
-    let mut peers_task = tokio::spawn(peers.clone().run(view.clone()));
+    let mut peers_task = coordination.spawn(peers.clone().run(view.clone()));
     let leader_gate = LeaderGate::new(cfg.renew_deadline);
     let elector = LeaderElector {
         identity: identity.clone(),
@@ -225,7 +255,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     };
     let sharder = {
         let (clients, view, membership, metrics, peers) = (
-            clients.clone(),
+            coord_clients.clone(),
             view.clone(),
             membership.clone(),
             metrics.clone(),
@@ -254,7 +284,8 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             .run()
         }
     };
-    let mut leader_task = tokio::spawn(elector.run(clients.leases.clone(), stop_rx, sharder));
+    let mut leader_task =
+        coordination.spawn(elector.run(coord_clients.leases.clone(), stop_rx, sharder));
     let mut watch_task = tokio::spawn(feed::watch_own_shard(
         clients.watches.clone(),
         cfg.watch_namespace.clone(),

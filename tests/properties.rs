@@ -19,6 +19,7 @@ const REASONS: &[Reason] = &[
     Reason::TlsError,
     Reason::CertificateInvalid,
     Reason::Timeout,
+    Reason::CheckTimeout,
     Reason::UnexpectedStatus,
     Reason::UnexpectedHttpVersion,
     Reason::BodyMismatch,

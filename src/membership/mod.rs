@@ -360,7 +360,12 @@ impl Membership {
     /// is lost (the caller fences and re-joins).
     fn record(&self, a: Attempt) -> bool {
         let label = match &a.answer {
-            Answer::Renewed(_) => None,
+            Answer::Renewed(_) => {
+                self.metrics
+                    .lease_renew_duration
+                    .observe(a.started.elapsed().as_secs_f64());
+                None
+            }
             Answer::Lost => Some("lost"),
             Answer::Rejected => Some("rejected"),
             Answer::Unanswered => Some("unreachable"),

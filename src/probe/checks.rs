@@ -1,15 +1,18 @@
 //! The checks of a final response: status, headers, body, JSON, latency.
-//! Their messages never quote a body nor a header value.
+//! Their messages never quote a body nor a header value. The content checks
+//! (headers, body, JSON) are CPU work of their own ([`Content`]), run on the
+//! matching pool (matcher.rs), never on the async runtime.
 
 use std::time::Duration;
 
 use super::error::{HopError, Reason};
 use super::exchange::Response;
 use super::outcome::version_name;
-use super::plan::{JsonCheckPlan, ProbePlan};
+use super::plan::{JsonCheckPlan, Pattern, ProbePlan};
 
-/// Checks a response that is not followed as a redirect.
-pub(super) fn response(plan: &ProbePlan, resp: &Response) -> Result<(), HopError> {
+/// Checks the head of a response that is not followed as a redirect: status,
+/// HTTP version, content coding. Its content checks follow ([`Content`]).
+pub(super) fn head(plan: &ProbePlan, resp: &Response) -> Result<(), HopError> {
     let code = resp.status.as_u16();
     if !plan.expected.contains(code) {
         return Err(HopError::new(
@@ -44,9 +47,6 @@ pub(super) fn response(plan: &ProbePlan, resp: &Response) -> Result<(), HopError
         )
         .with_status(code));
     }
-    if let Some(why) = content(plan, resp) {
-        return Err(HopError::new(Reason::BodyMismatch, why).with_status(code));
-    }
     Ok(())
 }
 
@@ -65,11 +65,44 @@ pub(super) fn latency(plan: &ProbePlan, code: u16, duration: Duration) -> (Reaso
     }
 }
 
-/// The response checks after the status: headerChecks, bodyMatch, jsonChecks.
-/// Returns why the response fails them; never a body excerpt nor a header value.
-fn content(plan: &ProbePlan, resp: &Response) -> Option<String> {
-    for (name, re) in &plan.header_checks {
-        let values: Vec<String> = resp
+/// The content checks of a response (headerChecks, bodyMatch, jsonChecks)
+/// with what they read, owned, so they can run on another thread.
+pub(super) struct Content {
+    header_checks: Vec<(http::HeaderName, Option<Pattern>)>,
+    body_match: Option<(Pattern, bool)>,
+    json_checks: Vec<JsonCheckPlan>,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+    truncated: bool,
+}
+
+impl Content {
+    /// The content checks of `plan` on `resp`; `None` when it has none.
+    pub(super) fn of(plan: &ProbePlan, resp: Response) -> Option<Content> {
+        if plan.header_checks.is_empty() && plan.body_match.is_none() && plan.json_checks.is_empty()
+        {
+            return None;
+        }
+        Some(Content {
+            header_checks: plan.header_checks.clone(),
+            body_match: plan.body_match.clone(),
+            json_checks: plan.json_checks.clone(),
+            headers: resp.headers,
+            body: resp.body,
+            truncated: resp.truncated,
+        })
+    }
+
+    /// Why the response fails its content checks (reason `BodyMismatch`),
+    /// never a body excerpt nor a header value; `None` when it passes.
+    pub(super) fn failure(&self) -> Option<String> {
+        content(self)
+    }
+}
+
+fn content(c: &Content) -> Option<String> {
+    for (name, re) in &c.header_checks {
+        let values: Vec<String> = c
             .headers
             .get_all(name)
             .iter()
@@ -87,8 +120,8 @@ fn content(plan: &ProbePlan, resp: &Response) -> Option<String> {
             ));
         }
     }
-    if let Some((re, invert)) = &plan.body_match {
-        let text = String::from_utf8_lossy(&resp.body);
+    if let Some((re, invert)) = &c.body_match {
+        let text = String::from_utf8_lossy(&c.body);
         if re.is_match(&text) == *invert {
             return Some(if *invert {
                 "response body matches bodyMatch.regex, which it must not".to_string()
@@ -97,12 +130,12 @@ fn content(plan: &ProbePlan, resp: &Response) -> Option<String> {
             });
         }
     }
-    if !plan.json_checks.is_empty() {
-        let doc: serde_json::Value = match serde_json::from_slice(&resp.body) {
+    if !c.json_checks.is_empty() {
+        let doc: serde_json::Value = match serde_json::from_slice(&c.body) {
             Ok(d) => d,
             Err(e) => {
-                let cut = if resp.truncated {
-                    format!(" (only the first {} bytes are read)", resp.body.len())
+                let cut = if c.truncated {
+                    format!(" (only the first {} bytes are read)", c.body.len())
                 } else {
                     String::new()
                 };
@@ -119,8 +152,8 @@ fn content(plan: &ProbePlan, resp: &Response) -> Option<String> {
                 ));
             }
         };
-        for c in &plan.json_checks {
-            if let Some(why) = c.failure(&doc) {
+        for check in &c.json_checks {
+            if let Some(why) = check.failure(&doc) {
                 return Some(why);
             }
         }

@@ -13,6 +13,8 @@ pub enum Reason {
     TlsError,
     CertificateInvalid,
     Timeout,
+    /// The response came, but its content checks did not finish in time.
+    CheckTimeout,
     UnexpectedStatus,
     UnexpectedHttpVersion,
     BodyMismatch,
@@ -31,6 +33,7 @@ impl Reason {
             Reason::TlsError => "TLSError",
             Reason::CertificateInvalid => "CertificateInvalid",
             Reason::Timeout => "Timeout",
+            Reason::CheckTimeout => "CheckTimeout",
             Reason::UnexpectedStatus => "UnexpectedStatus",
             Reason::UnexpectedHttpVersion => "UnexpectedHTTPVersion",
             Reason::BodyMismatch => "BodyMismatch",

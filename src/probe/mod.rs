@@ -29,6 +29,7 @@ mod dial;
 mod error;
 mod exchange;
 mod hop;
+mod matcher;
 mod outcome;
 mod plan;
 mod policy;
@@ -45,6 +46,7 @@ pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use decode::Coding;
 pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use error::Reason;
+pub use matcher::Matcher;
 pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
 pub use plan::{
     AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,

@@ -14,6 +14,8 @@ pub(super) enum Phase {
     Tls,
     Processing,
     Transfer,
+    /// The content checks, on the matching pool (matcher.rs).
+    Checks,
 }
 
 impl Phase {
@@ -25,6 +27,9 @@ impl Phase {
             Phase::Tls => "TLS handshake",
             Phase::Processing => "response headers",
             Phase::Transfer => "response body",
+            Phase::Checks => {
+                "the response checks (headerChecks, bodyMatch, jsonChecks: their patterns are too slow for this response, or wait behind other checks of this namespace)"
+            }
         }
     }
 }

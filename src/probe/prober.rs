@@ -1,6 +1,8 @@
 //! The [`Prober`] (shared configuration) and one probe in progress
 //! ([`Probe`]): the deadline, the redirect loop and the outcome.
 
+use super::error::HopError;
+use super::matcher::Matcher;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -45,6 +47,8 @@ pub struct Prober {
     roots: Roots,
     /// Server certificate chains already parsed (certs.rs).
     pub(super) chains: ChainCache,
+    /// Where the content checks run (matcher.rs); one thread unless replaced.
+    pub matcher: Arc<Matcher>,
 }
 
 const MODES: [Http2; 3] = [Http2::Negotiate, Http2::Disabled, Http2::PriorKnowledge];
@@ -84,6 +88,7 @@ impl Prober {
             unverified,
             roots,
             chains: ChainCache::default(),
+            matcher: Arc::new(Matcher::new(1)),
         }
     }
 
@@ -136,10 +141,10 @@ impl Prober {
             Ok(Err(Stop::Failed(e))) => (e.reason, e.message, e.status_code),
             Ok(Err(Stop::GateClosed)) => return None,
             Err(_) => {
-                let reason = if probe.phase == Phase::Resolve {
-                    Reason::DnsError
-                } else {
-                    Reason::Timeout
+                let reason = match probe.phase {
+                    Phase::Resolve => Reason::DnsError,
+                    Phase::Checks => Reason::CheckTimeout,
+                    _ => Reason::Timeout,
                 };
                 let message = format!(
                     "timed out after {} during {}",
@@ -197,8 +202,23 @@ impl Probe<'_> {
                     self.redirects += 1;
                 }
                 None => {
-                    checks::response(self.plan, &resp)?;
-                    return Ok(resp.status.as_u16());
+                    let code = resp.status.as_u16();
+                    checks::head(self.plan, &resp)?;
+                    if let Some(content) = checks::Content::of(self.plan, resp) {
+                        self.phase = Phase::Checks;
+                        let failure = self
+                            .prober
+                            .matcher
+                            .run(self.namespace, move || content.failure())
+                            .await
+                            .unwrap_or_else(|| Some("the response checks could not run".into()));
+                        if let Some(why) = failure {
+                            return Err(HopError::new(Reason::BodyMismatch, why)
+                                .with_status(code)
+                                .into());
+                        }
+                    }
+                    return Ok(code);
                 }
             }
         }

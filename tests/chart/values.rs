@@ -125,6 +125,7 @@ fn chart_defaults_are_the_operators_defaults() {
             ("listen", c.listen.to_string()),
             ("fast-failover", c.fast_failover.to_string()),
             ("workers", c.workers.to_string()),
+            ("match-threads", c.match_threads.to_string()),
             ("heartbeat", format!("{:?}", c.heartbeat)),
             ("lease-duration", format!("{:?}", c.lease_duration)),
             ("renew-deadline", format!("{:?}", c.renew_deadline)),

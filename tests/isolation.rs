@@ -1,0 +1,205 @@
+//! One namespace cannot slow another, end to end (docs/security.md, "Slow
+//! patterns"): a real API server, two operator replicas watching every
+//! namespace, a witness for the healthy checkers and a target that answers
+//! 64 KiB of `a` for the hostile ones.
+//!
+//! Namespace A holds 24 checkers whose `bodyMatch` is `(?s:.){0,1000}zzz`: it
+//! compiles within the size limits, but each search of 64 KiB costs the lazy
+//! DFA its cache over and over, hundreds of milliseconds of CPU that no
+//! deadline interrupts. On the async runtime that blinded namespace B (100
+//! healthy checkers at 2 s: up to 12.4 s between two probes) and starved the
+//! Lease renewals. On the matching pool, A waits behind its own checks.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::targets::{Answer, RecordingTarget};
+use support::*;
+
+const INTERVAL: u64 = 2;
+
+async fn scrape(op: &Operator) -> String {
+    eventually(Duration::from_secs(10), "metrics", || op.metrics()).await
+}
+
+/// Per replica: self-fences and renewal failures so far, and the renewal
+/// duration histogram.
+async fn coordination(ops: &[Operator]) -> Vec<(f64, f64, Vec<(f64, f64)>)> {
+    let mut out = Vec::new();
+    for o in ops {
+        let m = scrape(o).await;
+        out.push((
+            metric(&m, "webchecker_self_fences_total", &[]).unwrap_or(0.0),
+            metric(&m, "webchecker_lease_renew_failures_total", &[]).unwrap_or(0.0),
+            histogram_buckets(&m, "webchecker_lease_renew_duration_seconds"),
+        ));
+    }
+    out
+}
+
+/// The renewal durations observed between two scrapes, summed over replicas:
+/// (p99 bucket, count).
+fn renewals_between(
+    before: &[(f64, f64, Vec<(f64, f64)>)],
+    after: &[(f64, f64, Vec<(f64, f64)>)],
+) -> (Option<f64>, f64) {
+    let mut d: Vec<(f64, f64)> = Vec::new();
+    for (b, a) in before.iter().zip(after) {
+        for (i, (le, n)) in a.2.iter().enumerate() {
+            let was = b.2.get(i).map_or(0.0, |x| x.1);
+            match d.get_mut(i) {
+                Some(x) => x.1 += n - was,
+                None => d.push((*le, n - was)),
+            }
+        }
+    }
+    (bucket_upper(&d, 0.99), d.last().map_or(0.0, |x| x.1))
+}
+
+async fn owners(client: &kube::Client, ns: &str) -> Vec<(String, Option<String>)> {
+    let api = checkers_api(client, ns);
+    let mut out: Vec<(String, Option<String>)> = api
+        .list(&Default::default())
+        .await
+        .expect("list checkers")
+        .items
+        .into_iter()
+        .map(|o| {
+            let owner = owner_label(&o.metadata).map(str::to_string);
+            (o.metadata.name.unwrap_or_default(), owner)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_leases() {
+    let c = Cluster::shared("isolation");
+    let client = c.client().await;
+    let leases = c.namespace("iso-leases");
+    let ops: Vec<Operator> = (0..2)
+        .map(|i| {
+            Operator::spawn_all_namespaces_with(
+                c,
+                &format!("iso-r{i}-{leases}"),
+                &leases,
+                FAST_LEASES,
+            )
+        })
+        .collect();
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let witness = Witness::start().await;
+    let body = "a".repeat(64 * 1024);
+    let heavy = RecordingTarget::http(move |_| Answer::text(&body)).await;
+
+    let b_ns = c.namespace("iso-b");
+    let healthy: Vec<String> = (0..100).map(|i| format!("h{i}")).collect();
+    create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
+    eventually(
+        Duration::from_secs(60),
+        "every healthy checker probed twice",
+        || async {
+            let hits = witness.hits();
+            healthy
+                .iter()
+                .all(|n| hits.iter().filter(|h| &h.checker == n).count() >= 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let window = Duration::from_secs(8 * INTERVAL);
+    let base_from = Instant::now();
+    let base_before = coordination(&ops).await;
+    tokio::time::sleep(window).await;
+    let base_after = coordination(&ops).await;
+    let base_gap = largest_gap(&witness.hits(), &healthy, base_from, Instant::now()).0;
+    let (base_renew_p99, _) = renewals_between(&base_before, &base_after);
+    let b_owners = owners(&client, &b_ns).await;
+
+    let a_ns = c.namespace("iso-a");
+    let hostile: Vec<String> = (0..24).map(|i| format!("slow{i}")).collect();
+    let objs = hostile
+        .iter()
+        .map(|n| {
+            checker_object(
+                n,
+                &heavy.url(),
+                INTERVAL,
+                serde_json::json!({
+                    "timeoutSeconds": 1,
+                    "bodyMatch": { "regex": "(?s:.){0,1000}zzz" },
+                }),
+            )
+        })
+        .collect();
+    create_all(&client, &a_ns, objs, 8).await;
+    // A's checkers fail, each with a reason that names the checks.
+    let api = checkers_api(&client, &a_ns);
+    let reasons = eventually(
+        Duration::from_secs(30),
+        "every hostile checker Ready=False",
+        || async {
+            let list = api.list(&Default::default()).await.ok()?;
+            let reasons: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|o| {
+                    let conds = o.data["status"]["conditions"].as_array()?;
+                    let ready = conds.iter().find(|c| c["type"] == "Ready")?;
+                    (ready["status"] == "False")
+                        .then(|| ready["reason"].as_str().unwrap_or("").to_string())
+                })
+                .collect();
+            (reasons.len() == hostile.len()).then_some(reasons)
+        },
+    )
+    .await;
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r == "CheckTimeout" || r == "BodyMismatch"),
+        "A's reasons: {reasons:?}"
+    );
+
+    let from = Instant::now();
+    let before = coordination(&ops).await;
+    tokio::time::sleep(window).await;
+    let after = coordination(&ops).await;
+    let hits = witness.hits();
+    let (gap, slowest) = largest_gap(&hits, &healthy, from, Instant::now());
+    let (renew_p99, renewals) = renewals_between(&before, &after);
+    let probed_a = heavy.requests().len();
+    println!(
+        "B (100 healthy at {INTERVAL} s): largest gap {gap:?} ({slowest}) with A's 24 slow patterns, {base_gap:?} without; \
+         Lease renewals p99 <= {renew_p99:?} s ({renewals} renewals), {base_renew_p99:?} s without; A probed {probed_a} times; A's reasons {:?}",
+        {
+            let mut r = reasons.clone();
+            r.sort();
+            r.dedup();
+            r
+        }
+    );
+    // The load was real: A kept being probed all along.
+    assert!(
+        probed_a >= 3 * hostile.len(),
+        "the hostile target was probed {probed_a} times"
+    );
+    assert!(
+        gap <= Duration::from_secs(INTERVAL + 1),
+        "a healthy checker of B waited {gap:?} between two probes ({slowest})"
+    );
+    assert_eq!(owners(&client, &b_ns).await, b_owners, "B's checkers moved");
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        assert_eq!(a.0, b.0, "{} fenced itself", ops[i].identity);
+        assert_eq!(a.1, b.1, "{}: a Lease renewal failed", ops[i].identity);
+    }
+    assert!(renewals > 0.0, "renewals went on");
+    assert!(
+        renew_p99.is_some_and(|p| p <= base_renew_p99.unwrap_or(0.0).max(0.1)),
+        "Lease renewals slowed: p99 <= {renew_p99:?} s, {base_renew_p99:?} s without A"
+    );
+}
