@@ -298,14 +298,14 @@ async fn fleet_histogram(fleet: &Fleet, name: &str) -> Vec<(f64, f64)> {
 }
 
 /// The bound docs/architecture.md ("New checkers") states for a burst of new
-/// checkers: the sharder assigns each within 1.5 s of seeing it, and its owner
+/// checkers: the sharder assigns each within 2 s of seeing it, and its owner
 /// starts its first probe within 0.5 s of seeing the assignment (p99, from
 /// the operator's histograms). Before them comes the API server's own delay in
 /// delivering the watch events, which on two shared cores under a burst of
 /// 3,000 writes is the bulk of the end-to-end figure: it is printed, split as
 /// the test's own watch sees it, and bounded only by interval + lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_of_1000_new_checkers_is_assigned_within_1500ms_and_probed_within_500ms() {
+async fn a_burst_of_1000_new_checkers_is_assigned_within_2s_and_probed_within_500ms() {
     let fleet = Fleet::start("ha", "burst", 3, 30).await;
     let names: Vec<String> = (0..1000).map(|i| format!("b{i}")).collect();
     // A watch of our own sees when each object shows up and when its
@@ -417,8 +417,8 @@ async fn a_burst_of_1000_new_checkers_is_assigned_within_1500ms_and_probed_withi
         "every new checker's first probe is measured by its owner"
     );
     assert!(
-        assign_p99.is_some_and(|b| b <= 1.5),
-        "sharder assignment p99 bucket {assign_p99:?} (bound 1.5 s)"
+        assign_p99.is_some_and(|b| b <= 2.0),
+        "sharder assignment p99 bucket {assign_p99:?} (bound 2 s)"
     );
     assert!(
         probe_p99.is_some_and(|b| b <= 0.5),
