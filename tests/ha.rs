@@ -141,7 +141,14 @@ async fn sigterm_releases_the_lease_and_hands_over_at_once() {
     )
     .await;
     let (gap, who) = failover_gap(&fleet.witness.hits(), &orphans, at);
-    let bound = Duration::from_secs(INTERVAL as u64 + 2);
+    // The gap is the phase of the checker's last probe before SIGTERM (up to
+    // an interval), the sharder reassigning the victim's 200 checkers (one
+    // write each: 1.4-2.5 s at the 80-140 writes/s of an API server on two
+    // shared cores) and the first probe. interval + 2 s left no room for the
+    // API server: 3.7-4.8 s were measured. A lease is the bound (still below
+    // SIGKILL's lease + 2 s + interval); a handover through drains while
+    // still probing would remove the gap (README, known limits).
+    let bound = Duration::from_secs(INTERVAL as u64) + LEASE;
     println!("SIGTERM: exit after {exit_after:?}, largest gap {gap:?} ({who}), bound {bound:?}");
     assert!(gap <= bound, "{who}: {gap:?}");
     // Release and the last flush take a few round trips, not a lease.
