@@ -23,9 +23,11 @@ async fn scrape(op: &Operator) -> String {
     eventually(Duration::from_secs(10), "metrics", || op.metrics()).await
 }
 
-/// Per replica: self-fences and renewal failures so far, and the renewal
+/// One replica's self-fences and renewal failures so far, and its renewal
 /// duration histogram.
-async fn coordination(ops: &[Operator]) -> Vec<(f64, f64, Vec<(f64, f64)>)> {
+type Coordination = (f64, f64, Vec<(f64, f64)>);
+
+async fn coordination(ops: &[Operator]) -> Vec<Coordination> {
     let mut out = Vec::new();
     for o in ops {
         let m = scrape(o).await;
@@ -40,10 +42,7 @@ async fn coordination(ops: &[Operator]) -> Vec<(f64, f64, Vec<(f64, f64)>)> {
 
 /// The renewal durations observed between two scrapes, summed over replicas:
 /// (p99 bucket, count).
-fn renewals_between(
-    before: &[(f64, f64, Vec<(f64, f64)>)],
-    after: &[(f64, f64, Vec<(f64, f64)>)],
-) -> (Option<f64>, f64) {
+fn renewals_between(before: &[Coordination], after: &[Coordination]) -> (Option<f64>, f64) {
     let mut d: Vec<(f64, f64)> = Vec::new();
     for (b, a) in before.iter().zip(after) {
         for (i, (le, n)) in a.2.iter().enumerate() {
