@@ -18,17 +18,30 @@
 //!   any free worker, so a tenant whose probe comes due finds a worker at once
 //!   instead of waiting for someone else's slow probe to end. With a single
 //!   namespace, or fewer than 8 workers, there is no reserve.
+//! - **Borrowing is short.** The share and the reserve are judged when a
+//!   probe starts, and a probe is never cut short; so beyond its guaranteed
+//!   share, `ceil(workers / namespaces with checkers)`, a namespace may start
+//!   only probes whose timeout is at most [`BORROW_HOLD`]: a borrowed worker
+//!   comes back within a second. Otherwise a namespace whose targets accept
+//!   and never answer, with long timeouts, would take every worker the
+//!   others leave free for a moment and hold it for up to 10 minutes, while
+//!   the others' probes come due and wait.
 //!
 //! Pure: the engine tells it what starts and ends; tested with a simulated
 //! clock below.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The longest a probe started on a borrowed worker may hold it: the default
+/// timeout (the seed's 1 s).
+pub(crate) const BORROW_HOLD: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Space {
-    /// Due probes: checker key and due time.
-    ready: VecDeque<(String, Instant)>,
+    /// Due probes: checker key, due time, and how long the probe may hold
+    /// a worker (its timeout).
+    ready: VecDeque<(String, Instant, Duration)>,
     inflight: usize,
     /// Checkers of this namespace the engine holds (for the reserve).
     checkers: usize,
@@ -44,6 +57,12 @@ impl Space {
     fn idle_known(&self) -> bool {
         self.known() && self.inflight == 0
     }
+    /// Whether the next probe may hold a worker longer than [`BORROW_HOLD`].
+    fn next_is_long(&self) -> bool {
+        self.ready
+            .front()
+            .is_some_and(|(_, _, hold)| *hold > BORROW_HOLD)
+    }
 }
 
 pub(crate) struct FairQueue {
@@ -55,6 +74,7 @@ pub(crate) struct FairQueue {
     /// Counts kept as spaces change, so a pick does not scan every namespace.
     active: usize,
     idle_known: usize,
+    known: usize,
     ready: usize,
 }
 
@@ -67,6 +87,7 @@ impl FairQueue {
             turn: VecDeque::new(),
             active: 0,
             idle_known: 0,
+            known: 0,
             ready: 0,
         }
     }
@@ -78,16 +99,19 @@ impl FairQueue {
             self.spaces.insert(ns.to_string(), Space::default());
         }
         let s = self.spaces.get_mut(ns).expect("inserted above");
-        let (was_active, was_idle, was_ready) = (s.active(), s.idle_known(), s.ready.len());
+        let (was_active, was_idle, was_known, was_ready) =
+            (s.active(), s.idle_known(), s.known(), s.ready.len());
         let r = f(s);
-        let (active, idle, ready, empty) = (
+        let (active, idle, known, ready, empty) = (
             s.active(),
             s.idle_known(),
+            s.known(),
             s.ready.len(),
             !s.active() && !s.known(),
         );
         self.active = self.active + active as usize - was_active as usize;
         self.idle_known = self.idle_known + idle as usize - was_idle as usize;
+        self.known = self.known + known as usize - was_known as usize;
         self.ready = self.ready + ready - was_ready;
         if was_ready == 0 && ready > 0 {
             self.turn.push_back(ns.to_string());
@@ -108,9 +132,9 @@ impl FairQueue {
         self.update(ns, |s| s.checkers = s.checkers.saturating_sub(1));
     }
 
-    /// A probe came due.
-    pub fn push(&mut self, ns: &str, key: String, due: Instant) {
-        self.update(ns, |s| s.ready.push_back((key, due)));
+    /// A probe came due; it may hold a worker for up to `hold`.
+    pub fn push(&mut self, ns: &str, key: String, due: Instant, hold: Duration) {
+        self.update(ns, |s| s.ready.push_back((key, due, hold)));
     }
 
     pub fn has_ready(&self) -> bool {
@@ -134,13 +158,15 @@ impl FairQueue {
             return None;
         }
         let share = self.workers.div_ceil(self.active.max(1));
+        let guaranteed = self.workers.div_ceil(self.known.max(1));
         let reserve = self.reserve;
         let idle_known = self.idle_known;
         let may_take = |s: &Space| {
             // A namespace with nothing in flight may use the reserve; it is
             // kept only for someone else who has nothing in flight.
             let others_idle = idle_known > s.idle_known() as usize;
-            s.inflight == 0 || !others_idle || free > reserve
+            let reserve_ok = s.inflight == 0 || !others_idle || free > reserve;
+            reserve_ok && (s.inflight < guaranteed || !s.next_is_long())
         };
         let spaces = &self.spaces;
         let at = self
@@ -152,7 +178,7 @@ impl FairQueue {
             })
             .or_else(|| self.turn.iter().position(|ns| may_take(&spaces[ns])))?;
         let ns = self.turn[at].clone();
-        let (key, due) = self
+        let (key, due, _) = self
             .update(&ns, |s| s.ready.pop_front())
             .expect("a namespace in turn has a due probe");
         // Still waiting with more: to the back of the line.
@@ -185,6 +211,8 @@ mod tests {
 
     use super::*;
 
+    const SHORT: Duration = BORROW_HOLD;
+
     fn t0() -> Instant {
         Instant::now()
     }
@@ -205,16 +233,16 @@ mod tests {
         let mut q = FairQueue::new(6);
         let now = t0();
         for i in 0..5 {
-            q.push("a", format!("a/{i}"), now);
+            q.push("a", format!("a/{i}"), now, SHORT);
         }
-        q.push("b", "b/0".into(), now);
-        q.push("b", "b/1".into(), now);
-        q.push("c", "c/0".into(), now);
+        q.push("b", "b/0".into(), now, SHORT);
+        q.push("b", "b/1".into(), now, SHORT);
+        q.push("c", "c/0".into(), now, SHORT);
         assert_eq!(drain(&mut q, 6), ["a", "b", "c", "a", "b", "a"]);
         // Within a namespace, first due first.
         let mut q = FairQueue::new(4);
-        q.push("a", "a/early".into(), now);
-        q.push("a", "a/late".into(), now + Duration::from_secs(1));
+        q.push("a", "a/early".into(), now, SHORT);
+        q.push("a", "a/late".into(), now + Duration::from_secs(1), SHORT);
         assert_eq!(q.pop(4).unwrap().1, "a/early");
     }
 
@@ -223,7 +251,7 @@ mod tests {
         let mut q = FairQueue::new(16);
         q.add_checker("a");
         for i in 0..20 {
-            q.push("a", format!("a/{i}"), t0());
+            q.push("a", format!("a/{i}"), t0(), SHORT);
         }
         assert_eq!(drain(&mut q, 16).len(), 16);
         assert!(q.has_ready());
@@ -238,14 +266,14 @@ mod tests {
         q.add_checker("quick");
         q.add_checker("idle");
         for i in 0..50 {
-            q.push("slow", format!("slow/{i}"), t0());
+            q.push("slow", format!("slow/{i}"), t0(), SHORT);
         }
         // 16 / 8 = 2 workers stay free while "quick" has nothing in flight.
         assert_eq!(drain(&mut q, 16).len(), 14);
         assert_eq!(q.pop(2), None);
         // "quick" comes due: it takes the reserve at once.
-        q.push("quick", "quick/0".into(), t0());
-        q.push("quick", "quick/1".into(), t0());
+        q.push("quick", "quick/0".into(), t0(), SHORT);
+        q.push("quick", "quick/1".into(), t0(), SHORT);
         assert_eq!(
             drain(&mut q, 2),
             ["quick"],
@@ -275,12 +303,12 @@ mod tests {
         q.add_checker("a");
         q.add_checker("b");
         for i in 0..20 {
-            q.push("a", format!("a/{i}"), t0());
+            q.push("a", format!("a/{i}"), t0(), SHORT);
         }
         // 8 / 8 = 1 worker in reserve for "b".
         assert_eq!(drain(&mut q, 8).len(), 7);
         for i in 0..8 {
-            q.push("b", format!("b/{i}"), t0());
+            q.push("b", format!("b/{i}"), t0(), SHORT);
         }
         // Every worker that comes back goes to "b" until both hold 4.
         let mut order = Vec::new();
@@ -303,14 +331,14 @@ mod tests {
         q.add_checker("a");
         q.add_checker("b");
         for i in 0..8 {
-            q.push("a", format!("a/{i}"), t0());
+            q.push("a", format!("a/{i}"), t0(), SHORT);
         }
         assert_eq!(drain(&mut q, 4).len(), 4);
         let mut q = FairQueue::new(16);
         for ns in ["a", "b"] {
             q.add_checker(ns);
             for i in 0..20 {
-                q.push(ns, format!("{ns}/{i}"), t0());
+                q.push(ns, format!("{ns}/{i}"), t0(), SHORT);
             }
         }
         assert_eq!(drain(&mut q, 16).len(), 16, "both busy: nothing to keep");
@@ -320,8 +348,8 @@ mod tests {
     fn bookkeeping_forgets_empty_namespaces() {
         let mut q = FairQueue::new(4);
         q.add_checker("a");
-        q.push("a", "a/0".into(), t0());
-        q.push("b", "b/0".into(), t0());
+        q.push("a", "a/0".into(), t0(), SHORT);
+        q.push("b", "b/0".into(), t0(), SHORT);
         q.clear_ready();
         assert!(!q.has_ready());
         assert_eq!(q.pop(4), None);
@@ -339,60 +367,112 @@ mod tests {
     /// (one FIFO) they would wait behind the slow backlog.
     #[test]
     fn slow_probes_of_one_namespace_do_not_delay_the_others() {
-        let fair = simulate(true);
-        let fifo = simulate(false);
+        let every = Duration::from_secs(2);
+        let mut fleet = vec![];
+        for i in 0..50 {
+            fleet.push(sim("slow", i, every, Duration::from_secs(1), SHORT));
+        }
+        for i in 0..500 {
+            let ns = ["quick-0", "quick-1", "quick-2", "quick-3", "quick-4"][i % 5];
+            fleet.push(sim(ns, i, every, Duration::from_millis(2), SHORT));
+        }
+        let fair = simulate(16, &fleet, true, "quick");
+        let fifo = simulate(16, &fleet, false, "quick");
         println!("largest lag of a quick probe: fair {fair:?}, one FIFO {fifo:?}");
         assert!(fair <= Duration::from_millis(20), "{fair:?}");
         assert!(fifo >= Duration::from_millis(500), "{fifo:?}");
     }
 
-    /// The largest schedule lag of a quick probe over 60 simulated seconds.
-    fn simulate(fair: bool) -> Duration {
-        let interval = Duration::from_secs(2);
-        let (workers, slow_hold, quick_hold) =
-            (16, Duration::from_secs(1), Duration::from_millis(2));
+    /// Issue 23's case with a simulated clock, on 64 workers: 200 checkers
+    /// whose targets accept and never answer (timeout 590 s) in one
+    /// namespace, 40 checkers whose target answers after 1 s (timeout 3 s,
+    /// every 5 s) in another. Taking free workers whenever it had due probes,
+    /// the first namespace would hold all but the one the other got first,
+    /// and the other's 40 probes would run one after the other (40 s for a
+    /// 5 s interval). Limited to its guaranteed share for long probes, it
+    /// holds 32; of the other's 40 probes, which come due together, 8 wait
+    /// for one of their own namespace's to end (1 s) and none misses its
+    /// interval.
+    #[test]
+    fn long_probes_never_hold_more_than_the_guaranteed_share() {
+        let mut fleet = vec![];
+        for i in 0..200 {
+            let (every, hold) = (Duration::from_secs(600), Duration::from_secs(590));
+            fleet.push(sim("hanging", i, every, hold, hold));
+        }
+        for i in 0..40 {
+            let every = Duration::from_secs(5);
+            fleet.push(sim(
+                "steady",
+                i,
+                every,
+                Duration::from_secs(1),
+                Duration::from_secs(3),
+            ));
+        }
+        let lag = simulate(64, &fleet, true, "steady");
+        println!("largest lag of a steady probe: {lag:?}");
+        assert!(lag <= Duration::from_millis(1010), "{lag:?}");
+    }
+
+    /// One simulated checker: namespace, key, interval, how long its probe
+    /// holds a worker, and its timeout (what the queue is told).
+    type Sim = (&'static str, String, Duration, Duration, Duration);
+
+    fn sim(ns: &'static str, i: usize, every: Duration, hold: Duration, timeout: Duration) -> Sim {
+        (ns, format!("{ns}/{i}"), every, hold, timeout)
+    }
+
+    /// The largest schedule lag of a probe of the namespaces whose name
+    /// starts with `watched` over 60 simulated seconds; first probes spread
+    /// over the first 2 s at most.
+    fn simulate(workers: usize, fleet: &[Sim], fair: bool, watched: &str) -> Duration {
+        let spread = fleet
+            .iter()
+            .map(|c| c.2)
+            .min()
+            .unwrap_or_default()
+            .min(Duration::from_secs(2));
         let start = Instant::now();
         let mut q = FairQueue::new(workers);
         let mut fifo: VecDeque<(String, String, Instant)> = VecDeque::new();
-        // (time, 0 = due or 1 = done, namespace, key, due time)
-        type Event = (Instant, u8, String, String, Instant);
-        let mut events: BinaryHeap<Reverse<Event>> = BinaryHeap::new();
-        let mut keys = vec![];
-        for i in 0..50 {
-            keys.push(("slow".to_string(), format!("s{i}")));
-        }
-        for i in 0..500 {
-            keys.push((format!("quick-{}", i % 5), format!("q{i}")));
-        }
-        for (i, (ns, key)) in keys.iter().enumerate() {
-            q.add_checker(ns);
-            let at = start + interval * i as u32 / keys.len() as u32;
-            events.push(Reverse((at, 0, ns.clone(), key.clone(), at)));
+        // (time, 0 = due or 1 = done, checker index, due time)
+        let mut events: BinaryHeap<Reverse<(Instant, u8, usize, Instant)>> = BinaryHeap::new();
+        let by_key: HashMap<&str, usize> = fleet
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.1.as_str(), i))
+            .collect();
+        for (i, c) in fleet.iter().enumerate() {
+            q.add_checker(c.0);
+            let at = start + spread * i as u32 / fleet.len() as u32;
+            events.push(Reverse((at, 0, i, at)));
         }
         let mut free = workers;
         let mut worst = Duration::ZERO;
         let end = start + Duration::from_secs(60);
-        while let Some(Reverse((now, kind, ns, key, due))) = events.pop() {
+        while let Some(Reverse((now, kind, i, due))) = events.pop() {
             if now > end {
                 break;
             }
+            let (ns, key, every, _, timeout) = &fleet[i];
             if kind == 0 {
                 if fair {
-                    q.push(&ns, key, now);
+                    q.push(ns, key.clone(), now, *timeout);
                 } else {
-                    fifo.push_back((ns, key, now));
+                    fifo.push_back((ns.to_string(), key.clone(), now));
                 }
             } else {
                 free += 1;
                 if fair {
-                    q.finished(&ns);
+                    q.finished(ns);
                 }
                 // Next due on the cadence, skipping missed intervals (as the engine does).
-                let mut next = due + interval;
+                let mut next = due + *every;
                 while next < now {
-                    next += interval;
+                    next += *every;
                 }
-                events.push(Reverse((next, 0, ns, key, next)));
+                events.push(Reverse((next, 0, i, next)));
             }
             while free > 0 {
                 let picked = if fair { q.pop(free) } else { fifo.pop_front() };
@@ -401,12 +481,11 @@ mod tests {
                     q.started(&ns);
                 }
                 free -= 1;
-                let quick = ns != "slow";
-                if quick {
+                if ns.starts_with(watched) {
                     worst = worst.max(now - due);
                 }
-                let hold = if quick { quick_hold } else { slow_hold };
-                events.push(Reverse((now + hold, 1, ns, key, due)));
+                let c = by_key[key.as_str()];
+                events.push(Reverse((now + fleet[c].3, 1, c, due)));
             }
         }
         worst

@@ -11,6 +11,8 @@
 //! Lease renewals. On the matching pool, A waits behind its own checks.
 
 mod support;
+#[path = "isolation/workers.rs"]
+mod workers;
 
 use std::time::{Duration, Instant};
 

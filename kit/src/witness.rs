@@ -44,21 +44,46 @@ struct WitnessState {
     /// that timed out on a hanging target): `end` is when the witness saw the
     /// connection close.
     abandoned: Vec<Hit>,
+    /// Exchanges under way (started, neither answered nor abandoned), per checker.
+    open: HashMap<String, usize>,
 }
 
-/// Records an exchange as abandoned if its future is dropped before it answered.
+/// Counts an exchange as open while it lives, and records it as abandoned if
+/// its future is dropped before it answered.
 struct AbandonGuard {
     state: Arc<Mutex<WitnessState>>,
+    checker: String,
     hit: Option<Hit>,
+}
+
+impl AbandonGuard {
+    fn new(state: Arc<Mutex<WitnessState>>, hit: Hit) -> Self {
+        let checker = hit.checker.clone();
+        *state
+            .lock()
+            .unwrap()
+            .open
+            .entry(checker.clone())
+            .or_default() += 1;
+        AbandonGuard {
+            state,
+            checker,
+            hit: Some(hit),
+        }
+    }
 }
 
 impl Drop for AbandonGuard {
     fn drop(&mut self) {
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        if let Some(n) = s.open.get_mut(&self.checker) {
+            *n -= 1;
+        }
         if let Some(mut h) = self.hit.take() {
             h.end = Instant::now();
-            if let Ok(mut s) = self.state.lock() {
-                s.abandoned.push(h);
-            }
+            s.abandoned.push(h);
         }
     }
 }
@@ -114,10 +139,10 @@ impl Witness {
                                         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
                                         .collect();
                                     let replica = headers.get("x-webchecker-replica").cloned().unwrap_or_default();
-                                    let mut guard = AbandonGuard {
-                                        state: state.clone(),
-                                        hit: Some(Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() }),
-                                    };
+                                    let mut guard = AbandonGuard::new(
+                                        state.clone(),
+                                        Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() },
+                                    );
                                     let mode = {
                                         let s = state.lock().unwrap();
                                         s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok)
@@ -182,6 +207,13 @@ impl Witness {
 
     pub fn set_default_mode(&self, mode: Mode) {
         self.state.lock().unwrap().default_mode = Some(mode);
+    }
+
+    /// Exchanges under way now (started, neither answered nor abandoned) of
+    /// the checkers in `of`.
+    pub fn open_exchanges(&self, of: &[String]) -> usize {
+        let s = self.state.lock().unwrap();
+        of.iter().filter_map(|c| s.open.get(c)).sum()
     }
 
     /// Exchanges abandoned by the client before the answer (see `abandoned`).

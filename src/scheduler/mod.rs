@@ -132,6 +132,13 @@ struct Entry {
     info: Arc<crate::metrics::CheckerInfo>,
 }
 
+impl Entry {
+    /// How long a probe of this checker may hold a worker.
+    fn hold(&self) -> Duration {
+        self.plan.as_ref().map_or(Duration::ZERO, |p| p.timeout)
+    }
+}
+
 pub struct EngineSettings {
     pub identity: String,
     pub workers: usize,
@@ -260,7 +267,7 @@ impl Engine {
                     let key = exp.into_inner();
                     if let Some(e) = self.entries.get_mut(&key) {
                         e.delay = None;
-                        self.ready.push(&e.namespace, key, e.due);
+                        self.ready.push(&e.namespace, key, e.due, e.hold());
                     }
                 }
                 _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && self.ready.has_ready() => {}
@@ -382,7 +389,7 @@ impl Engine {
         }
         let Some(outcome) = d.outcome else {
             // Held back: try again once the gate opens, same due time.
-            self.ready.push(&e.namespace, d.key, e.due);
+            self.ready.push(&e.namespace, d.key, e.due, e.hold());
             return;
         };
         let Some(plan) = e.plan.clone() else { return };
