@@ -105,6 +105,12 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_MATCH_THREADS", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub match_threads: u32,
 
+    /// Compiled size of the patterns (headerChecks, bodyMatch) that the
+    /// checkers of one namespace may use on each replica, in MiB; beyond it
+    /// the newest checkers are Ready=False with reason QuotaExceeded.
+    #[arg(long, env = "WEBCHECKER_NAMESPACE_PATTERN_BUDGET_MIB", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub namespace_pattern_budget_mib: u32,
+
     /// Status is rewritten at least this often when nothing changes.
     #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "20m", value_parser = parse_duration)]
     pub heartbeat: Duration,

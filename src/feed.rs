@@ -87,6 +87,7 @@ pub async fn watch_own_shard(
     commands: mpsc::Sender<Command>,
     health: Arc<Health>,
     metrics: Arc<Metrics>,
+    budgets: crate::budget::Limits,
 ) -> Result<(), Error> {
     let ar = ApiResource::erase::<WebChecker>(&());
     let api: Api<DynamicObject> = match &watch_namespace {
@@ -105,7 +106,7 @@ pub async fn watch_own_shard(
     let mut reconnects = membership.reconnects();
     let mut present = HashSet::new();
     let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
-    let mut patterns = crate::compiler::PatternCache::default();
+    let mut patterns = crate::compiler::PatternCache::new(budgets);
     let mut refresh = tokio::time::interval(crate::secrets::REFRESH);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -160,13 +161,11 @@ pub async fn watch_own_shard(
                 None
             }
         };
-        if let Some(c) = cmd
-            && commands
-                .send(patterns.attach(secrets.attach(c).await).await)
-                .await
-                .is_err()
-        {
-            break;
+        let Some(c) = cmd else { continue };
+        for c in patterns.attach(secrets.attach(c).await).await {
+            if commands.send(c).await.is_err() {
+                return Err(Error::TaskDied("checker watch"));
+            }
         }
     }
     Err(Error::TaskDied("checker watch"))

@@ -13,6 +13,7 @@
 //! - [`shard`]: member view and judge rule, leader election, the sharder;
 //! - [`feed`]: the watch of this replica's own shard;
 //! - [`compiler`]: the checkers' regular expressions, compiled in the feed;
+//! - `budget`: per-namespace budgets of the replica's memory (`QuotaExceeded`);
 //! - [`replica`]: one replica's tasks, start-up and graceful shutdown;
 //! - [`egress`]: what the forgery guard learns from the cluster (API server, kubelets, restricted namespaces);
 //! - [`kubeclient`]: API clients with deadlines and TCP keepalive;
@@ -20,6 +21,7 @@
 
 pub mod api;
 mod attach;
+mod budget;
 mod compiler;
 pub mod config;
 pub(crate) mod egress;

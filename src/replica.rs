@@ -293,6 +293,9 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cmd_tx.clone(),
         health.clone(),
         metrics.clone(),
+        crate::budget::Limits {
+            pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
+        },
     ));
     health.alive.store(true, Ordering::Relaxed);
 

@@ -1,15 +1,20 @@
-//! One namespace cannot slow another, end to end (docs/security.md, "Slow
-//! patterns"): a real API server, two operator replicas watching every
-//! namespace, a witness for the healthy checkers and a target that answers
-//! 64 KiB of `a` for the hostile ones.
+//! One namespace cannot slow another, end to end (docs/security.md): a real
+//! API server, operator replicas watching every namespace, witnesses for the
+//! victims' checkers and hostile targets for the attackers'. The attacks:
+//! slow patterns (this file), hanging targets with long timeouts
+//! (`isolation/workers.rs`), and more patterns than a replica's memory holds
+//! (`isolation/memory.rs`).
 //!
-//! Namespace A holds 24 checkers whose `bodyMatch` is `(?s:.){0,1000}zzz`: it
-//! compiles within the size limits, but each search of 64 KiB costs the lazy
-//! DFA its cache over and over, hundreds of milliseconds of CPU that no
-//! deadline interrupts. On the async runtime that blinded namespace B (100
-//! healthy checkers at 2 s: up to 12.4 s between two probes) and starved the
-//! Lease renewals. On the matching pool, A waits behind its own checks.
+//! Slow patterns: namespace A holds 24 checkers whose `bodyMatch` is
+//! `(?s:.){0,1000}zzz`: it compiles within the size limits, but each search
+//! of 64 KiB costs the lazy DFA its cache over and over, hundreds of
+//! milliseconds of CPU that no deadline interrupts. On the async runtime
+//! that blinded namespace B (100 healthy checkers at 2 s: up to 12.4 s
+//! between two probes) and starved the Lease renewals. On the matching
+//! pool, A waits behind its own checks.
 
+#[path = "isolation/memory.rs"]
+mod memory;
 mod support;
 #[path = "isolation/workers.rs"]
 mod workers;

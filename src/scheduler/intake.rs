@@ -63,11 +63,11 @@ impl Engine {
             }
             return;
         }
-        let plan: Result<ProbePlan, String> = match &checker {
+        let plan = match &checker {
             Incoming::Valid(wc, r, c) => plan_of(&self.prober, &wc.spec, r, c.as_ref()),
-            Incoming::Malformed { error, .. } => Err(format!(
+            Incoming::Malformed { error, .. } => Err(invalid(format!(
                 "the object does not match the WebChecker schema: {error}"
-            )),
+            ))),
         };
         let object_ref = match &checker {
             Incoming::Valid(wc, ..) => wc.object_ref(&()),
@@ -149,11 +149,29 @@ impl Engine {
         self.apply_plan(key, plan, None, Arrival::Known);
     }
 
-    /// Installs a new plan (or the InvalidSpec condition) and (re)schedules.
+    /// Re-plans a checker whose patterns changed (same spec): its
+    /// namespace's budget made room for them or took it back.
+    pub(super) fn repattern(&mut self, key: &str, compiled: Compiled) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        let Some(spec) = e.spec.clone() else {
+            return;
+        };
+        let plan = plan_of(&self.prober, &spec, &e.resolved, Some(&compiled));
+        e.patterns = Some(compiled);
+        if e.draining {
+            return;
+        }
+        self.apply_plan(key, plan, None, Arrival::Known);
+    }
+
+    /// Installs a new plan (or the InvalidSpec or QuotaExceeded condition)
+    /// and (re)schedules.
     fn apply_plan(
         &mut self,
         key: &str,
-        plan: Result<ProbePlan, String>,
+        plan: Result<ProbePlan, Refusal>,
         handover: Option<i64>,
         arrival: Arrival,
     ) {
@@ -199,14 +217,14 @@ impl Engine {
                     self.schedule(&key, at);
                 }
             }
-            Err(msg) => {
+            Err((reason, msg)) => {
                 e.plan = None;
                 if let Some(k) = e.delay.take() {
                     self.queue.remove(&k);
                 }
-                warn!(checker = %key, reason = "InvalidSpec", "{msg}");
+                warn!(checker = %key, reason, "{msg}");
                 let ctx = make_ctx(&self.settings, generation, None);
-                let fx = e.status.set_condition("False", "InvalidSpec", &msg, &ctx);
+                let fx = e.status.set_condition("False", reason, &msg, &ctx);
                 self.metrics.set_up(&namespace, &name, &e.info, false);
                 self.apply_effects(&key, fx);
             }

@@ -26,7 +26,7 @@ use crate::api::{WebChecker, WebCheckerSpec};
 use crate::fairness::FairQueue;
 use crate::membership::Membership;
 use crate::metrics::Metrics;
-use crate::probe::{Compiled, Outcome, ProbePlan, Prober};
+use crate::probe::{Compiled, Outcome, PatternError, ProbePlan, Prober};
 use crate::secrets::Resolved;
 use crate::status::{CheckerStatus, Context};
 use crate::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
@@ -75,6 +75,9 @@ pub enum Command {
     Remove { key: String },
     /// The Secret/ConfigMap values a checker references changed (rotation).
     Refresh { key: String, resolved: Resolved },
+    /// A checker's patterns changed without a new spec: its namespace's
+    /// budget made room for them, or no longer does (crate::budget).
+    Patterns { key: String, compiled: Compiled },
     /// A re-list finished: keys not in the set are no longer ours.
     Resync { present: HashSet<String> },
     /// Our Lease is gone: drop every checker at once.
@@ -202,6 +205,13 @@ impl Engine {
     }
 }
 
+/// Why a checker has no plan: the Ready reason and message.
+type Refusal = (&'static str, String);
+
+fn invalid(message: String) -> Refusal {
+    ("InvalidSpec", message)
+}
+
 /// The plan of a spec, with the patterns the feed compiled (compiled here
 /// only if it did not, which the feed never lets happen).
 fn plan_of(
@@ -209,16 +219,16 @@ fn plan_of(
     spec: &WebCheckerSpec,
     resolved: &Resolved,
     patterns: Option<&Compiled>,
-) -> Result<ProbePlan, String> {
+) -> Result<ProbePlan, Refusal> {
     let resolve = |v: &crate::probe::ValueRef| resolved.get(v);
     let roots = prober.roots();
-    match patterns {
-        Some(c) => crate::probe::plan_trusting(spec, &resolve, c, roots),
-        None => {
-            let compiled = crate::probe::compile_patterns(spec);
-            crate::probe::plan_trusting(spec, &resolve, &compiled, roots)
-        }
-    }
+    let patterns = match patterns.map(|c| c.as_ref()) {
+        Some(Ok(p)) => Ok(p.clone()),
+        Some(Err(PatternError::Invalid(m))) => Err(m.clone()),
+        Some(Err(PatternError::OverBudget(m))) => return Err(("QuotaExceeded", m.clone())),
+        None => crate::probe::compile_patterns(spec),
+    };
+    crate::probe::plan_trusting(spec, &resolve, &patterns, roots).map_err(invalid)
 }
 
 fn make_ctx<'a>(
@@ -465,6 +475,7 @@ impl Engine {
                 self.update_owned();
             }
             Command::Refresh { key, resolved } => self.refresh(&key, resolved),
+            Command::Patterns { key, compiled } => self.repattern(&key, compiled),
             Command::Resync { present } => {
                 self.arrivals.listed();
                 let gone: Vec<String> = self

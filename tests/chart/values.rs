@@ -126,6 +126,10 @@ fn chart_defaults_are_the_operators_defaults() {
             ("fast-failover", c.fast_failover.to_string()),
             ("workers", c.workers.to_string()),
             ("match-threads", c.match_threads.to_string()),
+            (
+                "namespace-pattern-budget-mib",
+                c.namespace_pattern_budget_mib.to_string(),
+            ),
             ("heartbeat", format!("{:?}", c.heartbeat)),
             ("lease-duration", format!("{:?}", c.lease_duration)),
             ("renew-deadline", format!("{:?}", c.renew_deadline)),

@@ -27,8 +27,8 @@ use super::target::Target;
 pub use build::{plan, plan_trusting, plan_with};
 pub use credentials::base64;
 pub use patterns::{
-    CHECKER_PATTERN_BUDGET, Compiled, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, Patterns,
-    compile as compile_patterns, sources as pattern_sources,
+    CHECKER_PATTERN_BUDGET, Compiled, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern,
+    PatternError, Patterns, compile as compile_patterns, sources as pattern_sources,
 };
 pub use values::{ValueRef, references};
 

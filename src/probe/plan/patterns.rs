@@ -21,9 +21,9 @@ use crate::api::WebCheckerSpec;
 pub const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 /// Compiled size of all the patterns of one checker together.
 pub const CHECKER_PATTERN_BUDGET: usize = 4 << 20;
-/// Lazy DFA cache of a pattern, allocated while it searches (the default is
-/// 2 MiB); when it fills up the search clears it or falls back to a slower
-/// engine, so this bounds memory, not correctness.
+/// Lazy DFA cache of a pattern (forward and reverse each), allocated while
+/// it searches (the default is 2 MiB); when it fills up the search clears it
+/// or falls back to a slower engine, so this bounds memory, not correctness.
 pub const PATTERN_CACHE_LIMIT: usize = 1 << 20;
 
 /// A compiled pattern and its source.
@@ -34,8 +34,14 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// Searches with caches of its own, freed when it returns: the search
+    /// caches (lazy DFAs, PikeVM) live only on the matching thread while it
+    /// searches, instead of up to 2 x [`PATTERN_CACHE_LIMIT`] per pattern for
+    /// as long as the pattern lives, so a pattern costs its compiled size.
     pub fn is_match(&self, haystack: &str) -> bool {
-        self.re.is_match(haystack)
+        let mut cache = self.re.create_cache();
+        let input = regex_automata::Input::new(haystack).earliest(true);
+        self.re.search_half_with(&mut cache, &input).is_some()
     }
 
     pub fn as_str(&self) -> &str {
@@ -64,8 +70,27 @@ pub struct Patterns {
     pub bytes: usize,
 }
 
-/// What [`compile`] made of a spec; shared between the feed and the engine.
-pub type Compiled = Arc<Result<Patterns, String>>;
+/// Why a checker has no patterns to probe with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PatternError {
+    /// They do not compile within the limits (`InvalidSpec`).
+    Invalid(String),
+    /// They compile, but the namespace's budget is used by older checkers
+    /// (`QuotaExceeded`; `crate::budget`).
+    OverBudget(String),
+}
+
+impl PatternError {
+    pub fn message(&self) -> &str {
+        match self {
+            PatternError::Invalid(m) | PatternError::OverBudget(m) => m,
+        }
+    }
+}
+
+/// What the feed made of a spec's patterns; shared between the feed and the
+/// engine.
+pub type Compiled = Arc<Result<Patterns, PatternError>>;
 
 /// The pattern sources of a spec, in the order [`compile`] reads them: what
 /// decides whether an earlier compilation can be reused.

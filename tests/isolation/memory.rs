@@ -1,0 +1,177 @@
+//! Per-namespace memory budgets (docs/security.md, "Take the replica's
+//! memory"): 200 checkers of one namespace, each at the per-checker maximum of
+//! compiled patterns (17 patterns, about 3.8 MiB), against one replica. With
+//! nothing but the per-checker limit the replica would keep some 760 MiB of
+//! patterns, three times the chart's 256 MiB limit: an OOM kill, and the
+//! checkers move to the next replica, which dies the same way. With the
+//! namespace's budget (32 MiB by default) the oldest fit, the others are
+//! `QuotaExceeded`, the replica stays under the chart's limit and another
+//! namespace sees no change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+/// The chart's memory limit (values.yaml, resources.limits.memory).
+const CHART_LIMIT_KIB: u64 = 256 * 1024;
+const INTERVAL: u64 = 2;
+
+/// Peak resident memory of a process (VmHWM), in KiB.
+fn peak_rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
+/// 16 header checks and a body match of `\w{4}` (about 225 KiB each once
+/// compiled): just under the 4 MiB a checker may compile to.
+fn heaviest_patterns() -> serde_json::Value {
+    let headers: Vec<serde_json::Value> = (0..16)
+        .map(|i| serde_json::json!({"name": format!("X-H{i}"), "regex": format!("\\w{{4}}{i}")}))
+        .collect();
+    serde_json::json!({
+        "timeoutSeconds": 1,
+        "headerChecks": headers,
+        "bodyMatch": {"regex": "\\w{4}16"},
+    })
+}
+
+/// Ready reason of each checker of `ns`, with its creation order key.
+async fn reasons(client: &kube::Client, ns: &str) -> BTreeMap<(String, String), String> {
+    checkers_api(client, ns)
+        .list(&Default::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| {
+            let created = o
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            let reason = o.data["status"]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|c| c["reason"].as_str())
+                .unwrap_or("")
+                .to_string();
+            ((created, o.metadata.name.unwrap_or_default()), reason)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica_stays_under_the_chart_limit()
+ {
+    let c = Cluster::shared("isolation");
+    let client = c.client().await;
+    let leases = c.namespace("iso-memory-leases");
+    let op = Operator::spawn_all_namespaces_with(c, &format!("iso-memory-{leases}"), &leases, &[]);
+    op.wait_ready(Duration::from_secs(60)).await;
+    let witness = Witness::start().await;
+
+    let b_ns = c.namespace("iso-mem-b");
+    let healthy: Vec<String> = (0..20).map(|i| format!("h{i}")).collect();
+    create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
+    eventually(Duration::from_secs(60), "B's checkers probed", || async {
+        let hits = witness.hits();
+        healthy
+            .iter()
+            .all(|n| hits.iter().any(|h| &h.checker == n))
+            .then_some(())
+    })
+    .await;
+
+    let a_ns = c.namespace("iso-mem-a");
+    let heavy: Vec<String> = (0..200).map(|i| format!("heavy{i:03}")).collect();
+    let objs = heavy
+        .iter()
+        .map(|n| checker_object(n, &witness.url(), 10, heaviest_patterns()))
+        .collect();
+    let from = Instant::now();
+    create_all(&client, &a_ns, objs, 8).await;
+    // Every one of A's checkers gets a verdict: probed, or over the budget.
+    let verdicts = eventually(
+        Duration::from_secs(120),
+        "a Ready reason for each of A's checkers",
+        || async {
+            let r = reasons(&client, &a_ns).await;
+            (r.len() == heavy.len() && r.values().all(|v| !v.is_empty())).then_some(r)
+        },
+    )
+    .await;
+    let over: Vec<&(String, String)> = verdicts
+        .iter()
+        .filter(|(_, r)| *r == "QuotaExceeded")
+        .map(|(k, _)| k)
+        .collect();
+    let admitted = heavy.len() - over.len();
+    let peak = peak_rss_kib(op.pid());
+    let (gap, slowest) = largest_gap(&witness.hits(), &healthy, from, Instant::now());
+    println!(
+        "200 checkers at the pattern maxima: {admitted} probed, {} QuotaExceeded; replica peak RSS {} MiB \
+         (chart limit 256 MiB); B's largest gap {gap:?} ({slowest})",
+        over.len(),
+        peak / 1024
+    );
+    // 32 MiB holds 8 checkers of about 3.8 MiB.
+    assert!(
+        (1..=9).contains(&admitted),
+        "{admitted} of A's checkers were admitted"
+    );
+    // The newest are over: every admitted checker is older than every refused one.
+    let newest_admitted = verdicts
+        .iter()
+        .filter(|(_, r)| *r != "QuotaExceeded")
+        .map(|(k, _)| k)
+        .max()
+        .unwrap();
+    assert!(
+        over.iter().all(|k| *k > newest_admitted),
+        "a checker newer than {newest_admitted:?} was admitted before an older one"
+    );
+    assert!(
+        peak < CHART_LIMIT_KIB,
+        "the replica's resident memory reached {} MiB",
+        peak / 1024
+    );
+    assert!(
+        gap <= Duration::from_secs(INTERVAL + 1),
+        "a checker of B waited {gap:?} between two probes ({slowest})"
+    );
+    // The message says what to do.
+    let api: kube::Api<webchecker::api::WebChecker> = kube::Api::namespaced(client.clone(), &a_ns);
+    let first_over = &over[0].1;
+    let cond = condition(&api, first_over, "Ready")
+        .await
+        .expect("a Ready condition");
+    assert!(
+        cond.message.contains("--namespace-pattern-budget-mib") && cond.message.contains("32 MiB"),
+        "{}",
+        cond.message
+    );
+
+    // Room is made: the oldest admitted checker is deleted, and the oldest
+    // refused one is probed.
+    let oldest = &verdicts.keys().next().unwrap().1;
+    checkers_api(&client, &a_ns)
+        .delete(oldest, &Default::default())
+        .await
+        .expect("delete");
+    eventually(
+        Duration::from_secs(30),
+        "the oldest refused checker probed once room was made",
+        || async {
+            let r = condition(&api, first_over, "Ready").await?;
+            (r.reason != "QuotaExceeded").then_some(())
+        },
+    )
+    .await;
+}
