@@ -223,10 +223,10 @@ mod tests {
                 assert_ne!(q.push("quiet", tick), Some("quiet".into()), "tick {tick}");
                 quiet_sent += 1;
             }
-            if let Some((ns, _)) = q.pop() {
-                if ns == "quiet" {
-                    quiet_got += 1;
-                }
+            if let Some((ns, _)) = q.pop()
+                && ns == "quiet"
+            {
+                quiet_got += 1;
             }
             assert!(q.len() <= 64);
         }

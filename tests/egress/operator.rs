@@ -309,6 +309,7 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     let k = own_loopback(22);
     let kubelet = Recorder::bind(&format!("{k}:0")).await;
     let default_port = Recorder::bind(&format!("{k}:10250")).await;
+    let api: Api<WebChecker> = Api::namespaced(c.client().await, &ns);
     apply(
         c,
         &ns,
@@ -317,7 +318,6 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     let msg = settled(&op, &api, "default", "Forbidden").await;
     assert!(msg.contains("(a kubelet port)"), "{msg}");
     assert_eq!(default_port.accepts(), 0);
-    let api: Api<WebChecker> = Api::namespaced(c.client().await, &ns);
     apply(
         c,
         &ns,
