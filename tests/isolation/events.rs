@@ -69,14 +69,15 @@ async fn without_event(
     )
 }
 
-/// Waits up to PUBLISH_WITHIN for every checker's Event of `reason`; the
-/// ones still missing then.
+/// Waits up to PUBLISH_WITHIN for every checker's Event of `reason`: the
+/// ones still missing then, and how long the wait took.
 async fn missing_after_wait(
     client: &kube::Client,
     ns: &str,
     names: &[String],
     reason: &str,
-) -> Vec<String> {
+) -> (Vec<String>, Duration) {
+    let from = Instant::now();
     let all = eventually(
         2 * PUBLISH_WITHIN,
         "never: bounded by the timeout",
@@ -88,12 +89,13 @@ async fn missing_after_wait(
         },
     );
     if tokio::time::timeout(PUBLISH_WITHIN, all).await.is_ok() {
-        return Vec::new();
+        return (Vec::new(), from.elapsed());
     }
-    eventually(Duration::from_secs(30), "a list of B's Events", || {
+    let missing = eventually(Duration::from_secs(30), "a list of B's Events", || {
         without_event(client, ns, names, reason)
     })
-    .await
+    .await;
+    (missing, from.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,13 +170,14 @@ async fn a_namespace_flipping_on_every_probe_drops_none_of_another_namespaces_ev
     .await;
     // Each transition has been handed to the Event queue: what is not
     // published within PUBLISH_WITHIN was dropped.
-    let no_true = missing_after_wait(&client, &b_ns, &names, "ProbeSucceeded").await;
-    let no_false = missing_after_wait(&client, &b_ns, &names, "UnexpectedStatus").await;
+    let (no_true, _) = missing_after_wait(&client, &b_ns, &names, "ProbeSucceeded").await;
+    let (no_false, waited) = missing_after_wait(&client, &b_ns, &names, "UnexpectedStatus").await;
     let dropped_after = dropped(&op).await;
     let probes_a = flipping.requests().len();
     println!(
         "B ({QUIET} checkers, one Ready=True and one Ready=False each): {} of {QUIET} Ready=True Events and {} of {QUIET} \
-         Ready=False Events missing; A ({FLOOD} checkers flipping at 1 s): {probes_a} probes, \
+         Ready=False Events missing (the wait for them ended {waited:?} after the last \
+         transition); A ({FLOOD} checkers flipping at 1 s): {probes_a} probes, \
          {dropped_before} Events dropped before B started, {} while B's Events were due; {:?} in all",
         no_true.len(),
         no_false.len(),
