@@ -1,7 +1,7 @@
 //! What the cluster tells the forgery guard (docs/security.md, "Addresses a
-//! checker can reach"): where the API server and the kubelets listen, and
-//! which namespaces are closed to private networks. Each source is a watch
-//! that keeps its part of [`ClusterAddresses`] fresh.
+//! checker can reach"): where the API server listens, the Nodes' kubelet
+//! ports, and which namespaces are closed to private networks. Each source is
+//! a watch that keeps its part of [`ClusterAddresses`] fresh.
 //!
 //! The API server's address as this operator reaches it (its client
 //! configuration) is denied from the start and needs no permission. The
@@ -90,7 +90,7 @@ pub async fn start(
     let (health, progress) = Health::new(
         NODES,
         &metrics,
-        "list and watch on nodes: kubelet ports are reachable by probes until then",
+        "list and watch on nodes: kubelet ports other than 10250 and 10255 (a Node's own daemonEndpoints port) are reachable by probes until then",
     );
     waits.push((NODES, progress));
     let api: Api<Node> = Api::all(client.clone());
@@ -450,13 +450,11 @@ fn slice_endpoints(s: &EndpointSlice) -> Vec<SocketAddr> {
     out
 }
 
-/// One Node's kubelet: its addresses and ports.
-type Kubelet = (Vec<IpAddr>, Vec<u16>);
-
-/// The kubelet ports of every Node address.
+/// The kubelet ports Nodes report beyond the defaults, denied on every
+/// address (a kubelet listens on interfaces its Node does not list).
 fn nodes_source(tx: Arc<watch::Sender<ClusterAddresses>>) -> impl FnMut(Event<Node>) + Send {
-    let mut nodes: HashMap<String, Kubelet> = HashMap::new();
-    let mut listing: Option<HashMap<String, Kubelet>> = None;
+    let mut nodes: HashMap<String, Option<u16>> = HashMap::new();
+    let mut listing: Option<HashMap<String, Option<u16>>> = None;
     move |ev| {
         let changed = match ev {
             Event::Init => {
@@ -466,7 +464,7 @@ fn nodes_source(tx: Arc<watch::Sender<ClusterAddresses>>) -> impl FnMut(Event<No
             Event::InitApply(n) => {
                 listing
                     .get_or_insert_default()
-                    .insert(n.name_any(), kubelet(&n));
+                    .insert(n.name_any(), kubelet_port(&n));
                 false
             }
             Event::InitDone => {
@@ -475,48 +473,26 @@ fn nodes_source(tx: Arc<watch::Sender<ClusterAddresses>>) -> impl FnMut(Event<No
             }
             // Nodes report their status often; rebuild only on a change.
             Event::Apply(n) => {
-                let k = kubelet(&n);
-                nodes.insert(n.name_any(), k.clone()) != Some(k)
+                let p = kubelet_port(&n);
+                nodes.insert(n.name_any(), p) != Some(p)
             }
             Event::Delete(n) => nodes.remove(&n.name_any()).is_some(),
         };
         if changed {
-            let mut index: HashMap<IpAddr, Vec<u16>> = HashMap::new();
-            for (ips, ports) in nodes.values() {
-                for ip in ips {
-                    let e = index.entry(*ip).or_default();
-                    e.extend(ports);
-                    e.sort_unstable();
-                    e.dedup();
-                }
-            }
-            tx.send_if_modified(|c| replace(&mut c.kubelets, index));
+            let ports: HashSet<u16> = nodes.values().flatten().copied().collect();
+            tx.send_if_modified(|c| replace(&mut c.kubelet_ports, ports));
         }
     }
 }
 
-fn kubelet(n: &Node) -> Kubelet {
-    let status = n.status.as_ref();
-    let mut ips: Vec<IpAddr> = status
-        .and_then(|s| s.addresses.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.address.parse().ok())
-        .collect();
-    ips.sort_unstable();
-    ips.dedup();
-    let mut ports = KUBELET_PORTS.to_vec();
-    if let Some(p) = status
+/// A Node's own kubelet port, when it is not one of the defaults.
+fn kubelet_port(n: &Node) -> Option<u16> {
+    n.status
+        .as_ref()
         .and_then(|s| s.daemon_endpoints.as_ref())
         .and_then(|d| d.kubelet_endpoint.as_ref())
         .and_then(|k| u16::try_from(k.port).ok())
-        .filter(|p| *p != 0)
-    {
-        ports.push(p);
-    }
-    ports.sort_unstable();
-    ports.dedup();
-    (ips, ports)
+        .filter(|p| *p != 0 && !KUBELET_PORTS.contains(p))
 }
 
 /// The namespaces matching `--restricted-namespaces` (the watch's label
@@ -600,21 +576,26 @@ mod tests {
     fn nodes_become_kubelet_ports() {
         let (tx, rx) = watch::channel(ClusterAddresses::default());
         let mut src = nodes_source(Arc::new(tx));
+        let ports = |rx: &watch::Receiver<ClusterAddresses>| {
+            let mut p: Vec<u16> = rx.borrow().kubelet_ports.iter().copied().collect();
+            p.sort_unstable();
+            p
+        };
         src(Event::Init);
-        src(Event::InitApply(node("a", &["10.0.0.5", "node-a"], 10250)));
-        assert!(rx.borrow().kubelets.is_empty(), "nothing before InitDone");
+        src(Event::InitApply(node("a", &["10.0.0.5", "node-a"], 31000)));
+        assert!(ports(&rx).is_empty(), "nothing before InitDone");
         src(Event::InitDone);
-        let ip: IpAddr = "10.0.0.5".parse().unwrap();
-        assert_eq!(rx.borrow().kubelets[&ip], vec![10250, 10255]);
-        src(Event::Apply(node("b", &["10.0.0.6"], 31000)));
-        let ip6: IpAddr = "10.0.0.6".parse().unwrap();
-        assert_eq!(rx.borrow().kubelets[&ip6], vec![10250, 10255, 31000]);
+        assert_eq!(ports(&rx), vec![31000]);
+        // The defaults are always denied (crate::probe::policy); not repeated.
+        src(Event::Apply(node("b", &["10.0.0.6"], 10250)));
+        src(Event::Apply(node("c", &["10.0.0.7"], 32000)));
+        assert_eq!(ports(&rx), vec![31000, 32000]);
         src(Event::Delete(node("a", &[], 0)));
-        assert!(!rx.borrow().kubelets.contains_key(&ip));
+        assert_eq!(ports(&rx), vec![32000]);
         // A re-list replaces everything.
         src(Event::Init);
         src(Event::InitDone);
-        assert!(rx.borrow().kubelets.is_empty());
+        assert!(ports(&rx).is_empty());
     }
 
     #[test]

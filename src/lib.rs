@@ -6,6 +6,7 @@
 //! - [`probe`]: the HTTP prober with phase timings and the forgery guard;
 //! - [`scheduler`]: the per-replica engine (timer wheel, worker pool, reducer effects);
 //! - `fairness`: the engine's ready queue, a fair share of the workers per namespace;
+//! - `event_queue`: the Event publisher's queue, a fair share of it per namespace;
 //! - [`status`]: the pure status reducer and write policy;
 //! - [`writer`]: fenced status writes and drain acknowledgements;
 //! - [`membership`]: this replica's Lease and the dispatch/write gates;
@@ -26,6 +27,7 @@ mod compiler;
 pub mod config;
 pub(crate) mod egress;
 pub(crate) mod error;
+mod event_queue;
 mod fairness;
 mod feed;
 pub(crate) mod kubeclient;

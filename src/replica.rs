@@ -187,7 +187,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     // capacity is better spent on assignments (new checkers, failover).
     let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
-    let (ev_tx, ev_rx) = mpsc::channel(1024);
+    let (ev_tx, ev_rx) = scheduler::event_queue(scheduler::EVENT_QUEUE);
     let engine = Engine::new(
         EngineSettings {
             identity: identity.clone(),
@@ -221,7 +221,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             Ok::<(), Error>(())
         }
     });
-    tokio::spawn(scheduler::run_events(recorder, ev_rx));
+    tokio::spawn(scheduler::run_events(recorder, ev_rx, metrics.clone()));
     let mut view_task = coordination.spawn(view.clone().run(
         coord_clients.watches.clone(),
         cfg.namespace.clone(),

@@ -2,8 +2,8 @@
 //! API server, operator replicas watching every namespace, witnesses for the
 //! victims' checkers and hostile targets for the attackers'. The attacks:
 //! slow patterns (this file), hanging targets with long timeouts
-//! (`isolation/workers.rs`), and more patterns than a replica's memory holds
-//! (`isolation/memory.rs`).
+//! (`isolation/workers.rs`), more patterns than a replica's memory holds
+//! (`isolation/memory.rs`), and a flood of Events (`isolation/events.rs`).
 //!
 //! Slow patterns: namespace A holds 24 checkers whose `bodyMatch` is
 //! `(?s:.){0,1000}zzz`: it compiles within the size limits, but each search
@@ -13,6 +13,8 @@
 //! between two probes) and starved the Lease renewals. On the matching
 //! pool, A waits behind its own checks.
 
+#[path = "isolation/events.rs"]
+mod events;
 #[path = "isolation/memory.rs"]
 mod memory;
 mod support;

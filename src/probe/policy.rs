@@ -3,7 +3,7 @@
 //! server, kubelets, restricted namespaces) come in as [`ClusterAddresses`],
 //! kept fresh by `crate::egress`. docs/security.md explains the choices.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::LazyLock;
@@ -11,8 +11,11 @@ use std::sync::LazyLock;
 use ipnet::IpNet;
 use tokio::sync::watch;
 
-/// Kubelet ports denied on every Node address: the authenticated API and the
+/// Kubelet ports denied on every address: the authenticated API and the
 /// read-only one (also each Node's own `daemonEndpoints.kubeletEndpoint`).
+/// Not only on the addresses Nodes list: a kubelet listens on every interface
+/// of its host (bridges such as cni0 or docker0, secondary addresses), which
+/// the API cannot enumerate.
 pub const KUBELET_PORTS: [u16; 2] = [10250, 10255];
 
 /// Networks closed to the checkers of a restricted namespace by default:
@@ -40,8 +43,9 @@ pub struct ClusterAddresses {
     pub api_endpoints: HashSet<SocketAddr>,
     /// ClusterIPs of the `default/kubernetes` Service: denied on every port.
     pub api_service_ips: HashSet<IpAddr>,
-    /// Node address -> kubelet ports.
-    pub kubelets: HashMap<IpAddr, Vec<u16>>,
+    /// The kubelet ports Nodes report (`daemonEndpoints.kubeletEndpoint`),
+    /// denied on every address like [`KUBELET_PORTS`].
+    pub kubelet_ports: HashSet<u16>,
     /// Namespaces whose checkers may not reach [`AddressPolicy::private`].
     pub restricted_namespaces: HashSet<String>,
 }
@@ -79,7 +83,7 @@ impl fmt::Display for Why {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Why::ApiServer => f.write_str("the Kubernetes API server"),
-            Why::Kubelet => f.write_str("a kubelet port of a Node"),
+            Why::Kubelet => f.write_str("a kubelet port"),
             Why::Metadata(what) => write!(f, "cloud metadata: {what}"),
             Why::Unspecified => f.write_str("an unspecified address, which reaches this host"),
             Why::Loopback => f.write_str("loopback"),
@@ -233,7 +237,8 @@ impl AddressPolicy {
         {
             return Some(Why::ApiServer);
         }
-        if cluster.kubelets.get(&ip).is_some_and(|p| p.contains(&port)) {
+        // Whatever the address: see KUBELET_PORTS.
+        if KUBELET_PORTS.contains(&port) || cluster.kubelet_ports.contains(&port) {
             return Some(Why::Kubelet);
         }
         let b = &*BUILTIN;
@@ -457,8 +462,7 @@ mod tests {
         c.api_endpoints.insert(sa("127.0.0.1:6443"));
         c.api_endpoints.insert(sa("192.0.2.10:6443"));
         c.api_service_ips.insert("10.96.0.1".parse().unwrap());
-        c.kubelets
-            .insert("127.0.0.77".parse().unwrap(), vec![10250, 10255, 31000]);
+        c.kubelet_ports.insert(31000);
         let w = |a: &str| why(&p, &c, a, "ns");
         assert_eq!(w("127.0.0.1:6443"), Some(Why::ApiServer));
         assert_eq!(w("[::ffff:127.0.0.1]:6443"), Some(Why::ApiServer));
@@ -468,10 +472,35 @@ mod tests {
         assert_eq!(w("127.0.0.1:6444"), None);
         assert_eq!(w("10.96.0.1:443"), Some(Why::ApiServer));
         assert_eq!(w("10.96.0.1:80"), Some(Why::ApiServer), "every port");
-        assert_eq!(w("127.0.0.77:10250"), Some(Why::Kubelet));
-        assert_eq!(w("127.0.0.77:10255"), Some(Why::Kubelet));
-        assert_eq!(w("127.0.0.77:31000"), Some(Why::Kubelet));
+        // Kubelet ports on every address, listed by a Node or not (bridges,
+        // secondary addresses), loopback and embedded forms included.
+        for a in [
+            "127.0.0.77:10250",
+            "127.0.0.77:10255",
+            "127.0.0.77:31000",
+            "10.244.0.1:10250",
+            "172.17.0.1:10255",
+            "192.0.2.200:31000",
+            "[::1]:10250",
+            "[fd00::1]:31000",
+            "[::ffff:10.0.0.1]:10250",
+            "[64:ff9b::a00:1]:10255",
+        ] {
+            assert_eq!(w(a), Some(Why::Kubelet), "{a}");
+        }
         assert_eq!(w("127.0.0.77:8080"), None);
+        assert_eq!(w("10.244.0.1:31001"), None);
+        // The defaults need no Node at all, and hold without loopback too.
+        let none = ClusterAddresses::default();
+        for p in [&p, &AddressPolicy::default()] {
+            assert_eq!(why(p, &none, "203.0.113.5:10250", "ns"), Some(Why::Kubelet));
+            assert_eq!(why(p, &none, "127.0.0.1:10255", "ns"), Some(Why::Kubelet));
+            assert_eq!(why(p, &none, "203.0.113.5:31000", "ns"), None);
+        }
+        let d = p
+            .judge_with(&c, sa("10.244.0.1:10250"), Scope::Namespace("ns"))
+            .unwrap_err();
+        assert_eq!(d.to_string(), "a kubelet port");
     }
 
     #[test]

@@ -1,13 +1,90 @@
 //! Kubernetes Events of the engine: Ready transitions and expiring
-//! certificates, queued without waiting and published by one task.
+//! certificates, queued without waiting and published by one task, each
+//! namespace in turn (crate::event_queue).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::Notify;
 
 use super::*;
+use crate::event_queue::EventQueue;
+
+/// Events waiting for the publisher, all namespaces together.
+pub const EVENT_QUEUE: usize = 1024;
+
+/// An Event and the object it is about.
+type Pending = (ObjectReference, KubeEvent);
+
+/// The queue shared by the engine and the publisher. The lock is held only
+/// to push or pop, never across an await, so the engine never waits on the
+/// API server.
+struct Shared {
+    queue: Mutex<EventQueue<Pending>>,
+    ready: Notify,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> std::sync::MutexGuard<'_, EventQueue<Pending>> {
+        // A panic while holding it leaves the queue consistent (each
+        // operation completes or changes nothing).
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The engine's end: pushes without waiting.
+pub struct EventSender(Arc<Shared>);
+
+/// The publisher's end.
+pub struct EventReceiver(Arc<Shared>);
+
+/// A bounded Event queue with a per-namespace share of `capacity`.
+pub fn event_queue(capacity: usize) -> (EventSender, EventReceiver) {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(EventQueue::new(capacity)),
+        ready: Notify::new(),
+        closed: AtomicBool::new(false),
+    });
+    (EventSender(shared.clone()), EventReceiver(shared))
+}
+
+impl EventSender {
+    /// Queues an Event of namespace `ns`; returns the namespace that lost an
+    /// Event to make room, if one did.
+    fn push(&self, ns: &str, item: Pending) -> Option<String> {
+        let dropped = self.0.queue().push(ns, item);
+        // A permit is kept when the publisher is not waiting yet: no lost wake-up.
+        self.0.ready.notify_one();
+        dropped
+    }
+}
+
+impl Drop for EventSender {
+    /// The engine is gone: the publisher ends once the queue is empty.
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.0.ready.notify_one();
+    }
+}
+
+impl EventReceiver {
+    async fn next(&self) -> Option<Pending> {
+        loop {
+            if let Some((_, p)) = self.0.queue().pop() {
+                return Some(p);
+            }
+            if self.0.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            self.0.ready.notified().await;
+        }
+    }
+}
 
 impl Engine {
     pub(super) fn emit(&self, key: &str, ready: &str, reason: &str, message: &str) {
-        let Some(e) = self.entries.get(key) else {
-            return;
-        };
         let type_ = if ready == "True" {
             EventType::Normal
         } else {
@@ -25,64 +102,55 @@ impl Engine {
             action: "Probe".into(),
             secondary: None,
         };
-        let label = if ready == "True" { "Normal" } else { "Warning" };
-        self.send_event(key, e.object_ref.clone(), ev, label, reason);
+        self.send_event(key, ev);
         info!(checker = %key, ready, reason, "Ready changed");
     }
 
     /// Warning event: CertificateExpiring turned True.
     pub(super) fn emit_certificate(&self, key: &str, message: &str) {
-        let Some(e) = self.entries.get(key) else {
-            return;
-        };
-        let reason = crate::status::CERTIFICATE_EXPIRING;
         let ev = KubeEvent {
             type_: EventType::Warning,
-            reason: reason.to_string(),
+            reason: crate::status::CERTIFICATE_EXPIRING.to_string(),
             note: Some(message.chars().take(1000).collect()),
             action: "Probe".into(),
             secondary: None,
         };
-        self.send_event(key, e.object_ref.clone(), ev, "Warning", reason);
+        self.send_event(key, ev);
         info!(checker = %key, "{message}");
     }
 
     /// Queues an Event without waiting: when the API server is slower than the
     /// transitions (an overload, a flood of new checkers), Events are the first
-    /// thing to give up. Drops are counted; the log says so once per 1,000.
-    fn send_event(
-        &self,
-        key: &str,
-        object_ref: k8s_openapi::api::core::v1::ObjectReference,
-        ev: KubeEvent,
-        type_: &str,
-        reason: &str,
-    ) {
-        match self.events.try_send((object_ref, ev)) {
-            Ok(()) => self
-                .metrics
-                .events
-                .with_label_values(&[type_, reason])
-                .inc(),
-            Err(_) => {
-                self.metrics.events_dropped.inc();
-                let dropped = self.metrics.events_dropped.get();
-                if dropped % 1000 == 1 {
-                    warn!(checker = %key, dropped, "event queue full; Events dropped (webchecker_events_dropped_total)");
-                }
+    /// thing to give up, and the namespace with the most waiting gives them
+    /// up first. Drops are counted; the log names the namespace that lost one
+    /// once per 1,000.
+    fn send_event(&self, key: &str, ev: KubeEvent) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        if let Some(loser) = self.events.push(&e.namespace, (e.object_ref.clone(), ev)) {
+            self.metrics.events_dropped.inc();
+            let dropped = self.metrics.events_dropped.get();
+            if dropped % 1000 == 1 {
+                warn!(namespace = %loser, dropped, "event queue full; the namespace with the most Events waiting lost one (webchecker_events_dropped_total)");
             }
         }
     }
 }
 
-/// Publishes Kubernetes Events from a bounded queue.
-pub async fn run_events(
-    recorder: Recorder,
-    mut rx: mpsc::Receiver<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
-) {
-    while let Some((reference, ev)) = rx.recv().await {
-        if let Err(e) = recorder.publish(&ev, &reference).await {
-            debug!(error = %e, "event not published");
+/// Publishes the queued Events, one namespace after another, until the
+/// engine is gone.
+pub async fn run_events(recorder: Recorder, rx: EventReceiver, metrics: Arc<Metrics>) {
+    while let Some((reference, ev)) = rx.next().await {
+        match recorder.publish(&ev, &reference).await {
+            Ok(()) => {
+                let type_ = match ev.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                };
+                metrics.events.with_label_values(&[type_, &ev.reason]).inc();
+            }
+            Err(e) => debug!(error = %e, "event not published"),
         }
     }
 }

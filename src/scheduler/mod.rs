@@ -4,7 +4,8 @@
 //! One task owns all per-checker state; it never blocks on a full queue:
 //! commands arrive on a bounded channel, results come back on a channel sized
 //! to the pool (so a worker never waits long), status writes go to a map keyed by
-//! checker, and events are dropped (and counted) rather than queued unboundedly.
+//! checker, and events wait in a bounded queue with a share per namespace,
+//! dropped (and counted) rather than queued unboundedly.
 //! At most one probe per checker is in flight: the next one is scheduled only
 //! when the previous one finished.
 
@@ -35,7 +36,7 @@ mod arrival;
 mod events;
 mod intake;
 
-pub use events::run_events;
+pub use events::{EVENT_QUEUE, EventSender, event_queue, run_events};
 
 /// A checker as the watch delivers it, or why it could not be read.
 #[derive(Debug)]
@@ -154,7 +155,7 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     membership: Arc<Membership>,
     writer: Arc<StatusWriter>,
-    events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
+    events: EventSender,
     entries: HashMap<String, Entry>,
     queue: DelayQueue<String>,
     /// Due probes, handed to the pool fairly between namespaces.
@@ -183,7 +184,7 @@ impl Engine {
         metrics: Arc<Metrics>,
         membership: Arc<Membership>,
         writer: Arc<StatusWriter>,
-        events: mpsc::Sender<(k8s_openapi::api::core::v1::ObjectReference, KubeEvent)>,
+        events: EventSender,
     ) -> Self {
         metrics.pool_size.set(settings.workers as i64);
         let workers = settings.workers;

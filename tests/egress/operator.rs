@@ -62,17 +62,17 @@ async fn default_flags_deny_local_metadata_nat64_api_server_and_kubelets() {
         (
             "kubelet",
             "https://192.0.2.77:10250".to_string(),
-            "192.0.2.77:10250 is an address the operator may not probe (a kubelet port of a Node)",
+            "192.0.2.77:10250 is an address the operator may not probe (a kubelet port)",
         ),
         (
             "kubelet-ro",
             "http://192.0.2.77:10255".to_string(),
-            "(a kubelet port of a Node)",
+            "(a kubelet port)",
         ),
         (
             "kubelet-own-port",
             "https://192.0.2.77:31077".to_string(),
-            "(a kubelet port of a Node)",
+            "(a kubelet port)",
         ),
     ];
     for (name, url, _) in &cases {
@@ -96,8 +96,10 @@ async fn default_flags_deny_local_metadata_nat64_api_server_and_kubelets() {
 
 /// `--allow-loopback` (the demo's and the tests' flag) opens loopback and
 /// nothing else: the API server as the operator reaches it, its ClusterIP,
-/// and the kubelet ports of a Node that appears while the operator runs stay
-/// denied, and no connection reaches those listeners.
+/// the kubelet ports on an address no Node lists (a kubelet listens on every
+/// interface of its host), and the kubelet ports of a Node that appears while
+/// the operator runs, on its address and elsewhere, stay denied, and no
+/// connection reaches those listeners.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_and_kubelets_stay_denied_with_loopback_allowed() {
     let c = cluster();
@@ -132,8 +134,20 @@ async fn api_server_and_kubelets_stay_denied_with_loopback_allowed() {
         assert!(msg.contains("(the Kubernetes API server)"), "{name}: {msg}");
     }
 
-    // A Node appears: its kubelet ports close as soon as the watch sees it.
-    // The sentinel (its own kubelet port, nothing listening) turns from
+    // The default kubelet ports on an address no Node lists (standing for a
+    // bridge such as cni0 or docker0, or a secondary address): denied before
+    // any Node exists.
+    let elsewhere = own_loopback(12);
+    let stray = Recorder::bind(&format!("{elsewhere}:10250")).await;
+    let stray_ro = Recorder::bind(&format!("{elsewhere}:10255")).await;
+    for (name, r) in [("stray", &stray), ("stray-ro", &stray_ro)] {
+        apply(c, &ns, &checker(name, &format!("host: http://{}", r.addr)));
+        let msg = settled(&op, &api, name, "Forbidden").await;
+        assert!(msg.contains("(a kubelet port)"), "{name}: {msg}");
+    }
+
+    // A Node appears: its own kubelet port closes as soon as the watch sees
+    // it. The sentinel (that port, nothing listening) turns from
     // ConnectError to Forbidden when the operator knows the Node.
     create_node(c, &format!("node-{ns}"), &[&k], sentinel_port);
     apply(
@@ -142,11 +156,25 @@ async fn api_server_and_kubelets_stay_denied_with_loopback_allowed() {
         &checker("sentinel", &format!("host: http://{k}:{sentinel_port}")),
     );
     let msg = settled(&op, &api, "sentinel", "Forbidden").await;
-    assert!(msg.contains("(a kubelet port of a Node)"), "{msg}");
+    assert!(msg.contains("(a kubelet port)"), "{msg}");
+    // That port is closed on the address the Node does not list too.
+    let stray_own = Recorder::bind(&format!("{elsewhere}:{sentinel_port}")).await;
+    apply(
+        c,
+        &ns,
+        &checker("stray-own", &format!("host: http://{}", stray_own.addr)),
+    );
+    let msg = settled(&op, &api, "stray-own", "Forbidden").await;
+    assert!(msg.contains("(a kubelet port)"), "{msg}");
+    assert_eq!(
+        stray.accepts() + stray_ro.accepts() + stray_own.accepts(),
+        0,
+        "a probe reached a kubelet port on an address no Node lists"
+    );
     for (name, r) in [("kubelet", &kubelet), ("kubelet-ro", &kubelet_ro)] {
         apply(c, &ns, &checker(name, &format!("host: https://{}", r.addr)));
         let msg = settled(&op, &api, name, "Forbidden").await;
-        assert!(msg.contains("(a kubelet port of a Node)"), "{name}: {msg}");
+        assert!(msg.contains("(a kubelet port)"), "{name}: {msg}");
     }
     assert_eq!(kubelet.accepts() + kubelet_ro.accepts(), 0);
     // Other ports of the Node's address stay open.
@@ -247,7 +275,8 @@ async fn private_networks_close_per_namespace_by_label() {
 /// An operator without permission on Nodes, the kubernetes Service and its
 /// EndpointSlices runs, probes, names the missing grants in its log and
 /// exports webchecker_address_discovery_up 0 for them; granting Nodes later
-/// closes the kubelet ports without a restart.
+/// closes a Node's own kubelet port without a restart (10250 and 10255 need
+/// no Node: they are closed from the start).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     let c = cluster();
@@ -276,10 +305,19 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
         "the log must name the missing grant:\n{log}"
     );
 
-    // It probes.
+    // It probes, and the default kubelet ports are closed without Nodes.
     let k = own_loopback(22);
-    let kubelet = Recorder::bind(&format!("{k}:10250")).await;
+    let kubelet = Recorder::bind(&format!("{k}:0")).await;
+    let default_port = Recorder::bind(&format!("{k}:10250")).await;
     let api: Api<WebChecker> = Api::namespaced(c.client().await, &ns);
+    apply(
+        c,
+        &ns,
+        &checker("default", &format!("host: http://{}", default_port.addr)),
+    );
+    let msg = settled(&op, &api, "default", "Forbidden").await;
+    assert!(msg.contains("(a kubelet port)"), "{msg}");
+    assert_eq!(default_port.accepts(), 0);
     apply(
         c,
         &ns,
@@ -287,8 +325,8 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
     );
     settled(&op, &api, "before", "ProbeSucceeded").await;
 
-    // The admin grants Nodes; a Node at that address exists already.
-    create_node(c, &format!("node-{ns}"), &[&k], 10250);
+    // The admin grants Nodes; a Node whose kubelet listens there exists already.
+    create_node(c, &format!("node-{ns}"), &[&k], kubelet.port());
     let grant = format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {role}-nodes}}\nrules:\n- {{apiGroups: [\"\"], resources: [nodes], verbs: [list, watch]}}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {role}-nodes}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}-nodes}}\nsubjects: [{{kind: ServiceAccount, name: limited, namespace: {ns}}}]\n"
     );
@@ -307,9 +345,9 @@ async fn without_permission_on_nodes_the_operator_runs_and_says_so() {
         &checker("after", &format!("host: http://{}", kubelet.addr)),
     );
     let msg = settled(&op, &api, "after", "Forbidden").await;
-    assert!(msg.contains("(a kubelet port of a Node)"), "{msg}");
+    assert!(msg.contains("(a kubelet port)"), "{msg}");
     let msg = settled(&op, &api, "before", "Forbidden").await;
-    assert!(msg.contains("(a kubelet port of a Node)"), "{msg}");
+    assert!(msg.contains("(a kubelet port)"), "{msg}");
     assert!(
         op.log_text().contains("address discovery works again"),
         "recovery logged"
