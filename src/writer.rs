@@ -56,6 +56,9 @@ struct Pending {
     attempts: u32,
     /// Not before this instant (backoff after a failure without a verdict).
     not_before: Option<Instant>,
+    /// When the checker's first unwritten op was submitted: a newer op for
+    /// the same checker keeps its place in the queue.
+    since: Instant,
 }
 
 /// Backoff after the `attempts`-th failure without a verdict.
@@ -147,6 +150,7 @@ impl StatusWriter {
         if matches!(op, Op::AckDrain { .. }) {
             g.acks.insert(key.to_string());
         }
+        let since = g.pending.get(key).map_or_else(Instant::now, |p| p.since);
         g.pending.insert(
             key.to_string(),
             Pending {
@@ -155,6 +159,7 @@ impl StatusWriter {
                 op,
                 attempts: 0,
                 not_before: None,
+                since,
             },
         );
         drop(g);
@@ -371,19 +376,43 @@ impl StatusWriter {
         self.wake.notify_one();
     }
 
-    /// Takes up to `max` writes that are due: drain acks first.
+    /// Takes up to `max` writes that are due: drain acks first, then the
+    /// namespaces in turn, each oldest first. Another namespace's flood of
+    /// status changes (checkers flipping on every probe, each rewritten
+    /// before it was written) delays a namespace's writes by one turn, never
+    /// behind the whole flood; within a namespace nothing waits forever.
     fn take_batch(&self, max: usize, now: Instant) -> (Vec<(String, Pending)>, Option<Instant>) {
         let mut g = self.lock();
-        let mut due: Vec<(bool, &String)> = Vec::new();
+        let mut acks: Vec<&String> = Vec::new();
+        let mut spaces: HashMap<&str, Vec<(Instant, &String)>> = HashMap::new();
         let mut next: Option<Instant> = None;
         for (k, p) in &g.pending {
             match p.not_before {
                 Some(t) if t > now => next = Some(next.map_or(t, |n| n.min(t))),
-                _ => due.push((matches!(p.op, Op::Status(_)), k)),
+                _ if matches!(p.op, Op::AckDrain { .. }) => acks.push(k),
+                _ => spaces
+                    .entry(p.namespace.as_str())
+                    .or_default()
+                    .push((p.since, k)),
             }
         }
-        due.sort_by_key(|(is_status, _)| *is_status);
-        let keys: Vec<String> = due.into_iter().take(max).map(|(_, k)| k.clone()).collect();
+        let mut queues: Vec<Vec<(Instant, &String)>> = spaces.into_values().collect();
+        for q in &mut queues {
+            // Oldest last: popped first.
+            q.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        // The namespace waiting longest goes first.
+        queues.sort_unstable_by_key(|q| q.last().map(|(t, _)| *t));
+        let mut keys: Vec<String> = acks.into_iter().take(max).cloned().collect();
+        while keys.len() < max && !queues.is_empty() {
+            queues.retain_mut(|q| match q.pop() {
+                Some((_, k)) if keys.len() < max => {
+                    keys.push(k.clone());
+                    !q.is_empty()
+                }
+                _ => false,
+            });
+        }
         let batch = keys
             .into_iter()
             .filter_map(|k| {

@@ -278,3 +278,41 @@ async fn nothing_is_written_after_our_drain_ack_landed() {
     drop(client);
     assert!(h.next_request().await.is_none(), "no request after the ack");
 }
+
+#[test]
+fn a_flooding_namespace_delays_another_by_one_turn_and_nothing_waits_forever() {
+    let w = writer();
+    let flood = |w: &StatusWriter| {
+        for i in 0..1000 {
+            let k = format!("flood/f{i}");
+            w.submit(&k, "flood", &format!("f{i}"), Op::Status(Box::default()));
+        }
+    };
+    flood(&w);
+    for i in 0..5 {
+        let k = format!("quiet/q{i}");
+        w.submit(&k, "quiet", &format!("q{i}"), Op::Status(Box::default()));
+    }
+    // The flood rewrites its checkers again: they keep their place.
+    flood(&w);
+    let (batch, _) = w.take_batch(20, Instant::now());
+    let quiet = batch
+        .iter()
+        .filter(|(k, _)| k.starts_with("quiet/"))
+        .count();
+    assert_eq!(
+        quiet, 5,
+        "the quiet namespace's writes all go in the first batch"
+    );
+    // Within the flood, oldest first: the first submitted were taken.
+    assert!(batch.iter().any(|(k, _)| k == "flood/f0"));
+    // Batch after batch (the flood resubmitting everything each time), every
+    // checker of the flood is written: none waits forever.
+    let mut written = HashSet::new();
+    for _ in 0..60 {
+        let (batch, _) = w.take_batch(20, Instant::now());
+        written.extend(batch.into_iter().map(|(k, _)| k));
+        flood(&w);
+    }
+    assert_eq!(written.len(), 1000, "every flooding checker got its turn");
+}
