@@ -12,6 +12,8 @@
 //! - [`ring`]: pure assignment logic (rendezvous hashing with bounded loads);
 //! - [`shard`]: member view and judge rule, leader election, the sharder;
 //! - [`feed`]: the watch of this replica's own shard;
+//! - `resolver`: the Secret and ConfigMap values checkers reference, read off the feed,
+//!   fairly per namespace (with [`secrets`]);
 //! - [`compiler`]: the checkers' regular expressions, compiled in the feed;
 //! - [`replica`]: one replica's tasks, start-up and graceful shutdown;
 //! - [`egress`]: what the forgery guard learns from the cluster (API server, kubelets, restricted namespaces);
@@ -19,7 +21,6 @@
 //! - [`metrics`], [`server`]: Prometheus metrics and /metrics /healthz /readyz.
 
 pub mod api;
-mod attach;
 mod compiler;
 pub mod config;
 pub(crate) mod egress;
@@ -34,6 +35,7 @@ mod mock_api;
 mod preflight;
 pub mod probe;
 mod replica;
+mod resolver;
 pub mod ring;
 pub(crate) mod scheduler;
 pub(crate) mod secrets;

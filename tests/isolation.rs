@@ -10,6 +10,8 @@
 //! healthy checkers at 2 s: up to 12.4 s between two probes) and starved the
 //! Lease renewals. On the matching pool, A waits behind its own checks.
 
+#[path = "isolation/secrets.rs"]
+mod secrets;
 mod support;
 
 use std::time::{Duration, Instant};
