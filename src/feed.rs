@@ -1,6 +1,8 @@
 //! The checker feed: a watch of this replica's own shard (label selector on
-//! the owner label), classified into engine commands, with referenced
-//! Secret/ConfigMap values and compiled patterns attached.
+//! the owner label), classified into engine commands, with compiled patterns
+//! attached. The commands go to the engine through the resolver task
+//! (resolver.rs), which attaches the referenced Secret/ConfigMap values: the
+//! feed itself never waits for a read.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,8 +21,21 @@ use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, ob
 use crate::error::Error;
 use crate::membership::Membership;
 use crate::metrics::Metrics;
+use crate::resolver::Resolver;
 use crate::scheduler::{Command, Incoming};
 use crate::server::Health;
+
+/// Whether an object is assigned to this incarnation of this replica (not to
+/// another replica, nor to an earlier incarnation of this one).
+fn assigned_here(meta: &kube::core::ObjectMeta, membership: &Membership) -> bool {
+    let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+    let epoch = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EPOCH_ANNOTATION))
+        .cloned();
+    owner == Some(&membership.identity) && epoch == membership.epoch()
+}
 
 fn classify(
     obj: DynamicObject,
@@ -32,14 +47,7 @@ fn classify(
     let name = obj.metadata.name.clone().unwrap_or_default();
     let key = object_key(&namespace, &name);
     let ann = obj.metadata.annotations.clone().unwrap_or_default();
-    let owner = obj
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(OWNER_LABEL));
-    if owner != Some(&membership.identity)
-        || ann.get(EPOCH_ANNOTATION).cloned() != membership.epoch()
-    {
+    if !assigned_here(&obj.metadata, membership) {
         // Assigned to an earlier incarnation of this replica: not ours to probe.
         return (key.clone(), Some(Command::Remove { key }));
     }
@@ -58,8 +66,8 @@ fn classify(
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
     let checker = match serde_json::from_value::<WebChecker>(value) {
-        // The referenced Secret/ConfigMap values and the compiled patterns
-        // are filled in by the feeder.
+        // The compiled patterns are filled in by the feeder, the referenced
+        // Secret/ConfigMap values by the resolver.
         Ok(wc) => Incoming::Valid(Box::new(wc), Default::default(), None),
         Err(e) => Incoming::Malformed {
             namespace,
@@ -105,10 +113,18 @@ pub async fn watch_own_shard(
     let mut stream = open();
     let mut reconnects = membership.reconnects();
     let mut present = HashSet::new();
-    let mut secrets = crate::secrets::SecretResolver::new(client, crate::secrets::TTL);
     let mut patterns = crate::compiler::PatternCache::new(budgets);
-    let mut refresh = tokio::time::interval(crate::secrets::REFRESH);
-    refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (to_resolver, from_feed) = mpsc::channel(crate::resolver::INPUT);
+    let resolver = {
+        let membership = membership.clone();
+        Resolver::new(
+            crate::secrets::reader(client),
+            crate::secrets::TTL,
+            Box::new(move |wc: &WebChecker| assigned_here(&wc.metadata, &membership)),
+        )
+    };
+    // Ends when the feed ends (its input closes), so it never outlives it.
+    let mut resolver_task = tokio::spawn(resolver.run(from_feed, commands));
     loop {
         let ev = tokio::select! {
             ev = stream.next() => match ev {
@@ -121,14 +137,7 @@ pub async fn watch_own_shard(
                 stream = open();
                 continue;
             }
-            _ = refresh.tick() => {
-                for c in secrets.refresh().await {
-                    if commands.send(c).await.is_err() {
-                        return Err(Error::TaskDied("checker watch"));
-                    }
-                }
-                continue;
-            }
+            _ = &mut resolver_task => return Err(Error::TaskDied("secret resolver")),
         };
         let cmd = match ev {
             Ok(Event::Init) => {
@@ -162,11 +171,14 @@ pub async fn watch_own_shard(
             }
         };
         let Some(c) = cmd else { continue };
-        for c in patterns.attach(secrets.attach(c).await).await {
-            if commands.send(c).await.is_err() {
-                return Err(Error::TaskDied("checker watch"));
-            }
+        let mut sent = true;
+        for c in patterns.attach(c).await {
+            sent = sent && to_resolver.send(c).await.is_ok();
+        }
+        if !sent {
+            break;
         }
     }
+    resolver_task.abort();
     Err(Error::TaskDied("checker watch"))
 }

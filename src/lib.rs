@@ -13,6 +13,8 @@
 //! - [`ring`]: pure assignment logic (rendezvous hashing with bounded loads);
 //! - [`shard`]: member view and judge rule, leader election, the sharder;
 //! - [`feed`]: the watch of this replica's own shard;
+//! - `resolver`: the Secret and ConfigMap values checkers reference, read off the feed,
+//!   fairly per namespace (with [`secrets`]);
 //! - [`compiler`]: the checkers' regular expressions, compiled in the feed;
 //! - `budget`: per-namespace budgets of the replica's memory (`QuotaExceeded`);
 //! - [`replica`]: one replica's tasks, start-up and graceful shutdown;
@@ -21,7 +23,6 @@
 //! - [`metrics`], [`server`]: Prometheus metrics and /metrics /healthz /readyz.
 
 pub mod api;
-mod attach;
 mod budget;
 mod compiler;
 pub mod config;
@@ -38,6 +39,7 @@ mod mock_api;
 mod preflight;
 pub mod probe;
 mod replica;
+mod resolver;
 pub mod ring;
 pub(crate) mod scheduler;
 pub(crate) mod secrets;

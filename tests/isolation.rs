@@ -17,6 +17,8 @@
 mod events;
 #[path = "isolation/memory.rs"]
 mod memory;
+#[path = "isolation/secrets.rs"]
+mod secrets;
 mod support;
 #[path = "isolation/workers.rs"]
 mod workers;

@@ -42,7 +42,7 @@ pub use events::{EVENT_QUEUE, EventSender, event_queue, run_events};
 #[derive(Debug)]
 pub enum Incoming {
     /// With the values of the Secret and ConfigMap keys it references
-    /// (resolved by the feeder, see crate::secrets) and its compiled patterns
+    /// (resolved off the feed by crate::resolver) and its compiled patterns
     /// (crate::compiler; `None` only before the feeder attached them).
     Valid(Box<WebChecker>, Resolved, Option<Compiled>),
     /// Does not deserialise (for example written under an older schema).
