@@ -1,9 +1,10 @@
 //! Per-namespace budgets of a replica's memory: which checkers of a namespace
-//! the replica keeps compiled patterns for (docs/security.md, "Take the
-//! replica's memory").
+//! the replica keeps compiled patterns for, and Secret/ConfigMap values
+//! (docs/security.md, "Take the replica's memory").
 //!
 //! Each checker costs what the replica keeps for it while it probes: the
-//! compiled size of its patterns. The checkers of a namespace are admitted
+//! compiled size of its patterns (counted by the feed), the bytes of the
+//! values it references (counted by the resolver). The checkers of a namespace are admitted
 //! oldest first (creation time, then name, so every replica and every
 //! restart decides the same way) as long as they fit; the others are
 //! `Ready=False` with reason `QuotaExceeded` and cost nothing. A checker
@@ -21,6 +22,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub struct Limits {
     /// Compiled size of the patterns (`--namespace-pattern-budget-mib`).
     pub pattern_bytes: usize,
+    /// Bytes of the referenced values (`--namespace-value-budget-mib`).
+    pub value_bytes: usize,
+}
+
+/// What a budget counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Patterns,
+    Values,
 }
 
 /// Where a checker stands in its namespace's queue: oldest first.
@@ -36,35 +46,38 @@ pub enum Verdict {
 
 struct Member {
     key: String,
-    patterns: usize,
+    cost: usize,
     admitted: bool,
 }
 
-/// The admitted checkers of every namespace. Owned by the checker feed.
+/// The admitted checkers of every namespace, for one kind of cost. Owned by
+/// the checker feed (patterns) or the resolver (values).
 pub struct Budgets {
-    limits: Limits,
+    kind: Kind,
+    limit: usize,
     spaces: HashMap<String, BTreeMap<Order, Member>>,
     /// Checker key -> its namespace and order.
     placed: HashMap<String, (String, Order)>,
 }
 
 impl Budgets {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(kind: Kind, limit: usize) -> Self {
         Budgets {
-            limits,
+            kind,
+            limit,
             spaces: HashMap::new(),
             placed: HashMap::new(),
         }
     }
 
-    /// A checker's cost is now `patterns` bytes. Returns its verdict and the
+    /// A checker's cost is now `cost` bytes. Returns its verdict and the
     /// other checkers of the namespace whose verdict changed.
     pub fn set(
         &mut self,
         key: &str,
         namespace: &str,
         order: Order,
-        patterns: usize,
+        cost: usize,
     ) -> (Verdict, Vec<(String, Verdict)>) {
         self.forget(key);
         let space = self.spaces.entry(namespace.to_string()).or_default();
@@ -72,7 +85,7 @@ impl Budgets {
             order.clone(),
             Member {
                 key: key.to_string(),
-                patterns,
+                cost,
                 // Decided below; `true` so that a checker that does not fit
                 // counts as a change (and gets its message).
                 admitted: true,
@@ -88,8 +101,13 @@ impl Budgets {
         (mine, changed)
     }
 
-    /// A checker is gone (deleted, moved, no patterns): the checkers that
-    /// now fit.
+    /// Where a checker stands in its namespace's queue, if it is counted.
+    pub fn order_of(&self, key: &str) -> Option<Order> {
+        self.placed.get(key).map(|(_, o)| o.clone())
+    }
+
+    /// A checker is gone (deleted, moved, nothing to count): the checkers
+    /// that now fit.
     pub fn remove(&mut self, key: &str) -> Vec<(String, Verdict)> {
         match self.forget(key) {
             Some(namespace) => self.rebalance(&namespace),
@@ -113,20 +131,20 @@ impl Budgets {
         let Some(space) = self.spaces.get_mut(namespace) else {
             return Vec::new();
         };
-        let limit = self.limits.pattern_bytes;
+        let limit = self.limit;
         let mut used = 0usize;
         let mut changed = Vec::new();
         for m in space.values_mut() {
-            let fits = used + m.patterns <= limit;
+            let fits = used + m.cost <= limit;
             if fits {
-                used += m.patterns;
+                used += m.cost;
             }
             if fits != m.admitted {
                 m.admitted = fits;
                 let verdict = if fits {
                     Verdict::Admitted
                 } else {
-                    Verdict::Over(over_patterns(namespace, m.patterns, limit))
+                    Verdict::Over(over(self.kind, namespace, m.cost, limit))
                 };
                 changed.push((m.key.clone(), verdict));
             }
@@ -134,21 +152,36 @@ impl Budgets {
         changed
     }
 
-    /// Compiled pattern bytes the admitted checkers of `namespace` hold.
+    /// Bytes the admitted checkers of `namespace` hold.
     #[cfg(test)]
     fn used(&self, namespace: &str) -> usize {
         self.spaces.get(namespace).map_or(0, |s| {
-            s.values().filter(|m| m.admitted).map(|m| m.patterns).sum()
+            s.values().filter(|m| m.admitted).map(|m| m.cost).sum()
         })
     }
 }
 
-fn over_patterns(namespace: &str, need: usize, limit: usize) -> String {
+/// The QuotaExceeded message: what the checker needs, the budget, the flag
+/// and what to do.
+fn over(kind: Kind, namespace: &str, need: usize, limit: usize) -> String {
+    let (what, budget, flag, fix) = match kind {
+        Kind::Patterns => (
+            "the patterns of this checker need",
+            "for compiled patterns",
+            "--namespace-pattern-budget-mib",
+            "simplify or remove checkers (ASCII classes such as [a-z] or (?-u:\\w) are much smaller than Unicode ones)",
+        ),
+        Kind::Values => (
+            "the Secret and ConfigMap values this checker references take",
+            "for Secret and ConfigMap values",
+            "--namespace-value-budget-mib",
+            "reference smaller values or fewer, or remove checkers",
+        ),
+    };
     format!(
-        "the patterns of this checker need {} once compiled, more than is left of the budget of namespace {namespace:?} \
-         for compiled patterns ({} on each replica, --namespace-pattern-budget-mib), which older checkers of the \
-         namespace use: simplify or remove checkers (ASCII classes such as [a-z] or (?-u:\\w) are much smaller than \
-         Unicode ones), or ask the operator's administrator for a larger budget",
+        "{what} {}, more than is left of the budget of namespace {namespace:?} {budget} ({} on each replica, \
+         {flag}), which older checkers of the namespace use: {fix}, or ask the operator's administrator for a \
+         larger budget",
         size(need),
         size(limit)
     )
@@ -177,9 +210,7 @@ mod tests {
     }
 
     fn budgets() -> Budgets {
-        Budgets::new(Limits {
-            pattern_bytes: 10 * MIB,
-        })
+        Budgets::new(Kind::Patterns, 10 * MIB)
     }
 
     #[test]

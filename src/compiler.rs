@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::api::{WebChecker, WebCheckerSpec};
-use crate::budget::{Budgets, Limits, Verdict};
+use crate::budget::{Budgets, Kind, Verdict};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
 use crate::scheduler::{Command, Incoming};
 
@@ -40,10 +40,11 @@ pub struct PatternCache {
 }
 
 impl PatternCache {
-    pub fn new(limits: Limits) -> Self {
+    /// `budget`: the compiled size of one namespace's patterns.
+    pub fn new(budget: usize) -> Self {
         PatternCache {
             by_key: HashMap::new(),
-            budgets: Budgets::new(limits),
+            budgets: Budgets::new(Kind::Patterns, budget),
         }
     }
 
@@ -217,9 +218,7 @@ mod tests {
     }
 
     fn cache() -> PatternCache {
-        PatternCache::new(Limits {
-            pattern_bytes: 64 << 20,
-        })
+        PatternCache::new(64 << 20)
     }
 
     #[tokio::test]
@@ -279,9 +278,7 @@ mod tests {
         let size = compile_patterns(&serde_yaml::from_str(spec).unwrap())
             .unwrap()
             .bytes;
-        let mut cache = PatternCache::new(Limits {
-            pattern_bytes: 2 * size + size / 2,
-        });
+        let mut cache = PatternCache::new(2 * size + size / 2);
         for (i, name) in ["c0", "c1"].iter().enumerate() {
             let c = compiled(cache.attach(checker(name, i as i64, spec)).await);
             assert!(c.is_ok(), "{name}");

@@ -111,6 +111,13 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_NAMESPACE_PATTERN_BUDGET_MIB", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub namespace_pattern_budget_mib: u32,
 
+    /// Bytes of the Secret and ConfigMap values that the checkers of one
+    /// namespace reference on each replica, in MiB (each checker counts the
+    /// values it names); beyond it the newest checkers are Ready=False with
+    /// reason QuotaExceeded.
+    #[arg(long, env = "WEBCHECKER_NAMESPACE_VALUE_BUDGET_MIB", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub namespace_value_budget_mib: u32,
+
     /// Status is rewritten at least this often when nothing changes.
     #[arg(long, env = "WEBCHECKER_HEARTBEAT", default_value = "20m", value_parser = parse_duration)]
     pub heartbeat: Duration,

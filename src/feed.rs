@@ -113,7 +113,7 @@ pub async fn watch_own_shard(
     let mut stream = open();
     let mut reconnects = membership.reconnects();
     let mut present = HashSet::new();
-    let mut patterns = crate::compiler::PatternCache::new(budgets);
+    let mut patterns = crate::compiler::PatternCache::new(budgets.pattern_bytes);
     let (to_resolver, from_feed) = mpsc::channel(crate::resolver::INPUT);
     let resolver = {
         let membership = membership.clone();
@@ -121,6 +121,7 @@ pub async fn watch_own_shard(
             crate::secrets::reader(client),
             crate::secrets::TTL,
             Box::new(move |wc: &WebChecker| assigned_here(&wc.metadata, &membership)),
+            budgets.value_bytes,
         )
     };
     // Ends when the feed ends (its input closes), so it never outlives it.

@@ -295,6 +295,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         metrics.clone(),
         crate::budget::Limits {
             pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
+            value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
         },
     ));
     health.alive.store(true, Ordering::Relaxed);

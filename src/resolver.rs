@@ -25,11 +25,13 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
+use kube::ResourceExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::debug;
 
 use crate::api::{WebChecker, object_key};
+use crate::budget::{Budgets, Kind, Order, Verdict};
 use crate::probe::{Compiled, ValueRef, references};
 use crate::scheduler::{Command, Incoming};
 use crate::secrets::queue::{ReadQueue, Urgency};
@@ -76,6 +78,11 @@ pub struct Resolver {
     users: HashMap<ObjectId, HashSet<String>>,
     reads: JoinSet<Read>,
     reading: HashMap<tokio::task::Id, ObjectId>,
+    /// Each namespace's budget of values on this replica.
+    budgets: Budgets,
+    /// Refreshes of checkers that a change of budget use moved over or
+    /// under their namespace's budget, to send after the current command.
+    moved: Vec<Command>,
 }
 
 fn upsert(
@@ -93,7 +100,13 @@ fn upsert(
 }
 
 impl Resolver {
-    pub fn new(reader: Reader, ttl: std::time::Duration, assigned: Assigned) -> Self {
+    /// `budget`: the bytes of one namespace's values on this replica.
+    pub fn new(
+        reader: Reader,
+        ttl: std::time::Duration,
+        assigned: Assigned,
+        budget: usize,
+    ) -> Self {
         Resolver {
             reader,
             assigned,
@@ -104,6 +117,8 @@ impl Resolver {
             users: HashMap::new(),
             reads: JoinSet::new(),
             reading: HashMap::new(),
+            budgets: Budgets::new(Kind::Values, budget),
+            moved: Vec::new(),
         }
     }
 
@@ -114,7 +129,7 @@ impl Resolver {
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.start_reads();
-            let out = tokio::select! {
+            let mut out: Vec<Command> = tokio::select! {
                 c = input.recv() => match c {
                     Some(c) => self.take(c, Instant::now()).into_iter().collect(),
                     None => return,
@@ -134,6 +149,7 @@ impl Resolver {
                     Vec::new()
                 }
             };
+            out.append(&mut self.moved);
             for c in out {
                 if engine.send(c).await.is_err() {
                     return;
@@ -171,6 +187,8 @@ impl Resolver {
                     }
                 }
                 if waiting.is_empty() {
+                    let order = (wc.metadata.creation_timestamp.clone(), wc.name_any());
+                    let values = self.admit(&key, &namespace, Some(order), values);
                     if let Some(t) = self.tracked.get_mut(&key) {
                         t.last = Some(values.clone());
                     }
@@ -257,14 +275,15 @@ impl Resolver {
                 {
                     out.push(self.deliver(key, h));
                 }
-            } else if let Some(last) = &t.last {
-                let mut values = last.clone();
-                for r in here {
-                    values.set(r.clone(), self.cache.last(&obj.namespace, &r));
-                }
-                if values != *last {
+            } else if let Some(last) = t.last.clone() {
+                let (namespace, refs) = (t.namespace.clone(), t.refs.clone());
+                let values = self.values_of(&namespace, &refs);
+                let values = self.admit(&key, &namespace, None, values);
+                if values != last {
                     debug!(checker = %key, "referenced Secret/ConfigMap values changed");
-                    t.last = Some(values.clone());
+                    if let Some(t) = self.tracked.get_mut(&key) {
+                        t.last = Some(values.clone());
+                    }
                     out.push(Command::Refresh {
                         key,
                         resolved: values,
@@ -281,10 +300,63 @@ impl Resolver {
             self.untrack(&key);
             return Command::Remove { key };
         }
+        let namespace = h.wc.metadata.namespace.clone().unwrap_or_default();
+        let order = (h.wc.metadata.creation_timestamp.clone(), h.wc.name_any());
+        let values = self.admit(&key, &namespace, Some(order), h.values);
         if let Some(t) = self.tracked.get_mut(&key) {
-            t.last = Some(h.values.clone());
+            t.last = Some(values.clone());
         }
-        upsert(h.wc, h.values, h.compiled, h.initial, h.seen)
+        upsert(h.wc, values, h.compiled, h.initial, h.seen)
+    }
+
+    /// The last values read of `refs`.
+    fn values_of(&self, namespace: &str, refs: &[ValueRef]) -> Resolved {
+        refs.iter()
+            .map(|r| (r.clone(), self.cache.last(namespace, r)))
+            .collect()
+    }
+
+    /// What the engine gets for a checker's values: them, or the
+    /// QuotaExceeded marker when they do not fit in what its namespace's
+    /// older checkers leave of the budget. Queues a Refresh for each other
+    /// checker of the namespace moved over or under the budget.
+    fn admit(
+        &mut self,
+        key: &str,
+        namespace: &str,
+        order: Option<Order>,
+        values: Resolved,
+    ) -> Resolved {
+        let order = order
+            .or_else(|| self.budgets.order_of(key))
+            .unwrap_or_else(|| (None, key.to_string()));
+        let (verdict, moved) = self.budgets.set(key, namespace, order, values.bytes());
+        self.settle(moved);
+        match verdict {
+            Verdict::Admitted => values,
+            Verdict::Over(m) => Resolved::over_budget(m),
+        }
+    }
+
+    /// Refreshes for the checkers whose side of the budget changed (a held
+    /// one is judged again when its values are in).
+    fn settle(&mut self, moved: Vec<(String, Verdict)>) {
+        for (key, verdict) in moved {
+            if self.held.contains_key(&key) {
+                continue;
+            }
+            let Some(t) = self.tracked.get(&key) else {
+                continue;
+            };
+            let resolved = match verdict {
+                Verdict::Admitted => self.values_of(&t.namespace, &t.refs),
+                Verdict::Over(m) => Resolved::over_budget(m),
+            };
+            if let Some(t) = self.tracked.get_mut(&key) {
+                t.last = Some(resolved.clone());
+            }
+            self.moved.push(Command::Refresh { key, resolved });
+        }
     }
 
     /// Queues a re-read of every tracked value past its TTL.
@@ -318,7 +390,7 @@ impl Resolver {
 
     fn track(&mut self, key: &str, namespace: &str, refs: &[ValueRef]) {
         let last = self.tracked.get(key).and_then(|t| t.last.clone());
-        self.untrack(key);
+        self.unlink(key);
         for r in refs {
             self.users
                 .entry(ObjectId::of(namespace, r))
@@ -335,8 +407,16 @@ impl Resolver {
         );
     }
 
-    /// Forgets a checker, and any Upsert of it held.
+    /// Forgets a checker, and any Upsert of it held; its values no longer
+    /// count against its namespace's budget.
     fn untrack(&mut self, key: &str) {
+        self.unlink(key);
+        let moved = self.budgets.remove(key);
+        self.settle(moved);
+    }
+
+    /// Forgets a checker's references and any Upsert of it held.
+    fn unlink(&mut self, key: &str) {
         self.held.remove(key);
         let Some(t) = self.tracked.remove(key) else {
             return;
@@ -410,7 +490,7 @@ mod tests {
     /// A resolver whose reads the test performs by hand (the sync core).
     fn resolver() -> Resolver {
         let reader: Reader = Arc::new(|_| Box::pin(async { unreachable!("reads are by hand") }));
-        Resolver::new(reader, TTL, Box::new(|_| true))
+        Resolver::new(reader, TTL, Box::new(|_| true), 64 << 20)
     }
 
     /// What the queue lets start now, as `start_reads` would.
@@ -494,6 +574,54 @@ mod tests {
             );
         }
         assert!(r.held.is_empty());
+    }
+
+    #[test]
+    fn values_over_the_namespace_budget_are_not_kept_until_room_is_made() {
+        let mut r = resolver();
+        r.budgets = Budgets::new(Kind::Values, 1 << 20);
+        let now = Instant::now();
+        let big = "x".repeat(600 << 10);
+        for (name, s) in [("c0", "s0"), ("c1", "s1")] {
+            assert!(r.take(up(checker("ns", name, "/", &[s])), now).is_none());
+        }
+        let mut out = Vec::new();
+        for obj in started(&mut r) {
+            out.extend(r.read_done(obj, found(&[("k", &big)]), now));
+        }
+        let values = |c: &Command| match c {
+            Command::Upsert {
+                checker: Incoming::Valid(wc, v, _),
+                ..
+            } => (wc.name_any(), v.clone()),
+            Command::Refresh { key, resolved } => (key.clone(), resolved.clone()),
+            other => panic!("{other:?}"),
+        };
+        let mut got: Vec<_> = out.iter().map(values).collect();
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        // The older fits; the newer's values would pass the 1 MiB budget.
+        assert_eq!(got[0].1.bytes(), 600 << 10);
+        assert!(got[0].1.quota_exceeded().is_none());
+        let msg = got[1].1.quota_exceeded().expect("over the budget");
+        assert!(
+            msg.contains("take 600 KiB") && msg.contains("(1 MiB on each replica"),
+            "{msg}"
+        );
+        assert_eq!(got[1].1.bytes(), 0, "values not kept");
+        // The older is deleted: the newer gets its values.
+        assert!(
+            r.take(
+                Command::Remove {
+                    key: "ns/c0".into()
+                },
+                now
+            )
+            .is_some()
+        );
+        let moved: Vec<_> = r.moved.drain(..).map(|c| values(&c)).collect();
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0].0, "ns/c1");
+        assert_eq!(moved[0].1.bytes(), 600 << 10);
     }
 
     #[test]
@@ -581,10 +709,15 @@ mod tests {
     fn a_held_upsert_of_a_checker_assigned_elsewhere_meanwhile_goes_on_as_a_remove() {
         let ours = Arc::new(AtomicBool::new(true));
         let reader: Reader = Arc::new(|_| Box::pin(async { unreachable!() }));
-        let mut r = Resolver::new(reader, TTL, {
-            let ours = ours.clone();
-            Box::new(move |_| ours.load(Ordering::Relaxed))
-        });
+        let mut r = Resolver::new(
+            reader,
+            TTL,
+            {
+                let ours = ours.clone();
+                Box::new(move |_| ours.load(Ordering::Relaxed))
+            },
+            64 << 20,
+        );
         let now = Instant::now();
         assert!(r.take(up(checker("ns", "c", "/", &["s"])), now).is_none());
         started(&mut r);
@@ -680,7 +813,9 @@ mod tests {
         };
         let (feed, input) = mpsc::channel(INPUT);
         let (engine, mut out) = mpsc::channel(10_000);
-        let task = tokio::spawn(Resolver::new(reader, TTL, Box::new(|_| true)).run(input, engine));
+        let task = tokio::spawn(
+            Resolver::new(reader, TTL, Box::new(|_| true), 64 << 20).run(input, engine),
+        );
         for i in 0..100 {
             let names: Vec<String> = (0..24).map(|j| format!("a{i}-s{j}")).collect();
             let names: Vec<&str> = names.iter().map(String::as_str).collect();

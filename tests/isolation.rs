@@ -30,6 +30,21 @@ use support::*;
 
 const INTERVAL: u64 = 2;
 
+/// Deletes the checkers of these namespaces when the test ends, however it
+/// ends: the next test of this binary runs replicas that watch every
+/// namespace, and must inherit none of its load.
+struct DeleteCheckers<'a>(&'a Cluster, Vec<String>);
+
+impl Drop for DeleteCheckers<'_> {
+    fn drop(&mut self) {
+        for ns in &self.1 {
+            let _ = self
+                .0
+                .kubectl(&["delete", "webcheckers", "--all", "-n", ns, "--wait=false"]);
+        }
+    }
+}
+
 async fn scrape(op: &Operator) -> String {
     eventually(Duration::from_secs(10), "metrics", || op.metrics()).await
 }
@@ -107,6 +122,8 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
     let heavy = RecordingTarget::http(move |_| Answer::text(&body)).await;
 
     let b_ns = c.namespace("iso-b");
+    let a_ns = c.namespace("iso-a");
+    let _cleanup = DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
     let healthy: Vec<String> = (0..100).map(|i| format!("h{i}")).collect();
     create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
     eventually(
@@ -130,7 +147,6 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
     let (base_renew_p99, _) = renewals_between(&base_before, &base_after);
     let b_owners = owners(&client, &b_ns).await;
 
-    let a_ns = c.namespace("iso-a");
     let hostile: Vec<String> = (0..24).map(|i| format!("slow{i}")).collect();
     let objs = hostile
         .iter()

@@ -221,6 +221,9 @@ fn plan_of(
     resolved: &Resolved,
     patterns: Option<&Compiled>,
 ) -> Result<ProbePlan, Refusal> {
+    if let Some(m) = resolved.quota_exceeded() {
+        return Err(("QuotaExceeded", m.to_string()));
+    }
     let resolve = |v: &crate::probe::ValueRef| resolved.get(v);
     let roots = prober.roots();
     let patterns = match patterns.map(|c| c.as_ref()) {

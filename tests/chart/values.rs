@@ -130,6 +130,10 @@ fn chart_defaults_are_the_operators_defaults() {
                 "namespace-pattern-budget-mib",
                 c.namespace_pattern_budget_mib.to_string(),
             ),
+            (
+                "namespace-value-budget-mib",
+                c.namespace_value_budget_mib.to_string(),
+            ),
             ("heartbeat", format!("{:?}", c.heartbeat)),
             ("lease-duration", format!("{:?}", c.lease_duration)),
             ("renew-deadline", format!("{:?}", c.renew_deadline)),

@@ -6,7 +6,10 @@
 //! checkers move to the next replica, which dies the same way. With the
 //! namespace's budget (32 MiB by default) the oldest fit, the others are
 //! `QuotaExceeded`, the replica stays under the chart's limit and another
-//! namespace sees no change.
+//! namespace sees no change. The same for 200 checkers that each send four
+//! 200 KiB header values from a Secret (800 KiB each, 160 MiB in all, kept
+//! by the resolver, the engine and the requests): the namespace's budget of
+//! values (16 MiB by default) holds 20.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -78,6 +81,8 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
     let witness = Witness::start().await;
 
     let b_ns = c.namespace("iso-mem-b");
+    let a_ns = c.namespace("iso-mem-a");
+    let _cleanup = crate::DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
     let healthy: Vec<String> = (0..20).map(|i| format!("h{i}")).collect();
     create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
     eventually(Duration::from_secs(60), "B's checkers probed", || async {
@@ -89,14 +94,45 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
     })
     .await;
 
-    let a_ns = c.namespace("iso-mem-a");
     let heavy: Vec<String> = (0..200).map(|i| format!("heavy{i:03}")).collect();
-    let objs = heavy
+    let objs_a: Vec<_> = heavy
         .iter()
         .map(|n| checker_object(n, &witness.url(), 10, heaviest_patterns()))
         .collect();
+    // A third namespace: headers from a Secret of 800 KiB.
+    let v_ns = c.namespace("iso-mem-v");
+    let _cleanup_v = crate::DeleteCheckers(c, vec![v_ns.clone()]);
+    let mut data = BTreeMap::new();
+    for k in 0..4 {
+        data.insert(format!("k{k}"), "v".repeat(200 << 10));
+    }
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "big"},
+        "stringData": data,
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &v_ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create the Secret");
+    let valued: Vec<String> = (0..200).map(|i| format!("valued{i:03}")).collect();
+    let headers: Vec<serde_json::Value> = (0..4)
+        .map(|k| serde_json::json!({"name": format!("X-{k}"), "valueFrom": {"secretKeyRef": {"name": "big", "key": format!("k{k}")}}}))
+        .collect();
+    let objs = valued
+        .iter()
+        .map(|n| {
+            checker_object(
+                n,
+                &witness.url(),
+                10,
+                serde_json::json!({"headers": headers}),
+            )
+        })
+        .collect();
     let from = Instant::now();
-    create_all(&client, &a_ns, objs, 8).await;
+    create_all(&client, &v_ns, objs, 8).await;
+    create_all(&client, &a_ns, objs_a, 8).await;
     // Every one of A's checkers gets a verdict: probed, or over the budget.
     let verdicts = eventually(
         Duration::from_secs(120),
@@ -113,13 +149,35 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
         .map(|(k, _)| k)
         .collect();
     let admitted = heavy.len() - over.len();
+    let v_verdicts = eventually(
+        Duration::from_secs(120),
+        "a Ready reason for each checker with values",
+        || async {
+            let r = reasons(&client, &v_ns).await;
+            (r.len() == valued.len() && r.values().all(|v| !v.is_empty())).then_some(r)
+        },
+    )
+    .await;
+    let v_over = v_verdicts
+        .values()
+        .filter(|r| *r == "QuotaExceeded")
+        .count();
     let peak = peak_rss_kib(op.pid());
     let (gap, slowest) = largest_gap(&witness.hits(), &healthy, from, Instant::now());
     println!(
-        "200 checkers at the pattern maxima: {admitted} probed, {} QuotaExceeded; replica peak RSS {} MiB \
-         (chart limit 256 MiB); B's largest gap {gap:?} ({slowest})",
+        "200 checkers at the pattern maxima: {admitted} probed, {} QuotaExceeded; 200 checkers with 800 KiB \
+         of values: {} probed, {v_over} QuotaExceeded; replica peak RSS {} MiB (chart limit 256 MiB); B's largest \
+         gap {gap:?} ({slowest})",
         over.len(),
+        valued.len() - v_over,
         peak / 1024
+    );
+    // 16 MiB holds 20 checkers of 800 KiB (a value not read yet counts
+    // nothing until it is).
+    let v_admitted = valued.len() - v_over;
+    assert!(
+        (1..=22).contains(&v_admitted),
+        "{v_admitted} checkers with values admitted"
     );
     // 32 MiB holds 8 checkers of about 3.8 MiB.
     assert!(

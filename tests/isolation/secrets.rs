@@ -18,6 +18,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
+use crate::DeleteCheckers;
 use crate::support::*;
 
 const CHECKERS: usize = 1000;
@@ -27,21 +28,6 @@ const FIRST_STATUS: Duration = Duration::from_secs(2);
 /// A's checkers that must have been served (all of them take about a minute
 /// of reads on a 2-core machine, too long for this test).
 const SAMPLE: usize = 100;
-
-/// Deletes the checkers of these namespaces when the test ends, however it
-/// ends: the next test of this binary runs replicas that watch every
-/// namespace, and must not inherit 24,000 missing Secrets.
-struct DeleteCheckers<'a>(&'a Cluster, Vec<String>);
-
-impl Drop for DeleteCheckers<'_> {
-    fn drop(&mut self) {
-        for ns in &self.1 {
-            let _ = self
-                .0
-                .kubectl(&["delete", "webcheckers", "--all", "-n", ns, "--wait=false"]);
-        }
-    }
-}
 
 /// A checker whose headers name `REFS` Secrets of its own that do not exist.
 fn naming_missing_secrets(name: &str, host: &str) -> kube::core::DynamicObject {

@@ -34,6 +34,8 @@ async fn hanging_targets_with_long_timeouts_hold_no_more_than_their_share_of_wor
 
     // B: 40 checkers every 5 s whose target answers after 1 s.
     let b_ns = c.namespace("iso-steady");
+    let a_ns = c.namespace("iso-hanging");
+    let _cleanup = crate::DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
     let steady: Vec<String> = (0..40).map(|i| format!("steady{i}")).collect();
     let objs = steady
         .iter()
@@ -61,7 +63,6 @@ async fn hanging_targets_with_long_timeouts_hold_no_more_than_their_share_of_wor
     .await;
 
     // A: 200 checkers whose target accepts and never answers, 590 s timeout.
-    let a_ns = c.namespace("iso-hanging");
     let hanging: Vec<String> = (0..200).map(|i| format!("hanging{i}")).collect();
     for n in &hanging {
         witness.set_mode(n, Mode::Hang(Duration::from_secs(3600)));
