@@ -383,7 +383,8 @@ mod tests {
         assert!(fifo >= Duration::from_millis(500), "{fifo:?}");
     }
 
-    /// Issue 23's case with a simulated clock, on 64 workers: 200 checkers
+    /// Hanging targets with long timeouts (docs/security.md, "Starve another
+    /// namespace's probes") with a simulated clock, on 64 workers: 200 checkers
     /// whose targets accept and never answer (timeout 590 s) in one
     /// namespace, 40 checkers whose target answers after 1 s (timeout 3 s,
     /// every 5 s) in another. Taking free workers whenever it had due probes,

@@ -1,4 +1,4 @@
-//! Every alert of alerts/webchecker.rules.yaml fires for real (issue 17): a
+//! Every alert of alerts/webchecker.rules.yaml fires for real: a
 //! real Prometheus (the `prometheus` binary) scrapes real operator replicas
 //! each second and evaluates the shipped rules each second, and the test
 //! drives the replicas into each alert's condition with real faults, then

@@ -76,7 +76,7 @@ fn coverage_bound() -> Duration {
     INTERVAL + failover_bound()
 }
 
-/// Invariant 7 (and issue 12's acceptance): while a fault hits every
+/// Invariant 7: while a fault hits every
 /// replica's API access alike, probing goes on: gaps stay within interval +
 /// 2 s (+ 1 s for the load).
 fn outage_gap_bound() -> Duration {

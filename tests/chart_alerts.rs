@@ -1,4 +1,4 @@
-//! Alerts a platform team can adapt (issue 16, item 3) and the blackbox
+//! Alerts a platform team can adapt and the blackbox
 //! recording rules (item 6), with the real helm and promtool:
 //!
 //! - every runbook_url is absolute, in alerts/ and in what the chart renders;

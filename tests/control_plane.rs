@@ -1,4 +1,4 @@
-//! Control-plane faults on a fixed schedule (issue 12's acceptance): etcd
+//! Control-plane faults on a fixed schedule: etcd
 //! frozen, the API server frozen, every connection to the API server reset.
 //! Each replica reaches the API server through a proxy of its own. The
 //! witness log and the objects decide: no checker moves because of the

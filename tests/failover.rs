@@ -1,4 +1,4 @@
-//! Fast failover (issue 18): a replica whose process is gone is proven gone
+//! Fast failover: a replica whose process is gone is proven gone
 //! by its peers' evidence (its advertised address refuses connections) and
 //! its checkers move at once, not one lease later; evidence that lies costs
 //! at most one retry period of double probing, once. Default leases (10 s /
@@ -38,7 +38,7 @@ async fn a_killed_replica_or_leader_is_replaced_within_an_interval_and_a_retry_p
             .collect()
     })
     .await;
-    // Acceptance of issue 18: at a 2 s interval the largest gap is at most
+    // At a 2 s interval the largest gap is at most
     // 4 s (interval + one retry period), where a lease-based failover needs
     // the interval plus the 10 s lease.
     let bound = Duration::from_secs(INTERVAL as u64) + DEFAULT_RETRY;

@@ -1,4 +1,4 @@
-//! Labels to route by (issue 16, item 5) and blackbox_exporter's names
+//! Labels to route by and blackbox_exporter's names
 //! (item 6), against a real Prometheus scraping a real operator replica:
 //!
 //! - `webchecker_checker_info` carries the URL (without its query), the host

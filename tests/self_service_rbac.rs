@@ -1,4 +1,4 @@
-//! Self-service RBAC (issue 16, item 4): the chart's ClusterRoles labelled
+//! Self-service RBAC: the chart's ClusterRoles labelled
 //! `rbac.authorization.k8s.io/aggregate-to-{view,edit,admin}` let users bound
 //! to the built-in `edit` (or `admin`) role in a namespace create and list
 //! WebCheckers there, and users bound to `view` list them only.

@@ -1,4 +1,4 @@
-//! Tenancy of name resolution and of the worker pool (issue 13, item 5), end
+//! Tenancy of name resolution and of the worker pool, end
 //! to end: a real API server, one operator process, the test kit's name
 //! server (kit/src/dns.rs) and a witness target.
 //!

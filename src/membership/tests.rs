@@ -97,7 +97,7 @@ async fn a_deleted_lease_is_a_loss() {
     assert_eq!(m.epoch(), None);
 }
 
-/// Issue 12, item 8: 401/403/422 were counted as "unreachable" (keep probing
+/// 401/403/422 were counted as "unreachable" (keep probing
 /// for ever); they are answers that the Lease will expire under us.
 #[tokio::test]
 async fn a_refused_renewal_is_not_an_outage() {

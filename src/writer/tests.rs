@@ -137,7 +137,7 @@ async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
     assert_eq!(w.lock().versions.get("ns/a").map(String::as_str), Some("7"));
 }
 
-/// Issue 12, item 7: a write that failed with a 5xx after its checker was
+/// A write that failed with a 5xx after its checker was
 /// forgotten (it moved away meanwhile) was re-queued without a version and
 /// retried forever.
 #[tokio::test]

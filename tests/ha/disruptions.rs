@@ -504,7 +504,7 @@ async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
     cluster.script("down");
 }
 
-/// Issue 12, item 10: with the default leases (10 s / 7 s / 2 s), losing the
+/// With the default leases (10 s / 7 s / 2 s), losing the
 /// leader costs no more than losing any other replica: the member view runs
 /// on every replica, so the new leader already knows the old one's Lease is
 /// stale when it takes over.

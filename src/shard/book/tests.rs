@@ -91,7 +91,7 @@ fn a_proven_dead_owner_is_reassigned_with_cause_dead() {
     assert_eq!(acts, [assign("ns/x", "b", Cause::Dead)]);
 }
 
-/// Issue 12, item 3: a member whose Lease looks stale but could not be proven
+/// A member whose Lease looks stale but could not be proven
 /// gone (its renewal raced the proof, or the proof got a 5xx) keeps its checkers.
 #[test]
 fn a_suspect_keeps_its_checkers_until_proven_gone() {
