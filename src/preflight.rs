@@ -1,13 +1,55 @@
 //! Start-up check: every permission the operator needs, all missing ones
 //! named in one error (a person fixes the Role once, not once per restart).
+//! A busy API server (429 from Priority and Fairness, a 5xx, no answer in
+//! time) is waited for with back-off, never a reason to exit: a replica
+//! that exits at start-up on a busy cluster crash-loops exactly when the
+//! API server can least afford it.
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
+use std::time::Duration;
+
 use kube::api::PostParams;
 use kube::{Api, Client};
+use tracing::warn;
 
 use crate::error::Error;
+
+/// First and longest wait before asking again after a busy answer.
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
+/// One SelfSubjectAccessReview, asked again with back-off while the API
+/// server is busy; an answer that will not change (403, 400) is final.
+async fn review(
+    api: &Api<SelfSubjectAccessReview>,
+    review: &SelfSubjectAccessReview,
+) -> Result<SelfSubjectAccessReview, Error> {
+    let mut wait = FIRST_RETRY;
+    loop {
+        let why = match tokio::time::timeout(
+            crate::kubeclient::CALL_DEADLINE,
+            api.create(&PostParams::default(), review),
+        )
+        .await
+        {
+            Ok(Ok(r)) => return Ok(r),
+            Ok(Err(kube::Error::Api(e))) if e.code == 429 || e.code >= 500 => {
+                format!("HTTP {} {}", e.code, e.reason)
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => "no answer in time".to_string(),
+        };
+        warn!(
+            %why,
+            retry_in = ?wait,
+            "the API server is busy: start-up checks wait (not ready until they pass)"
+        );
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(LONGEST_RETRY);
+    }
+}
 
 /// Where a permission is needed.
 enum Where {
@@ -125,14 +167,7 @@ pub async fn preflight(
             },
             ..Default::default()
         };
-        let r = tokio::time::timeout(
-            crate::kubeclient::CALL_DEADLINE,
-            api.create(&PostParams::default(), &review),
-        )
-        .await
-        .map_err(|_| {
-            Error::Config("the API server did not answer a SelfSubjectAccessReview in time".into())
-        })??;
+        let r = self::review(&api, &review).await?;
         if !r.status.map(|s| s.allowed).unwrap_or(false) {
             let res = match sub {
                 Some(s) => format!("{resource}/{s}"),
@@ -155,5 +190,49 @@ pub async fn preflight(
         Ok(())
     } else {
         Err(Error::Forbidden(missing.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_api::{ApiHandle, ok, status};
+
+    async fn answer(h: &mut ApiHandle, resp: http::Response<kube::client::Body>) {
+        crate::mock_api::answer(h, "POST", None, resp).await;
+    }
+
+    fn allowed(yes: bool) -> http::Response<kube::client::Body> {
+        ok(serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {},
+            "status": {"allowed": yes},
+        }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_api_server_is_waited_for_and_a_refusal_is_final() {
+        let (client, mut h) = crate::mock_api::client();
+        let api: Api<SelfSubjectAccessReview> = Api::all(client);
+        let asked = SelfSubjectAccessReview::default();
+        let task = tokio::spawn({
+            let api = api.clone();
+            let asked = asked.clone();
+            async move { review(&api, &asked).await }
+        });
+        // 429 (Priority and Fairness), 503, 500: asked again each time.
+        for code in [429, 503, 500] {
+            answer(&mut h, status(code)).await;
+        }
+        // No answer within the deadline: asked again.
+        let (_req, _never) = h.next_request().await.expect("a request");
+        answer(&mut h, allowed(true)).await;
+        let r = task.await.unwrap().expect("the answer after the busy ones");
+        assert!(r.status.unwrap().allowed);
+        // A 403 (or any other final answer) ends start-up with its error.
+        let task = tokio::spawn(async move { review(&api, &asked).await });
+        answer(&mut h, status(403)).await;
+        assert!(task.await.unwrap().is_err());
     }
 }

@@ -244,3 +244,65 @@ async fn an_api_server_outage_longer_than_every_timer_loses_nothing() {
     fleet.ops.clear();
     cluster.script("down");
 }
+
+/// A busy API server from the first request on: each replica's requests are
+/// answered 429 at a 30% share (as Priority and Fairness does under load,
+/// with `Retry-After: 1`). Every replica starts, becomes ready and stays up
+/// (before, one of three exited at start-up on a single 429 to its
+/// permission check: a crash loop exactly when the API server is busiest),
+/// and every checker is probed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_replica_exits_at_start_up_on_a_busy_api_server() {
+    use std::sync::atomic::Ordering;
+    use support::faults::{FaultProxy, ProxyMode};
+    let cluster = Cluster::shared("reliability");
+    let ns = cluster.namespace("busy");
+    let mut proxies = Vec::new();
+    let mut ops = Vec::new();
+    for i in 0..3 {
+        let p = FaultProxy::for_cluster(cluster, &format!("busy-r{i}"), 7 + i).await;
+        p.set_mode(ProxyMode::Errors {
+            share: 0.3,
+            codes: vec![429],
+        });
+        ops.push(Operator::spawn_with_kubeconfig(
+            cluster,
+            &format!("busy-r{i}"),
+            &ns,
+            FAST_LEASES,
+            &p.kubeconfig,
+        ));
+        proxies.push(p);
+    }
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(90)).await;
+    }
+    let witness = Witness::start().await;
+    let client = cluster.client().await;
+    let names: Vec<String> = (0..30).map(|i| format!("busy{i}")).collect();
+    create_checkers(&client, &ns, &witness.url(), &names, 2).await;
+    eventually(Duration::from_secs(60), "every checker probed", || async {
+        let hits = witness.hits();
+        names
+            .iter()
+            .all(|n| hits.iter().any(|h| &h.checker == n))
+            .then_some(())
+    })
+    .await;
+    let answered: u64 = proxies
+        .iter()
+        .map(|p| p.stats().injected_errors.load(Ordering::Relaxed))
+        .sum();
+    println!(
+        "busy API server: 3 replicas ready and probing; {answered} requests answered 429 by the proxies"
+    );
+    assert!(answered > 0, "the proxies answered no request with 429");
+    for o in &mut ops {
+        assert!(
+            o.exited().is_none(),
+            "{} exited: {}",
+            o.identity,
+            o.log_text()
+        );
+    }
+}
