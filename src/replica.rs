@@ -330,7 +330,9 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     writer.allow_final_flush();
     membership.release(&clients.leases).await;
     // ...then flush what we last saw; each write is fenced by resourceVersion.
-    writer.flush(left().min(Duration::from_secs(10))).await;
+    if !writer.flush(left().min(Duration::from_secs(10))).await {
+        warn!(replica = %identity, "stopping with status writes unwritten (the API server did not take them in time)");
+    }
     info!(replica = %identity, "stopped");
     Ok(())
 }

@@ -97,6 +97,9 @@ struct Inner {
     versions: HashMap<String, String>,
     /// Keys whose pending op is a drain ack: they jump every queue.
     acks: HashSet<String>,
+    /// Writes taken out of `pending` and not finished yet (graceful
+    /// shutdown waits for them too).
+    inflight: usize,
 }
 
 pub struct StatusWriter {
@@ -195,10 +198,19 @@ impl StatusWriter {
         self.lock().pending.len()
     }
 
-    /// Waits until nothing is pending (or the timeout passes).
-    pub async fn flush(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, async {
-            while self.pending_len() > 0 {
+    /// Whether nothing is pending nor being written.
+    fn drained(&self) -> bool {
+        let g = self.lock();
+        g.pending.is_empty() && g.inflight == 0
+    }
+
+    /// Waits until nothing is pending nor being written (or the timeout
+    /// passes); whether it got there. A batch already taken is still being
+    /// written when the map is empty: the last transitions before a shutdown
+    /// are in it.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, async {
+            while !self.drained() {
                 self.wake.notify_one();
                 tokio::select! {
                     _ = self.idle.notified() => {}
@@ -206,7 +218,8 @@ impl StatusWriter {
                 }
             }
         })
-        .await;
+        .await
+        .is_ok()
     }
 
     fn api(client: &Client, namespace: &str) -> Api<DynamicObject> {
@@ -413,13 +426,14 @@ impl StatusWriter {
                 _ => false,
             });
         }
-        let batch = keys
+        let batch: Vec<(String, Pending)> = keys
             .into_iter()
             .filter_map(|k| {
                 g.acks.remove(&k);
                 g.pending.remove(&k).map(|p| (k, p))
             })
             .collect();
+        g.inflight += batch.len();
         (batch, next)
     }
 
@@ -437,7 +451,29 @@ impl StatusWriter {
             })?
             .clone();
         g.acks.remove(&key);
-        g.pending.remove(&key).map(|p| (key, p))
+        let taken = g.pending.remove(&key).map(|p| (key, p));
+        g.inflight += taken.is_some() as usize;
+        taken
+    }
+
+    /// Writes a taken op if this replica may still write (its Lease is
+    /// held, or the final flush of a graceful shutdown), else puts it back:
+    /// the gate is asked before each write, not once per batch, so a replica
+    /// that lost its Lease stops writing at once instead of finishing a batch
+    /// of up to 256 writes fenced only by resourceVersion.
+    async fn write_if_allowed(&self, client: &Client, key: String, p: Pending) {
+        if self.membership.can_write() || self.final_flush.load(Ordering::SeqCst) {
+            self.write(client, key, p).await;
+        } else {
+            let mut g = self.lock();
+            if g.versions.contains_key(&key) {
+                if matches!(p.op, Op::AckDrain { .. }) {
+                    g.acks.insert(key.clone());
+                }
+                g.pending.entry(key).or_insert(p);
+            }
+        }
+        self.lock().inflight -= 1;
     }
 
     pub async fn run(self: Arc<Self>, client: Client) {
@@ -475,7 +511,7 @@ impl StatusWriter {
             .for_each_concurrent(self.concurrency, |(k, p)| {
                 let this = self.clone();
                 let client = client.clone();
-                async move { this.write(&client, k, p).await }
+                async move { this.write_if_allowed(&client, k, p).await }
             })
             .await;
         }

@@ -164,6 +164,12 @@ impl Membership {
         self.lock().joined(uid.into(), "1".into(), now, now);
     }
 
+    /// Tests: the Lease is gone (released), as after a fence.
+    #[cfg(test)]
+    pub(crate) fn released_for_test(&self) {
+        self.lock().released();
+    }
+
     /// Tells of every join, and every answer after renewals went unanswered
     /// for longer than the renew deadline, from now on. Both follow a fault on this replica's path
     /// to the API server, during which a watch may have been opened that

@@ -316,3 +316,48 @@ fn a_flooding_namespace_delays_another_by_one_turn_and_nothing_waits_forever() {
     }
     assert_eq!(written.len(), 1000, "every flooding checker got its turn");
 }
+
+#[tokio::test]
+async fn a_flush_waits_for_writes_in_flight_and_the_gate_is_asked_before_each_write() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let (mut batch, _) = w.take_batch(10, Instant::now());
+    assert_eq!(w.pending_len(), 0);
+    // Taken, not written yet: a flush does not report it done.
+    assert!(!w.flush(Duration::from_millis(100)).await);
+    let (k, p) = batch.pop().unwrap();
+    let api = tokio::spawn(async move {
+        answer(
+            &mut h,
+            "PATCH",
+            Some("5"),
+            ok(checker_json("r1", "uid-r1", "6")),
+        )
+        .await;
+        h
+    });
+    w.write_if_allowed(&client, k, p).await;
+    let mut h = api.await.unwrap();
+    assert!(
+        w.flush(Duration::from_millis(100)).await,
+        "written: drained"
+    );
+
+    // The Lease is lost between the batch and the write: nothing is sent,
+    // the op waits in the queue as it was.
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let (mut batch, _) = w.take_batch(10, Instant::now());
+    w.membership.released_for_test();
+    let (k, p) = batch.pop().unwrap();
+    w.write_if_allowed(&client, k, p).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(50), h.next_request())
+            .await
+            .is_err(),
+        "no request after the Lease was lost"
+    );
+    let back = pending(&w);
+    assert_eq!((back.attempts, back.not_before), (0, None));
+    assert!(!w.flush(Duration::from_millis(100)).await, "still pending");
+}
