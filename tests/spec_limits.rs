@@ -396,17 +396,6 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
     }
 }
 
-/// VmRSS of a process, in KiB.
-fn vm_rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS in /proc/<pid>/status")
-}
-
 async fn ready(api: &kube::Api<WebChecker>, name: &str) -> Option<webchecker::api::Condition> {
     condition(api, name, "Ready").await
 }
@@ -457,7 +446,7 @@ async fn huge_patterns_are_invalid_spec_and_leave_the_replica_memory_alone() {
         (probes() >= 3).then_some(())
     })
     .await;
-    let before = vm_rss_kib(op.pid());
+    let before = proc_memory_kib(op.pid(), "VmRSS");
 
     let mut spec = format!("host: {}\npath: /huge\nheaderChecks:\n", target.url());
     for i in 0..16 {
@@ -491,7 +480,7 @@ async fn huge_patterns_are_invalid_spec_and_leave_the_replica_memory_alone() {
         || async { (probes() >= n + 3).then_some(()) },
     )
     .await;
-    let after = vm_rss_kib(op.pid());
+    let after = proc_memory_kib(op.pid(), "VmRSS");
     println!("operator VmRSS: {before} KiB before, {after} KiB after the huge checker");
     // Without the limits: about 220 MiB more (233 MiB in all), and the
     // replica's chart limit is 256 MiB.

@@ -142,6 +142,18 @@ where
     }
 }
 
+/// A memory figure of a process from `/proc/<pid>/status`, in KiB: `VmRSS`
+/// (resident now) or `VmHWM` (the peak).
+pub fn proc_memory_kib(pid: i32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+}
+
 pub fn path_of(p: &Path) -> &str {
     p.to_str().unwrap()
 }

@@ -20,17 +20,6 @@ use crate::support::*;
 const CHART_LIMIT_KIB: u64 = 256 * 1024;
 const INTERVAL: u64 = 2;
 
-/// Peak resident memory of a process (VmHWM), in KiB.
-fn peak_rss_kib(pid: i32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmHWM in /proc/<pid>/status")
-}
-
 /// 16 header checks and a body match of `\w{4}` (about 225 KiB each once
 /// compiled): just under the 4 MiB a checker may compile to.
 fn heaviest_patterns() -> serde_json::Value {
@@ -162,7 +151,7 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
         .values()
         .filter(|r| *r == "QuotaExceeded")
         .count();
-    let peak = peak_rss_kib(op.pid());
+    let peak = proc_memory_kib(op.pid(), "VmHWM");
     let (gap, slowest) = largest_gap(&witness.hits(), &healthy, from, Instant::now());
     println!(
         "200 checkers at the pattern maxima: {admitted} probed, {} QuotaExceeded; 200 checkers with 800 KiB \
