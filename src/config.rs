@@ -193,8 +193,8 @@ pub struct Config {
     /// Checker labels copied to `webchecker_checker_info` as `label_<name>`
     /// (comma separated label keys, e.g. `team,env`), to route alerts and
     /// group dashboards by them. Only that series carries them.
-    #[arg(long, env = "WEBCHECKER_METRIC_LABELS_ALLOWLIST", default_value = "", value_parser = crate::metrics::parse_label_allowlist)]
-    pub metric_labels_allowlist: crate::metrics::LabelAllowlist,
+    #[arg(long, env = "WEBCHECKER_METRIC_LABELS_ALLOWLIST", default_value = "", value_parser = crate::observe::metrics::parse_label_allowlist)]
+    pub metric_labels_allowlist: crate::observe::metrics::LabelAllowlist,
 
     /// Response body bytes read at most.
     #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]

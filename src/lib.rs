@@ -1,61 +1,40 @@
 //! webchecker-operator: probes HTTP endpoints described by `WebChecker`
 //! resources, sharded over several replicas.
 //!
-//! Module map (see docs/architecture.md):
+//! Module map, one layer per folder (see docs/architecture.md):
 //! - [`api`]: the CRD types;
 //! - [`probe`]: the HTTP prober with phase timings and the forgery guard;
-//! - [`scheduler`]: the per-replica engine (timer wheel, worker pool, reducer effects);
-//! - `fairness`: the engine's ready queue, a fair share of the workers per namespace;
-//! - `event_queue`: the Event publisher's queue, a fair share of it per namespace;
-//! - [`status`]: the pure status reducer and write policy;
-//! - [`writer`]: fenced status writes and drain acknowledgements;
-//! - [`membership`]: this replica's Lease and the dispatch/write gates;
-//! - [`ring`]: pure assignment logic (rendezvous hashing with bounded loads);
-//! - [`shard`]: member view and judge rule, leader election, the sharder;
-//! - [`feed`]: the watch of this replica's own shard;
-//! - `resolver`: the Secret and ConfigMap values checkers reference, read off the feed,
-//!   fairly per namespace (with [`secrets`]);
-//! - [`compiler`]: the checkers' regular expressions, compiled in the feed;
-//! - `budget`: per-namespace budgets of the replica's memory (`QuotaExceeded`);
-//! - [`replica`]: one replica's tasks, start-up and graceful shutdown;
-//! - [`egress`]: what the forgery guard learns from the cluster (API server, kubelets, restricted namespaces);
-//! - [`kubeclient`]: API clients with deadlines and TCP keepalive;
-//! - [`metrics`], [`server`]: Prometheus metrics and /metrics /healthz /readyz.
+//!   `probe::plan` is the only part that reads the API types;
+//! - `intake`: the shard's checkers with their Secret/ConfigMap values and
+//!   compiled patterns, under per-namespace budgets;
+//! - [`engine`]: the per-replica engine (timer wheel, fair worker pool) and
+//!   the pure status reducer;
+//! - `coordination`: this replica's Lease and gates, the member view, leader
+//!   election, the sharder, the ring;
+//! - `kubeio`: API clients with deadlines, start-up checks, fenced status
+//!   writes, what the forgery guard learns from the cluster;
+//! - `observe`: metrics, /metrics /healthz /readyz, Kubernetes Events;
+//! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
 pub mod api;
-mod budget;
-mod compiler;
 pub mod config;
-pub(crate) mod egress;
+pub mod coordination;
+pub mod engine;
 pub(crate) mod error;
-mod event_queue;
-mod fairness;
-mod feed;
-pub(crate) mod kubeclient;
-pub(crate) mod membership;
-pub(crate) mod metrics;
-#[cfg(test)]
-mod mock_api;
-mod preflight;
+pub(crate) mod intake;
+pub(crate) mod kubeio;
+pub(crate) mod observe;
 pub mod probe;
 mod replica;
-mod resolver;
-pub mod ring;
-pub(crate) mod scheduler;
-pub(crate) mod secrets;
-pub(crate) mod server;
-pub(crate) mod shard;
-pub mod status;
-pub(crate) mod writer;
 
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
 pub async fn run(cfg: config::Config) -> Result<(), error::Error> {
     // Process-wide, like the log filter: read by the metrics of this process.
-    metrics::configure_label_allowlist(&cfg.metric_labels_allowlist);
+    observe::metrics::configure_label_allowlist(&cfg.metric_labels_allowlist);
     replica::run(cfg).await
 }
 /// Name of the leader Lease (tests and tools read it).
-pub use shard::elector::LEADER_LEASE;
+pub use coordination::shard::elector::LEADER_LEASE;
 
 /// Gives a map's memory back once it holds less than a quarter of its
 /// capacity (a shard that shrank: load dropped, checkers moved away); maps

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 use webchecker::api::WebCheckerSpec;
+use webchecker::engine::status::{CheckerStatus, Context, Truth};
 use webchecker::probe::{Outcome, Phases, Reason, StatusSet, ValueRef, plan};
-use webchecker::status::{CheckerStatus, Context};
 
 const REASONS: &[Reason] = &[
     Reason::ProbeSucceeded,
@@ -571,7 +571,7 @@ proptest! {
     ) {
         let start = Instant::now();
         let mut s = CheckerStatus::from_existing(None);
-        let mut last_ready = s.ready.clone();
+        let mut last_ready = s.ready;
         let mut last_time = s.last_transition_time.clone();
         let mut run_ok = 0u32;
         let mut run_bad = 0u32;
@@ -594,10 +594,10 @@ proptest! {
             prop_assert_eq!(changed, s.last_transition_time != last_time);
             if changed {
                 prop_assert!(fx.write.is_some(), "a transition is always written");
-                if s.ready == "True" { prop_assert!(run_ok >= success_threshold) }
-                if s.ready == "False" { prop_assert!(run_bad >= failure_threshold) }
+                if s.ready == Truth::True { prop_assert!(run_ok >= success_threshold) }
+                if s.ready == Truth::False { prop_assert!(run_bad >= failure_threshold) }
             }
-            last_ready = s.ready.clone();
+            last_ready = s.ready;
             last_time = s.last_transition_time.clone();
         }
     }

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use webchecker::ring::{Move, Placement, mix64, plan, score};
+use webchecker::coordination::ring::{Move, Placement, mix64, plan, score};
 
 fn key_of(mv: &Move) -> (&str, &str) {
     match mv {

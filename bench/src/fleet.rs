@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, Client};
-use webchecker::ring;
+use webchecker::coordination::ring;
 use webchecker_kit::oracle::ProbeLog;
 use webchecker_kit::{Cluster, Operator, Witness, create_checkers_concurrently, faults};
 

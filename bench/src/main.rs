@@ -5,7 +5,7 @@
 //! 1. probe engine efficiency (probe.rs): our prober against
 //!    prometheus-blackbox-exporter, probes per CPU-second of the prober
 //!    process, both pinned to the same core;
-//! 2. ring quality by simulation (ring.rs, pure `webchecker::ring`);
+//! 2. ring quality by simulation (ring.rs, pure `webchecker::coordination::ring`);
 //! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
 //!    replicas);
 //! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,

@@ -1,11 +1,11 @@
-//! Part 2: ring quality by simulation (pure `webchecker::ring`): bounded
+//! Part 2: ring quality by simulation (pure `webchecker::coordination::ring`): bounded
 //! loads against plain rendezvous hashing, replicas added one at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Instant;
 
-use webchecker::ring;
+use webchecker::coordination::ring;
 
 use crate::report::Section;
 use crate::stats::{fmt_int, median, minmax};
@@ -134,8 +134,8 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
     );
     let mut s = String::new();
     s.push_str(&format!(
-        "Pure simulation of `webchecker::ring::plan` (rendezvous hashing with bounded loads: every member holds \
-         floor(M/N) or ceil(M/N); sticky owners) against plain rendezvous hashing (`webchecker::ring::preferred`, \
+        "Pure simulation of `webchecker::coordination::ring::plan` (rendezvous hashing with bounded loads: every member holds \
+         floor(M/N) or ceil(M/N); sticky owners) against plain rendezvous hashing (`webchecker::coordination::ring::preferred`, \
          no bound). Replicas are added one at a time, N -> N+1 for N = 2..{n_max}, each step starting from the \
          assignment the previous steps settled to (a chain, so drift between loads would show); drains complete \
          at once. \

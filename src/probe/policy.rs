@@ -1,7 +1,7 @@
 //! The forgery guard: which addresses a probe may connect to
 //! ([`AddressPolicy`]). Pure: the addresses learnt from the cluster (the API
 //! server, kubelets, restricted namespaces) come in as [`ClusterAddresses`],
-//! kept fresh by `crate::egress`. docs/security.md explains the choices.
+//! kept fresh by `crate::kubeio::egress`. docs/security.md explains the choices.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -35,7 +35,7 @@ const METADATA: &[(&str, &str)] = &[
 ];
 
 /// What the cluster tells about addresses probes must not reach, kept fresh
-/// by watches (`crate::egress`).
+/// by watches (`crate::kubeio::egress`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterAddresses {
     /// The API server: as the operator reaches it (its client configuration)

@@ -7,7 +7,7 @@
 //! compiled with a small size limit, and the patterns of one checker share a
 //! budget measured on the compiled result. Compiling is CPU work of up to a
 //! few milliseconds per pattern; the operator does it in the checker feed, on
-//! the blocking pool (`crate::feed`), never on the engine task.
+//! the blocking pool (`crate::intake::feed`), never on the engine task.
 
 use std::fmt;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ pub enum PatternError {
     /// They do not compile within the limits (`InvalidSpec`).
     Invalid(String),
     /// They compile, but the namespace's budget is used by older checkers
-    /// (`QuotaExceeded`; `crate::budget`).
+    /// (`QuotaExceeded`; `crate::intake::budget`).
     OverBudget(String),
 }
 

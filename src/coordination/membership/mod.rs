@@ -1,0 +1,512 @@
+//! This replica's membership Lease and the dispatch/write gates derived from it.
+//!
+//! The Lease's UID is this replica's incarnation ("epoch"): assignments name it,
+//! and a replica probes a checker only while the checker's epoch annotation
+//! equals the UID of the Lease it holds now. Losing the Lease (the API server
+//! answered that it is gone or changed) therefore invalidates every assignment
+//! at once, even if the replica re-creates its Lease a moment later.
+//!
+//! The rules live in [`gate`], a pure state machine; this module does the I/O
+//! (create, renew, release) and keeps the heartbeat that detects pauses.
+
+pub mod gate;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
+use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::{Api, Client};
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use crate::api::{
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+};
+use crate::error::{Error, api_code};
+use crate::observe::metrics::Metrics;
+use gate::{Answer, Gate, Seen, Timing};
+
+pub fn member_lease_name(identity: &str) -> String {
+    format!("webchecker-member-{identity}")
+}
+
+/// Shared view of the membership Lease. Cheap to query from hot paths.
+pub struct Membership {
+    pub identity: String,
+    namespace: String,
+    gate: Mutex<Gate>,
+    /// Wakes the renewal task early (pause detected).
+    kick: Notify,
+    /// Signals gate changes to waiters (writer, engine).
+    pub changed: Notify,
+    /// Counts joins and returns of the API server: the checker feed opens a
+    /// new watch on each (see [`Membership::reconnects`]).
+    reconnects: tokio::sync::watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+    /// What the Lease tells of this process (see [`Advert`]).
+    advert: Advert,
+    /// This process once lost its Lease to evidence that lied: it tells peers
+    /// to judge it by its Lease alone from now on.
+    distrusted: std::sync::atomic::AtomicBool,
+}
+
+/// What a member's Lease tells of its process.
+#[derive(Clone, Debug, Default)]
+pub struct Advert {
+    /// Where peers reach its HTTP server (see `crate::coordination::shard::peers`);
+    /// `None`: peers judge it by its Lease alone.
+    pub address: Option<String>,
+    pub incarnation: String,
+    /// UID of the pod this process runs in (the Lease's owner), if known.
+    pub pod_uid: Option<String>,
+}
+
+/// Renewal attempts waiting for an answer at once, at most.
+const MAX_OVERLAP: usize = 4;
+
+/// A finished renewal attempt.
+struct Attempt {
+    started: Instant,
+    /// The incarnation it renewed.
+    epoch: String,
+    answer: Answer,
+}
+
+/// Classifies the outcome of a renewal request.
+fn answer_of(r: Result<Lease, kube::Error>) -> Answer {
+    match r {
+        Ok(l) => Answer::Renewed(l.metadata.resource_version.unwrap_or_default()),
+        Err(e) => match api_code(&e) {
+            Some(404 | 409) => Answer::Lost,
+            Some(429) | Some(500..) | None => Answer::Unanswered,
+            Some(_) => Answer::Rejected,
+        },
+    }
+}
+
+impl Membership {
+    pub fn new(
+        identity: String,
+        namespace: String,
+        lease_duration: Duration,
+        renew_deadline: Duration,
+        retry_period: Duration,
+        metrics: Arc<Metrics>,
+        advert: Advert,
+    ) -> Arc<Self> {
+        let timing = Timing {
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        };
+        Arc::new(Membership {
+            identity,
+            namespace,
+            gate: Mutex::new(Gate::new(timing, Instant::now())),
+            kick: Notify::new(),
+            changed: Notify::new(),
+            reconnects: tokio::sync::watch::Sender::new(0),
+            metrics,
+            advert,
+            distrusted: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn timing(&self) -> Timing {
+        self.lock().timing()
+    }
+
+    pub fn epoch(&self) -> Option<String> {
+        self.lock().epoch().map(str::to_string)
+    }
+
+    fn on_seen(&self, seen: Seen) {
+        if seen == Seen::PauseDetected {
+            self.metrics
+                .self_fences
+                .with_label_values(&["paused"])
+                .inc();
+            warn!(replica = %self.identity, "this process was paused: holding probes until a new Lease renewal is answered");
+            self.kick.notify_one();
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// May a probe start (or send its request) now? Checked before every
+    /// dispatch and again right before a request is written.
+    pub fn dispatch_allowed(&self) -> bool {
+        let (allowed, seen) = self.lock().dispatch_allowed(Instant::now());
+        self.on_seen(seen);
+        allowed
+    }
+
+    /// May status be written now? Only while the Lease is known to be ours.
+    pub fn can_write(&self) -> bool {
+        self.lock().can_write(Instant::now())
+    }
+
+    /// Since when this replica may count time against other members (the
+    /// judge rule, see [`Gate::judge_since`]).
+    pub fn judge_since(&self) -> Option<Instant> {
+        self.lock().judge_since(Instant::now())
+    }
+
+    /// Tests: hold the Lease `uid` as if `join` had created it just now.
+    #[cfg(test)]
+    pub(crate) fn joined_for_test(&self, uid: &str) {
+        let now = Instant::now();
+        self.lock().joined(uid.into(), "1".into(), now, now);
+    }
+
+    /// Tests: the Lease is gone (released), as after a fence.
+    #[cfg(test)]
+    pub(crate) fn released_for_test(&self) {
+        self.lock().released();
+    }
+
+    /// Tells of every join, and every answer after renewals went unanswered
+    /// for longer than the renew deadline, from now on. Both follow a fault on this replica's path
+    /// to the API server, during which a watch may have been opened that
+    /// hangs unanswered; the leader may hand new checkers to this replica at
+    /// once, so the feed starts a fresh watch rather than wait for the old
+    /// one to time out.
+    pub fn reconnects(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reconnects.subscribe()
+    }
+
+    fn api(&self, client: &Client) -> Api<Lease> {
+        Api::namespaced(client.clone(), &self.namespace)
+    }
+
+    fn desired(&self) -> Lease {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let mut annotations = std::collections::BTreeMap::new();
+        if let Some(address) = &self.advert.address {
+            annotations.insert(ADDRESS_ANNOTATION.to_string(), address.clone());
+            annotations.insert(
+                INCARNATION_ANNOTATION.to_string(),
+                self.advert.incarnation.clone(),
+            );
+        }
+        if self.distrusted.load(std::sync::atomic::Ordering::Relaxed) {
+            annotations.insert(PEER_EVIDENCE_ANNOTATION.to_string(), "distrusted".into());
+        }
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(member_lease_name(&self.identity)),
+                namespace: Some(self.namespace.clone()),
+                labels: Some([(MEMBER_LABEL.to_string(), "true".to_string())].into()),
+                annotations: (!annotations.is_empty()).then_some(annotations),
+                owner_references: self.advert.pod_uid.clone().map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        name: self.identity.clone(),
+                        uid,
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.identity.clone()),
+                lease_duration_seconds: Some(self.timing().lease_duration.as_secs().max(1) as i32),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Creates our Lease, replacing a stale one left by an earlier incarnation of
+    /// the same identity (its assignments then carry a foreign epoch and move).
+    pub async fn join(&self, client: &Client) -> Result<(), Error> {
+        let api = self.api(client);
+        let name = member_lease_name(&self.identity);
+        let retry = self.timing().retry_period;
+        let deadline = crate::kubeio::client::CALL_DEADLINE;
+        loop {
+            let started = Instant::now();
+            let created = tokio::time::timeout(
+                deadline,
+                api.create(&PostParams::default(), &self.desired()),
+            )
+            .await;
+            match created {
+                Ok(Ok(lease)) => {
+                    let uid = lease.metadata.uid.clone().unwrap_or_default();
+                    let rv = lease.metadata.resource_version.unwrap_or_default();
+                    self.lock().joined(uid.clone(), rv, started, Instant::now());
+                    self.metrics.api_reachable.set(1);
+                    info!(replica = %self.identity, epoch = %uid, "joined: membership Lease created");
+                    self.reconnects.send_modify(|n| *n += 1);
+                    self.changed.notify_waiters();
+                    return Ok(());
+                }
+                Ok(Err(e)) if api_code(&e) == Some(409) => {
+                    // Only one process runs under an identity (the pod name), so
+                    // a Lease under our name is an earlier incarnation's.
+                    warn!(replica = %self.identity, "a membership Lease of an earlier incarnation exists; replacing it");
+                    let _ =
+                        tokio::time::timeout(deadline, api.delete(&name, &DeleteParams::default()))
+                            .await;
+                }
+                Ok(Err(e)) if api_code(&e) == Some(403) => {
+                    return Err(Error::Forbidden(format!(
+                        "cannot create Leases in namespace {:?} (coordination.k8s.io leases: create, get, update, delete): {e}",
+                        self.namespace
+                    )));
+                }
+                Ok(Err(e)) => {
+                    warn!(error = %e, "cannot create the membership Lease yet; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+                Err(_) => {
+                    warn!("creating the membership Lease got no answer in time; retrying");
+                    tokio::time::sleep(retry).await;
+                }
+            }
+        }
+    }
+
+    /// One renewal attempt, then its answer recorded. Returns true when the
+    /// API server says the Lease is not ours.
+    #[cfg(test)]
+    async fn renew(&self, client: &Client) -> bool {
+        match self.attempt(client) {
+            Some(a) => self.record(a.await),
+            None => false,
+        }
+    }
+
+    /// Starts one renewal attempt (`None` while we hold no Lease). The
+    /// attempt is timed from its start and bounded by its own deadline.
+    fn attempt(
+        &self,
+        client: &Client,
+    ) -> Option<impl std::future::Future<Output = Attempt> + Send + 'static> {
+        let api = self.api(client);
+        let name = member_lease_name(&self.identity);
+        let (epoch, rv, timing) = {
+            let g = self.lock();
+            (
+                g.epoch().map(str::to_string)?,
+                g.resource_version().map(str::to_string),
+                g.timing(),
+            )
+        };
+        // Long enough for a busy API server (a timeout here stops status
+        // writes); attempts overlap (see `run`), so a long one does not delay
+        // the next.
+        let deadline = timing.retry_period.max(timing.renew_deadline / 2);
+        let mut lease = self.desired();
+        lease.metadata.resource_version = rv;
+        lease.metadata.uid = Some(epoch.clone());
+        let started = Instant::now();
+        Some(async move {
+            let call = tokio::time::timeout(deadline, async {
+                let mut conflicts = 0;
+                loop {
+                    match api.replace(&name, &PostParams::default(), &lease).await {
+                        Err(e) if api_code(&e) == Some(409) => {
+                            // Another attempt of ours (attempts overlap) or one
+                            // whose answer we never heard renewed it first: the
+                            // Lease is still ours if its UID is our epoch.
+                            conflicts += 1;
+                            match api.get_opt(&name).await {
+                                Ok(Some(current))
+                                    if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
+                                {
+                                    if conflicts > MAX_OVERLAP {
+                                        // Says nothing either way.
+                                        return Answer::Unanswered;
+                                    }
+                                    lease.metadata.resource_version =
+                                        current.metadata.resource_version;
+                                }
+                                Ok(_) => {
+                                    warn!(error = %e, "membership Lease renewal failed: the Lease is not ours");
+                                    return answer_of(Err(e));
+                                }
+                                Err(e2) => {
+                                    warn!(error = %e2, "membership Lease renewal failed");
+                                    return answer_of(Err(e2));
+                                }
+                            }
+                        }
+                        other => {
+                            if let Err(e) = &other {
+                                warn!(error = %e, "membership Lease renewal failed");
+                            }
+                            return answer_of(other);
+                        }
+                    }
+                }
+            })
+            .await;
+            let answer = call.unwrap_or_else(|_| {
+                warn!("membership Lease renewal got no answer in time");
+                Answer::Unanswered
+            });
+            Attempt {
+                started,
+                epoch,
+                answer,
+            }
+        })
+    }
+
+    /// Applies an attempt's answer to the gate. Returns true when the Lease
+    /// is lost (the caller fences and re-joins).
+    fn record(&self, a: Attempt) -> bool {
+        let label = match &a.answer {
+            Answer::Renewed(_) => {
+                self.metrics
+                    .lease_renew_duration
+                    .observe(a.started.elapsed().as_secs_f64());
+                None
+            }
+            Answer::Lost => Some("lost"),
+            Answer::Rejected => Some("rejected"),
+            Answer::Unanswered => Some("unreachable"),
+        };
+        if let Some(l) = label {
+            self.metrics
+                .lease_renew_failures
+                .with_label_values(&[l])
+                .inc();
+        }
+        let (lost, reachable, was_cut_off) = {
+            let mut g = self.lock();
+            if g.epoch() != Some(a.epoch.as_str()) {
+                // An answer about an incarnation we no longer hold.
+                return false;
+            }
+            let now = Instant::now();
+            let was = g.cut_off(now);
+            let early = g.within_lease(now);
+            let lost = g.answered(a.started, a.answer.clone(), now);
+            if lost && early && self.advert.address.is_some() {
+                warn!(replica = %self.identity, "membership Lease taken before it could expire (a peer found this process's address refusing while it ran): peers will judge this process by its Lease alone");
+                self.distrusted
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+            (lost, g.reachable(), was)
+        };
+        if reachable && was_cut_off {
+            self.reconnects.send_modify(|n| *n += 1);
+        }
+        if lost {
+            error!(replica = %self.identity, "membership Lease lost: dropping every checker");
+            self.metrics.self_fences.with_label_values(&["lost"]).inc();
+        } else if a.answer == Answer::Rejected {
+            error!(replica = %self.identity, "membership Lease renewal refused by the API server: probing stops once the renew deadline passes");
+        }
+        self.metrics.api_reachable.set(reachable as i64);
+        self.changed.notify_waiters();
+        lost
+    }
+
+    /// The renewal loop. `on_lost` runs (and completes) before we re-join, so the
+    /// engine has dropped every checker of the old incarnation first.
+    ///
+    /// An attempt starts every retry period even while earlier ones still wait
+    /// for an answer (at most [`MAX_OVERLAP`] at once): a replica cut off from
+    /// the API server (requests that hang) then hears within one retry period
+    /// of reconnecting that its Lease is gone, and stops probing, instead of
+    /// first waiting out the deadline of an attempt sent into the void.
+    pub async fn run<F, Fut>(self: Arc<Self>, client: Client, on_lost: F) -> Result<(), Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let heartbeat = tokio::spawn(self.clone().heartbeat());
+        let _stop_heartbeat = AbortOnDrop(heartbeat.abort_handle());
+        let retry = self.timing().retry_period;
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + retry, retry);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut attempts = futures::stream::FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.kick.notified() => {}
+                Some(a) = futures::StreamExt::next(&mut attempts), if !attempts.is_empty() => {
+                    if self.record(a) {
+                        attempts.clear();
+                        on_lost().await;
+                        self.join(&client).await?;
+                        tick.reset();
+                    }
+                    continue;
+                }
+            }
+            if heartbeat.is_finished() {
+                return Err(Error::TaskDied("pause detector"));
+            }
+            if attempts.len() < MAX_OVERLAP
+                && let Some(a) = self.attempt(&client)
+            {
+                attempts.push(a);
+            }
+        }
+    }
+
+    /// Records that the process runs, often enough to see a pause as a gap.
+    async fn heartbeat(self: Arc<Self>) {
+        let every = self.timing().pause_after() / 8;
+        let mut tick = tokio::time::interval(every.max(Duration::from_millis(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let seen = self.lock().alive(Instant::now());
+            self.on_seen(seen);
+        }
+    }
+
+    /// Graceful shutdown: delete our Lease so the sharder moves our checkers at once.
+    pub async fn release(&self, client: &Client) {
+        let epoch = {
+            let mut g = self.lock();
+            let e = g.epoch().map(str::to_string);
+            g.released();
+            e
+        };
+        if let Some(uid) = epoch {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            let api = self.api(client);
+            let name = member_lease_name(&self.identity);
+            match tokio::time::timeout(crate::kubeio::client::CALL_DEADLINE, api.delete(&name, &dp))
+                .await
+            {
+                Ok(Ok(_)) => info!(replica = %self.identity, "membership Lease released"),
+                Ok(Err(e)) => warn!(error = %e, "could not release the membership Lease"),
+                Err(_) => warn!("releasing the membership Lease got no answer in time"),
+            }
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+/// Aborts a task when dropped (a helper task must not outlive its owner).
+pub(crate) struct AbortOnDrop(pub tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Renewal paths against a mocked API server (kube's tower-test pattern).
+
+use http::Response;
+use kube::client::Body;
+use serde_json::json;
+
+use super::*;
+use crate::kubeio::mock_api::{ApiHandle, ok, status};
+
+fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
+    let (client, handle) = crate::kubeio::mock_api::client();
+    let metrics = Arc::new(Metrics::new("r1", false));
+    let m = Membership::new(
+        "r1".into(),
+        "ns".into(),
+        retry * 6,
+        retry * 4,
+        retry,
+        metrics,
+        Default::default(),
+    );
+    m.joined_for_test("uid-r1");
+    (m, client, handle)
+}
+
+fn lease(uid: &str, rv: &str) -> Response<Body> {
+    ok(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": { "name": "webchecker-member-r1", "namespace": "ns", "uid": uid, "resourceVersion": rv },
+        "spec": { "holderIdentity": "r1" },
+    }))
+}
+
+async fn answer(h: &mut ApiHandle, method: &str, resp: Response<Body>) {
+    crate::kubeio::mock_api::answer(h, method, None, resp).await
+}
+
+fn failures(m: &Membership, reason: &str) -> u64 {
+    m.metrics
+        .lease_renew_failures
+        .with_label_values(&[reason])
+        .get()
+}
+
+#[tokio::test]
+async fn a_renewal_carries_our_version_and_keeps_the_epoch() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        let (req, send) = h.next_request().await.unwrap();
+        assert_eq!(req.method(), "PUT");
+        let v = crate::kubeio::mock_api::body_json(req).await;
+        assert_eq!(v["metadata"]["resourceVersion"], "1");
+        assert_eq!(v["metadata"]["uid"], "uid-r1");
+        send.send_response(lease("uid-r1", "2"));
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(m.epoch().as_deref(), Some("uid-r1"));
+    assert!(m.can_write());
+}
+
+#[tokio::test]
+async fn a_conflict_on_our_own_lease_is_retried_with_its_version() {
+    // Our previous renewal landed but its answer was lost.
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+        answer(&mut h, "PUT", lease("uid-r1", "8")).await;
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert!(m.can_write());
+    assert_eq!(failures(&m, "lost"), 0);
+}
+
+#[tokio::test]
+async fn a_conflict_on_a_foreign_lease_is_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-other", "9")).await;
+    });
+    assert!(m.renew(&client).await, "lost");
+    api.await.unwrap();
+    assert_eq!(m.epoch(), None);
+    assert!(!m.dispatch_allowed());
+    assert_eq!(failures(&m, "lost"), 1);
+}
+
+#[tokio::test]
+async fn a_deleted_lease_is_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(404)).await });
+    assert!(m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(m.epoch(), None);
+}
+
+/// 401/403/422 were counted as "unreachable" (keep probing
+/// for ever); they are answers that the Lease will expire under us.
+#[tokio::test]
+async fn a_refused_renewal_is_not_an_outage() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(403)).await });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert_eq!(failures(&m, "rejected"), 1);
+    assert_eq!(failures(&m, "unreachable"), 0);
+    assert!(!m.can_write());
+    assert_eq!(m.judge_since(), None);
+}
+
+#[tokio::test]
+async fn a_renewal_that_hangs_ends_at_its_deadline_as_unanswered() {
+    let (m, client, mut h) = membership(Duration::from_millis(100));
+    let heartbeat = tokio::spawn(m.clone().heartbeat());
+    let api = tokio::spawn(async move {
+        // Accept the request and never answer.
+        let (_req, send) = h.next_request().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        drop(send);
+    });
+    let t = Instant::now();
+    assert!(!m.renew(&client).await);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "bounded by the retry period"
+    );
+    assert_eq!(failures(&m, "unreachable"), 1);
+    assert!(!m.can_write(), "unreachable: write nothing");
+    assert!(m.dispatch_allowed(), "but keep probing");
+    api.abort();
+    heartbeat.abort();
+}
+
+/// Campaign window "accept and never answer": a watch opened during the
+/// fault hangs; the feed must hear that the API server answers again. One
+/// slow answer on a busy API server is no such fault (a fresh watch re-lists
+/// the whole shard, which would add to the load).
+#[tokio::test]
+async fn a_renewal_answered_after_an_outage_is_told_as_a_reconnect() {
+    let retry = Duration::from_millis(20);
+    let (m, client, mut h) = membership(retry);
+    let reconnects = m.reconnects();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", lease("uid-r1", "2")).await;
+        answer(&mut h, "PUT", status(503)).await;
+        answer(&mut h, "PUT", lease("uid-r1", "3")).await;
+        answer(&mut h, "PUT", status(503)).await;
+        answer(&mut h, "PUT", status(503)).await;
+        answer(&mut h, "PUT", lease("uid-r1", "4")).await;
+    });
+    assert!(!m.renew(&client).await);
+    assert!(!m.renew(&client).await);
+    assert!(!m.renew(&client).await);
+    assert!(
+        !reconnects.has_changed().unwrap(),
+        "one failure is no outage"
+    );
+    assert!(!m.renew(&client).await);
+    // Unanswered for longer than the renew deadline (4 retry periods).
+    tokio::time::sleep(retry * 5).await;
+    assert!(!m.renew(&client).await);
+    assert!(!reconnects.has_changed().unwrap(), "still out");
+    assert!(!m.renew(&client).await);
+    assert!(reconnects.has_changed().unwrap(), "back after the outage");
+    api.await.unwrap();
+}
+
+/// Campaign window "accept and never answer" (seed 138277570, window 190):
+/// the cut-off replica's attempt hangs past the end of the fault; it must
+/// hear that its Lease is gone within one retry period of the API server
+/// answering again, not after that attempt's deadline.
+#[tokio::test(start_paused = true)]
+async fn a_loss_is_heard_within_a_retry_period_while_an_earlier_attempt_hangs() {
+    let retry = Duration::from_secs(1);
+    let (m, client, mut h) = membership(retry);
+    let (lost_tx, mut lost_rx) = tokio::sync::mpsc::channel(1);
+    let run = tokio::spawn(m.clone().run(client, move || {
+        let tx = lost_tx.clone();
+        async move {
+            let _ = tx.send(tokio::time::Instant::now()).await;
+        }
+    }));
+    // The first attempt goes into the void...
+    let (req, hung) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    let hung_at = tokio::time::Instant::now();
+    // ...the API server answers again: the next attempt hears the loss.
+    let (req, send) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    assert!(
+        hung_at.elapsed() <= retry,
+        "the next attempt waits for no deadline"
+    );
+    send.send_response(status(404));
+    let fenced_at = lost_rx.recv().await.unwrap();
+    assert!(fenced_at - hung_at <= retry);
+    assert!(
+        !m.dispatch_allowed(),
+        "no probe between the loss and the join"
+    );
+    // Re-join under a new epoch; the hung attempt's late answer is about the
+    // old one and changes nothing.
+    answer(&mut h, "POST", lease("uid-r1b", "1")).await;
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while m.epoch().as_deref() != Some("uid-r1b") {
+            m.changed.notified().await;
+        }
+    })
+    .await
+    .expect("joined");
+    drop(hung);
+    assert_eq!(m.epoch().as_deref(), Some("uid-r1b"));
+    run.abort();
+}
+
+/// Overlapping attempts renew one Lease: each may find that another of ours
+/// renewed it first, more than once. That is not a loss (campaign seed
+/// 874556080: after etcd came back, every replica fenced itself).
+#[tokio::test]
+async fn conflicts_with_our_own_attempts_are_not_a_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "8")).await;
+        answer(&mut h, "PUT", lease("uid-r1", "9")).await;
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert!(m.can_write());
+    assert_eq!(failures(&m, "lost"), 0);
+}

@@ -1,0 +1,468 @@
+//! The sharder's bookkeeping as a plain state machine: the checkers it sees
+//! (metadata only), the assignment writes in flight or not yet seen back, the
+//! members it proved gone and its retry schedule for proofs. Driven by events
+//! (watch, write completion, time) and queried for decisions; no I/O, so each
+//! race fixed so far has a millisecond test below.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use kube::api::ObjectMeta;
+
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, object_key};
+use crate::coordination::ring::{self, Move, Placement};
+
+/// How long a completed write holds its key while its watch event has not
+/// arrived (a later change may come first and the event never show).
+pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
+
+/// Rebalancing drains in progress at most. Each handover costs three writes
+/// (drain, ack, assign) and leaves its checker unprobed from the drain to the
+/// new owner's first probe; draining a whole share at once queues every one
+/// of those writes behind the others on the API server, so every checker of
+/// the share waits for the slowest. A bounded window keeps each handover a
+/// few round trips long; moves of checkers nobody probes are never held back.
+pub const HANDOVER_WINDOW: usize = 32;
+
+#[derive(Clone, Debug)]
+pub struct ObjState {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+    pub owner: Option<String>,
+    pub epoch: Option<String>,
+    pub drain: Option<String>,
+    pub first_seen_unassigned: Option<Instant>,
+    pub drain_since: Option<Instant>,
+    /// Since when no valid, unsuspected owner probes it (see [`Book::census`]).
+    pub orphan_since: Option<Instant>,
+}
+
+impl ObjState {
+    fn from_meta(
+        meta: &ObjectMeta,
+        prev: Option<&ObjState>,
+        now: Instant,
+    ) -> Option<(String, Self)> {
+        let namespace = meta.namespace.clone()?;
+        let name = meta.name.clone()?;
+        let owner = meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .cloned();
+        let ann = meta.annotations.as_ref();
+        let drain = ann.and_then(|a| a.get(DRAIN_ANNOTATION)).cloned();
+        let since = |was: Option<Instant>, is: bool| is.then(|| was.unwrap_or(now));
+        let first_seen_unassigned = since(
+            prev.and_then(|p| p.first_seen_unassigned),
+            owner.is_none() && drain.is_none(),
+        );
+        let drain_since = since(prev.and_then(|p| p.drain_since), drain.is_some());
+        Some((
+            object_key(&namespace, &name),
+            ObjState {
+                namespace,
+                name,
+                resource_version: meta.resource_version.clone().unwrap_or_default(),
+                owner,
+                epoch: ann.and_then(|a| a.get(EPOCH_ANNOTATION)).cloned(),
+                drain,
+                first_seen_unassigned,
+                drain_since,
+                orphan_since: prev.and_then(|p| p.orphan_since),
+            },
+        ))
+    }
+}
+
+/// Why a checker is assigned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    New,
+    Rebalance,
+    /// Its owner was proven gone by this sharder.
+    Dead,
+    /// Its owner released its Lease or restarted under a new epoch.
+    Departed,
+}
+
+impl Cause {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cause::New => "new",
+            Cause::Rebalance => "rebalance",
+            Cause::Dead => "dead",
+            Cause::Departed => "departed",
+        }
+    }
+}
+
+/// A write the sharder decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Assign {
+        key: String,
+        to: String,
+        cause: Cause,
+    },
+    SetDrain {
+        key: String,
+        to: String,
+    },
+    /// The drain's target left and the best place is the owner itself:
+    /// withdraw the drain instead of handing the checker to its own owner.
+    ClearDrain {
+        key: String,
+        owner: String,
+    },
+}
+
+impl Action {
+    pub fn key(&self) -> &str {
+        match self {
+            Action::Assign { key, .. }
+            | Action::SetDrain { key, .. }
+            | Action::ClearDrain { key, .. } => key,
+        }
+    }
+    pub fn target(&self) -> &str {
+        match self {
+            Action::Assign { to, .. } | Action::SetDrain { to, .. } => to,
+            Action::ClearDrain { owner, .. } => owner,
+        }
+    }
+}
+
+/// How an assignment write ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Landed; the resourceVersion it produced.
+    Written(String),
+    /// 409/404: someone changed the object first; decide again from the watch.
+    Raced,
+    /// Any other failure (including "not leader any more", a timeout, a panic).
+    Failed,
+}
+
+/// The members this sharder sees: every member with a Lease (and its epoch),
+/// and those among them it suspects (stale, not yet proven gone).
+pub struct Roster<'a> {
+    pub members: &'a BTreeMap<String, String>,
+    pub suspects: &'a HashSet<String>,
+}
+
+impl Roster<'_> {
+    fn fresh(&self, id: &str) -> bool {
+        self.members.contains_key(id) && !self.suspects.contains(id)
+    }
+    fn valid_owner(&self, o: &ObjState) -> bool {
+        matches!((&o.owner, &o.epoch), (Some(owner), Some(epoch)) if self.members.get(owner) == Some(epoch))
+    }
+}
+
+#[derive(Debug)]
+struct ProofRetry {
+    next_at: Instant,
+    delay: Duration,
+}
+
+/// What the leader reports about coverage.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Census {
+    /// Checkers without a valid, unsuspected owner for longer than the grace.
+    pub orphaned: usize,
+}
+
+#[derive(Default)]
+pub struct Book {
+    objects: HashMap<String, ObjState>,
+    listing: HashMap<String, ObjState>,
+    synced: bool,
+    /// Members this sharder proved gone (for the `dead` move cause).
+    dead: HashSet<String>,
+    inflight: HashMap<String, String>,
+    written: HashMap<String, (String, String, Instant)>,
+    seen_while_inflight: HashMap<String, HashSet<String>>,
+    /// Keys whose pending write (in flight or not yet seen back) sets a drain.
+    drain_writes: HashSet<String>,
+    proofs: HashMap<String, ProofRetry>,
+}
+
+impl Book {
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
+    pub fn object(&self, key: &str) -> Option<&ObjState> {
+        self.objects.get(key)
+    }
+
+    pub fn list_begin(&mut self) {
+        self.listing.clear();
+    }
+
+    pub fn list_item(&mut self, meta: &ObjectMeta, now: Instant) {
+        let prev = key_of(meta).and_then(|k| self.objects.get(&k));
+        if let Some((k, s)) = ObjState::from_meta(meta, prev, now) {
+            self.listing.insert(k, s);
+        }
+    }
+
+    pub fn list_done(&mut self) {
+        self.objects = std::mem::take(&mut self.listing);
+        self.synced = true;
+    }
+
+    pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) {
+        let prev = key_of(meta).and_then(|k| self.objects.get(&k));
+        let Some((k, s)) = ObjState::from_meta(meta, prev, now) else {
+            return;
+        };
+        if self
+            .written
+            .get(&k)
+            .is_some_and(|(rv, _, _)| *rv == s.resource_version)
+        {
+            self.written.remove(&k);
+            self.drain_writes.remove(&k);
+        }
+        // The event of our own write may arrive before the write's response.
+        if let Some(seen) = self.seen_while_inflight.get_mut(&k) {
+            seen.insert(s.resource_version.clone());
+        }
+        self.objects.insert(k, s);
+    }
+
+    pub fn deleted(&mut self, meta: &ObjectMeta) {
+        if let Some(key) = key_of(meta) {
+            self.objects.remove(&key);
+            self.written.remove(&key);
+            self.drain_writes.remove(&key);
+            crate::shrink_if_sparse(&mut self.objects);
+        }
+    }
+
+    /// Is a write for `key` in flight or not yet seen back?
+    pub fn pending(&self, key: &str) -> bool {
+        self.inflight.contains_key(key) || self.written.contains_key(key)
+    }
+
+    pub fn write_started(&mut self, action: &Action) {
+        let key = action.key().to_string();
+        if matches!(action, Action::SetDrain { .. }) {
+            self.drain_writes.insert(key.clone());
+        }
+        self.inflight
+            .insert(key.clone(), action.target().to_string());
+        self.seen_while_inflight.insert(key, HashSet::new());
+    }
+
+    pub fn write_finished(&mut self, key: &str, outcome: &WriteOutcome, now: Instant) {
+        let target = self.inflight.remove(key).unwrap_or_default();
+        let seen = self.seen_while_inflight.remove(key).unwrap_or_default();
+        if let WriteOutcome::Written(rv) = outcome
+            && !seen.contains(rv)
+        {
+            self.written
+                .insert(key.to_string(), (rv.clone(), target, now));
+        }
+        self.forget_settled_drain_writes();
+    }
+
+    fn forget_settled_drain_writes(&mut self) {
+        let (inflight, written) = (&self.inflight, &self.written);
+        self.drain_writes
+            .retain(|k| inflight.contains_key(k) || written.contains_key(k));
+    }
+
+    /// Handovers in progress: drains requested (acknowledged or not, until
+    /// the assignment clears them) and drain writes not yet seen back.
+    fn handovers_in_progress(&self) -> usize {
+        let annotated = self.objects.values().filter(|o| o.drain.is_some()).count();
+        let unseen = self
+            .drain_writes
+            .iter()
+            .filter(|k| self.objects.get(*k).is_none_or(|o| o.drain.is_none()))
+            .count();
+        annotated + unseen
+    }
+
+    /// Releases keys whose write was never seen back. Returns whether any was.
+    pub fn expire_written(&mut self, now: Instant) -> bool {
+        let before = self.written.len();
+        self.written
+            .retain(|_, (_, _, at)| now.saturating_duration_since(*at) < WRITTEN_HOLD);
+        self.forget_settled_drain_writes();
+        self.written.len() < before
+    }
+
+    /// May we try to prove `id` gone now (retries are backed off)?
+    pub fn proof_due(&self, id: &str, now: Instant) -> bool {
+        self.proofs.get(id).is_none_or(|p| now >= p.next_at)
+    }
+
+    /// A proof got no verdict (429, 5xx, timeout): back off, from `base` doubling to `max`.
+    pub fn proof_failed(&mut self, id: &str, now: Instant, base: Duration, max: Duration) {
+        let delay = self.proofs.get(id).map_or(base, |p| (p.delay * 2).min(max));
+        self.proofs.insert(
+            id.to_string(),
+            ProofRetry {
+                next_at: now + delay,
+                delay,
+            },
+        );
+    }
+
+    /// The member renewed meanwhile (409 on the proof): it is alive.
+    pub fn proof_refuted(&mut self, id: &str) {
+        self.proofs.remove(id);
+    }
+
+    pub fn proven(&mut self, id: &str) {
+        self.proofs.remove(id);
+        self.dead.insert(id.to_string());
+    }
+
+    /// Forgets bookkeeping of members that no checker names any more.
+    pub fn prune(&mut self, members: &BTreeMap<String, String>) {
+        if self.dead.is_empty() && self.proofs.is_empty() {
+            return;
+        }
+        let owners: HashSet<&str> = self
+            .objects
+            .values()
+            .filter_map(|o| o.owner.as_deref())
+            .collect();
+        self.dead.retain(|id| owners.contains(id.as_str()));
+        self.proofs.retain(|id, _| members.contains_key(id));
+    }
+
+    /// Decides what to write. Keys with a write pending are left alone and count
+    /// against that write's target; checkers of a suspect (stale, unproven)
+    /// member are left alone and count nowhere: they move only after proof.
+    pub fn decide(&self, m: &Roster<'_>) -> Vec<Action> {
+        let ring_members: Vec<String> =
+            m.members.keys().filter(|id| m.fresh(id)).cloned().collect();
+        if ring_members.is_empty() {
+            return Vec::new();
+        }
+        let mut actions = Vec::new();
+        let mut placements = Vec::with_capacity(self.objects.len());
+        let mut keys: Vec<&String> = self.objects.keys().collect();
+        keys.sort();
+        for key in keys {
+            let o = &self.objects[key];
+            let pending = self
+                .inflight
+                .get(key)
+                .or_else(|| self.written.get(key).map(|w| &w.1));
+            if let Some(t) = pending {
+                placements.push(Placement {
+                    key: key.clone(),
+                    holder: m.fresh(t).then(|| t.clone()),
+                });
+                continue;
+            }
+            let valid = m.valid_owner(o);
+            if valid && o.owner.as_deref().is_some_and(|id| m.suspects.contains(id)) {
+                continue;
+            }
+            let target_fresh = o.drain.as_ref().filter(|t| m.fresh(t));
+            let holder = match (valid, target_fresh) {
+                // A drain in progress counts against its target.
+                (true, Some(t)) => Some(t.clone()),
+                (true, None) if o.drain.is_none() => o.owner.clone(),
+                // Draining towards a member that left or is suspect: re-target.
+                (true, None) => None,
+                (false, Some(t)) if o.owner.is_none() => {
+                    // The old owner acknowledged the drain: hand over to the target.
+                    actions.push(Action::Assign {
+                        key: key.clone(),
+                        to: t.clone(),
+                        cause: Cause::Rebalance,
+                    });
+                    Some(t.clone())
+                }
+                (false, _) => None,
+            };
+            placements.push(Placement {
+                key: key.clone(),
+                holder,
+            });
+        }
+        let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
+        let mut window = HANDOVER_WINDOW.saturating_sub(self.handovers_in_progress());
+        let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
+            if window > 0 {
+                window -= 1;
+                actions.push(Action::SetDrain { key, to });
+            }
+        };
+        for mv in ring::plan(&ring_members, &placements) {
+            match mv {
+                Move::Assign { key, .. } | Move::Drain { key, .. }
+                    if self.pending(&key) || handovers.contains(&key) => {}
+                Move::Assign { key, to } => {
+                    let o = &self.objects[&key];
+                    if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
+                        actions.push(Action::ClearDrain { key, owner: to });
+                    } else if m.valid_owner(o) {
+                        drain(key, to, &mut actions);
+                    } else {
+                        let cause = match &o.owner {
+                            None if o.drain.is_some() => Cause::Rebalance,
+                            None => Cause::New,
+                            Some(owner) if self.dead.contains(owner) => Cause::Dead,
+                            Some(_) => Cause::Departed,
+                        };
+                        actions.push(Action::Assign { key, to, cause });
+                    }
+                }
+                Move::Drain { key, to, .. } => drain(key, to, &mut actions),
+            }
+        }
+        actions
+    }
+
+    /// Updates every checker's orphan clock and counts those without a valid,
+    /// unsuspected owner (unowned, owner gone or suspect, handover not done)
+    /// for longer than `grace`, or draining for longer than `drain_bound`.
+    pub fn census(
+        &mut self,
+        m: &Roster<'_>,
+        now: Instant,
+        grace: Duration,
+        drain_bound: Duration,
+    ) -> Census {
+        let mut orphaned = 0;
+        for o in self.objects.values_mut() {
+            let served = m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id));
+            o.orphan_since = if served {
+                None
+            } else {
+                Some(o.orphan_since.unwrap_or(now))
+            };
+            let stuck_orphan = o
+                .orphan_since
+                .is_some_and(|t| now.saturating_duration_since(t) > grace);
+            let stuck_drain = o
+                .drain_since
+                .is_some_and(|t| now.saturating_duration_since(t) > drain_bound);
+            if stuck_orphan || stuck_drain {
+                orphaned += 1;
+            }
+        }
+        Census { orphaned }
+    }
+}
+
+fn key_of(meta: &ObjectMeta) -> Option<String> {
+    Some(object_key(
+        meta.namespace.as_deref()?,
+        meta.name.as_deref()?,
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,331 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+fn meta(
+    name: &str,
+    rv: &str,
+    owner: Option<&str>,
+    epoch: Option<&str>,
+    drain: Option<&str>,
+) -> ObjectMeta {
+    let mut labels = BTreeMap::new();
+    if let Some(o) = owner {
+        labels.insert(OWNER_LABEL.to_string(), o.to_string());
+    }
+    let mut ann = BTreeMap::new();
+    if let Some(e) = epoch {
+        ann.insert(EPOCH_ANNOTATION.to_string(), e.to_string());
+    }
+    if let Some(d) = drain {
+        ann.insert(DRAIN_ANNOTATION.to_string(), d.to_string());
+    }
+    ObjectMeta {
+        namespace: Some("ns".into()),
+        name: Some(name.into()),
+        resource_version: Some(rv.into()),
+        labels: Some(labels),
+        annotations: Some(ann),
+        ..Default::default()
+    }
+}
+
+fn book(items: &[ObjectMeta]) -> Book {
+    let now = Instant::now();
+    let mut b = Book::default();
+    b.list_begin();
+    for m in items {
+        b.list_item(m, now);
+    }
+    b.list_done();
+    b
+}
+
+fn members(ids: &[(&str, &str)]) -> BTreeMap<String, String> {
+    ids.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn decide(b: &Book, live: &BTreeMap<String, String>, suspects: &[&str]) -> Vec<Action> {
+    let suspects: HashSet<String> = suspects.iter().map(|s| s.to_string()).collect();
+    b.decide(&Roster {
+        members: live,
+        suspects: &suspects,
+    })
+}
+
+fn assign(key: &str, to: &str, cause: Cause) -> Action {
+    Action::Assign {
+        key: key.into(),
+        to: to.into(),
+        cause,
+    }
+}
+
+#[test]
+fn a_stale_epoch_means_the_owner_departed() {
+    let b = book(&[meta("x", "1", Some("a"), Some("uid-a1"), None)]);
+    let acts = decide(&b, &members(&[("a", "uid-a2")]), &[]);
+    assert_eq!(acts, [assign("ns/x", "a", Cause::Departed)]);
+}
+
+#[test]
+fn an_acknowledged_drain_is_handed_to_its_target() {
+    let b = book(&[meta("x", "1", None, None, Some("b"))]);
+    let acts = decide(&b, &members(&[("a", "ua"), ("b", "ub")]), &[]);
+    assert_eq!(acts, [assign("ns/x", "b", Cause::Rebalance)]);
+}
+
+#[test]
+fn valid_assignments_are_left_alone() {
+    let b = book(&[meta("x", "1", Some("a"), Some("ua"), None)]);
+    assert!(decide(&b, &members(&[("a", "ua")]), &[]).is_empty());
+}
+
+#[test]
+fn a_proven_dead_owner_is_reassigned_with_cause_dead() {
+    let mut b = book(&[meta("x", "1", Some("a"), Some("ua"), None)]);
+    b.proven("a");
+    let acts = decide(&b, &members(&[("b", "ub")]), &[]);
+    assert_eq!(acts, [assign("ns/x", "b", Cause::Dead)]);
+}
+
+/// A member whose Lease looks stale but could not be proven
+/// gone (its renewal raced the proof, or the proof got a 5xx) keeps its checkers.
+#[test]
+fn a_suspect_keeps_its_checkers_until_proven_gone() {
+    let b = book(&[
+        meta("x", "1", Some("a"), Some("ua"), None),
+        meta("y", "1", Some("b"), Some("ub"), None),
+    ]);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    assert!(decide(&b, &live, &["a"]).is_empty());
+}
+
+#[test]
+fn new_checkers_never_go_to_a_suspect() {
+    let b = book(&[
+        meta("x", "1", None, None, None),
+        meta("y", "1", None, None, None),
+    ]);
+    let acts = decide(&b, &members(&[("a", "ua"), ("b", "ub")]), &["a"]);
+    assert_eq!(acts.len(), 2);
+    assert!(acts.iter().all(|a| a.target() == "b"), "{acts:?}");
+}
+
+#[test]
+fn nobody_fresh_means_no_decision() {
+    let b = book(&[meta("x", "1", None, None, None)]);
+    assert!(decide(&b, &members(&[("a", "ua")]), &["a"]).is_empty());
+}
+
+/// The race found by the overload run: the old owner's drain ack and the
+/// SetDrain's own event both arrive while the SetDrain write is in flight. The
+/// decision after the write completes must hand the checker over.
+#[test]
+fn a_drain_acked_while_its_write_was_in_flight_is_handed_over() {
+    let now = Instant::now();
+    let mut b = book(&[meta("x", "1", Some("a"), Some("ua"), None)]);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let drain = Action::SetDrain {
+        key: "ns/x".into(),
+        to: "b".into(),
+    };
+    b.write_started(&drain);
+    assert!(
+        decide(&b, &live, &[]).iter().all(|a| a.key() != "ns/x"),
+        "in flight: hands off"
+    );
+    b.applied(&meta("x", "2", Some("a"), Some("ua"), Some("b")), now);
+    b.applied(&meta("x", "3", None, None, Some("b")), now);
+    b.write_finished("ns/x", &WriteOutcome::Written("2".into()), now);
+    assert!(!b.pending("ns/x"), "its event was seen: not held");
+    assert_eq!(
+        decide(&b, &live, &[]),
+        [assign("ns/x", "b", Cause::Rebalance)]
+    );
+}
+
+#[test]
+fn a_write_never_seen_back_holds_its_key_for_a_bounded_time() {
+    let now = Instant::now();
+    let mut b = book(&[meta("x", "1", None, None, None)]);
+    let a = assign("ns/x", "a", Cause::New);
+    b.write_started(&a);
+    b.write_finished("ns/x", &WriteOutcome::Written("2".into()), now);
+    assert!(b.pending("ns/x"));
+    assert!(!b.expire_written(now + WRITTEN_HOLD / 2));
+    assert!(b.expire_written(now + WRITTEN_HOLD));
+    assert!(!b.pending("ns/x"));
+}
+
+#[test]
+fn a_failed_or_raced_write_frees_its_key_at_once() {
+    let now = Instant::now();
+    let mut b = book(&[meta("x", "1", None, None, None)]);
+    for outcome in [WriteOutcome::Failed, WriteOutcome::Raced] {
+        b.write_started(&assign("ns/x", "a", Cause::New));
+        b.write_finished("ns/x", &outcome, now);
+        assert!(!b.pending("ns/x"), "{outcome:?}");
+    }
+}
+
+#[test]
+fn proofs_back_off_and_a_refutation_resets_them() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut b = Book::default();
+    assert!(b.proof_due("a", t0));
+    b.proof_failed("a", t0, s, 8 * s);
+    assert!(!b.proof_due("a", t0 + s / 2));
+    assert!(b.proof_due("a", t0 + s));
+    b.proof_failed("a", t0 + s, s, 8 * s);
+    assert!(!b.proof_due("a", t0 + 2 * s));
+    assert!(b.proof_due("a", t0 + 3 * s));
+    for _ in 0..10 {
+        b.proof_failed("a", t0, s, 8 * s);
+    }
+    assert!(b.proof_due("a", t0 + 8 * s), "capped");
+    b.proof_refuted("a");
+    assert!(b.proof_due("a", t0));
+}
+
+#[test]
+fn the_dead_set_is_pruned_once_no_checker_names_the_member() {
+    let now = Instant::now();
+    let mut b = book(&[meta("x", "1", Some("a"), Some("ua"), None)]);
+    b.proven("a");
+    let live = members(&[("b", "ub")]);
+    b.prune(&live);
+    assert_eq!(decide(&b, &live, &[]), [assign("ns/x", "b", Cause::Dead)]);
+    b.applied(&meta("x", "2", Some("b"), Some("ub"), None), now);
+    b.prune(&live);
+    assert!(b.dead.is_empty());
+}
+
+#[test]
+fn the_census_counts_checkers_nobody_serves_after_the_grace() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut b = book(&[
+        meta("unowned", "1", None, None, None),
+        meta("gone", "1", Some("z"), Some("uz"), None),
+        meta("suspect", "1", Some("a"), Some("ua"), None),
+        meta("fine", "1", Some("b"), Some("ub"), None),
+        meta("draining", "1", Some("b"), Some("ub"), Some("a")),
+    ]);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let suspects: HashSet<String> = ["a".to_string()].into();
+    let m = Roster {
+        members: &live,
+        suspects: &suspects,
+    };
+    assert_eq!(
+        b.census(&m, t0, 10 * s, 60 * s).orphaned,
+        0,
+        "within the grace"
+    );
+    assert_eq!(b.census(&m, t0 + 11 * s, 10 * s, 60 * s).orphaned, 3);
+    assert_eq!(
+        b.census(&m, t0 + 61 * s, 10 * s, 60 * s).orphaned,
+        4,
+        "a drain stuck too long"
+    );
+    // Once served again the clock clears.
+    b.applied(
+        &meta("unowned", "2", Some("b"), Some("ub"), None),
+        t0 + 62 * s,
+    );
+    assert_eq!(b.census(&m, t0 + 62 * s, 10 * s, 60 * s).orphaned, 3);
+}
+
+/// The drain's target left while the owner is still valid: if the owner is
+/// the best place again, the drain is withdrawn, not turned into a handover
+/// from the owner to itself (a pointless gap).
+#[test]
+fn a_drain_whose_target_left_is_withdrawn_when_the_owner_is_best() {
+    let b = book(&[meta("x", "1", Some("a"), Some("ua"), Some("gone"))]);
+    let acts = decide(&b, &members(&[("a", "ua")]), &[]);
+    assert_eq!(
+        acts,
+        [Action::ClearDrain {
+            key: "ns/x".into(),
+            owner: "a".into()
+        }]
+    );
+}
+
+/// A newcomer's share is drained a window at a time: draining it all at once
+/// queues every ack and assignment behind the others, and each checker of the
+/// share stays unprobed for the whole queue. Unowned checkers never wait.
+#[test]
+fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
+    let n = 4 * HANDOVER_WINDOW;
+    let mut items: Vec<ObjectMeta> = (0..n)
+        .map(|i| meta(&format!("c{i}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    items.extend((0..8).map(|i| meta(&format!("new{i}"), "1", None, None, None)));
+    let mut b = book(&items);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let first = decide(&b, &live, &[]);
+    let drains: Vec<&Action> = first
+        .iter()
+        .filter(|a| matches!(a, Action::SetDrain { .. }))
+        .collect();
+    assert_eq!(drains.len(), HANDOVER_WINDOW);
+    assert_eq!(
+        first
+            .iter()
+            .filter(|a| matches!(
+                a,
+                Action::Assign {
+                    cause: Cause::New,
+                    ..
+                }
+            ))
+            .count(),
+        8,
+        "new checkers are assigned whatever the window"
+    );
+    // In flight, then seen back as annotations: the window stays full.
+    let now = Instant::now();
+    for a in &drains {
+        b.write_started(a);
+    }
+    assert!(
+        decide(&b, &live, &[])
+            .iter()
+            .all(|a| !matches!(a, Action::SetDrain { .. })),
+        "no drain beyond the window while the first ones are in flight"
+    );
+    for (i, a) in drains.iter().enumerate() {
+        b.write_finished(a.key(), &WriteOutcome::Written(format!("w{i}")), now);
+        let name = a.key().trim_start_matches("ns/");
+        b.applied(
+            &meta(name, &format!("w{i}"), Some("a"), Some("ua"), Some("b")),
+            now,
+        );
+    }
+    assert!(
+        decide(&b, &live, &[])
+            .iter()
+            .all(|a| !matches!(a, Action::SetDrain { .. })),
+        "acknowledged or not, a drain holds its place until it is handed over"
+    );
+    // Half of them handed over: as many new drains start.
+    for (i, a) in drains.iter().take(HANDOVER_WINDOW / 2).enumerate() {
+        let name = a.key().trim_start_matches("ns/");
+        b.applied(
+            &meta(name, &format!("h{i}"), Some("b"), Some("ub"), None),
+            now,
+        );
+    }
+    let next = decide(&b, &live, &[]);
+    assert_eq!(
+        next.iter()
+            .filter(|a| matches!(a, Action::SetDrain { .. }))
+            .count(),
+        HANDOVER_WINDOW / 2
+    );
+}

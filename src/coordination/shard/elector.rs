@@ -1,0 +1,386 @@
+//! Leader election on one Lease, client-go style, with two additions:
+//!
+//! - expiry of the current holder is measured by this replica's own clock, and
+//!   that clock restarts after any failed read of the Lease (the judge rule of
+//!   [`super::view`]: an API outage this replica suffered is not the holder's
+//!   silence);
+//! - leadership is a [`LeaderGate`] the sharder checks before every write:
+//!   valid only while the last successful renewal *started* within the renew
+//!   deadline, so a deposed or paused leader writes nothing, even before its
+//!   sharder task is aborted.
+//!
+//! A holder whose process its peers found gone ([`super::peers`]) is not
+//! waited for: a candidate takes the Lease at once (a replace with the
+//! resourceVersion it read, so one candidate wins). If that evidence lied,
+//! the old leader hears 409 at its next renewal, one retry period later, and
+//! its gate closes.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use super::peers::Peers;
+use super::view::MemberView;
+use crate::coordination::membership::AbortOnDrop;
+use crate::error::{Error, api_code};
+use crate::kubeio::client::CALL_DEADLINE;
+use crate::observe::metrics::Metrics;
+
+pub const LEADER_LEASE: &str = "webchecker-leader";
+
+/// Whether this replica leads now. Shared with the sharder.
+pub struct LeaderGate {
+    renew_deadline: Duration,
+    last_renew_start: Mutex<Option<Instant>>,
+}
+
+/// Whether we lead, and if not, why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Leading,
+    /// Our renewals did not land in time; nobody else holds the Lease (yet).
+    Lapsed,
+    /// Someone else holds the Lease, or we never did.
+    Follower,
+}
+
+impl LeaderGate {
+    pub fn new(renew_deadline: Duration) -> Arc<Self> {
+        Arc::new(LeaderGate {
+            renew_deadline,
+            last_renew_start: Mutex::new(None),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.last_renew_start
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A renewal (or acquisition) that started at `started` succeeded.
+    pub fn renewed(&self, started: Instant) {
+        let mut g = self.lock();
+        *g = Some(g.map_or(started, |t| t.max(started)));
+    }
+
+    /// The Lease is someone else's.
+    pub fn lost(&self) {
+        *self.lock() = None;
+    }
+
+    /// May the sharder write now?
+    pub fn valid_at(&self, now: Instant) -> bool {
+        self.lock()
+            .is_some_and(|t| now.saturating_duration_since(t) <= self.renew_deadline)
+    }
+
+    pub fn valid(&self) -> bool {
+        self.valid_at(Instant::now())
+    }
+
+    /// Time left before the renew deadline (zero when not leading).
+    fn remaining(&self, now: Instant) -> Duration {
+        self.lock().map_or(Duration::ZERO, |t| {
+            (t + self.renew_deadline).saturating_duration_since(now)
+        })
+    }
+}
+
+/// Our observation of another holder's Lease: its resourceVersion and since
+/// when we have seen it unchanged (only counting time our reads succeeded).
+#[derive(Debug, Default)]
+struct Observed(Option<(String, Instant)>);
+
+impl Observed {
+    fn read_failed(&mut self) {
+        self.0 = None;
+    }
+
+    /// Records a successful read; returns whether the holder is stale.
+    fn saw(&mut self, rv: &str, now: Instant, lease_duration: Duration) -> bool {
+        match &self.0 {
+            Some((seen, _)) if seen == rv => {}
+            _ => self.0 = Some((rv.to_string(), now)),
+        }
+        self.0
+            .as_ref()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) > lease_duration)
+    }
+}
+
+pub struct LeaderElector {
+    pub identity: String,
+    pub namespace: String,
+    pub lease_duration: Duration,
+    pub retry_period: Duration,
+    pub metrics: Arc<Metrics>,
+    pub gate: Arc<LeaderGate>,
+    pub view: Arc<MemberView>,
+    pub peers: Arc<Peers>,
+}
+
+impl LeaderElector {
+    /// Did the peers find the holder's process gone?
+    fn holder_gone(&self, holder: &str) -> bool {
+        self.view
+            .observed()
+            .unwrap_or_default()
+            .iter()
+            .any(|(id, l)| id == holder && self.peers.gone(l))
+    }
+
+    fn desired(&self, transitions: i32, acquire: Option<MicroTime>) -> LeaseSpec {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.lease_duration.as_secs().max(1) as i32),
+            acquire_time: Some(acquire.unwrap_or_else(|| now.clone())),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    fn unanswered(&self) {
+        self.metrics
+            .lease_renew_failures
+            .with_label_values(&["unreachable"])
+            .inc();
+    }
+
+    /// One election step; afterwards the gate says whether we lead. Returns
+    /// false when the Lease is someone else's.
+    async fn step(&self, api: &Api<Lease>, observed: &mut Observed) -> bool {
+        let started = Instant::now();
+        // A leader may spend until its renew deadline on a renewal (a busy API
+        // server is not a lost Lease); a candidate tries again soon.
+        let budget = self
+            .gate
+            .remaining(started)
+            .max(self.retry_period)
+            .min(CALL_DEADLINE);
+        let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
+            Ok(Ok(l)) => l,
+            _ => {
+                observed.read_failed();
+                self.unanswered();
+                return true;
+            }
+        };
+        let Some(mut lease) = current else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(LEADER_LEASE.into()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(self.desired(0, None)),
+            };
+            let created = tokio::time::timeout(
+                self.retry_period,
+                api.create(&PostParams::default(), &lease),
+            )
+            .await;
+            if let Ok(Ok(_)) = created {
+                info!(replica = %self.identity, "became leader (sharder)");
+                self.gate.renewed(started);
+                self.peers.set_leader(Some(&self.identity), true);
+            }
+            return true;
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let ours = holder == self.identity;
+        self.peers.set_leader(Some(&holder), ours);
+        if !ours {
+            self.gate.lost();
+            let stale = observed.saw(&rv, Instant::now(), self.lease_duration);
+            let gone = !holder.is_empty() && !stale && self.holder_gone(&holder);
+            if !holder.is_empty() && !stale && !gone {
+                return false;
+            }
+            if gone {
+                info!(replica = %self.identity, leader = %holder, "the leader's process is gone (its address refuses connections): taking the leader Lease now");
+            }
+        }
+        let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
+        lease.spec = Some(self.desired(transitions, if ours { spec.acquire_time } else { None }));
+        let budget = self
+            .gate
+            .remaining(Instant::now())
+            .max(self.retry_period)
+            .min(CALL_DEADLINE);
+        match tokio::time::timeout(
+            budget,
+            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                if !ours {
+                    info!(replica = %self.identity, "became leader (sharder)");
+                }
+                self.gate.renewed(started);
+                self.peers.set_leader(Some(&self.identity), true);
+            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => {
+                self.gate.lost();
+                return false;
+            }
+            _ => {
+                observed.read_failed();
+                self.unanswered();
+            }
+        }
+        true
+    }
+
+    pub async fn run<F, Fut>(
+        self,
+        client: Client,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+        lead: F,
+    ) -> Result<(), Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let mut observed = Observed::default();
+        let mut task: Option<(tokio::task::JoinHandle<Result<(), Error>>, AbortOnDrop)> = None;
+        let mut lapsed_since: Option<Instant> = None;
+        loop {
+            let ours = self.step(&api, &mut observed).await;
+            let standing = match (self.gate.valid(), ours) {
+                (true, _) => Standing::Leading,
+                (false, true) if task.is_some() => Standing::Lapsed,
+                _ => Standing::Follower,
+            };
+            let leading = standing == Standing::Leading;
+            self.metrics.leader.set(leading as i64);
+            match standing {
+                Standing::Leading => {
+                    lapsed_since = None;
+                    if task.is_none() {
+                        let t = tokio::spawn(lead());
+                        let abort = AbortOnDrop(t.abort_handle());
+                        task = Some((t, abort));
+                    }
+                }
+                // The sharder writes nothing while the gate is closed (it checks
+                // before every write), so it may wait for leadership to come back
+                // for a lease duration and keep its view instead of re-listing.
+                Standing::Lapsed => {
+                    let since = *lapsed_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > self.lease_duration {
+                        warn!(replica = %self.identity, "leadership not renewed for a lease duration; sharder stopped (probing goes on)");
+                        task = None;
+                        lapsed_since = None;
+                    }
+                }
+                Standing::Follower => {
+                    if task.take().is_some() {
+                        warn!(replica = %self.identity, "lost leadership; sharder stopped (probing goes on)");
+                    }
+                    lapsed_since = None;
+                }
+            }
+            if let Some((t, _)) = &task
+                && t.is_finished()
+            {
+                let (t, _abort) = task.take().expect("checked");
+                return match t.await {
+                    Ok(Err(e)) => Err(e),
+                    Ok(Ok(())) => Err(Error::TaskDied("sharder")),
+                    Err(e) => Err(Error::TaskPanicked("sharder", e.to_string())),
+                };
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(if leading { self.retry_period } else { self.retry_period / 2 }) => {}
+                _ = self.peers.changed.notified(), if !leading => {}
+                _ = shutdown.changed() => {
+                    let held = leading || task.is_some();
+                    drop(task.take());
+                    self.metrics.leader.set(0);
+                    self.gate.lost();
+                    if held {
+                        self.release(&api).await;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    async fn release(&self, api: &Api<Lease>) {
+        let Ok(Ok(Some(mut lease))) =
+            tokio::time::timeout(CALL_DEADLINE, api.get_opt(LEADER_LEASE)).await
+        else {
+            return;
+        };
+        if lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.as_deref())
+            != Some(self.identity.as_str())
+        {
+            return;
+        }
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+        }
+        match tokio::time::timeout(
+            CALL_DEADLINE,
+            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+        )
+        .await
+        {
+            Ok(Ok(_)) => info!(replica = %self.identity, "leader Lease released"),
+            Ok(Err(e)) => warn!(error = %e, "could not release the leader Lease"),
+            Err(_) => warn!("releasing the leader Lease got no answer in time"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_counts_from_the_start_of_the_renewal() {
+        let g = LeaderGate::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        assert!(!g.valid_at(t0));
+        g.renewed(t0);
+        assert!(g.valid_at(t0 + Duration::from_millis(1999)));
+        // A renewal sent before a pause and read after it proves nothing new.
+        assert!(!g.valid_at(t0 + Duration::from_secs(5)));
+        g.lost();
+        assert!(!g.valid_at(t0));
+    }
+
+    #[test]
+    fn a_failed_read_restarts_the_clock_on_the_holder() {
+        let lease = Duration::from_secs(3);
+        let mut o = Observed::default();
+        let t0 = Instant::now();
+        assert!(!o.saw("7", t0, lease));
+        // An outage of ours: reads fail for 20 s, the holder could not renew either.
+        o.read_failed();
+        let back = t0 + Duration::from_secs(20);
+        assert!(
+            !o.saw("7", back, lease),
+            "the outage is not the holder's silence"
+        );
+        assert!(o.saw("7", back + Duration::from_millis(3001), lease));
+        assert!(!o.saw("8", back + Duration::from_secs(4), lease));
+    }
+}

@@ -1,0 +1,395 @@
+//! The sharder (leader only): watches checker metadata, proves stale members
+//! gone, and writes assignments. Decisions come from [`super::book::Book`];
+//! this file is the I/O around it.
+//!
+//! Every write carries a resourceVersion precondition and is made only while
+//! the [`LeaderGate`] says we lead. A member is proven gone only by deleting
+//! its Lease with a UID + resourceVersion precondition, after the judge rule
+//! ([`super::view`]) made it a suspect; a proof that gets no verdict is
+//! retried with backoff, and its checkers stay where they are meanwhile.
+//! A member whose process its peers found gone ([`super::peers`]) is a
+//! suspect at once, without waiting for its Lease to stand still.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::book::{Action, Book, Census, Roster, WriteOutcome};
+use super::elector::LeaderGate;
+use super::peers::Peers;
+use super::view::{MemberView, ObservedLease};
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker};
+use crate::coordination::membership::Membership;
+use crate::error::{Error, api_code};
+use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS};
+use crate::observe::metrics::Metrics;
+
+/// How a proof attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    Proven,
+    /// The Lease changed meanwhile (409): the member is alive.
+    Refuted,
+    /// The Lease was replaced by a new incarnation of the member (409, a new
+    /// UID): the old process is gone, the new one is alive.
+    Replaced,
+    /// No verdict (429, 5xx, timeout, not leader).
+    Unknown,
+}
+
+pub struct Sharder {
+    pub clients: Clients,
+    pub identity: String,
+    pub watch_namespace: Option<String>,
+    pub lease_namespace: String,
+    pub view: Arc<MemberView>,
+    pub membership: Arc<Membership>,
+    pub leader: Arc<LeaderGate>,
+    pub peers: Arc<Peers>,
+    pub metrics: Arc<Metrics>,
+    pub retry_period: Duration,
+    /// Assignment writes in flight at most.
+    pub write_limit: Arc<tokio::sync::Semaphore>,
+}
+
+impl Sharder {
+    fn checkers(&self) -> Api<PartialObjectMeta<WebChecker>> {
+        match &self.watch_namespace {
+            Some(ns) => Api::namespaced(self.clients.watches.clone(), ns),
+            None => Api::all(self.clients.watches.clone()),
+        }
+    }
+
+    async fn write(
+        client: Client,
+        leader: Arc<LeaderGate>,
+        namespace: String,
+        name: String,
+        resource_version: String,
+        action: Action,
+        epoch: Option<String>,
+    ) -> WriteOutcome {
+        if !leader.valid() {
+            return WriteOutcome::Failed;
+        }
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            client,
+            &namespace,
+            &kube::discovery::ApiResource::erase::<WebChecker>(&()),
+        );
+        let patch = match &action {
+            Action::Assign { to, .. } => json!({
+                "metadata": {
+                    "resourceVersion": resource_version,
+                    "labels": { OWNER_LABEL: to },
+                    "annotations": { EPOCH_ANNOTATION: epoch, DRAIN_ANNOTATION: null },
+                }
+            }),
+            Action::SetDrain { to, .. } => json!({
+                "metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": { DRAIN_ANNOTATION: to },
+                }
+            }),
+            Action::ClearDrain { .. } => json!({
+                "metadata": {
+                    "resourceVersion": resource_version,
+                    "annotations": { DRAIN_ANNOTATION: null },
+                }
+            }),
+        };
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        match tokio::time::timeout(CALL_DEADLINE, api.patch(&name, &pp, &patch)).await {
+            Ok(Ok(r)) => WriteOutcome::Written(r.metadata.resource_version.unwrap_or_default()),
+            Ok(Err(e)) if matches!(api_code(&e), Some(409 | 404)) => WriteOutcome::Raced,
+            Ok(Err(e)) => {
+                warn!(checker = %format!("{namespace}/{name}"), error = %e, "assignment write failed");
+                WriteOutcome::Failed
+            }
+            Err(_) => {
+                warn!(checker = %format!("{namespace}/{name}"), "assignment write got no answer in time");
+                WriteOutcome::Failed
+            }
+        }
+    }
+
+    /// Proves a member gone by deleting its Lease, only if it is still the very
+    /// Lease (UID and resourceVersion) we saw go stale.
+    async fn prove_gone(&self, lease: &ObservedLease) -> Proof {
+        if !self.leader.valid() || self.membership.judge_since().is_none() {
+            return Proof::Unknown;
+        }
+        let api: Api<Lease> = Api::namespaced(self.clients.requests.clone(), &self.lease_namespace);
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: Some(lease.uid.clone()),
+                resource_version: Some(lease.resource_version.clone()),
+            }),
+            ..Default::default()
+        };
+        match tokio::time::timeout(CALL_DEADLINE, api.delete(&lease.name, &dp)).await {
+            Ok(Ok(_)) => Proof::Proven,
+            Ok(Err(e)) if api_code(&e) == Some(404) => Proof::Proven,
+            Ok(Err(e)) if api_code(&e) == Some(409) => {
+                debug!(lease = %lease.name, "member Lease changed meanwhile: member alive");
+                match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&lease.name)).await {
+                    Ok(Ok(Some(l))) if l.metadata.uid.as_deref() != Some(lease.uid.as_str()) => {
+                        Proof::Replaced
+                    }
+                    _ => Proof::Refuted,
+                }
+            }
+            Ok(Err(e)) => {
+                warn!(lease = %lease.name, error = %e, "could not prove a stale member gone; will retry");
+                Proof::Unknown
+            }
+            Err(_) => Proof::Unknown,
+        }
+    }
+
+    /// Suspects: members whose Lease stood still for a lease of time we could
+    /// count, and members whose process their peers found gone (the second
+    /// set). Nobody while we cannot write ourselves.
+    fn suspects(&self) -> (Vec<(String, ObservedLease)>, HashSet<String>) {
+        let judge_since = self.membership.judge_since();
+        let mut stale = self.view.suspects(&self.identity, judge_since);
+        let mut evidenced = HashSet::new();
+        if judge_since.is_some()
+            && let Some(all) = self.view.observed()
+        {
+            for (id, lease) in all {
+                if id != self.identity
+                    && self.peers.gone(&lease)
+                    && !stale.iter().any(|(s, _)| *s == id)
+                {
+                    evidenced.insert(id.clone());
+                    stale.push((id, lease));
+                }
+            }
+        }
+        (stale, evidenced)
+    }
+
+    /// Proves stale members gone. Returns whether any was.
+    async fn judge(
+        &self,
+        book: &mut Book,
+        suspects: &[(String, ObservedLease)],
+        evidenced: &HashSet<String>,
+    ) -> bool {
+        let mut any = false;
+        let now = Instant::now();
+        for (id, lease) in suspects {
+            if !book.proof_due(id, now) {
+                continue;
+            }
+            match self.prove_gone(lease).await {
+                Proof::Proven if evidenced.contains(id) => {
+                    warn!(member = %id, "member's process gone (its address refuses connections): Lease deleted, moving its checkers");
+                    self.metrics
+                        .peer_proofs
+                        .with_label_values(&["proven"])
+                        .inc();
+                    book.proven(id);
+                    self.view.forget(&lease.uid);
+                    any = true;
+                }
+                Proof::Proven => {
+                    warn!(member = %id, "member Lease expired: member proven gone, moving its checkers");
+                    book.proven(id);
+                    self.view.forget(&lease.uid);
+                    any = true;
+                }
+                Proof::Refuted => {
+                    if evidenced.contains(id) {
+                        self.metrics
+                            .peer_proofs
+                            .with_label_values(&["refuted"])
+                            .inc();
+                        self.peers.distrust(lease);
+                    }
+                    book.proof_refuted(id)
+                }
+                Proof::Replaced => book.proof_refuted(id),
+                Proof::Unknown => book.proof_failed(
+                    id,
+                    Instant::now(),
+                    self.retry_period,
+                    self.view.lease_duration,
+                ),
+            }
+        }
+        any
+    }
+
+    pub async fn run(self) -> Result<(), Error> {
+        info!("sharder started");
+        let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+        let mut stream = watcher::watcher(self.checkers(), cfg)
+            .backoff(crate::kubeio::client::WatchBackoff::default())
+            .boxed();
+        let mut book = Book::default();
+        let mut writes: tokio::task::JoinSet<WriteOutcome> = tokio::task::JoinSet::new();
+        // Each write in flight: its action and when its checker was first seen
+        // unassigned (taken when the write starts: the watch event of the
+        // write itself may reach the book before the write's answer does).
+        let mut write_actions: HashMap<tokio::task::Id, (Action, Option<Instant>)> = HashMap::new();
+        let mut dirty = true;
+        // Decisions are rate limited so a burst of watch events (status writes
+        // change resourceVersions too) costs one decision, not one per event.
+        let mut last_decision = Instant::now() - Duration::from_secs(1);
+        let mut last_census = Instant::now() - Duration::from_secs(1);
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let _clear = ClearOrphans(self.metrics.clone());
+        loop {
+            tokio::select! {
+                ev = stream.try_next() => {
+                    let now = Instant::now();
+                    match ev {
+                        Ok(Some(Event::Init)) => book.list_begin(),
+                        Ok(Some(Event::InitApply(o))) => book.list_item(&o.metadata, now),
+                        Ok(Some(Event::InitDone)) => book.list_done(),
+                        Ok(Some(Event::Apply(o))) => book.applied(&o.metadata, now),
+                        Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
+                        Ok(None) => return Err(Error::TaskDied("sharder watch")),
+                        Err(e) => {
+                            self.metrics.watch_failed("sharder", &e);
+                            warn!(error = %e, "sharder watch failed; it resumes (decisions go on)");
+                        }
+                    }
+                    dirty = true;
+                }
+                Some(done) = writes.join_next_with_id(), if !writes.is_empty() => {
+                    // Decisions skip keys with a write in flight; now that this one
+                    // is done, decide again even if no watch event follows.
+                    dirty = true;
+                    let (id, outcome) = match done {
+                        Ok((id, outcome)) => (id, outcome),
+                        Err(e) => {
+                            warn!(error = %e, "an assignment write task failed");
+                            (e.id(), WriteOutcome::Failed)
+                        }
+                    };
+                    let Some((action, unassigned_since)) = write_actions.remove(&id) else { continue };
+                    self.record(&action, unassigned_since, &outcome);
+                    book.write_finished(action.key(), &outcome, Instant::now());
+                    continue;
+                }
+                _ = self.view.changed.notified() => { dirty = true; }
+                _ = self.peers.changed.notified() => {}
+                _ = tick.tick() => {}
+            }
+            if !book.synced() {
+                continue;
+            }
+            let Some(members) = self.view.members() else {
+                continue;
+            };
+            if !self.leader.valid() {
+                // Leadership lapsed (renewals late): keep the view, write nothing.
+                continue;
+            }
+            let (stale, evidenced) = self.suspects();
+            if !stale.is_empty() && self.judge(&mut book, &stale, &evidenced).await {
+                dirty = true;
+                continue;
+            }
+            let suspects: HashSet<String> = stale.into_iter().map(|(id, _)| id).collect();
+            let seen = Roster {
+                members: &members,
+                suspects: &suspects,
+            };
+            if last_census.elapsed() >= Duration::from_secs(1) {
+                last_census = Instant::now();
+                let Census { orphaned } = book.census(
+                    &seen,
+                    last_census,
+                    self.view.lease_duration,
+                    self.view.lease_duration * 6,
+                );
+                self.metrics.orphaned_checkers.set(orphaned as i64);
+                book.prune(&members);
+            }
+            if book.expire_written(Instant::now()) {
+                dirty = true;
+            }
+            if !dirty || last_decision.elapsed() < Duration::from_millis(50) {
+                continue;
+            }
+            last_decision = Instant::now();
+            dirty = false;
+            let actions = book.decide(&seen);
+            if actions.is_empty() {
+                continue;
+            }
+            debug!(actions = actions.len(), "sharder writing assignments");
+            for a in actions {
+                let Some(o) = book.object(a.key()) else {
+                    continue;
+                };
+                let (ns, name, rv) = (
+                    o.namespace.clone(),
+                    o.name.clone(),
+                    o.resource_version.clone(),
+                );
+                let unassigned_since = o.first_seen_unassigned;
+                let epoch = members.get(a.target()).cloned();
+                book.write_started(&a);
+                let action = a.clone();
+                let client = self.clients.requests.clone();
+                let leader = self.leader.clone();
+                let limit = self.write_limit.clone();
+                let handle = writes.spawn(async move {
+                    let _permit = limit.acquire_owned().await;
+                    Self::write(client, leader, ns, name, rv, a, epoch).await
+                });
+                write_actions.insert(handle.id(), (action, unassigned_since));
+            }
+        }
+    }
+
+    fn record(&self, action: &Action, unassigned_since: Option<Instant>, outcome: &WriteOutcome) {
+        let key = action.key();
+        match (outcome, action) {
+            (WriteOutcome::Raced, _) => {
+                debug!(checker = %key, "assignment raced with another change; will re-decide");
+            }
+            (WriteOutcome::Written(_), Action::Assign { to, cause, .. }) => {
+                self.metrics.moves.with_label_values(&[cause.label()]).inc();
+                if let Some(t) = unassigned_since {
+                    self.metrics
+                        .assignment_latency
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                debug!(checker = %key, to = %to, cause = cause.label(), "assigned");
+            }
+            (WriteOutcome::Written(_), Action::SetDrain { to, .. }) => {
+                debug!(checker = %key, to = %to, "drain requested");
+            }
+            (WriteOutcome::Written(_), Action::ClearDrain { owner, .. }) => {
+                debug!(checker = %key, owner = %owner, "drain withdrawn: its target left");
+            }
+            (WriteOutcome::Failed, _) => {}
+        }
+    }
+}
+
+/// The orphan gauge belongs to the leader: zero it when the sharder stops.
+struct ClearOrphans(Arc<Metrics>);
+
+impl Drop for ClearOrphans {
+    fn drop(&mut self) {
+        self.0.orphaned_checkers.set(0);
+    }
+}

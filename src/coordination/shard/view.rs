@@ -1,0 +1,386 @@
+//! Every replica's view of the membership Leases, and the rule by which a
+//! member may be judged gone.
+//!
+//! The judge rule: **a judge may count against a member only time during
+//! which the judge itself could write.** A member becomes a suspect when its
+//! Lease has not changed, as this replica observed it, for a whole lease
+//! duration counted from the latest of: when the change was observed, when
+//! this replica's own current run of successful renewals began
+//! ([`crate::coordination::membership::Membership::judge_since`]), and when this view last
+//! (re)started from a list or recovered from a watch error. An etcd stall
+//! lets every API call fail while watches stay open and no Lease changes:
+//! without the second term every member looks dead the moment it ends. A
+//! replica never judges itself. A suspect is only suspected: its checkers move
+//! after it is proven gone (see the sharder), never on silence alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tracing::{info, warn};
+
+use crate::api::{
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+};
+use crate::error::Error;
+use crate::observe::metrics::Metrics;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedLease {
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub observed_at: Instant,
+    /// Where the member's HTTP server is reached, and the process behind it
+    /// (its Lease's annotations); `None` when it advertises none or asked to
+    /// be judged by its Lease alone.
+    pub peer: Option<PeerAddress>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerAddress {
+    pub address: String,
+    pub incarnation: String,
+}
+
+fn peer_address(lease: &Lease) -> Option<PeerAddress> {
+    let a = lease.metadata.annotations.as_ref()?;
+    if a.get(PEER_EVIDENCE_ANNOTATION).map(String::as_str) == Some("distrusted") {
+        return None;
+    }
+    Some(PeerAddress {
+        address: a.get(ADDRESS_ANNOTATION)?.clone(),
+        incarnation: a.get(INCARNATION_ANNOTATION)?.clone(),
+    })
+}
+
+/// The view as plain state, driven by watch events; every rule is a method
+/// that takes `now`.
+#[derive(Debug)]
+pub struct Members {
+    leases: HashMap<String, ObservedLease>,
+    synced: bool,
+    /// False from a watch error until the next event: changes may be missing.
+    watch_ok: bool,
+    /// Clocks count from no earlier than this (last list, last recovery).
+    fresh_since: Instant,
+}
+
+impl Members {
+    pub fn new(now: Instant) -> Self {
+        Members {
+            leases: HashMap::new(),
+            synced: false,
+            watch_ok: false,
+            fresh_since: now,
+        }
+    }
+
+    /// A watch event other than an error arrived at `now`.
+    fn watch_healthy(&mut self, now: Instant) {
+        if !self.watch_ok {
+            self.watch_ok = true;
+            self.fresh_since = now;
+        }
+    }
+
+    /// A full list replaced the view.
+    pub fn listed(&mut self, leases: &[Lease], now: Instant) {
+        self.leases.clear();
+        self.synced = true;
+        self.watch_ok = true;
+        // Fresh clocks for everyone: we may have been the one cut off.
+        self.fresh_since = now;
+        for l in leases {
+            self.apply(l, now);
+        }
+    }
+
+    pub fn apply(&mut self, lease: &Lease, now: Instant) {
+        self.watch_healthy(now);
+        let (Some(name), Some(uid), Some(rv)) = (
+            lease.metadata.name.clone(),
+            lease.metadata.uid.clone(),
+            lease.metadata.resource_version.clone(),
+        ) else {
+            return;
+        };
+        let Some(holder) = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()) else {
+            return;
+        };
+        match self.leases.get(&holder) {
+            Some(l) if l.resource_version == rv && l.uid == uid => {}
+            _ => {
+                self.leases.insert(
+                    holder,
+                    ObservedLease {
+                        name,
+                        uid,
+                        resource_version: rv,
+                        observed_at: now,
+                        peer: peer_address(lease),
+                    },
+                );
+            }
+        }
+    }
+
+    /// A Lease was deleted (released, or proven gone by the sharder).
+    pub fn delete_uid(&mut self, uid: &str, now: Instant) {
+        self.watch_healthy(now);
+        self.leases.retain(|_, l| l.uid != uid);
+    }
+
+    /// The watch failed: keep what we know (a resumed watch replays what we
+    /// missed), but judge nobody until it delivers again.
+    pub fn watch_failed(&mut self) {
+        self.watch_ok = false;
+    }
+
+    /// Every member with a Lease and its epoch (the Lease UID); `None` until
+    /// the first list.
+    pub fn members(&self) -> Option<BTreeMap<String, String>> {
+        self.synced.then(|| {
+            self.leases
+                .iter()
+                .map(|(id, l)| (id.clone(), l.uid.clone()))
+                .collect()
+        })
+    }
+
+    /// Every member's Lease as observed (for evidence, see `super::peers`),
+    /// `None` unless the view is synced and its watch healthy.
+    pub fn observed(&self) -> Option<Vec<(String, ObservedLease)>> {
+        (self.synced && self.watch_ok).then(|| {
+            let mut v: Vec<_> = self
+                .leases
+                .iter()
+                .map(|(id, l)| (id.clone(), l.clone()))
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+    }
+
+    /// Members whose Lease stood still for a whole `lease_duration` of time
+    /// this judge could count (see the module doc). `judge_since` is `None`
+    /// while the judge itself cannot write: then nobody is suspect.
+    pub fn suspects(
+        &self,
+        me: &str,
+        lease_duration: Duration,
+        judge_since: Option<Instant>,
+        now: Instant,
+    ) -> Vec<(String, ObservedLease)> {
+        let Some(judge_since) = judge_since else {
+            return Vec::new();
+        };
+        if !self.synced || !self.watch_ok {
+            return Vec::new();
+        }
+        let counted_from = judge_since.max(self.fresh_since);
+        let mut out: Vec<(String, ObservedLease)> = self
+            .leases
+            .iter()
+            .filter(|(id, l)| {
+                id.as_str() != me
+                    && now.saturating_duration_since(l.observed_at.max(counted_from))
+                        > lease_duration
+            })
+            .map(|(id, l)| (id.clone(), l.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// The shared, watched view.
+pub struct MemberView {
+    pub lease_duration: Duration,
+    state: Mutex<Members>,
+    pub changed: tokio::sync::Notify,
+}
+
+impl MemberView {
+    pub fn new(lease_duration: Duration) -> Arc<Self> {
+        Arc::new(MemberView {
+            lease_duration,
+            state: Mutex::new(Members::new(Instant::now())),
+            changed: tokio::sync::Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn members(&self) -> Option<BTreeMap<String, String>> {
+        self.lock().members()
+    }
+
+    pub fn suspects(&self, me: &str, judge_since: Option<Instant>) -> Vec<(String, ObservedLease)> {
+        self.lock()
+            .suspects(me, self.lease_duration, judge_since, Instant::now())
+    }
+
+    pub fn observed(&self) -> Option<Vec<(String, ObservedLease)>> {
+        self.lock().observed()
+    }
+
+    /// The sharder proved a member gone: drop it now, before the watch says so.
+    pub fn forget(&self, uid: &str) {
+        self.lock().delete_uid(uid, Instant::now());
+        self.changed.notify_waiters();
+    }
+
+    /// Watches the membership Leases.
+    pub async fn run(
+        self: Arc<Self>,
+        client: Client,
+        namespace: String,
+        metrics: Arc<Metrics>,
+    ) -> Result<(), Error> {
+        let api: Api<Lease> = Api::namespaced(client, &namespace);
+        let cfg = watcher::Config::default()
+            .labels(&format!("{MEMBER_LABEL}=true"))
+            .timeout(crate::kubeio::client::WATCH_TIMEOUT_SECS);
+        let mut stream = watcher::watcher(api, cfg)
+            .backoff(crate::kubeio::client::WatchBackoff::default())
+            .boxed();
+        let mut listing: Vec<Lease> = Vec::new();
+        while let Some(ev) = stream.next().await {
+            let now = Instant::now();
+            match ev {
+                Ok(Event::Init) => listing.clear(),
+                Ok(Event::InitApply(l)) => listing.push(l),
+                Ok(Event::InitDone) => {
+                    self.lock().listed(&std::mem::take(&mut listing), now);
+                    info!("membership Leases listed");
+                }
+                Ok(Event::Apply(l)) => self.lock().apply(&l, now),
+                Ok(Event::Delete(l)) => {
+                    if let Some(uid) = l.metadata.uid.as_deref() {
+                        self.lock().delete_uid(uid, now);
+                    }
+                }
+                Err(e) => {
+                    metrics.watch_failed("leases", &e);
+                    warn!(error = %e, "membership Lease watch failed; nobody is judged until it delivers again");
+                    self.lock().watch_failed();
+                }
+            }
+            if let Some(m) = self.members() {
+                metrics.ring_members.set(m.len() as i64);
+            }
+            self.changed.notify_waiters();
+        }
+        Err(Error::TaskDied("membership lease watch"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use kube::api::ObjectMeta;
+
+    const LEASE: Duration = Duration::from_secs(3);
+
+    fn lease(holder: &str, rv: &str) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(format!("webchecker-member-{holder}")),
+                uid: Some(format!("uid-{holder}")),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn ids(s: &[(String, ObservedLease)]) -> Vec<&str> {
+        s.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_stalled_judge_suspects_nobody_when_the_stall_ends() {
+        // etcd froze for 25 s: no Lease changed, every renewal (ours too) failed.
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1"), lease("c", "1")], t0);
+        let end = t0 + Duration::from_secs(25);
+        // Our first renewal after the stall succeeded just now.
+        assert!(m.suspects("a", LEASE, Some(end), end).is_empty());
+        // The others renew within a lease: still nobody.
+        m.apply(&lease("b", "2"), end + Duration::from_secs(1));
+        m.apply(&lease("c", "2"), end + Duration::from_secs(1));
+        assert!(
+            m.suspects("a", LEASE, Some(end), end + Duration::from_secs(3))
+                .is_empty()
+        );
+        // c dies after the stall: suspected one lease after its last renewal.
+        m.apply(&lease("b", "3"), end + Duration::from_secs(3));
+        let later = end + Duration::from_secs(4) + Duration::from_millis(100);
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(end), later)), ["c"]);
+    }
+
+    #[test]
+    fn without_the_judge_rule_every_member_would_be_suspect() {
+        // The bug this guards against: clocks counted from the observation alone.
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1")], t0);
+        let end = t0 + Duration::from_secs(25);
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), end)), ["b"]);
+        assert!(m.suspects("a", LEASE, Some(end), end).is_empty());
+    }
+
+    #[test]
+    fn a_judge_that_cannot_write_judges_nobody_and_never_itself() {
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1")], t0);
+        let late = t0 + Duration::from_secs(60);
+        assert!(m.suspects("a", LEASE, None, late).is_empty());
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), late)), ["b"]);
+        assert_eq!(ids(&m.suspects("b", LEASE, Some(t0), late)), ["a"]);
+    }
+
+    #[test]
+    fn a_watch_error_keeps_the_view_and_restarts_the_clocks() {
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1")], t0);
+        m.watch_failed();
+        // The view stays usable for decisions (the sharder must not freeze)...
+        assert_eq!(m.members().map(|x| x.len()), Some(2));
+        // ...but nobody is judged while changes may be missing.
+        let late = t0 + Duration::from_secs(10);
+        assert!(m.suspects("a", LEASE, Some(t0), late).is_empty());
+        // The resumed watch delivers a (replayed) renewal of a; b stays silent.
+        m.apply(&lease("a", "2"), late);
+        assert!(m.suspects("a", LEASE, Some(t0), late).is_empty());
+        let later = late + LEASE + Duration::from_millis(1);
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), later)), ["b"]);
+    }
+
+    #[test]
+    fn nothing_is_a_member_before_the_first_list() {
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.apply(&lease("a", "1"), t0);
+        assert_eq!(m.members(), None);
+        m.listed(&[lease("a", "1")], t0);
+        assert_eq!(m.members().map(|x| x.len()), Some(1));
+        m.delete_uid("uid-a", t0);
+        assert_eq!(m.members().map(|x| x.len()), Some(0));
+    }
+}

@@ -1,0 +1,185 @@
+//! The checker feed: a watch of this replica's own shard (label selector on
+//! the owner label), classified into engine commands, with compiled patterns
+//! attached. The commands go to the engine through the resolver task
+//! (resolver.rs), which attaches the referenced Secret/ConfigMap values: the
+//! feed itself never waits for a read.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, object_key};
+use crate::coordination::membership::Membership;
+use crate::engine::{Command, Incoming};
+use crate::error::Error;
+use crate::intake::resolver::Resolver;
+use crate::observe::metrics::Metrics;
+use crate::observe::server::HealthFlags;
+
+/// Whether an object is assigned to this incarnation of this replica (not to
+/// another replica, nor to an earlier incarnation of this one).
+fn assigned_here(meta: &kube::core::ObjectMeta, membership: &Membership) -> bool {
+    let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
+    let epoch = meta
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(EPOCH_ANNOTATION))
+        .cloned();
+    owner == Some(&membership.identity) && epoch == membership.epoch()
+}
+
+fn classify(
+    obj: DynamicObject,
+    membership: &Membership,
+    initial: bool,
+    seen: std::time::Instant,
+) -> (String, Option<Command>) {
+    let namespace = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let key = object_key(&namespace, &name);
+    let ann = obj.metadata.annotations.clone().unwrap_or_default();
+    if !assigned_here(&obj.metadata, membership) {
+        // Assigned to an earlier incarnation of this replica: not ours to probe.
+        return (key.clone(), Some(Command::Remove { key }));
+    }
+    let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
+    if ann.contains_key(DRAIN_ANNOTATION) {
+        return (
+            key.clone(),
+            Some(Command::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            }),
+        );
+    }
+    let generation = obj.metadata.generation;
+    let value = serde_json::to_value(&obj).unwrap_or_default();
+    let checker = match serde_json::from_value::<WebChecker>(value) {
+        // The compiled patterns are filled in by the feeder, the referenced
+        // Secret/ConfigMap values by the resolver.
+        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default(), None),
+        Err(e) => Incoming::Malformed {
+            namespace,
+            name,
+            resource_version,
+            generation,
+            error: e.to_string().chars().take(200).collect(),
+        },
+    };
+    (
+        key,
+        Some(Command::Upsert {
+            checker,
+            initial,
+            seen,
+        }),
+    )
+}
+
+/// Feeds the engine from a watch of this replica's own shard (label selector).
+pub async fn watch_own_shard(
+    client: Client,
+    watch_namespace: Option<String>,
+    membership: Arc<Membership>,
+    commands: mpsc::Sender<Command>,
+    health: Arc<HealthFlags>,
+    metrics: Arc<Metrics>,
+    budgets: crate::intake::budget::Limits,
+) -> Result<(), Error> {
+    let ar = ApiResource::erase::<WebChecker>(&());
+    let api: Api<DynamicObject> = match &watch_namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let cfg = watcher::Config::default()
+        .timeout(crate::kubeio::client::WATCH_TIMEOUT_SECS)
+        .labels(&format!("{OWNER_LABEL}={}", membership.identity));
+    let open = || {
+        watcher::watcher(api.clone(), cfg.clone())
+            .backoff(crate::kubeio::client::WatchBackoff::default())
+            .boxed()
+    };
+    let mut stream = open();
+    let mut reconnects = membership.reconnects();
+    let mut present = HashSet::new();
+    let mut patterns = crate::intake::compiler::PatternCache::new(budgets.pattern_bytes);
+    let (to_resolver, from_feed) = mpsc::channel(crate::intake::resolver::INPUT);
+    let resolver = {
+        let membership = membership.clone();
+        Resolver::new(
+            crate::intake::secrets::reader(client),
+            crate::intake::secrets::TTL,
+            Box::new(move |wc: &WebChecker| assigned_here(&wc.metadata, &membership)),
+            budgets.value_bytes,
+        )
+    };
+    // Ends when the feed ends (its input closes), so it never outlives it.
+    let mut resolver_task = tokio::spawn(resolver.run(from_feed, commands));
+    loop {
+        let ev = tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            Ok(()) = reconnects.changed() => {
+                // List afresh on a new watch (the re-list ends in a Resync,
+                // so nothing of the old watch is lost).
+                stream = open();
+                continue;
+            }
+            _ = &mut resolver_task => return Err(Error::TaskDied("secret resolver")),
+        };
+        let cmd = match ev {
+            Ok(Event::Init) => {
+                present.clear();
+                None
+            }
+            Ok(Event::InitApply(o)) => {
+                let (key, cmd) = classify(o, &membership, true, std::time::Instant::now());
+                if matches!(cmd, Some(Command::Upsert { .. } | Command::Drain { .. })) {
+                    present.insert(key);
+                }
+                cmd
+            }
+            Ok(Event::InitDone) => {
+                health.synced.store(true, Ordering::Relaxed);
+                Some(Command::Resync {
+                    present: std::mem::take(&mut present),
+                })
+            }
+            Ok(Event::Apply(o)) => classify(o, &membership, false, std::time::Instant::now()).1,
+            Ok(Event::Delete(o)) => Some(Command::Remove {
+                key: object_key(
+                    o.metadata.namespace.as_deref().unwrap_or_default(),
+                    o.metadata.name.as_deref().unwrap_or_default(),
+                ),
+            }),
+            Err(e) => {
+                metrics.watch_failed("checkers", &e);
+                warn!(error = %e, "checker watch failed; retrying (probing goes on)");
+                None
+            }
+        };
+        let Some(c) = cmd else { continue };
+        let mut sent = true;
+        for c in patterns.attach(c).await {
+            sent = sent && to_resolver.send(c).await.is_ok();
+        }
+        if !sent {
+            break;
+        }
+    }
+    resolver_task.abort();
+    Err(Error::TaskDied("checker watch"))
+}

@@ -1,0 +1,522 @@
+//! The status writer: the only task that writes checker objects on behalf of an
+//! owner (status, and the drain acknowledgement).
+//!
+//! Pending writes live in a map keyed by checker (latest wins), so the queue is
+//! bounded by the shard size and a slow or absent API server never blocks the
+//! probe engine. Every write carries the resourceVersion this replica last saw
+//! (fencing); a conflict is re-checked against the object's current owner and
+//! epoch, never retried blindly. Nothing is written while the membership Lease
+//! is not known to be ours (except the final flush of a graceful shutdown,
+//! after the Lease was released: those writes are fenced by resourceVersion).
+//!
+//! Retries: drain acknowledgements go before status writes (a checker being
+//! handed over is unprobed until its ack lands). A write that failed without
+//! a verdict (timeout, 429, 5xx) is retried with a per-checker backoff; a
+//! refusal (other 4xx) is dropped and counted; a checker forgotten meanwhile
+//! (it moved away) is never retried.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::discovery::ApiResource;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::Notify;
+use tracing::{debug, error, info, warn};
+
+use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, WebCheckerStatus};
+use crate::coordination::membership::Membership;
+use crate::error::api_code;
+use crate::kubeio::client::CALL_DEADLINE;
+use crate::observe::metrics::Metrics;
+
+/// Annotation left by the old owner on a drain: unix milliseconds of its last
+/// probe, so the new owner keeps the cadence.
+pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Status(Box<WebCheckerStatus>),
+    /// Hand the checker over: clear owner and epoch, keep the drain target.
+    AckDrain {
+        last_probe_unix_ms: Option<i64>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Pending {
+    namespace: String,
+    name: String,
+    op: Op,
+    attempts: u32,
+    /// Not before this instant (backoff after a failure without a verdict).
+    not_before: Option<Instant>,
+    /// When the checker's first unwritten op was submitted: a newer op for
+    /// the same checker keeps its place in the queue.
+    since: Instant,
+}
+
+/// Backoff after the `attempts`-th failure without a verdict.
+fn backoff(attempts: u32) -> Duration {
+    let ms = 200u64.saturating_mul(1 << attempts.min(8));
+    Duration::from_millis(ms.min(30_000))
+}
+
+/// What to do after a write ended with this API status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Done,
+    /// Fenced: the object changed; re-check ownership before any retry.
+    Conflict,
+    Gone,
+    /// No verdict (timeout, 429, 5xx): try again later.
+    Retry,
+    /// The API server refused the write itself: retrying cannot help.
+    Refused,
+}
+
+fn verdict(code: Option<u16>) -> Verdict {
+    match code {
+        Some(200..=299) => Verdict::Done,
+        Some(409) => Verdict::Conflict,
+        Some(404) => Verdict::Gone,
+        Some(429) | Some(500..) | None => Verdict::Retry,
+        Some(_) => Verdict::Refused,
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    pending: HashMap<String, Pending>,
+    /// Last resourceVersion seen per checker (from the watch or our writes).
+    versions: HashMap<String, String>,
+    /// Keys whose pending op is a drain ack: they jump every queue.
+    acks: HashSet<String>,
+    /// Writes taken out of `pending` and not finished yet (graceful
+    /// shutdown waits for them too).
+    inflight: usize,
+}
+
+pub struct StatusWriter {
+    inner: Mutex<Inner>,
+    wake: Notify,
+    /// Woken when the pending map drains (graceful shutdown waits on it).
+    idle: Notify,
+    membership: Arc<Membership>,
+    metrics: Arc<Metrics>,
+    concurrency: usize,
+    /// Graceful shutdown released the Lease: flush anyway (fenced by rv).
+    final_flush: AtomicBool,
+}
+
+impl StatusWriter {
+    pub fn new(
+        membership: Arc<Membership>,
+        metrics: Arc<Metrics>,
+        concurrency: usize,
+    ) -> Arc<Self> {
+        Arc::new(StatusWriter {
+            inner: Mutex::new(Inner::default()),
+            wake: Notify::new(),
+            idle: Notify::new(),
+            membership,
+            metrics,
+            concurrency,
+            final_flush: AtomicBool::new(false),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn observe_version(&self, key: &str, rv: &str) {
+        self.lock().versions.insert(key.to_string(), rv.to_string());
+    }
+
+    pub fn submit(&self, key: &str, namespace: &str, name: &str, op: Op) {
+        let mut g = self.lock();
+        // A queued drain acknowledgement outranks a status write: the checker is
+        // being handed over, and losing the ack would leave it with no owner.
+        if matches!(op, Op::Status(_))
+            && g.pending
+                .get(key)
+                .is_some_and(|p| matches!(p.op, Op::AckDrain { .. }))
+        {
+            return;
+        }
+        if matches!(op, Op::AckDrain { .. }) {
+            g.acks.insert(key.to_string());
+        }
+        let since = g.pending.get(key).map_or_else(Instant::now, |p| p.since);
+        g.pending.insert(
+            key.to_string(),
+            Pending {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                op,
+                attempts: 0,
+                not_before: None,
+                since,
+            },
+        );
+        drop(g);
+        self.wake.notify_one();
+    }
+
+    /// The drain was withdrawn before its ack was written: drop the ack.
+    pub fn withdraw_ack(&self, key: &str) {
+        let mut g = self.lock();
+        if g.acks.remove(key) {
+            g.pending.remove(key);
+        }
+    }
+
+    /// Drops everything queued for a checker this replica no longer owns.
+    pub fn forget(&self, key: &str) {
+        let mut g = self.lock();
+        g.pending.remove(key);
+        g.acks.remove(key);
+        g.versions.remove(key);
+        crate::shrink_if_sparse(&mut g.versions);
+        crate::shrink_if_sparse(&mut g.pending);
+    }
+
+    pub fn forget_all(&self) {
+        let mut g = self.lock();
+        g.pending = HashMap::new();
+        g.versions = HashMap::new();
+        g.acks = HashSet::new();
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.lock().pending.len()
+    }
+
+    /// Whether nothing is pending nor being written.
+    fn drained(&self) -> bool {
+        let g = self.lock();
+        g.pending.is_empty() && g.inflight == 0
+    }
+
+    /// Waits until nothing is pending nor being written (or the timeout
+    /// passes); whether it got there. A batch already taken is still being
+    /// written when the map is empty: the last transitions before a shutdown
+    /// are in it.
+    pub async fn flush(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, async {
+            while !self.drained() {
+                self.wake.notify_one();
+                tokio::select! {
+                    _ = self.idle.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    fn api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &ApiResource::erase::<WebChecker>(&()),
+        )
+    }
+
+    async fn write_once(
+        &self,
+        client: &Client,
+        key: &str,
+        p: &Pending,
+        rv: Option<String>,
+    ) -> Result<String, kube::Error> {
+        let api = Self::api(client, &p.namespace);
+        let r = match &p.op {
+            Op::Status(status) => {
+                let patch = json!({
+                    "metadata": { "resourceVersion": rv },
+                    "status": status,
+                });
+                api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
+            }
+            Op::AckDrain { last_probe_unix_ms } => {
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": rv,
+                        "labels": { OWNER_LABEL: null },
+                        "annotations": {
+                            EPOCH_ANNOTATION: null,
+                            LAST_PROBE_ANNOTATION: last_probe_unix_ms.map(|t| t.to_string()),
+                        },
+                    }
+                });
+                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?
+            }
+        };
+        let _ = key;
+        Ok(r.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Is the object still ours to write? (owner and epoch match, and for status
+    /// writes no drain requested.)
+    fn still_ours(&self, obj: &DynamicObject, op: &Op) -> bool {
+        let owner = obj
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL));
+        let ann = obj.metadata.annotations.as_ref();
+        let epoch = ann.and_then(|a| a.get(EPOCH_ANNOTATION));
+        let draining = ann.is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
+        let mine =
+            owner == Some(&self.membership.identity) && epoch.cloned() == self.membership.epoch();
+        match op {
+            Op::Status(_) => mine && !draining,
+            Op::AckDrain { .. } => mine && draining,
+        }
+    }
+
+    /// One write with a deadline; a timeout is a failure without a verdict.
+    async fn attempt(
+        &self,
+        client: &Client,
+        key: &str,
+        p: &Pending,
+        rv: Option<String>,
+    ) -> Result<String, Option<u16>> {
+        match tokio::time::timeout(CALL_DEADLINE, self.write_once(client, key, p, rv)).await {
+            Ok(Ok(rv)) => Ok(rv),
+            Ok(Err(e)) => {
+                if verdict(api_code(&e)) != Verdict::Conflict {
+                    warn!(checker = %key, error = %e, "status write failed");
+                }
+                Err(api_code(&e))
+            }
+            Err(_) => {
+                warn!(checker = %key, "status write got no answer in time");
+                Err(None)
+            }
+        }
+    }
+
+    fn count(&self, result: &str) {
+        self.metrics
+            .status_writes
+            .with_label_values(&[result])
+            .inc();
+    }
+
+    async fn write(&self, client: &Client, key: String, mut p: Pending) {
+        // Fencing needs the resourceVersion we last saw; a checker forgotten
+        // meanwhile (moved away) has none and is not ours to write.
+        let Some(rv) = self.lock().versions.get(&key).cloned() else {
+            return;
+        };
+        let mut result = self.attempt(client, &key, &p, Some(rv)).await;
+        if let Err(code) = result
+            && verdict(code) == Verdict::Conflict
+        {
+            self.count("conflict");
+            // Fencing: re-read and retry only if the checker is still ours.
+            let api = Self::api(client, &p.namespace);
+            result = match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&p.name)).await {
+                Ok(Ok(Some(obj))) if self.still_ours(&obj, &p.op) => {
+                    self.attempt(client, &key, &p, obj.metadata.resource_version.clone())
+                        .await
+                }
+                Ok(Ok(_)) => Err(Some(409)),
+                Ok(Err(e)) => Err(api_code(&e)),
+                Err(_) => Err(None),
+            };
+        }
+        match result.map_err(verdict) {
+            Ok(rv) => {
+                self.count("ok");
+                let mut g = self.lock();
+                if matches!(p.op, Op::AckDrain { .. }) {
+                    self.metrics.drains.inc();
+                    debug!(checker = %key, "drain acknowledged");
+                    // Handed over: the checker is no longer ours. Keeping the
+                    // version our own ack produced would let a later status
+                    // write pass the resourceVersion fence.
+                    g.versions.remove(&key);
+                    g.pending.remove(&key);
+                    g.acks.remove(&key);
+                } else if let Some(v) = g.versions.get_mut(&key) {
+                    // Only if still ours: `forget` may have run while we wrote.
+                    *v = rv;
+                }
+            }
+            Err(Verdict::Done) => unreachable!("an error is never a success"),
+            Err(Verdict::Gone) => debug!(checker = %key, "checker deleted before its write"),
+            Err(Verdict::Conflict) => {
+                self.count("fenced");
+                info!(checker = %key, "write fenced: the checker is no longer ours");
+            }
+            Err(Verdict::Refused) => {
+                self.count("refused");
+                error!(checker = %key, "the API server refused a status write; dropped (see the error above)");
+            }
+            Err(Verdict::Retry) => {
+                self.count("error");
+                p.attempts += 1;
+                p.not_before = Some(Instant::now() + backoff(p.attempts));
+                let mut g = self.lock();
+                // Re-queue only if still ours and nothing newer was queued.
+                if g.versions.contains_key(&key) {
+                    if matches!(p.op, Op::AckDrain { .. }) {
+                        g.acks.insert(key.clone());
+                    }
+                    g.pending.entry(key).or_insert(p);
+                }
+            }
+        }
+    }
+
+    /// Lets the final flush of a graceful shutdown write after the Lease was
+    /// released (each write is still fenced by resourceVersion).
+    pub fn allow_final_flush(&self) {
+        self.final_flush.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Takes up to `max` writes that are due: drain acks first, then the
+    /// namespaces in turn, each oldest first. Another namespace's flood of
+    /// status changes (checkers flipping on every probe, each rewritten
+    /// before it was written) delays a namespace's writes by one turn, never
+    /// behind the whole flood; within a namespace nothing waits forever.
+    fn take_batch(&self, max: usize, now: Instant) -> (Vec<(String, Pending)>, Option<Instant>) {
+        let mut g = self.lock();
+        let mut acks: Vec<&String> = Vec::new();
+        let mut spaces: HashMap<&str, Vec<(Instant, &String)>> = HashMap::new();
+        let mut next: Option<Instant> = None;
+        for (k, p) in &g.pending {
+            match p.not_before {
+                Some(t) if t > now => next = Some(next.map_or(t, |n| n.min(t))),
+                _ if matches!(p.op, Op::AckDrain { .. }) => acks.push(k),
+                _ => spaces
+                    .entry(p.namespace.as_str())
+                    .or_default()
+                    .push((p.since, k)),
+            }
+        }
+        let mut queues: Vec<Vec<(Instant, &String)>> = spaces.into_values().collect();
+        for q in &mut queues {
+            // Oldest last: popped first.
+            q.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        // The namespace waiting longest goes first.
+        queues.sort_unstable_by_key(|q| q.last().map(|(t, _)| *t));
+        let mut keys: Vec<String> = acks.into_iter().take(max).cloned().collect();
+        while keys.len() < max && !queues.is_empty() {
+            queues.retain_mut(|q| match q.pop() {
+                Some((_, k)) if keys.len() < max => {
+                    keys.push(k.clone());
+                    !q.is_empty()
+                }
+                _ => false,
+            });
+        }
+        let batch: Vec<(String, Pending)> = keys
+            .into_iter()
+            .filter_map(|k| {
+                g.acks.remove(&k);
+                g.pending.remove(&k).map(|p| (k, p))
+            })
+            .collect();
+        g.inflight += batch.len();
+        (batch, next)
+    }
+
+    /// A drain ack that is due, if any (checked before every write of a batch,
+    /// so an ack never waits behind a batch of status writes).
+    fn take_ack(&self, now: Instant) -> Option<(String, Pending)> {
+        let mut g = self.lock();
+        let key = g
+            .acks
+            .iter()
+            .find(|k| {
+                g.pending
+                    .get(*k)
+                    .is_some_and(|p| p.not_before.is_none_or(|t| t <= now))
+            })?
+            .clone();
+        g.acks.remove(&key);
+        let taken = g.pending.remove(&key).map(|p| (key, p));
+        g.inflight += taken.is_some() as usize;
+        taken
+    }
+
+    /// Writes a taken op if this replica may still write (its Lease is
+    /// held, or the final flush of a graceful shutdown), else puts it back:
+    /// the gate is asked before each write, not once per batch, so a replica
+    /// that lost its Lease stops writing at once instead of finishing a batch
+    /// of up to 256 writes fenced only by resourceVersion.
+    async fn write_if_allowed(&self, client: &Client, key: String, p: Pending) {
+        if self.membership.can_write() || self.final_flush.load(Ordering::SeqCst) {
+            self.write(client, key, p).await;
+        } else {
+            let mut g = self.lock();
+            if g.versions.contains_key(&key) {
+                if matches!(p.op, Op::AckDrain { .. }) {
+                    g.acks.insert(key.clone());
+                }
+                g.pending.entry(key).or_insert(p);
+            }
+        }
+        self.lock().inflight -= 1;
+    }
+
+    pub async fn run(self: Arc<Self>, client: Client) {
+        loop {
+            if self.pending_len() == 0 {
+                self.idle.notify_waiters();
+                self.wake.notified().await;
+                continue;
+            }
+            if !self.membership.can_write() && !self.final_flush.load(Ordering::SeqCst) {
+                // Outage or lost Lease: keep the latest desired status, write later.
+                tokio::select! {
+                    _ = self.membership.changed.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                continue;
+            }
+            let (batch, next) = self.take_batch(256, Instant::now());
+            if batch.is_empty() {
+                let wait = next.map_or(Duration::from_millis(200), |t| {
+                    t.saturating_duration_since(Instant::now())
+                });
+                tokio::select! {
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+                continue;
+            }
+            let this = self.clone();
+            let queue: VecDeque<(String, Pending)> = batch.into();
+            futures::stream::unfold(queue, move |mut queue| {
+                let next = this.take_ack(Instant::now()).or_else(|| queue.pop_front());
+                async move { next.map(|item| (item, queue)) }
+            })
+            .for_each_concurrent(self.concurrency, |(k, p)| {
+                let this = self.clone();
+                let client = client.clone();
+                async move { this.write_if_allowed(&client, k, p).await }
+            })
+            .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+//! Kubernetes Events: queued by the engine without waiting and published by
+//! one task, each namespace in turn (`queue`).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::Notify;
+
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use tracing::debug;
+
+use crate::observe::metrics::Metrics;
+use queue::EventQueue;
+
+pub(crate) mod queue;
+
+/// Events waiting for the publisher, all namespaces together.
+pub const EVENT_QUEUE: usize = 1024;
+
+/// An Event and the object it is about.
+type Pending = (ObjectReference, KubeEvent);
+
+/// The queue shared by the engine and the publisher. The lock is held only
+/// to push or pop, never across an await, so the engine never waits on the
+/// API server.
+struct Shared {
+    queue: Mutex<EventQueue<Pending>>,
+    ready: Notify,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn queue(&self) -> std::sync::MutexGuard<'_, EventQueue<Pending>> {
+        // A panic while holding it leaves the queue consistent (each
+        // operation completes or changes nothing).
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The engine's end: pushes without waiting.
+pub struct EventSender(Arc<Shared>);
+
+/// The publisher's end.
+pub struct EventReceiver(Arc<Shared>);
+
+/// A bounded Event queue with a per-namespace share of `capacity`.
+pub fn event_queue(capacity: usize) -> (EventSender, EventReceiver) {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(EventQueue::new(capacity)),
+        ready: Notify::new(),
+        closed: AtomicBool::new(false),
+    });
+    (EventSender(shared.clone()), EventReceiver(shared))
+}
+
+impl EventSender {
+    /// Queues an Event of namespace `ns`; returns the namespace that lost an
+    /// Event to make room, if one did.
+    pub(crate) fn push(&self, ns: &str, item: Pending) -> Option<String> {
+        let dropped = self.0.queue().push(ns, item);
+        // A permit is kept when the publisher is not waiting yet: no lost wake-up.
+        self.0.ready.notify_one();
+        dropped
+    }
+}
+
+impl Drop for EventSender {
+    /// The engine is gone: the publisher ends once the queue is empty.
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::SeqCst);
+        self.0.ready.notify_one();
+    }
+}
+
+impl EventReceiver {
+    async fn next(&self) -> Option<Pending> {
+        loop {
+            if let Some((_, p)) = self.0.queue().pop() {
+                return Some(p);
+            }
+            if self.0.closed.load(Ordering::SeqCst) {
+                return None;
+            }
+            self.0.ready.notified().await;
+        }
+    }
+}
+
+/// Publishes the queued Events, one namespace after another, until the
+/// engine is gone.
+pub async fn run_events(recorder: Recorder, rx: EventReceiver, metrics: Arc<Metrics>) {
+    while let Some((reference, ev)) = rx.next().await {
+        match recorder.publish(&ev, &reference).await {
+            Ok(()) => {
+                let type_ = match ev.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                };
+                metrics.events.with_label_values(&[type_, &ev.reason]).inc();
+            }
+            Err(e) => debug!(error = %e, "event not published"),
+        }
+    }
+}

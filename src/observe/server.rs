@@ -1,0 +1,259 @@
+//! The HTTP side: /metrics, /healthz, /readyz.
+//!
+//! It runs on its own thread with its own small runtime, like a sidecar, so a
+//! saturated probe engine never makes /healthz time out and get the pod
+//! restarted in the middle of an overload.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+
+use crate::observe::metrics::Metrics;
+
+/// Health flags shared between the engine and the server.
+#[derive(Default)]
+pub struct HealthFlags {
+    /// Vital tasks are running.
+    pub alive: AtomicBool,
+    /// The checker watch has synced and the membership Lease is held.
+    pub synced: AtomicBool,
+    /// Shutdown has begun.
+    pub shutting_down: AtomicBool,
+    /// This process's incarnation, returned by /healthz so that peers can tell
+    /// it from another process at the same address.
+    pub incarnation: String,
+}
+
+impl HealthFlags {
+    pub fn ready(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+            && self.synced.load(Ordering::Relaxed)
+            && !self.shutting_down.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    health: Arc<HealthFlags>,
+}
+
+/// Does this Accept-Encoding admit gzip (RFC 9110 12.5.3: `gzip` or `*`
+/// with a non-zero weight, an explicit `gzip` weighing over `*`)?
+fn accepts_gzip(accept_encoding: &str) -> bool {
+    let mut star = None;
+    for item in accept_encoding.split(',') {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+        let weight = parts
+            .filter_map(|p| p.trim().strip_prefix("q=").or(p.trim().strip_prefix("Q=")))
+            .find_map(|q| q.trim().parse::<f32>().ok())
+            .unwrap_or(1.0);
+        match coding.as_str() {
+            "gzip" | "x-gzip" => return weight > 0.0,
+            "*" => star = Some(weight > 0.0),
+            _ => {}
+        }
+    }
+    star.unwrap_or(false)
+}
+
+/// The exposition of a large fleet is tens of megabytes of text: compressed
+/// for scrapers that ask (Prometheus does), rendered and compressed off this
+/// thread's runtime so /healthz answers meanwhile.
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::response::Response {
+    let gzip = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(accepts_gzip);
+    let body = tokio::task::spawn_blocking(move || {
+        let text = s.metrics.render();
+        if !gzip {
+            return Ok::<_, std::io::Error>(text.into_bytes());
+        }
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(text.len() / 8),
+            flate2::Compression::fast(),
+        );
+        enc.write_all(text.as_bytes())?;
+        enc.finish()
+    })
+    .await;
+    let Ok(Ok(body)) = body else {
+        return (StatusCode::INTERNAL_SERVER_ERROR, "rendering failed\n").into_response();
+    };
+    let mut response = (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            ),
+            (header::VARY, HeaderValue::from_static("accept-encoding")),
+        ],
+        body,
+    )
+        .into_response();
+    if gzip {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
+}
+
+async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
+    let who = [(crate::api::INCARNATION_HEADER, s.health.incarnation.clone())];
+    if s.health.alive.load(Ordering::Relaxed) {
+        (StatusCode::OK, who, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            who,
+            "a vital task stopped\n",
+        )
+    }
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.health.ready() {
+        (StatusCode::OK, "ready\n")
+    } else if s.health.shutting_down.load(Ordering::Relaxed) {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not synced yet\n")
+    }
+}
+
+pub fn router(metrics: Arc<Metrics>, health: Arc<HealthFlags>) -> Router {
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { metrics, health })
+}
+
+/// glibc keeps memory freed by other threads' arenas (a shard that shrank
+/// after a failover, the text of the last scrape) and rarely gives it back, so
+/// RSS would stay at its high-water mark. Trimming every 10 s costs well under
+/// a millisecond here and keeps RSS close to what is in use.
+async fn return_free_memory() {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free pages; it is thread-safe.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
+}
+
+/// Binds now (so a bad address fails start-up) and serves on a dedicated
+/// thread. The receiver completes when the server stops for any reason
+/// (including a panic): peers take a refused connection at our address as
+/// proof that this process is gone, so the process must not outlive it.
+pub fn spawn(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    health: Arc<HealthFlags>,
+) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Receiver<()>)> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    listener.set_nonblocking(true)?;
+    let local = listener.local_addr()?;
+    let (stopped_tx, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("http-server".into())
+        .spawn(move || {
+            // Dropped when the thread ends, by return or by unwinding.
+            let _stopped = stopped_tx;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                tokio::spawn(return_free_memory());
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let _ = axum::serve(listener, router(metrics, health)).await;
+            });
+        })?;
+    Ok((local, stopped))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use std::io::Read;
+    use tower::ServiceExt;
+
+    #[test]
+    fn gzip_is_chosen_only_when_accepted() {
+        for (header, gzip) in [
+            ("gzip", true),
+            ("identity, gzip;q=0.5", true),
+            ("br, GZIP", true),
+            ("*", true),
+            ("gzip;q=0", false),
+            ("*;q=0.1, gzip;q=0", false),
+            ("identity", false),
+            ("", false),
+            ("deflate, br", false),
+            ("gzip;q=zero", true),
+        ] {
+            assert_eq!(accepts_gzip(header), gzip, "{header:?}");
+        }
+    }
+
+    async fn scrape(accept: Option<&str>) -> (Option<String>, Vec<u8>) {
+        let metrics = Arc::new(Metrics::new("r0", false));
+        metrics.status_writes.with_label_values(&["ok"]).inc();
+        let mut req = Request::get("/metrics");
+        if let Some(a) = accept {
+            req = req.header(header::ACCEPT_ENCODING, a);
+        }
+        let resp = router(metrics, Arc::new(HealthFlags::default()))
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let encoding = resp
+            .headers()
+            .get(header::CONTENT_ENCODING)
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (encoding, body.to_vec())
+    }
+
+    #[tokio::test]
+    async fn metrics_are_compressed_for_scrapers_that_ask_and_say_the_same() {
+        let (plain_enc, plain) = scrape(None).await;
+        assert_eq!(plain_enc, None);
+        let text = String::from_utf8(plain).unwrap();
+        assert!(text.contains("webchecker_status_writes_total{result=\"ok\"} 1"));
+        let (enc, gz) = scrape(Some("gzip")).await;
+        assert_eq!(enc.as_deref(), Some("gzip"));
+        let mut unzipped = String::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_string(&mut unzipped)
+            .unwrap();
+        let types = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| l.starts_with("# TYPE"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert!(unzipped.contains("webchecker_status_writes_total{result=\"ok\"} 1"));
+        assert_eq!(types(&unzipped), types(&text));
+    }
+}
