@@ -84,8 +84,23 @@ else
   echo "install-deps: error: Go (>= 1.26, the go line of k8s.io/kubernetes v1.36) is required to build the control plane; it is not on PATH" >&2
   fail=1
 fi
+# rust-toolchain.toml names the release of hack/versions.env; rustup finds it
+# by that name. A machine whose rustup has it only as "stable" gets a link,
+# so nothing is downloaded.
+if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q "^$RUST_VERSION-"; then
+  for t in $(rustup toolchain list | awk '{print $1}'); do
+    sysroot=$(RUSTUP_TOOLCHAIN=$t rustc --print sysroot 2>/dev/null) || continue
+    if [ "$(RUSTUP_TOOLCHAIN=$t rustc --version | awk '{print $2}')" = "$RUST_VERSION" ]; then
+      rustup toolchain link "$RUST_VERSION" "$sysroot" && echo "install-deps: rustup toolchain $RUST_VERSION -> $t"
+      break
+    fi
+  done
+fi
 if command -v cargo >/dev/null 2>&1; then
-  rsv=$(rustc --version | awk '{print $2}')
+  if ! rsv=$(rustc --version | awk '{print $2}') || [ -z "$rsv" ]; then
+    echo "install-deps: error: rustup has no toolchain $RUST_VERSION (rust-toolchain.toml): install it with 'rustup toolchain install $RUST_VERSION --component clippy rustfmt'" >&2
+    exit 1
+  fi
   echo "install-deps: rustc $rsv (lints pinned to $RUST_VERSION, minimum $RUST_MIN_VERSION)"
   if ! version_ge "$rsv" "$RUST_MIN_VERSION"; then
     echo "install-deps: error: Rust $rsv is older than $RUST_MIN_VERSION (Cargo.toml rust-version)" >&2

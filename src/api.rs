@@ -1,8 +1,9 @@
 //! The `WebChecker` custom resource (`test.network.io/v1alpha1`).
 //!
-//! The seed's manifests (`spec.host` plus an optional `spec.path`) must keep
-//! working unchanged, so every field added here is optional with a default that
-//! reproduces the seed's behaviour (10 s interval, 1 s timeout, 2xx/3xx success).
+//! The manifests of the article this operator started from (`examples/seed/`:
+//! `spec.host` plus an optional `spec.path`) must keep working unchanged, so
+//! every field added here is optional with a default that reproduces its
+//! behaviour (10 s interval, 1 s timeout, 2xx/3xx success).
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -126,17 +127,17 @@ pub struct WebCheckerSpec {
     #[x_kube(validation = Rule::new("!self.matches('[\\\\x00-\\\\x1f\\\\x7f]')").message("spec.path must not contain control characters (tab, line breaks), which a URL drops and which can make it name another host; percent-encode them (%09, %0A)"))]
     pub path: String,
 
-    /// Seconds between two probes. Default 10, as in the seed.
+    /// Seconds between two probes. Default 10.
     #[serde(default = "default_interval")]
     #[schemars(range(min = 1, max = 86400))]
     pub interval_seconds: i32,
 
-    /// Seconds a probe may take in all (DNS, connect, TLS, request, response), 0.1 to 600, below intervalSeconds; fractions are allowed (0.5). Default 1, as in the seed, or half the interval when that is shorter (0.5 with intervalSeconds 1).
+    /// Seconds a probe may take in all (DNS, connect, TLS, request, response), 0.1 to 600, below intervalSeconds; fractions are allowed (0.5). Default 1, or half the interval when that is shorter (0.5 with intervalSeconds 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.1, max = 600.0))]
     pub timeout_seconds: Option<f64>,
 
-    /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx (a superset of the seed's 200, 300-303).
+    /// Status codes that count as success: single codes (`200`), ranges (`200-299`) or classes (`2xx`). Default: every 2xx and 3xx.
     #[serde(default = "default_expected_codes")]
     #[schemars(
         length(min = 1, max = 64),
@@ -171,17 +172,17 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body_match: Option<BodyMatch>,
 
-    /// Consecutive failed probes before Ready turns False. Default 1, as in the seed.
+    /// Consecutive failed probes before Ready turns False. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub failure_threshold: Option<i32>,
 
-    /// Consecutive successful probes before Ready turns True. Default 1, as in the seed.
+    /// Consecutive successful probes before Ready turns True. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub success_threshold: Option<i32>,
 
-    /// Follow redirects (3xx with Location). Default false: a 3xx answer is judged by expectedStatusCodes, as in the seed.
+    /// Follow redirects (3xx with Location). Default false: a 3xx answer is judged by expectedStatusCodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow_redirects: Option<bool>,
 
@@ -240,7 +241,7 @@ fn default_path() -> String {
 fn default_interval() -> i32 {
     10
 }
-/// The timeout of a spec without `timeoutSeconds`: the seed's 1 s, or half
+/// The timeout of a spec without `timeoutSeconds`: 1 s, or half
 /// the interval when that is shorter, so that every interval has a timeout
 /// that fits it.
 pub fn default_timeout(interval_seconds: i32) -> f64 {

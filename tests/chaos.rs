@@ -7,7 +7,7 @@
 //! window injects one fault, holds it, ends it, creates a few new checkers,
 //! lets the system settle within a bound, then judges the window from the
 //! witness's probe log and the object log (a watch of every WebChecker and
-//! membership Lease): invariants 1 to 7 of DESIGN.md and liveness (new
+//! membership Lease): the invariants 1 to 7 of docs/invariants.md and liveness (new
 //! checkers get owners, a dead or cut-off replica's checkers move, within
 //! bounds). A window that leaves the system unsettled is healed (every replica
 //! restarted) so that later windows can still find other bugs; every
@@ -88,7 +88,7 @@ fn new_assign_bound() -> Duration {
     LEASE + RETRY * 4 + LOAD_SLACK
 }
 
-/// DESIGN.md's cut-off exception: a replica cut off alone stops probing what
+/// the cut-off exception (docs/invariants.md): a replica cut off alone stops probing what
 /// it lost within one retry period of reconnecting (+ 1 s for the load).
 fn cutoff_grace() -> Duration {
     RETRY + Duration::from_secs(1)

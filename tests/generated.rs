@@ -50,6 +50,22 @@ fn check(rel: &str) {
     }
 }
 
+/// rust-toolchain.toml (read by rustup and editors) names the release that
+/// hack/versions.env pins for builds and lints.
+#[test]
+fn the_toolchain_file_names_the_pinned_rust_release() {
+    let versions = repo_file("hack/versions.env");
+    let pinned = versions
+        .lines()
+        .find_map(|l| l.strip_prefix("RUST_VERSION="))
+        .expect("RUST_VERSION in hack/versions.env");
+    let toolchain = repo_file("rust-toolchain.toml");
+    assert!(
+        toolchain.contains(&format!("channel = \"{pinned}\"")),
+        "rust-toolchain.toml does not name Rust {pinned} (hack/versions.env)"
+    );
+}
+
 #[test]
 fn crd_manifest_is_generated() {
     check("crds/webcheckers.test.network.io.yaml");

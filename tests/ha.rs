@@ -1,6 +1,6 @@
 //! High availability: several operator processes against the real control
 //! plane, with faults injected from outside. The witness targets' own logs
-//! decide whether the invariants of DESIGN.md held.
+//! decide whether the invariants of docs/invariants.md held.
 
 #[path = "ha/disruptions.rs"]
 mod disruptions;

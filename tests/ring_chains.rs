@@ -1,4 +1,4 @@
-//! Property tests of `ring::plan` over chains of membership changes (DESIGN.md
+//! Property tests of `ring::plan` over chains of membership changes (docs/invariants.md
 //! invariants 4 and 5): every single step, not just the sum over a chain, moves
 //! at most 1.1 x M/(N+1) checkers on a scale-out, a departed member's checkers
 //! and nothing else on a scale-in or replacement, and the largest shard stays

@@ -18,7 +18,7 @@ use crate::{Res, err, plots};
 
 /// The default lease duration (s).
 const LEASE: f64 = 10.0;
-/// DESIGN.md's bound: interval + lease duration + 2 s.
+/// The failover bound (docs/invariants.md): interval + lease duration + 2 s.
 pub const DESIGN_BOUND: f64 = INTERVAL as f64 + LEASE + 2.0;
 /// controller-sharding's failover bound, 2 x lease duration.
 pub const SHARDING_BOUND: f64 = 2.0 * LEASE;

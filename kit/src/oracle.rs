@@ -1,4 +1,4 @@
-//! The invariants of DESIGN.md checked from outside the operator: from the
+//! The invariants of docs/invariants.md checked from outside the operator: from the
 //! witness's probe log and from the object log (objlog.rs). Pure
 //! functions over those logs, so that they can be tested on made-up histories
 //! (tests/chaos.rs) before they judge a real one.
@@ -261,7 +261,7 @@ pub fn coverage(
 }
 
 /// Invariant 2, first half: no two replicas probe one checker at overlapping
-/// times. `exempt(replica, at)` covers DESIGN.md's cut-off exception. One
+/// times. `exempt(replica, at)` covers the cut-off exception (docs/invariants.md). One
 /// violation per checker (the first overlap).
 pub fn overlaps(
     log: &ProbeLog,
@@ -479,7 +479,7 @@ pub fn lease_deletions(leases: &[LeaseRec]) -> HashMap<&str, (u64, Instant, bool
 /// - a status write (status changed) landed only from the replica that the
 ///   owner label named in that very version, and not after the Lease named by
 ///   its epoch was deleted (unless `graceful(writer, at)`: a replica flushing
-///   its last writes after SIGTERM, as DESIGN.md allows);
+///   its last writes after SIGTERM, as docs/invariants.md allows);
 /// - an owner changed from one replica to another (not through a drain
 ///   acknowledgement) only after the old owner's Lease was deleted, in
 ///   resourceVersion order (the proof that it was gone).

@@ -34,7 +34,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// The longest a probe started on a borrowed worker may hold it: the default
-/// timeout (the seed's 1 s).
+/// timeout (1 s).
 pub(crate) const BORROW_HOLD: Duration = Duration::from_secs(1);
 
 #[derive(Default)]

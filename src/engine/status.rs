@@ -1,7 +1,7 @@
 //! The status reducer: probe outcomes in, condition transitions and status
 //! writes out. Pure logic, tested from small fixtures.
 //!
-//! Write policy (DESIGN.md): write when something a reader acts on changes
+//! Write policy (docs/invariants.md): write when something a reader acts on changes
 //! (Ready status or reason, status code class, observedGeneration, owner), and
 //! otherwise at most once per heartbeat. `lastTransitionTime` moves only when
 //! the Ready status changes.

@@ -1,6 +1,6 @@
 //! One replica: wires the engine, writer, membership, member view, leader
 //! election and feed together, runs until SIGTERM or a vital task dies, and
-//! shuts down in the order DESIGN.md asks: stop probing, release the Leases
+//! shuts down in the order docs/invariants.md gives: stop probing, release the Leases
 //! (the others take over at once), then flush the last status writes (still
 //! fenced by resourceVersion, so none lands on a checker that already moved).
 

@@ -70,7 +70,7 @@ impl ProxyMode {
     }
 
     /// The replica behind it may lose its Lease without hearing so for a while:
-    /// DESIGN.md's cut-off exception to exclusivity may apply to it.
+    /// the cut-off exception (docs/invariants.md) to exclusivity may apply to it.
     pub fn isolates(&self) -> bool {
         match self {
             ProxyMode::Errors { share, .. } => *share >= 0.5,
