@@ -1,16 +1,22 @@
 //! One replica: wires the engine, writer, membership, member view, leader
 //! election and feed together, runs until SIGTERM or a vital task dies, and
-//! shuts down in the order docs/invariants.md gives: stop probing, release the Leases
-//! (the others take over at once), then flush the last status writes (still
-//! fenced by resourceVersion, so none lands on a checker that already moved).
+//! shuts down in the order docs/invariants.md gives: stop probing, release the
+//! Leases (the others take over at once), then flush the last status writes
+//! (still fenced by resourceVersion, so none lands on a checker that already
+//! moved).
+//!
+//! Start-up is a sequence of named stages (`run`): configuration, clients and
+//! the HTTP server; permission checks; what the forgery guard learns from the
+//! cluster; joining (the membership Lease); the prober; the tasks.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::coordination::membership::{Advert, Membership};
@@ -26,25 +32,9 @@ use crate::observe::metrics::Metrics;
 use crate::observe::server::{self, HealthFlags};
 use crate::probe;
 
-/// Turns a finished vital task into the process's error.
-fn vital(what: &'static str, r: Result<Result<(), Error>, tokio::task::JoinError>) -> Error {
-    let e = match r {
-        Ok(Err(e)) => e,
-        Ok(Ok(())) => Error::TaskDied(what),
-        Err(j) if j.is_panic() => Error::TaskPanicked(what, panic_text(j)),
-        Err(_) => Error::TaskDied(what),
-    };
-    error!(task = what, error = %e, "a vital task stopped; exiting so the pod restarts");
-    e
-}
+mod tasks;
 
-fn panic_text(j: tokio::task::JoinError) -> String {
-    let p = j.into_panic();
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
-}
+use tasks::Tasks;
 
 /// The runtime of coordination: membership renewals and the pause detector,
 /// the member view, peer evidence, leader election and the sharder. It has a
@@ -67,18 +57,80 @@ fn coordination_runtime() -> Result<tokio::runtime::Handle, Error> {
     Ok(handle)
 }
 
+/// What every later stage uses: who this replica is, its API clients (the
+/// engine's and coordination's), metrics and health.
+struct Basics {
+    identity: String,
+    api_url: String,
+    api_uri: http::Uri,
+    coordination: tokio::runtime::Handle,
+    clients: Clients,
+    coord_clients: Clients,
+    metrics: Arc<Metrics>,
+    health: Arc<HealthFlags>,
+    advert: Advert,
+}
+
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
 pub async fn run(cfg: Config) -> Result<(), Error> {
     cfg.validate()?;
     // Before anything reaches the cluster: a bad bundle is a bad configuration.
-    let ca_bundle = match &cfg.ca_bundle {
-        Some(path) => {
-            let roots = probe::Roots::from_file(path)
-                .map_err(|e| Error::Config(format!("--ca-bundle: {e}")))?;
-            Some((path, roots))
-        }
-        None => None,
+    let ca_bundle = read_ca_bundle(&cfg)?;
+    let (basics, server_stopped) = connect(&cfg).await?;
+    check_permissions(&cfg, &basics).await?;
+    // Before joining (a member that cannot probe yet would hold checkers):
+    // the addresses the forgery guard learns from the cluster, and the
+    // namespaces closed to private networks.
+    let cluster = egress::start(
+        basics.clients.watches.clone(),
+        &basics.api_uri,
+        cfg.restricted_namespaces.trim(),
+        basics.metrics.clone(),
+    )
+    .await?;
+    if cfg.allow_loopback {
+        warn!(
+            "--allow-loopback: probes may reach this pod's loopback (meant for local demos and tests)"
+        );
+    }
+    let membership = Membership::new(
+        basics.identity.clone(),
+        cfg.namespace.clone(),
+        cfg.lease_duration,
+        cfg.renew_deadline,
+        cfg.retry_period,
+        basics.metrics.clone(),
+        basics.advert.clone(),
+    );
+    membership.join(&basics.clients.leases).await?;
+    let prober = prober(&cfg, &basics.identity, cluster, ca_bundle)?;
+    let (mut tasks, running) =
+        start_tasks(&cfg, &basics, membership.clone(), prober, server_stopped);
+    basics.health.alive.store(true, Ordering::Relaxed);
+
+    let outcome = tasks.wait().await;
+    basics
+        .health
+        .alive
+        .store(outcome.is_ok(), Ordering::Relaxed);
+    basics.health.shutting_down.store(true, Ordering::Relaxed);
+    outcome?;
+    shut_down(&cfg, &basics, &membership, tasks, running).await;
+    Ok(())
+}
+
+fn read_ca_bundle(cfg: &Config) -> Result<Option<(PathBuf, probe::Roots)>, Error> {
+    let Some(path) = &cfg.ca_bundle else {
+        return Ok(None);
     };
+    let roots =
+        probe::Roots::from_file(path).map_err(|e| Error::Config(format!("--ca-bundle: {e}")))?;
+    Ok(Some((path.clone(), roots)))
+}
+
+/// Configuration, API clients, metrics and the HTTP server (bound now, so a
+/// bad address fails start-up; the receiver completes when it stops).
+async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error> {
     let identity = cfg.identity();
     let kube_config = kube::Config::infer().await.map_err(Error::InferConfig)?;
     let api_url = kube_config.cluster_url.to_string();
@@ -89,7 +141,6 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         Clients::new(kube_config.clone())?
     };
     let clients = Clients::new(kube_config)?;
-    let client = clients.requests.clone();
     let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
     // Tells this process from an earlier or later one at the same address.
     let incarnation = format!("{:032x}", rand::random::<u128>());
@@ -97,7 +148,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         incarnation: incarnation.clone(),
         ..Default::default()
     });
-    let (addr, mut server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
+    let (addr, server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
     let advert = Advert {
         address: cfg.advertised(addr),
@@ -112,50 +163,47 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             "no address advertised (--fast-failover=false, or listening on every address without POD_IP): peers judge this replica by its Lease alone"
         ),
     }
+    let basics = Basics {
+        identity,
+        api_url,
+        api_uri,
+        coordination,
+        clients,
+        coord_clients,
+        metrics,
+        health,
+        advert,
+    };
+    Ok((basics, server_stopped))
+}
 
-    let restricted = cfg.restricted_namespaces.trim();
+/// The permissions the replica needs, asked before it joins; an API server
+/// that cannot be reached is said so with its address.
+async fn check_permissions(cfg: &Config, basics: &Basics) -> Result<(), Error> {
     preflight::preflight(
-        &client,
+        &basics.clients.requests,
         &cfg.namespace,
         cfg.watch_namespace.as_deref(),
-        !restricted.is_empty(),
+        !cfg.restricted_namespaces.trim().is_empty(),
     )
     .await
     .map_err(|e| match e {
         Error::Kube(k) if !matches!(k, kube::Error::Api(_)) => Error::Unreachable {
-            url: api_url.clone(),
+            url: basics.api_url.clone(),
             source: k,
         },
         other => other,
-    })?;
+    })
+}
 
-    // Before joining (a member that cannot probe yet would hold checkers):
-    // the addresses the forgery guard learns from the cluster, and the
-    // namespaces closed to private networks.
-    let cluster = egress::start(
-        clients.watches.clone(),
-        &api_uri,
-        restricted,
-        metrics.clone(),
-    )
-    .await?;
-    if cfg.allow_loopback {
-        warn!(
-            "--allow-loopback: probes may reach this pod's loopback (meant for local demos and tests)"
-        );
-    }
-
-    let membership = Membership::new(
-        identity.clone(),
-        cfg.namespace.clone(),
-        cfg.lease_duration,
-        cfg.renew_deadline,
-        cfg.retry_period,
-        metrics.clone(),
-        advert,
-    );
-    membership.join(&clients.leases).await?;
-
+/// The prober: the forgery guard's policy, the name resolver, the matching
+/// threads and the trusted roots.
+fn prober(
+    cfg: &Config,
+    identity: &str,
+    cluster: tokio::sync::watch::Receiver<probe::ClusterAddresses>,
+    ca_bundle: Option<(PathBuf, probe::Roots)>,
+) -> Result<Arc<probe::Prober>, Error> {
     let policy = probe::AddressPolicy {
         deny: cfg.deny_cidrs.0.clone(),
         allow: cfg.allow_cidrs.0.clone(),
@@ -171,7 +219,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     }
     info!("resolver: {}", resolver.describe());
     let mut prober = probe::Prober::new(
-        cfg.replica_header.then_some(identity.as_str()),
+        cfg.replica_header.then_some(identity),
         policy,
         cfg.max_body_bytes,
     );
@@ -185,7 +233,28 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         );
         prober.set_roots(roots);
     }
-    let prober = Arc::new(prober);
+    Ok(Arc::new(prober))
+}
+
+/// What shutdown needs of the running replica besides its tasks.
+struct Running {
+    commands: mpsc::Sender<Command>,
+    writer: Arc<StatusWriter>,
+    stop_leader: tokio::sync::watch::Sender<bool>,
+}
+
+/// Spawns the tasks: on the engine's runtime the engine, status writer, Event
+/// publisher and feed; on coordination's the member view, the membership
+/// Lease, peer evidence and leader election (with the sharder).
+fn start_tasks(
+    cfg: &Config,
+    basics: &Basics,
+    membership: Arc<Membership>,
+    prober: Arc<probe::Prober>,
+    server_stopped: oneshot::Receiver<()>,
+) -> (Tasks, Running) {
+    let metrics = &basics.metrics;
+    let client = basics.clients.requests.clone();
     // Few concurrent status writes: they are never urgent, and the API server's
     // capacity is better spent on assignments (new checkers, failover).
     let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
@@ -193,7 +262,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     let (ev_tx, ev_rx) = events::event_queue(events::EVENT_QUEUE);
     let engine = Engine::new(
         EngineSettings {
-            identity: identity.clone(),
+            identity: basics.identity.clone(),
             workers: cfg.workers as usize,
             heartbeat: cfg.heartbeat,
         },
@@ -207,47 +276,92 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         client.clone(),
         Reporter {
             controller: "webchecker-operator".into(),
-            instance: Some(identity.clone()),
+            instance: Some(basics.identity.clone()),
         },
     );
-    let view = MemberView::new(cfg.lease_duration);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-
-    let mut engine_task = tokio::spawn(async move {
+    let engine = tokio::spawn(async move {
         engine.run(cmd_rx).await;
         Ok::<(), Error>(())
     });
-    let mut writer_task = tokio::spawn({
-        let (writer, client) = (writer.clone(), client.clone());
+    let writer_task = tokio::spawn({
+        let writer = writer.clone();
         async move {
             writer.run(client).await;
             Ok::<(), Error>(())
         }
     });
     tokio::spawn(events::run_events(recorder, ev_rx, metrics.clone()));
-    let mut view_task = coordination.spawn(view.clone().run(
-        coord_clients.watches.clone(),
+    let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
+    let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx);
+    let watch = tokio::spawn(feed::watch_own_shard(
+        basics.clients.watches.clone(),
+        cfg.watch_namespace.clone(),
+        membership,
+        cmd_tx.clone(),
+        basics.health.clone(),
+        metrics.clone(),
+        crate::intake::budget::Limits {
+            pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
+            value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
+        },
+    ));
+    let tasks = Tasks {
+        engine,
+        writer: writer_task,
+        view: coordination.view,
+        lease: coordination.lease,
+        leader: coordination.leader,
+        watch,
+        peers: coordination.peers,
+        server_stopped,
+    };
+    let running = Running {
+        commands: cmd_tx,
+        writer,
+        stop_leader,
+    };
+    (tasks, running)
+}
+
+struct CoordinationTasks {
+    view: tokio::task::JoinHandle<Result<(), Error>>,
+    lease: tokio::task::JoinHandle<Result<(), Error>>,
+    peers: tokio::task::JoinHandle<Result<(), Error>>,
+    leader: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+/// The coordination tasks, on their own runtime. Losing the Lease fences the
+/// engine (every checker dropped at once) before renewals start again.
+fn start_coordination(
+    cfg: &Config,
+    basics: &Basics,
+    membership: &Arc<Membership>,
+    commands: &mpsc::Sender<Command>,
+    stop_leader: tokio::sync::watch::Receiver<bool>,
+) -> CoordinationTasks {
+    let (coordination, clients, metrics) =
+        (&basics.coordination, &basics.coord_clients, &basics.metrics);
+    let view = MemberView::new(cfg.lease_duration);
+    let view_task = coordination.spawn(view.clone().run(
+        clients.watches.clone(),
         cfg.namespace.clone(),
         metrics.clone(),
     ));
-    let fence_tx = cmd_tx.clone();
-    let mut lease_task = coordination.spawn(membership.clone().run(
-        coord_clients.leases.clone(),
-        move || {
-            let tx = fence_tx.clone();
-            async move {
-                let (done, wait) = oneshot::channel();
-                if tx.send(Command::Fence { done }).await.is_ok() {
-                    let _ = wait.await;
-                }
+    let fence_tx = commands.clone();
+    let lease = coordination.spawn(membership.clone().run(clients.leases.clone(), move || {
+        let tx = fence_tx.clone();
+        async move {
+            let (done, wait) = oneshot::channel();
+            if tx.send(Command::Fence { done }).await.is_ok() {
+                let _ = wait.await;
             }
-        },
-    ));
-    let peers = Peers::new(&identity, cfg.fast_failover);
-    let mut peers_task = coordination.spawn(peers.clone().run(view.clone()));
+        }
+    }));
+    let peers = Peers::new(&basics.identity, cfg.fast_failover);
+    let peers_task = coordination.spawn(peers.clone().run(view.clone()));
     let leader_gate = LeaderGate::new(cfg.renew_deadline);
     let elector = LeaderElector {
-        identity: identity.clone(),
+        identity: basics.identity.clone(),
         namespace: cfg.namespace.clone(),
         lease_duration: cfg.lease_duration,
         retry_period: cfg.retry_period,
@@ -256,103 +370,73 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         view: view.clone(),
         peers: peers.clone(),
     };
-    let sharder = {
-        let (clients, view, membership, metrics, peers) = (
-            coord_clients.clone(),
-            view.clone(),
-            membership.clone(),
-            metrics.clone(),
-            peers.clone(),
-        );
-        let (identity, watch_ns, lease_ns, retry) = (
-            identity.clone(),
-            cfg.watch_namespace.clone(),
-            cfg.namespace.clone(),
-            cfg.retry_period,
-        );
-        move || {
-            Sharder {
-                clients: clients.clone(),
-                identity: identity.clone(),
-                watch_namespace: watch_ns.clone(),
-                lease_namespace: lease_ns.clone(),
-                view: view.clone(),
-                membership: membership.clone(),
-                leader: leader_gate.clone(),
-                peers: peers.clone(),
-                metrics: metrics.clone(),
-                retry_period: retry,
-                write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
-            }
-            .run()
+    // A new sharder, with a write limit of its own, each time this replica
+    // becomes leader.
+    let sharder = Sharder {
+        clients: clients.clone(),
+        identity: basics.identity.clone(),
+        watch_namespace: cfg.watch_namespace.clone(),
+        lease_namespace: cfg.namespace.clone(),
+        view,
+        membership: membership.clone(),
+        leader: leader_gate,
+        peers,
+        metrics: metrics.clone(),
+        retry_period: cfg.retry_period,
+        write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
+    };
+    let leader = coordination.spawn(elector.run(clients.leases.clone(), stop_leader, move || {
+        Sharder {
+            write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
+            ..sharder.clone()
         }
-    };
-    let mut leader_task =
-        coordination.spawn(elector.run(coord_clients.leases.clone(), stop_rx, sharder));
-    let mut watch_task = tokio::spawn(feed::watch_own_shard(
-        clients.watches.clone(),
-        cfg.watch_namespace.clone(),
-        membership.clone(),
-        cmd_tx.clone(),
-        health.clone(),
-        metrics.clone(),
-        crate::intake::budget::Limits {
-            pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
-            value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
-        },
-    ));
-    health.alive.store(true, Ordering::Relaxed);
+        .run()
+    }));
+    CoordinationTasks {
+        view: view_task,
+        lease,
+        peers: peers_task,
+        leader,
+    }
+}
 
-    let outcome: Result<(), Error> = tokio::select! {
-        _ = shutdown_signal() => Ok(()),
-        r = &mut engine_task => Err(vital("engine", r)),
-        r = &mut writer_task => Err(vital("status writer", r)),
-        r = &mut view_task => Err(vital("membership view", r)),
-        r = &mut lease_task => Err(vital("membership lease", r)),
-        r = &mut leader_task => Err(vital("leader election", r)),
-        r = &mut watch_task => Err(vital("checker watch", r)),
-        r = &mut peers_task => Err(vital("peer evidence", r)),
-        _ = &mut server_stopped => Err(vital("http server", Ok(Ok(())))),
-    };
-    health.alive.store(outcome.is_ok(), Ordering::Relaxed);
-    health.shutting_down.store(true, Ordering::Relaxed);
-    outcome?;
-
+/// The shutdown order, within `--shutdown-timeout`: stop probing (the feed,
+/// then the engine waits for probes in flight); hand over (the Lease renewals
+/// and leader election stop, the membership Lease is released, so the others
+/// start probing our checkers at once); then flush what we last saw, each
+/// write fenced by resourceVersion.
+async fn shut_down(
+    cfg: &Config,
+    basics: &Basics,
+    membership: &Membership,
+    tasks: Tasks,
+    running: Running,
+) {
     let deadline = Instant::now() + cfg.shutdown_timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
+    let identity = &basics.identity;
     info!(replica = %identity, "shutting down: stopping probes");
-    watch_task.abort();
+    tasks.watch.abort();
     let (done, wait) = oneshot::channel();
-    if cmd_tx.send(Command::Shutdown { done }).await.is_ok() {
+    if running
+        .commands
+        .send(Command::Shutdown { done })
+        .await
+        .is_ok()
+    {
         let _ = tokio::time::timeout(left(), wait).await;
     }
-    // Hand over first: the others start probing our checkers at once...
-    lease_task.abort();
-    let _ = stop_tx.send(true);
-    let _ = tokio::time::timeout(left().min(Duration::from_secs(3)), leader_task).await;
-    writer.allow_final_flush();
-    membership.release(&clients.leases).await;
-    // ...then flush what we last saw; each write is fenced by resourceVersion.
-    if !writer.flush(left().min(Duration::from_secs(10))).await {
+    tasks.lease.abort();
+    let _ = running.stop_leader.send(true);
+    let _ = tokio::time::timeout(left().min(Duration::from_secs(3)), tasks.leader).await;
+    running.writer.allow_final_flush();
+    membership.release(&basics.clients.leases).await;
+    if !running
+        .writer
+        .flush(left().min(Duration::from_secs(10)))
+        .await
+    {
         warn!(replica = %identity, "stopping with status writes unwritten (the API server did not take them in time)");
     }
     info!(replica = %identity, "stopped");
-    Ok(())
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
 }

@@ -47,6 +47,7 @@ enum Proof {
     Unknown,
 }
 
+#[derive(Clone)]
 pub struct Sharder {
     pub clients: Clients,
     pub identity: String,
