@@ -32,22 +32,14 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 export CARGO_INCREMENTAL=0
 
 PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels)
-PAIRED=(chart chart_test_hook image egress spec_limits tenancy self_service_rbac
+PAIRED=(chart chart_test_hook egress spec_limits tenancy self_service_rbac
   protocols observability overload)
+# After the release images are built (they build beside the groups above).
+IMAGES=(image)
 ALONE=(ha failover control_plane chaos foundation node alerts_fire tenancy_dns isolation
   probe reliability)
 
-# cargo arguments of a binary's name.
-args_of() {
-  case $1 in
-    lib) echo "--lib" ;;
-    bins) echo "--bins" ;;
-    kit) echo "-p webchecker-kit --lib" ;;
-    *) echo "--test $1" ;;
-  esac
-}
-
-known=" ${PURE[*]} ${PAIRED[*]} ${ALONE[*]} "
+known=" ${PURE[*]} ${PAIRED[*]} ${IMAGES[*]} ${ALONE[*]} "
 for f in tests/*.rs; do
   b=$(basename "$f" .rs)
   case $known in
@@ -58,7 +50,7 @@ for f in tests/*.rs; do
       ;;
   esac
 done
-for b in ${PURE[@]} ${PAIRED[@]} ${ALONE[@]}; do
+for b in ${PURE[@]} ${PAIRED[@]} ${IMAGES[@]} ${ALONE[@]}; do
   case $b in lib | bins | kit) continue ;; esac
   [ -f "tests/$b.rs" ] || { echo "test.sh: hack/test.sh names tests/$b.rs, which does not exist" >&2; exit 1; }
 done
@@ -67,22 +59,59 @@ if [ -n "${TEST_ONLY:-}" ]; then
   keep() { local b; for b in "$@"; do case " $TEST_ONLY " in *" $b "*) echo "$b" ;; esac; done; }
   mapfile -t PURE < <(keep "${PURE[@]}")
   mapfile -t PAIRED < <(keep "${PAIRED[@]}")
+  mapfile -t IMAGES < <(keep "${IMAGES[@]}")
   mapfile -t ALONE < <(keep "${ALONE[@]}")
 fi
-
-# Build everything first (one build, deadlines below cover only the tests),
-# the images too (a release build) and the node's binaries (tests/image.rs
-# and tests/node.rs use them).
-build_start=$(date +%s)
-cargo test --locked --all-targets --no-run || exit 1
-cargo test --locked -p webchecker-kit --lib --no-run || exit 1
-hack/image.sh || exit 1
-hack/build-node-tools.sh node >/dev/null || exit 1
-build_took=$(( $(date +%s) - build_start ))
 
 logs=target/test-logs
 rm -rf "$logs"
 mkdir -p "$logs"
+
+# Lint and build in one compile of the dependency graph: clippy's driver
+# wraps rustc for the workspace's own crates only (as `cargo clippy` does,
+# with the same way of passing -D warnings), so building the tests lints
+# them, and the dependencies are compiled once, for the tests. The toolchain
+# is the one rust-toolchain.toml pins; `make lint` is the same lint alone.
+build_start=$(date +%s)
+cargo fmt --all -- --check || { echo "test.sh: cargo fmt --all would change files" >&2; exit 1; }
+python3 hack/check-structure.py || exit 1
+clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver) \
+  || { echo "test.sh: clippy-driver not found (rustup component add clippy)" >&2; exit 1; }
+export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# The tests run their executables directly (not through cargo), so the
+# release build below never holds them up on cargo's lock of target/.
+executables=$logs/executables
+cargo test --locked --workspace --all-targets --no-run --message-format=json-diagnostic-rendered-ansi \
+  | python3 hack/test-executables.py "$executables"
+[ "${PIPESTATUS[0]}" -eq 0 ] && [ "${PIPESTATUS[1]}" -eq 0 ] || exit 1
+build_took=$(( $(date +%s) - build_start ))
+
+# The release images and the node's binaries (tests/image.rs, tests/node.rs)
+# build at the lowest priority while the groups that do not depend on the
+# machine's speed run: those mostly wait on control planes, and the build
+# takes what they leave.
+images_log=$logs/images.log
+(
+  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS nice -n 19 hack/image.sh &&
+    nice -n 19 hack/build-node-tools.sh node >/dev/null
+) >"$images_log" 2>&1 &
+images_pid=$!
+images_start=$(date +%s)
+images_took=
+# wait_for_images: the background build's end (once); exits when it failed.
+wait_for_images() {
+  [ -n "$images_took" ] && return 0
+  wait "$images_pid"
+  local rc=$?
+  images_took=$(( $(date +%s) - images_start ))
+  if [ $rc -ne 0 ]; then
+    cat "$images_log"
+    echo "test.sh: the release images or the node's binaries did not build" >&2
+    exit 1
+  fi
+}
+
 results=$logs/results
 : >"$results"
 
@@ -93,11 +122,14 @@ run_one() {
   [ "$b" = chaos ] && minutes=$((chaos_minutes * 2 + 10))
   start=$(date +%s)
   # `timeout` kills the test's process group; the kit's reapers have groups
-  # of their own and take its control planes down (kit/src/lib.rs).
-  # shellcheck disable=SC2046 # the arguments are several words on purpose
-  timeout --kill-after=30s "${minutes}m" cargo test --locked $(args_of "$b") -- --test-threads=1 \
-    >"$logs/$b.log" 2>&1
-  rc=$?
+  # of their own and take its control planes down (kit/src/lib.rs). Each
+  # executable runs in its package's directory, as cargo runs it.
+  : >"$logs/$b.log"
+  rc=0
+  while read -r _ dir exe; do
+    (cd "$dir" && timeout --kill-after=30s "${minutes}m" "$exe" --test-threads=1) >>"$logs/$b.log" 2>&1 || rc=$?
+  done < <(awk -v b="$b" '$1==b' "$executables")
+  grep -q "^$b " "$executables" || { echo "test.sh: no executable of $b was built" >>"$logs/$b.log"; rc=1; }
   took=$(( $(date +%s) - start ))
   [ $rc -eq 124 ] && echo "test.sh: TIMEOUT $b after ${minutes} minutes" >>"$logs/$b.log"
   echo "$b $rc $took" >>"$results"
@@ -117,21 +149,32 @@ report() {
   fi
 }
 
-# run_group WIDTH NAME...: at most WIDTH binaries at once.
+# running PID...: how many of these processes still run.
+running() {
+  local n=0 p
+  for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+  echo "$n"
+}
+
+# run_group WIDTH NAME...: at most WIDTH binaries at once (waiting only for
+# its own: the image build may run beside it).
 run_group() {
-  local width=$1 b running=()
+  local width=$1 b pids=() p
   shift
   for b in "$@"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$width" ]; do wait -n; done
+    while [ "$(running "${pids[@]}")" -ge "$width" ]; do wait -n "${pids[@]}" 2>/dev/null || true; done
     run_one "$b" &
+    pids+=($!)
   done
-  wait
+  for p in "${pids[@]}"; do wait "$p"; done
   for b in "$@"; do report "$b"; done
 }
 
 tests_start=$(date +%s)
 run_group 2 "${PURE[@]}"
 run_group 2 "${PAIRED[@]}"
+wait_for_images
+run_group 1 "${IMAGES[@]}"
 run_group 1 "${ALONE[@]}"
 tests_took=$(( $(date +%s) - tests_start ))
 
@@ -139,8 +182,29 @@ echo
 echo "test.sh: seconds per binary (group: pure and paired run two at a time, alone one at a time)"
 for b in "${PURE[@]}"; do printf '  %-20s pure    %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
 for b in "${PAIRED[@]}"; do printf '  %-20s paired  %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
+for b in "${IMAGES[@]}"; do printf '  %-20s images  %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
 for b in "${ALONE[@]}"; do printf '  %-20s alone   %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
-echo "test.sh: builds ${build_took}s, tests ${tests_took}s (logs in $logs/)"
+echo "test.sh: lint and test build ${build_took}s; release images and node binaries ${images_took}s beside the first groups; tests ${tests_took}s (logs in $logs/)"
+
+# No control plane outlives its test binary (the kit's reapers take each one
+# down once its test process is gone, a timeout included): a leaked one would
+# slow every later run. Each is in target/e2e/<name>-<pid>/ with pid files.
+leaked=
+for _ in $(seq 60); do
+  leaked=
+  for f in target/e2e/*/*.pid; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null) || continue
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && leaked+="$f "
+  done
+  [ -z "$leaked" ] && break
+  sleep 1
+done
+if [ -n "$leaked" ]; then
+  echo "test.sh: processes outlived their test binary by 60 s (killed now): $leaked"
+  for f in $leaked; do kill -9 "$(cat "$f")" 2>/dev/null; done
+  echo "leaked 1 0" >>"$results"
+fi
 
 passed=$(awk '$2==0' "$results" | wc -l)
 failed=$(awk '$2!=0 {print $1}' "$results" | tr '\n' ' ')

@@ -115,6 +115,15 @@ pub async fn start(
     }
 
     let deadline = Instant::now() + SYNC_DEADLINE;
+    wait_listed(waits, deadline).await;
+    if let Some(progress) = namespaces {
+        wait_restricted(progress, deadline, restricted, &rx).await?;
+    }
+    Ok(rx)
+}
+
+/// Waits until each source was listed or failed once, until `deadline`.
+async fn wait_listed(waits: Vec<(&'static str, watch::Receiver<Progress>)>, deadline: Instant) {
     for (source, mut progress) in waits {
         // `.is_err()` drops the borrow the wait returns at once: it would
         // hold the source's progress locked.
@@ -131,35 +140,43 @@ pub async fn start(
             );
         }
     }
-    if let Some(mut progress) = namespaces {
-        // Like joining: wait as long as it takes, unless the answer is final.
-        let done = |p: &Progress| p.listed || p.refused.is_some();
-        let timed_out = tokio::time::timeout_at(deadline, progress.wait_for(done))
-            .await
-            .is_err();
-        if timed_out {
-            warn!(
-                selector = restricted,
-                error = progress.borrow().error.as_deref().unwrap_or("no answer"),
-                "the namespaces of --restricted-namespaces are not listed yet; probing waits for them"
-            );
-            let _ = progress.wait_for(done).await.is_err();
-        }
-        let p = progress.borrow().clone();
-        if !p.listed {
-            let why = p.refused.or(p.error).unwrap_or_default();
-            return Err(Error::Config(format!(
-                "cannot list the namespaces of --restricted-namespaces={restricted:?}: {why}"
-            )));
-        }
-        let n = rx.borrow().restricted_namespaces.len();
-        info!(
+}
+
+/// Waits for the restricted namespaces as long as it takes (like joining),
+/// unless the answer is final: then start-up fails.
+async fn wait_restricted(
+    mut progress: watch::Receiver<Progress>,
+    deadline: Instant,
+    restricted: &str,
+    rx: &watch::Receiver<ClusterAddresses>,
+) -> Result<(), Error> {
+    // Like joining: wait as long as it takes, unless the answer is final.
+    let done = |p: &Progress| p.listed || p.refused.is_some();
+    let timed_out = tokio::time::timeout_at(deadline, progress.wait_for(done))
+        .await
+        .is_err();
+    if timed_out {
+        warn!(
             selector = restricted,
-            namespaces = n,
-            "namespaces closed to private networks listed"
+            error = progress.borrow().error.as_deref().unwrap_or("no answer"),
+            "the namespaces of --restricted-namespaces are not listed yet; probing waits for them"
         );
+        let _ = progress.wait_for(done).await.is_err();
     }
-    Ok(rx)
+    let p = progress.borrow().clone();
+    if !p.listed {
+        let why = p.refused.or(p.error).unwrap_or_default();
+        return Err(Error::Config(format!(
+            "cannot list the namespaces of --restricted-namespaces={restricted:?}: {why}"
+        )));
+    }
+    let n = rx.borrow().restricted_namespaces.len();
+    info!(
+        selector = restricted,
+        namespaces = n,
+        "namespaces closed to private networks listed"
+    );
+    Ok(())
 }
 
 fn watch_config() -> watcher::Config {

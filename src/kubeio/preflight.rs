@@ -52,6 +52,7 @@ async fn review(
 }
 
 /// Where a permission is needed.
+#[derive(Clone, Copy)]
 enum Where {
     /// The Lease namespace.
     Lease,
@@ -70,6 +71,39 @@ type Check = (
     Where,
 );
 
+const WEBCHECKERS: &str = "test.network.io";
+const EVENTS: &str = "events.k8s.io";
+const LEASES: &str = "coordination.k8s.io";
+
+/// What the operator needs in every case.
+const NEEDED: [Check; 13] = [
+    (WEBCHECKERS, "webcheckers", "list", None, Where::Watched),
+    (WEBCHECKERS, "webcheckers", "watch", None, Where::Watched),
+    (WEBCHECKERS, "webcheckers", "get", None, Where::Watched),
+    (WEBCHECKERS, "webcheckers", "patch", None, Where::Watched),
+    (
+        WEBCHECKERS,
+        "webcheckers",
+        "patch",
+        Some("status"),
+        Where::Watched,
+    ),
+    (EVENTS, "events", "create", None, Where::Watched),
+    (EVENTS, "events", "patch", None, Where::Watched),
+    (LEASES, "leases", "get", None, Where::Lease),
+    (LEASES, "leases", "list", None, Where::Lease),
+    (LEASES, "leases", "watch", None, Where::Lease),
+    (LEASES, "leases", "create", None, Where::Lease),
+    (LEASES, "leases", "update", None, Where::Lease),
+    (LEASES, "leases", "delete", None, Where::Lease),
+];
+
+/// With --restricted-namespaces: they must be listed before probing starts.
+const RESTRICTED: [Check; 2] = [
+    ("", "namespaces", "list", None, Where::Cluster),
+    ("", "namespaces", "watch", None, Where::Cluster),
+];
+
 /// Checks every permission the operator needs and names all that are missing.
 pub async fn preflight(
     client: &Client,
@@ -77,77 +111,14 @@ pub async fn preflight(
     watch_namespace: Option<&str>,
     restricted_namespaces: bool,
 ) -> Result<(), Error> {
-    let mut checks: Vec<Check> = vec![
-        (
-            "test.network.io",
-            "webcheckers",
-            "list",
-            None,
-            Where::Watched,
-        ),
-        (
-            "test.network.io",
-            "webcheckers",
-            "watch",
-            None,
-            Where::Watched,
-        ),
-        (
-            "test.network.io",
-            "webcheckers",
-            "get",
-            None,
-            Where::Watched,
-        ),
-        (
-            "test.network.io",
-            "webcheckers",
-            "patch",
-            None,
-            Where::Watched,
-        ),
-        (
-            "test.network.io",
-            "webcheckers",
-            "patch",
-            Some("status"),
-            Where::Watched,
-        ),
-        ("events.k8s.io", "events", "create", None, Where::Watched),
-        ("events.k8s.io", "events", "patch", None, Where::Watched),
-        ("coordination.k8s.io", "leases", "get", None, Where::Lease),
-        ("coordination.k8s.io", "leases", "list", None, Where::Lease),
-        ("coordination.k8s.io", "leases", "watch", None, Where::Lease),
-        (
-            "coordination.k8s.io",
-            "leases",
-            "create",
-            None,
-            Where::Lease,
-        ),
-        (
-            "coordination.k8s.io",
-            "leases",
-            "update",
-            None,
-            Where::Lease,
-        ),
-        (
-            "coordination.k8s.io",
-            "leases",
-            "delete",
-            None,
-            Where::Lease,
-        ),
-    ];
+    let mut checks = NEEDED.to_vec();
     if restricted_namespaces {
-        // --restricted-namespaces must be listed before probing starts.
-        checks.push(("", "namespaces", "list", None, Where::Cluster));
-        checks.push(("", "namespaces", "watch", None, Where::Cluster));
+        checks.extend(RESTRICTED);
     }
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut missing = Vec::new();
-    for (group, resource, verb, sub, scope) in &checks {
+    for check in &checks {
+        let (group, resource, verb, sub, scope) = *check;
         let namespace = match scope {
             Where::Lease => Some(lease_namespace.to_string()),
             Where::Watched => watch_namespace.map(str::to_string),
@@ -169,21 +140,7 @@ pub async fn preflight(
         };
         let r = self::review(&api, &review).await?;
         if !r.status.map(|s| s.allowed).unwrap_or(false) {
-            let res = match sub {
-                Some(s) => format!("{resource}/{s}"),
-                None => resource.to_string(),
-            };
-            let scope = match (&namespace, scope) {
-                (Some(ns), _) => format!("in namespace {ns}"),
-                (None, Where::Cluster) => "(cluster-wide)".to_string(),
-                (None, _) => "in all namespaces".to_string(),
-            };
-            let what = if group.is_empty() {
-                res
-            } else {
-                format!("{group} {res}")
-            };
-            missing.push(format!("{verb} {what} {scope}"));
+            missing.push(describe(check, namespace.as_deref()));
         }
     }
     if missing.is_empty() {
@@ -191,6 +148,26 @@ pub async fn preflight(
     } else {
         Err(Error::Forbidden(missing.join("; ")))
     }
+}
+
+/// A missing permission as a person grants it: "list test.network.io
+/// webcheckers in namespace x".
+fn describe(&(group, resource, verb, sub, scope): &Check, namespace: Option<&str>) -> String {
+    let res = match sub {
+        Some(s) => format!("{resource}/{s}"),
+        None => resource.to_string(),
+    };
+    let scope = match (namespace, scope) {
+        (Some(ns), _) => format!("in namespace {ns}"),
+        (None, Where::Cluster) => "(cluster-wide)".to_string(),
+        (None, _) => "in all namespaces".to_string(),
+    };
+    let what = if group.is_empty() {
+        res
+    } else {
+        format!("{group} {res}")
+    };
+    format!("{verb} {what} {scope}")
 }
 
 #[cfg(test)]

@@ -119,6 +119,115 @@ fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> 
     c
 }
 
+/// A metric family's name and help.
+type Family = (&'static str, &'static str);
+
+const BUILD_INFO: Family = (
+    "webchecker_build_info",
+    "Build and replica identity; always 1",
+);
+const OWNED: Family = (
+    "webchecker_owned_checkers",
+    "Checkers this replica owns and probes",
+);
+const LEADER: Family = ("webchecker_leader", "1 on the sharder replica");
+const RING_MEMBERS: Family = ("webchecker_ring_members", "Live members this replica sees");
+const ORPHANED_CHECKERS: Family = (
+    "webchecker_orphaned_checkers",
+    "Checkers the sharder has seen without a valid, live owner for longer than a lease, or draining for longer than six (leader only)",
+);
+const SCHEDULE_LAG: Family = (
+    "webchecker_schedule_lag_seconds",
+    "Probe start minus due time",
+);
+const MISSED_INTERVALS: Family = (
+    "webchecker_missed_intervals_total",
+    "Intervals skipped because the previous probe or the pool was late",
+);
+const INFLIGHT: Family = ("webchecker_inflight_probes", "Probes running now");
+const POOL_SIZE: Family = ("webchecker_worker_pool_size", "Probes in flight at most");
+const STATUS_WRITES: Family = ("webchecker_status_writes_total", "Status writes by result");
+const EVENTS: Family = ("webchecker_events_total", "Kubernetes Events emitted");
+const EVENTS_DROPPED: Family = (
+    "webchecker_events_dropped_total",
+    "Kubernetes Events not emitted because the queue to the API server was full",
+);
+const MOVES: Family = (
+    "webchecker_moves_total",
+    "Assignments written by the sharder, by cause",
+);
+const DRAINS: Family = (
+    "webchecker_drains_total",
+    "Drain handshakes this replica completed as the old owner",
+);
+const ASSIGNMENT_LATENCY: Family = (
+    "webchecker_assignment_latency_seconds",
+    "Sharder: checker seen unassigned to assignment written",
+);
+const FIRST_PROBE_DELAY: Family = (
+    "webchecker_first_probe_delay_seconds",
+    "Owner: a new checker delivered by the watch to its first probe's start",
+);
+const LEASE_RENEW_DURATION: Family = (
+    "webchecker_lease_renew_duration_seconds",
+    "Membership Lease renewals that succeeded: from the attempt's start to its answer being acted on",
+);
+const LEASE_RENEW_FAILURES: Family = (
+    "webchecker_lease_renew_failures_total",
+    "Failed Lease renewals",
+);
+const SELF_FENCES: Family = (
+    "webchecker_self_fences_total",
+    "Times this replica dropped its checkers because it lost its Lease or paused",
+);
+const PEER_PROOFS: Family = (
+    "webchecker_peer_evidence_proofs_total",
+    "Members proven gone at once because their address refused connections (result=proven), or whose evidence lied (result=refuted: the member renewed)",
+);
+const API_REACHABLE: Family = (
+    "webchecker_api_reachable",
+    "0 while Lease renewals get no answer",
+);
+const WATCH_RESTARTS: Family = (
+    "webchecker_watch_restarts_total",
+    "Watch errors and relists",
+);
+const WATCH_EXPIRED: Family = (
+    "webchecker_watch_expired_total",
+    "Watches the API server ended with 410 Gone (resourceVersion compacted), followed by a re-list",
+);
+const ADDRESS_DISCOVERY_UP: Family = (
+    "webchecker_address_discovery_up",
+    "1 while the forgery guard knows the addresses of this source (the API server's Service and EndpointSlices, Nodes, restricted namespaces); 0 when it was never listed or its watch keeps failing",
+);
+
+fn gauge(r: &Registry, (name, help): Family) -> IntGauge {
+    reg(r, IntGauge::new(name, help).expect("a valid metric"))
+}
+
+fn counter(r: &Registry, (name, help): Family) -> IntCounter {
+    reg(r, IntCounter::new(name, help).expect("a valid metric"))
+}
+
+fn counter_vec(r: &Registry, (name, help): Family, labels: &[&str]) -> IntCounterVec {
+    reg(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric"),
+    )
+}
+
+fn gauge_vec(r: &Registry, (name, help): Family, labels: &[&str]) -> IntGaugeVec {
+    reg(
+        r,
+        IntGaugeVec::new(Opts::new(name, help), labels).expect("a valid metric"),
+    )
+}
+
+fn histogram(r: &Registry, (name, help): Family, buckets: Vec<f64>) -> Histogram {
+    let opts = HistogramOpts::new(name, help).buckets(buckets);
+    reg(r, Histogram::with_opts(opts).expect("a valid metric"))
+}
+
 impl Metrics {
     /// Counts a failed watch (`watch`: checkers, leases, sharder), and
     /// separately when the API server said its resourceVersion is gone (410).
@@ -139,17 +248,7 @@ impl Metrics {
 
     pub fn new(identity: &str, per_checker_histogram: bool) -> Self {
         let r = Registry::new();
-        let build = reg(
-            &r,
-            IntGaugeVec::new(
-                Opts::new(
-                    "webchecker_build_info",
-                    "Build and replica identity; always 1",
-                ),
-                &["version", "replica"],
-            )
-            .unwrap(),
-        );
+        let build = gauge_vec(&r, BUILD_INFO, &["version", "replica"]);
         build
             .with_label_values(&[env!("CARGO_PKG_VERSION"), identity])
             .set(1);
@@ -162,205 +261,61 @@ impl Metrics {
             per_checker_histogram,
             label_allowlist: info::configured(),
             checkers: Mutex::new(BTreeMap::new()),
-            owned: reg(
+            owned: gauge(&r, OWNED),
+            leader: gauge(&r, LEADER),
+            ring_members: gauge(&r, RING_MEMBERS),
+            orphaned_checkers: gauge(&r, ORPHANED_CHECKERS),
+            schedule_lag: histogram(&r, SCHEDULE_LAG, LAG_BUCKETS.to_vec()),
+            missed_intervals: counter(&r, MISSED_INTERVALS),
+            inflight: gauge(&r, INFLIGHT),
+            pool_size: gauge(&r, POOL_SIZE),
+            status_writes: counter_vec(&r, STATUS_WRITES, &["result"]),
+            events: counter_vec(&r, EVENTS, &["type", "reason"]),
+            events_dropped: counter(&r, EVENTS_DROPPED),
+            moves: counter_vec(&r, MOVES, &["cause"]),
+            drains: counter(&r, DRAINS),
+            assignment_latency: histogram(&r, ASSIGNMENT_LATENCY, ASSIGN_BUCKETS.to_vec()),
+            first_probe_delay: histogram(&r, FIRST_PROBE_DELAY, ASSIGN_BUCKETS.to_vec()),
+            lease_renew_duration: histogram(
                 &r,
-                IntGauge::new("webchecker_owned_checkers", "Checkers this replica owns and probes").unwrap(),
+                LEASE_RENEW_DURATION,
+                vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0],
             ),
-            leader: reg(&r, IntGauge::new("webchecker_leader", "1 on the sharder replica").unwrap()),
-            ring_members: reg(
-                &r,
-                IntGauge::new("webchecker_ring_members", "Live members this replica sees").unwrap(),
-            ),
-            orphaned_checkers: reg(
-                &r,
-                IntGauge::new(
-                    "webchecker_orphaned_checkers",
-                    "Checkers the sharder has seen without a valid, live owner for longer than a lease, or draining for longer than six (leader only)",
-                )
-                .unwrap(),
-            ),
-            schedule_lag: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new("webchecker_schedule_lag_seconds", "Probe start minus due time")
-                        .buckets(LAG_BUCKETS.to_vec()),
-                )
-                .unwrap(),
-            ),
-            missed_intervals: reg(
-                &r,
-                IntCounter::new(
-                    "webchecker_missed_intervals_total",
-                    "Intervals skipped because the previous probe or the pool was late",
-                )
-                .unwrap(),
-            ),
-            inflight: reg(&r, IntGauge::new("webchecker_inflight_probes", "Probes running now").unwrap()),
-            pool_size: reg(
-                &r,
-                IntGauge::new("webchecker_worker_pool_size", "Probes in flight at most").unwrap(),
-            ),
-            status_writes: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_status_writes_total", "Status writes by result"),
-                    &["result"],
-                )
-                .unwrap(),
-            ),
-            events: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_events_total", "Kubernetes Events emitted"),
-                    &["type", "reason"],
-                )
-                .unwrap(),
-            ),
-            events_dropped: reg(
-                &r,
-                IntCounter::new(
-                    "webchecker_events_dropped_total",
-                    "Kubernetes Events not emitted because the queue to the API server was full",
-                )
-                .unwrap(),
-            ),
-            moves: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_moves_total", "Assignments written by the sharder, by cause"),
-                    &["cause"],
-                )
-                .unwrap(),
-            ),
-            drains: reg(
-                &r,
-                IntCounter::new(
-                    "webchecker_drains_total",
-                    "Drain handshakes this replica completed as the old owner",
-                )
-                .unwrap(),
-            ),
-            assignment_latency: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "webchecker_assignment_latency_seconds",
-                        "Sharder: checker seen unassigned to assignment written",
-                    )
-                    .buckets(ASSIGN_BUCKETS.to_vec()),
-                )
-                .unwrap(),
-            ),
-            first_probe_delay: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "webchecker_first_probe_delay_seconds",
-                        "Owner: a new checker delivered by the watch to its first probe's start",
-                    )
-                    .buckets(ASSIGN_BUCKETS.to_vec()),
-                )
-                .unwrap(),
-            ),
-            lease_renew_duration: reg(
-                &r,
-                Histogram::with_opts(
-                    HistogramOpts::new(
-                        "webchecker_lease_renew_duration_seconds",
-                        "Membership Lease renewals that succeeded: from the attempt's start to its answer being acted on",
-                    )
-                    .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0]),
-                )
-                .unwrap(),
-            ),
-            lease_renew_failures: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_lease_renew_failures_total", "Failed Lease renewals"),
-                    &["reason"],
-                )
-                .unwrap(),
-            ),
-            self_fences: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "webchecker_self_fences_total",
-                        "Times this replica dropped its checkers because it lost its Lease or paused",
-                    ),
-                    &["reason"],
-                )
-                .unwrap(),
-            ),
-            peer_proofs: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "webchecker_peer_evidence_proofs_total",
-                        "Members proven gone at once because their address refused connections (result=proven), or whose evidence lied (result=refuted: the member renewed)",
-                    ),
-                    &["result"],
-                )
-                .unwrap(),
-            ),
-            api_reachable: reg(
-                &r,
-                IntGauge::new("webchecker_api_reachable", "0 while Lease renewals get no answer").unwrap(),
-            ),
-            watch_restarts: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new("webchecker_watch_restarts_total", "Watch errors and relists"),
-                    &["watch"],
-                )
-                .unwrap(),
-            ),
-            watch_expired: reg(
-                &r,
-                IntCounterVec::new(
-                    Opts::new(
-                        "webchecker_watch_expired_total",
-                        "Watches the API server ended with 410 Gone (resourceVersion compacted), followed by a re-list",
-                    ),
-                    &["watch"],
-                )
-                .unwrap(),
-            ),
-            address_discovery_up: reg(
-                &r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "webchecker_address_discovery_up",
-                        "1 while the forgery guard knows the addresses of this source (the API server's Service and EndpointSlices, Nodes, restricted namespaces); 0 when it was never listed or its watch keeps failing",
-                    ),
-                    &["source"],
-                )
-                .unwrap(),
-            ),
+            lease_renew_failures: counter_vec(&r, LEASE_RENEW_FAILURES, &["reason"]),
+            self_fences: counter_vec(&r, SELF_FENCES, &["reason"]),
+            peer_proofs: counter_vec(&r, PEER_PROOFS, &["result"]),
+            api_reachable: gauge(&r, API_REACHABLE),
+            watch_restarts: counter_vec(&r, WATCH_RESTARTS, &["watch"]),
+            watch_expired: counter_vec(&r, WATCH_EXPIRED, &["watch"]),
+            address_discovery_up: gauge_vec(&r, ADDRESS_DISCOVERY_UP, &["source"]),
             registry: r,
         };
-        // Pre-create label sets so dashboards and alerts see zeros, not absence.
-        for res in ["ok", "conflict", "error", "fenced", "refused"] {
-            m.status_writes.with_label_values(&[res]);
-        }
-        for cause in ["new", "rebalance", "dead", "departed"] {
-            m.moves.with_label_values(&[cause]);
-        }
-        for reason in ["unreachable", "lost", "rejected"] {
-            m.lease_renew_failures.with_label_values(&[reason]);
-        }
-        for watch in ["checkers", "leases", "sharder"] {
-            m.watch_restarts.with_label_values(&[watch]);
-            m.watch_expired.with_label_values(&[watch]);
-        }
-        for reason in ["lost", "paused"] {
-            m.self_fences.with_label_values(&[reason]);
-        }
-        for result in ["proven", "refuted"] {
-            m.peer_proofs.with_label_values(&[result]);
-        }
+        m.zero_label_sets();
         m.api_reachable.set(1);
         m
+    }
+
+    /// Pre-creates label sets so dashboards and alerts see zeros, not absence.
+    fn zero_label_sets(&self) {
+        for res in ["ok", "conflict", "error", "fenced", "refused"] {
+            self.status_writes.with_label_values(&[res]);
+        }
+        for cause in ["new", "rebalance", "dead", "departed"] {
+            self.moves.with_label_values(&[cause]);
+        }
+        for reason in ["unreachable", "lost", "rejected"] {
+            self.lease_renew_failures.with_label_values(&[reason]);
+        }
+        for watch in ["checkers", "leases", "sharder"] {
+            self.watch_restarts.with_label_values(&[watch]);
+            self.watch_expired.with_label_values(&[watch]);
+        }
+        for reason in ["lost", "paused"] {
+            self.self_fences.with_label_values(&[reason]);
+        }
+        for result in ["proven", "refuted"] {
+            self.peer_proofs.with_label_values(&[result]);
+        }
     }
 
     fn with_checker(&self, namespace: &str, name: &str, f: impl FnOnce(&mut CheckerSeries)) {
@@ -544,51 +499,10 @@ fn render_gauge(
 }
 
 fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
-    if histogram && checkers.iter().any(|(_, _, c)| c.probed) {
-        let family = "webchecker_probe_duration_seconds";
-        push_header(out, family, "histogram", "Whole probe duration");
-        for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
-            let mut cumulative = 0;
-            for (i, n) in c.buckets.iter().enumerate() {
-                cumulative += n;
-                push_series_start(out, "webchecker_probe_duration_seconds_bucket", ns, name);
-                match PROBE_BUCKETS.get(i) {
-                    Some(ub) => {
-                        let _ = writeln!(out, ",le=\"{ub}\"}} {cumulative}");
-                    }
-                    None => {
-                        let _ = writeln!(out, ",le=\"+Inf\"}} {cumulative}");
-                    }
-                }
-            }
-            push_series_start(out, "webchecker_probe_duration_seconds_sum", ns, name);
-            let _ = writeln!(out, "}} {}", c.duration_sum);
-            push_series_start(out, "webchecker_probe_duration_seconds_count", ns, name);
-            let _ = writeln!(out, "}} {cumulative}");
-        }
+    if histogram {
+        render_duration_histogram(out, checkers);
     }
-    let family = "webchecker_probes_total";
-    let mut header = false;
-    for (ns, name, c) in checkers {
-        for (i, n) in c.probes.iter().enumerate().filter(|(_, n)| **n > 0) {
-            if !header {
-                push_header(out, family, "counter", "Probes done, by result and reason");
-                header = true;
-            }
-            let reason = ALL_REASONS[i];
-            let result = if reason == Reason::ProbeSucceeded {
-                "success"
-            } else {
-                "failure"
-            };
-            push_series_start(out, family, ns, name);
-            let _ = writeln!(
-                out,
-                ",reason=\"{}\",result=\"{result}\"}} {n}",
-                reason.as_str()
-            );
-        }
-    }
+    render_probe_counts(out, checkers);
     render_gauge(
         out,
         checkers,
@@ -633,6 +547,64 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
     );
     render_tls(out, checkers);
     info::render_info(out, checkers);
+    render_phases(out, checkers);
+}
+
+/// `webchecker_probe_duration_seconds` (`--per-checker-histogram`).
+fn render_duration_histogram(out: &mut String, checkers: &Snapshot) {
+    if checkers.iter().any(|(_, _, c)| c.probed) {
+        let family = "webchecker_probe_duration_seconds";
+        push_header(out, family, "histogram", "Whole probe duration");
+        for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
+            let mut cumulative = 0;
+            for (i, n) in c.buckets.iter().enumerate() {
+                cumulative += n;
+                push_series_start(out, "webchecker_probe_duration_seconds_bucket", ns, name);
+                match PROBE_BUCKETS.get(i) {
+                    Some(ub) => {
+                        let _ = writeln!(out, ",le=\"{ub}\"}} {cumulative}");
+                    }
+                    None => {
+                        let _ = writeln!(out, ",le=\"+Inf\"}} {cumulative}");
+                    }
+                }
+            }
+            push_series_start(out, "webchecker_probe_duration_seconds_sum", ns, name);
+            let _ = writeln!(out, "}} {}", c.duration_sum);
+            push_series_start(out, "webchecker_probe_duration_seconds_count", ns, name);
+            let _ = writeln!(out, "}} {cumulative}");
+        }
+    }
+}
+
+/// `webchecker_probes_total`, by result and reason.
+fn render_probe_counts(out: &mut String, checkers: &Snapshot) {
+    let family = "webchecker_probes_total";
+    let mut header = false;
+    for (ns, name, c) in checkers {
+        for (i, n) in c.probes.iter().enumerate().filter(|(_, n)| **n > 0) {
+            if !header {
+                push_header(out, family, "counter", "Probes done, by result and reason");
+                header = true;
+            }
+            let reason = ALL_REASONS[i];
+            let result = if reason == Reason::ProbeSucceeded {
+                "success"
+            } else {
+                "failure"
+            };
+            push_series_start(out, family, ns, name);
+            let _ = writeln!(
+                out,
+                ",reason=\"{}\",result=\"{result}\"}} {n}",
+                reason.as_str()
+            );
+        }
+    }
+}
+
+/// `webchecker_probe_phase_duration_seconds` of the last probe.
+fn render_phases(out: &mut String, checkers: &Snapshot) {
     let family = "webchecker_probe_phase_duration_seconds";
     let mut header = false;
     for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {

@@ -10,7 +10,7 @@
 //! A member whose process its peers found gone ([`super::peers`]) is a
 //! suspect at once, without waiting for its Lease to stand still.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,67 @@ enum Proof {
     Replaced,
     /// No verdict (429, 5xx, timeout, not leader).
     Unknown,
+}
+
+/// The assignment writes in flight, each with its action and when its
+/// checker was first seen unassigned (taken when the write starts: the watch
+/// event of the write itself may reach the book before the write's answer
+/// does).
+#[derive(Default)]
+struct Writes {
+    set: tokio::task::JoinSet<WriteOutcome>,
+    actions: HashMap<tokio::task::Id, (Action, Option<Instant>)>,
+}
+
+impl Writes {
+    fn start(
+        &mut self,
+        sharder: &Sharder,
+        book: &mut Book,
+        members: &BTreeMap<String, String>,
+        a: Action,
+    ) {
+        let Some(o) = book.object(a.key()) else {
+            return;
+        };
+        let (ns, name, rv) = (
+            o.namespace.clone(),
+            o.name.clone(),
+            o.resource_version.clone(),
+        );
+        let unassigned_since = o.first_seen_unassigned;
+        let epoch = members.get(a.target()).cloned();
+        book.write_started(&a);
+        let action = a.clone();
+        let client = sharder.clients.requests.clone();
+        let leader = sharder.leader.clone();
+        let limit = sharder.write_limit.clone();
+        let handle = self.set.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            Sharder::write(client, leader, ns, name, rv, a, epoch).await
+        });
+        self.actions.insert(handle.id(), (action, unassigned_since));
+    }
+
+    fn finished(
+        &mut self,
+        sharder: &Sharder,
+        book: &mut Book,
+        done: Result<(tokio::task::Id, WriteOutcome), tokio::task::JoinError>,
+    ) {
+        let (id, outcome) = match done {
+            Ok((id, outcome)) => (id, outcome),
+            Err(e) => {
+                warn!(error = %e, "an assignment write task failed");
+                (e.id(), WriteOutcome::Failed)
+            }
+        };
+        let Some((action, unassigned_since)) = self.actions.remove(&id) else {
+            return;
+        };
+        sharder.record(&action, unassigned_since, &outcome);
+        book.write_finished(action.key(), &outcome, Instant::now());
+    }
 }
 
 #[derive(Clone)]
@@ -240,11 +301,7 @@ impl Sharder {
             .backoff(crate::kubeio::client::WatchBackoff::default())
             .boxed();
         let mut book = Book::default();
-        let mut writes: tokio::task::JoinSet<WriteOutcome> = tokio::task::JoinSet::new();
-        // Each write in flight: its action and when its checker was first seen
-        // unassigned (taken when the write starts: the watch event of the
-        // write itself may reach the book before the write's answer does).
-        let mut write_actions: HashMap<tokio::task::Id, (Action, Option<Instant>)> = HashMap::new();
+        let mut writes = Writes::default();
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
@@ -256,35 +313,14 @@ impl Sharder {
         loop {
             tokio::select! {
                 ev = stream.try_next() => {
-                    let now = Instant::now();
-                    match ev {
-                        Ok(Some(Event::Init)) => book.list_begin(),
-                        Ok(Some(Event::InitApply(o))) => book.list_item(&o.metadata, now),
-                        Ok(Some(Event::InitDone)) => book.list_done(),
-                        Ok(Some(Event::Apply(o))) => book.applied(&o.metadata, now),
-                        Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
-                        Ok(None) => return Err(Error::TaskDied("sharder watch")),
-                        Err(e) => {
-                            self.metrics.watch_failed("sharder", &e);
-                            warn!(error = %e, "sharder watch failed; it resumes (decisions go on)");
-                        }
-                    }
+                    self.apply(&mut book, ev)?;
                     dirty = true;
                 }
-                Some(done) = writes.join_next_with_id(), if !writes.is_empty() => {
+                Some(done) = writes.set.join_next_with_id(), if !writes.set.is_empty() => {
                     // Decisions skip keys with a write in flight; now that this one
                     // is done, decide again even if no watch event follows.
                     dirty = true;
-                    let (id, outcome) = match done {
-                        Ok((id, outcome)) => (id, outcome),
-                        Err(e) => {
-                            warn!(error = %e, "an assignment write task failed");
-                            (e.id(), WriteOutcome::Failed)
-                        }
-                    };
-                    let Some((action, unassigned_since)) = write_actions.remove(&id) else { continue };
-                    self.record(&action, unassigned_since, &outcome);
-                    book.write_finished(action.key(), &outcome, Instant::now());
+                    writes.finished(&self, &mut book, done);
                     continue;
                 }
                 _ = self.view.changed.notified() => { dirty = true; }
@@ -336,28 +372,31 @@ impl Sharder {
             }
             debug!(actions = actions.len(), "sharder writing assignments");
             for a in actions {
-                let Some(o) = book.object(a.key()) else {
-                    continue;
-                };
-                let (ns, name, rv) = (
-                    o.namespace.clone(),
-                    o.name.clone(),
-                    o.resource_version.clone(),
-                );
-                let unassigned_since = o.first_seen_unassigned;
-                let epoch = members.get(a.target()).cloned();
-                book.write_started(&a);
-                let action = a.clone();
-                let client = self.clients.requests.clone();
-                let leader = self.leader.clone();
-                let limit = self.write_limit.clone();
-                let handle = writes.spawn(async move {
-                    let _permit = limit.acquire_owned().await;
-                    Self::write(client, leader, ns, name, rv, a, epoch).await
-                });
-                write_actions.insert(handle.id(), (action, unassigned_since));
+                writes.start(&self, &mut book, &members, a);
             }
         }
+    }
+
+    /// Folds one event of the checkers' watch into the book.
+    fn apply(
+        &self,
+        book: &mut Book,
+        ev: Result<Option<Event<PartialObjectMeta<WebChecker>>>, watcher::Error>,
+    ) -> Result<(), Error> {
+        let now = Instant::now();
+        match ev {
+            Ok(Some(Event::Init)) => book.list_begin(),
+            Ok(Some(Event::InitApply(o))) => book.list_item(&o.metadata, now),
+            Ok(Some(Event::InitDone)) => book.list_done(),
+            Ok(Some(Event::Apply(o))) => book.applied(&o.metadata, now),
+            Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
+            Ok(None) => return Err(Error::TaskDied("sharder watch")),
+            Err(e) => {
+                self.metrics.watch_failed("sharder", &e);
+                warn!(error = %e, "sharder watch failed; it resumes (decisions go on)");
+            }
+        }
+        Ok(())
     }
 
     fn record(&self, action: &Action, unassigned_since: Option<Instant>, outcome: &WriteOutcome) {
