@@ -26,25 +26,31 @@ mod certs;
 mod checks;
 mod decode;
 mod dial;
+mod env_proxy;
 mod error;
 mod exchange;
+mod handshake;
 mod hop;
 mod matcher;
+mod message;
 mod outcome;
 mod plan;
 mod policy;
 mod prober;
-mod proxy;
 mod redirect;
 mod resolv_conf;
 mod resolve;
 mod roots;
+mod run;
+mod state;
 mod target;
-mod tls;
+mod tls_config;
+mod tunnel;
 
 pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use decode::Coding;
 pub use dial::CONNECTION_ATTEMPT_DELAY;
+pub use env_proxy::{EnvProxy, proxy_target};
 pub use error::Reason;
 pub use matcher::Matcher;
 pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
@@ -59,7 +65,6 @@ pub use policy::{
     embedded_v4,
 };
 pub use prober::Prober;
-pub use proxy::{EnvProxy, proxy_target};
 pub use resolv_conf::ResolvConf;
 pub use resolve::{
     DEFAULT_HOSTS_FILE, DEFAULT_RESOLV_CONF, LookupError, RESOLUTION_DELAY, Resolver,

@@ -14,7 +14,7 @@ use crate::api::{
     Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
 };
 use crate::probe::decode::Coding;
-use crate::probe::proxy::proxy_target;
+use crate::probe::env_proxy::proxy_target;
 use crate::probe::roots::Roots;
 use crate::probe::target::Target;
 
