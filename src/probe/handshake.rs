@@ -1,6 +1,6 @@
 //! The TLS handshake of a hop, and what it tells (certificate errors,
 //! protocol version, cipher suite, the chain: certs.rs). The configurations
-//! it uses are tls_config.rs.
+//! it uses are tls.rs.
 
 use std::time::Instant;
 

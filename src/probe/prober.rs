@@ -14,7 +14,7 @@ use super::plan::{Http2, MinTlsVersion};
 use super::policy::AddressPolicy;
 use super::resolve::Resolver;
 use super::roots::Roots;
-use super::tls_config::{Trust, client_config};
+use super::tls::{Trust, client_config};
 
 /// Shared, immutable prober configuration.
 pub struct Prober {

@@ -10,7 +10,7 @@ use super::values::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, ValueRef};
 use super::{Http2, MinTlsVersion, TlsConfig, TlsPlan};
 use crate::api::{TlsSpec, TlsVersion};
 use crate::probe::roots::Roots;
-use crate::probe::tls_config::{ClientIdentity, Trust, client_config};
+use crate::probe::tls::{ClientIdentity, Trust, client_config};
 
 /// `defaults` are the roots of default verification, for a checker without
 /// a `caBundle` that still needs a configuration of its own.
