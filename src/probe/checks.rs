@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::error::{HopError, Reason};
-use super::exchange::Response;
+use super::message::Response;
 use super::outcome::version_name;
 use super::plan::{JsonCheckPlan, Pattern, ProbePlan};
 

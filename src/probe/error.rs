@@ -1,7 +1,5 @@
 //! Why a probe failed: the reasons it reports, the error a hop returns, and
-//! short messages from I/O and hyper errors.
-
-use super::tls::rustls_cause;
+//! short messages from I/O, rustls and hyper errors.
 
 /// Why a probe ended the way it did. Also the `reason` of the Ready condition
 /// and of the `webchecker_probes_total` metric.
@@ -105,6 +103,11 @@ pub(super) fn hyper_failure(context: &str, e: &hyper::Error) -> HopError {
         Reason::ProtocolError,
         format!("{context}: {}", hyper_cause(e)),
     )
+}
+
+/// The rustls error inside an I/O error, if any.
+pub(super) fn rustls_cause(e: &std::io::Error) -> Option<&rustls::Error> {
+    e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
 }
 
 pub(super) fn short_io(e: &std::io::Error) -> String {

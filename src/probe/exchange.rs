@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderMap, Request, StatusCode};
+use http::Request;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -13,25 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::decode::{Coding, Decoder};
 use super::error::{HopError, Reason, Stop, hyper_failure};
-use super::hop::Hop;
+use super::message::{Hop, Response, hop_headers};
 use super::outcome::Phase;
-use super::prober::Probe;
-use super::redirect::hop_headers;
-
-/// What one hop brought back.
-pub(super) struct Response {
-    pub status: StatusCode,
-    pub version: http::Version,
-    pub location: Option<String>,
-    pub headers: HeaderMap,
-    /// Kept only when a check reads it, and at most `max_body_bytes`.
-    pub body: Vec<u8>,
-    /// The body was longer than `max_body_bytes`.
-    pub truncated: bool,
-    /// In a content coding the probe does not decode (and a check would
-    /// read it, or a coding was asked for).
-    pub undecodable: bool,
-}
+use super::state::Probe;
 
 /// How a request names its target.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -163,7 +147,7 @@ impl Probe<'_> {
         if let Some(r) = &self.prober.replica_header {
             req.headers_mut().insert("x-webchecker-replica", r.clone());
         }
-        // Credentials go to the checker's own origin only (redirect.rs).
+        // Credentials go to the checker's own origin only (message.rs).
         for (k, v) in hop_headers(&self.plan.headers, hop) {
             req.headers_mut().insert(k.clone(), v.clone());
         }

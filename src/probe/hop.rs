@@ -5,68 +5,16 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Instant;
 
-use bytes::Bytes;
-use http::Method;
+use tokio::net::TcpStream;
 
 use super::dial::{CloseOnDrop, connect_any, resolve};
 use super::error::{HopError, Reason, Stop, short_io};
-use super::exchange::Response;
+use super::message::{Hop, Response};
 use super::outcome::Phase;
-use super::plan::{AddressFamily, Http2, ProbePlan, ProxyPlan};
+use super::plan::{AddressFamily, Http2, ProxyPlan};
 use super::policy::Scope;
-use super::prober::Probe;
+use super::state::Probe;
 use super::target::Target;
-
-/// The request of one hop: the checker's own, or one a redirect led to.
-pub(super) struct Hop {
-    pub target: Target,
-    pub method: Method,
-    pub body: Bytes,
-    /// The redirect status that led here; `None` for the checker's own request.
-    pub via: Option<u16>,
-    /// On the origin (scheme, host, port) of `spec.host`: only such a hop
-    /// gets the spec's credentials and TLS settings, and only its host may
-    /// be named in a message (another one comes from a `Location` header).
-    pub own_origin: bool,
-    /// A redirect dropped the body (a 303; a 301 or 302 after a POST).
-    pub body_dropped: bool,
-}
-
-impl Hop {
-    pub fn first(plan: &ProbePlan) -> Self {
-        Hop {
-            target: plan.target.clone(),
-            method: plan.method.clone(),
-            body: plan.body.clone(),
-            via: None,
-            own_origin: true,
-            body_dropped: false,
-        }
-    }
-
-    /// How messages name the host of this hop.
-    pub fn host_name(&self) -> String {
-        if self.own_origin {
-            self.target.host.clone()
-        } else {
-            "the new host".into()
-        }
-    }
-
-    /// A failure of this hop, said so when a redirect led to it.
-    fn failure(&self, e: HopError) -> HopError {
-        let Some(code) = self.via else { return e };
-        let whither = if self.own_origin {
-            ""
-        } else {
-            " to another origin"
-        };
-        HopError {
-            message: format!("after a redirect (HTTP {code}){whither}: {}", e.message),
-            ..e
-        }
-    }
-}
 
 /// The proxy of a hop, and whether the admin chose it (the operator's
 /// environment) rather than the checker's author (`proxy.url`).
@@ -100,20 +48,35 @@ impl Probe<'_> {
             Some(p) => p.target.host.clone(),
             None => name.clone(),
         };
+        let allowed = self
+            .allowed_addresses(dial, &dial_name, scope, proxy.is_some())
+            .await?;
+        let stream = self.open(hop, &name, &allowed, proxy.as_ref()).await?;
+        self.speak(hop, stream, proxy.is_some()).await
+    }
 
+    /// The addresses of `dial` the forgery guard allows in `scope`. Denied
+    /// ones are skipped; when none is left, the first denial explains the
+    /// refusal. `proxied`: `dial` is the hop's proxy.
+    async fn allowed_addresses(
+        &mut self,
+        dial: &Target,
+        dial_name: &str,
+        scope: Scope<'_>,
+        proxied: bool,
+    ) -> Result<Vec<SocketAddr>, Stop> {
         self.phase = Phase::Resolve;
         let t = Instant::now();
         let resolved = resolve(
             &self.prober.static_hosts,
             &self.prober.resolver,
             &dial.host,
-            &dial_name,
+            dial_name,
             dial.port,
             self.plan.ip_family,
         )
         .await;
         self.phases.resolve += t.elapsed();
-        // Denied addresses are skipped; the first denial explains a refusal.
         let mut denied = None;
         let allowed: Vec<SocketAddr> = resolved?
             .into_iter()
@@ -128,13 +91,13 @@ impl Probe<'_> {
         // `resolve` returns at least one address: nothing allowed means
         // something denied.
         if let (true, Some(why)) = (allowed.is_empty(), denied) {
-            let who = if proxy.is_some() { "the proxy " } else { "" };
+            let who = if proxied { "the proxy " } else { "" };
             let what = if dial.host.parse::<IpAddr>().is_ok() {
                 // An address written in the spec (or a Location): say all.
                 let shown = if why.why.port_specific() && dial_name == dial.host {
                     dial.host_port()
                 } else {
-                    dial_name
+                    dial_name.to_string()
                 };
                 format!("{who}{shown} is an address the operator may not probe ({why})")
             } else {
@@ -147,18 +110,31 @@ impl Probe<'_> {
             };
             return Err(HopError::new(Reason::Forbidden, what).into());
         }
+        Ok(allowed)
+    }
 
+    /// Connects to the first of `allowed` that answers, then through `proxy`
+    /// (when the hop has one and its target is https) opens the tunnel: both
+    /// count as connect time. `name` is how messages call the target.
+    async fn open(
+        &mut self,
+        hop: &Hop,
+        name: &str,
+        allowed: &[SocketAddr],
+        proxy: Option<&Proxy>,
+    ) -> Result<TcpStream, Stop> {
+        let target = &hop.target;
         self.phase = Phase::Connect;
         let t = Instant::now();
-        let connected = connect_any(&allowed).await;
+        let connected = connect_any(allowed).await;
         let mut stream = match connected {
             Ok(s) => s,
             Err(e) => {
                 self.phases.connect += t.elapsed();
-                let what = match &proxy {
+                let what = match proxy {
                     Some(p) => format!("proxy {}", p.target.host_port()),
                     None if hop.own_origin => target.host_port(),
-                    None => name.clone(),
+                    None => name.to_string(),
                 };
                 return Err(HopError::new(
                     Reason::ConnectError,
@@ -169,16 +145,27 @@ impl Probe<'_> {
         };
         let _ = stream.set_nodelay(true);
         if proxy.is_some() && target.https {
-            let tunnel = self.tunnel(&mut stream, target, &name).await;
+            let tunnel = self.tunnel(&mut stream, target, name).await;
             self.phases.connect += t.elapsed();
             tunnel?;
         } else {
             self.phases.connect += t.elapsed();
         }
+        Ok(stream)
+    }
 
-        if target.https {
+    /// The hop's request and response over a connected `stream`: TLS first
+    /// for https, then HTTP/1.1 or HTTP/2. `proxied`: `stream` leads to the
+    /// hop's proxy (for https, through its tunnel).
+    async fn speak(
+        &mut self,
+        hop: &Hop,
+        stream: TcpStream,
+        proxied: bool,
+    ) -> Result<Response, Stop> {
+        if hop.target.https {
             let tls = self
-                .handshake(target, hop.own_origin, CloseOnDrop(stream))
+                .handshake(&hop.target, hop.own_origin, CloseOnDrop(stream))
                 .await?;
             let h2 = match self.plan.http2 {
                 Http2::Negotiate => tls.get_ref().1.alpn_protocol() == Some(b"h2"),
@@ -189,7 +176,7 @@ impl Probe<'_> {
             self.exchange(hop, tls, false, h2).await
         } else {
             // An HTTP proxy forwards HTTP/1.1 requests: no h2c through it.
-            let absolute_form = proxy.is_some();
+            let absolute_form = proxied;
             let h2 = self.plan.http2 == Http2::PriorKnowledge && !absolute_form;
             self.exchange(hop, CloseOnDrop(stream), absolute_form, h2)
                 .await

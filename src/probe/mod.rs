@@ -11,40 +11,54 @@
 //! Only `plan` reads the API types: the rest works on the plan alone.
 //! docs/probes.md describes every field and reason.
 //!
-//! The parts of a probe, in order: `prober` (deadline, redirect loop,
-//! outcome), `hop` (one request: proxy choice, forgery guard), `dial`
-//! (resolution, connect), `policy` (the forgery guard), `resolve` and
-//! `resolv_conf` (the async resolver and its files), `proxy` (CONNECT
-//! tunnels), `tls`
-//! (handshake, no session resumption), `roots` (the roots of default
-//! verification, `--ca-bundle` included) and `certs` (the chain it showed),
-//! `exchange` (request and response over HTTP/1.1 or HTTP/2), `decode`
-//! (content codings), `redirect`, `checks` (status, HTTP version, headers,
-//! body, JSON, latency); `error` and `outcome` are what a probe reports.
+//! The files, in layers from the bottom up; a file uses files of its own
+//! layer or lower ones, never higher, and no two files use each other:
+//! - what a probe reads and reports: `error` and `outcome`, `target`, `plan`,
+//!   `certs` (the chain a server showed), `decode` (content codings),
+//!   `resolve` and `resolv_conf` (the async resolver and its files), `roots`
+//!   (the roots of default verification, `--ca-bundle` included), `matcher`
+//!   (the matching pool), `policy` (the forgery guard), `env_proxy`
+//!   (`proxy.url` and the operator's proxy environment), `tls` (the
+//!   rustls configurations, no session resumption), `dial` (resolution,
+//!   connect);
+//! - `prober`: the configuration all probes share;
+//! - `state` (one probe in progress) and `message` (what one hop sends and
+//!   receives);
+//! - the steps of a probe: `hop` (one request: proxy choice, forgery guard),
+//!   `tunnel` (CONNECT through a proxy), `handshake` (TLS), `exchange`
+//!   (request and response over HTTP/1.1 or HTTP/2), `redirect`, `checks`
+//!   (status, HTTP version, headers, body, JSON, latency);
+//! - `run`: [`Prober::probe`] (deadline, redirect loop, outcome).
 
 mod certs;
 mod checks;
 mod decode;
 mod dial;
+mod env_proxy;
 mod error;
 mod exchange;
+mod handshake;
 mod hop;
 mod matcher;
+mod message;
 mod outcome;
 mod plan;
 mod policy;
 mod prober;
-mod proxy;
 mod redirect;
 mod resolv_conf;
 mod resolve;
 mod roots;
+mod run;
+mod state;
 mod target;
 mod tls;
+mod tunnel;
 
 pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use decode::Coding;
 pub use dial::CONNECTION_ATTEMPT_DELAY;
+pub use env_proxy::{EnvProxy, proxy_target};
 pub use error::Reason;
 pub use matcher::Matcher;
 pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
@@ -59,7 +73,6 @@ pub use policy::{
     embedded_v4,
 };
 pub use prober::Prober;
-pub use proxy::{EnvProxy, proxy_target};
 pub use resolv_conf::ResolvConf;
 pub use resolve::{
     DEFAULT_HOSTS_FILE, DEFAULT_RESOLV_CONF, LookupError, RESOLUTION_DELAY, Resolver,

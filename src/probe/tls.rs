@@ -1,18 +1,12 @@
-//! TLS: the rustls client configurations, the handshake, and what it tells
-//! (certificate errors, protocol version, cipher suite, the chain: certs.rs).
+//! The rustls client configurations: which certificates a probe trusts,
+//! its client certificate, the ALPN of its `http2` mode, and no session
+//! resumption. The handshake that uses them is handshake.rs.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::client::TlsStream;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::dial::CloseOnDrop;
-use super::error::{HopError, Reason, short_io};
-use super::outcome::{Phase, TlsFacts};
 use super::plan::{Http2, MinTlsVersion};
-use super::prober::Probe;
-use super::target::Target;
 
 /// Which server certificates a configuration accepts.
 pub(super) enum Trust {
@@ -59,96 +53,6 @@ pub(super) fn client_config(
     config.resumption = rustls::client::Resumption::disabled();
     config.enable_early_data = false;
     Ok(config)
-}
-
-impl Probe<'_> {
-    /// The TLS handshake with `target` over a connected stream. Records what
-    /// it showed (version, cipher suite, the certificate chain).
-    ///
-    /// The spec's TLS settings (`caBundle`, `serverName`,
-    /// `insecureSkipVerify`, `clientCertificate`, `minVersion`) are made for
-    /// its own origin; another origin that a redirect leads to gets the
-    /// defaults: verified against the built-in roots, its own name in SNI,
-    /// no client certificate.
-    pub(super) async fn handshake(
-        &mut self,
-        target: &Target,
-        own_origin: bool,
-        stream: CloseOnDrop,
-    ) -> Result<TlsStream<CloseOnDrop>, HopError> {
-        self.phase = Phase::Tls;
-        let t = Instant::now();
-        let tls = &self.plan.tls;
-        let http2 = self.plan.http2.index();
-        let config = match &tls.config {
-            _ if !own_origin => self.prober.verified[http2].clone(),
-            Some(c) => c.0.clone(),
-            None if tls.insecure_skip_verify => self.prober.unverified[http2].clone(),
-            None => self.prober.verified[http2].clone(),
-        };
-        let sni = match &tls.server_name {
-            Some(name) if own_origin => name.clone(),
-            _ => target.host.clone(),
-        };
-        let name = ServerName::try_from(sni)
-            .map_err(|_| HopError::new(Reason::InvalidSpec, "TLS server name is not valid"))?;
-        let stream = tokio_rustls::TlsConnector::from(config)
-            .connect(name, stream)
-            .await
-            .map_err(|e| tls_failure(&e))?;
-        self.phases.tls += t.elapsed();
-        let conn = stream.get_ref().1;
-        self.tls = Some(TlsFacts {
-            version: match conn.protocol_version() {
-                Some(rustls::ProtocolVersion::TLSv1_3) => "TLS 1.3",
-                Some(rustls::ProtocolVersion::TLSv1_2) => "TLS 1.2",
-                _ => "unknown",
-            },
-            cipher: conn
-                .negotiated_cipher_suite()
-                .and_then(|s| s.suite().as_str())
-                .unwrap_or("unknown"),
-            chain: conn
-                .peer_certificates()
-                .and_then(|c| self.prober.chains.get(c)),
-        });
-        Ok(stream)
-    }
-}
-
-/// The rustls error inside an I/O error, if any.
-pub(super) fn rustls_cause(e: &std::io::Error) -> Option<&rustls::Error> {
-    e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-}
-
-fn tls_failure(e: &std::io::Error) -> HopError {
-    match rustls_cause(e) {
-        Some(rustls::Error::InvalidCertificate(c)) => HopError::new(
-            Reason::CertificateInvalid,
-            format!("server certificate rejected: {}", cert_error(c)),
-        ),
-        Some(other) => HopError::new(Reason::TlsError, format!("TLS handshake failed: {other}")),
-        None => HopError::new(
-            Reason::TlsError,
-            format!("TLS handshake failed: {}", short_io(e)),
-        ),
-    }
-}
-
-fn cert_error(c: &rustls::CertificateError) -> String {
-    use rustls::CertificateError as C;
-    match c {
-        C::NotValidForName | C::NotValidForNameContext { .. } => {
-            "it is not valid for the server name".into()
-        }
-        C::UnknownIssuer => "issued by an unknown certificate authority".into(),
-        C::Expired | C::ExpiredContext { .. } => "it has expired".into(),
-        C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet".into(),
-        C::Revoked => "it is revoked".into(),
-        C::BadSignature => "bad signature".into(),
-        C::BadEncoding => "bad encoding".into(),
-        other => format!("{other:?}").chars().take(160).collect(),
-    }
 }
 
 /// Verifier for `insecureSkipVerify`: accepts any certificate but still checks
@@ -205,6 +109,7 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
 mod tests {
     use super::*;
     use rustls::HandshakeKind;
+    use rustls::pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A server that resumes sessions (stateless tickets and a session

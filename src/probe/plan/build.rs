@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::{HeaderName, Method};
 
 use super::credentials::request_headers;
-use super::patterns::{Patterns, compile};
+use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
 use super::{AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
@@ -14,7 +14,7 @@ use crate::api::{
     Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
 };
 use crate::probe::decode::Coding;
-use crate::probe::proxy::proxy_target;
+use crate::probe::env_proxy::proxy_target;
 use crate::probe::roots::Roots;
 use crate::probe::target::Target;
 
@@ -50,7 +50,64 @@ pub fn plan_trusting(
     patterns: &Result<Patterns, String>,
     roots: &Roots,
 ) -> Result<ProbePlan, String> {
+    // The order of the steps is the order in which errors are reported.
     let target = target(spec)?;
+    let timeout = timeout(spec)?;
+    let expected = StatusSet::parse(&spec.expected_status_codes)
+        .map_err(|e| format!("spec.expectedStatusCodes: {e}"))?;
+    let headers = request_headers(
+        spec.headers.as_deref().unwrap_or_default(),
+        spec.auth.as_ref(),
+        resolve,
+    )?;
+    let content = content_checks(spec, patterns)?;
+    let http2 = match spec.http2.unwrap_or(Http2Mode::Negotiate) {
+        Http2Mode::Negotiate => Http2::Negotiate,
+        Http2Mode::Disabled => Http2::Disabled,
+        Http2Mode::PriorKnowledge => Http2::PriorKnowledge,
+    };
+    let tls = tls_plan(
+        spec.tls.as_ref().unwrap_or(&TlsSpec::default()),
+        http2,
+        resolve,
+        roots,
+    )?;
+    let proxy = proxy_plan(spec)?;
+    Ok(ProbePlan {
+        target,
+        method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
+        headers,
+        body: Bytes::from(spec.body.clone().unwrap_or_default()),
+        timeout,
+        interval: Duration::from_secs(spec.interval_seconds as u64),
+        expected,
+        max_response_time: spec
+            .max_response_time_millis
+            .map(|ms| Duration::from_millis(ms.max(1) as u64)),
+        body_match: content.body_match,
+        json_checks: content.json_checks,
+        header_checks: content.header_checks,
+        follow_redirects: spec.follow_redirects.unwrap_or(false),
+        max_redirects: spec.max_redirects.unwrap_or(5).clamp(0, 20) as u32,
+        tls,
+        ip_family: match spec.ip_family.unwrap_or(IpFamily::Auto) {
+            IpFamily::Auto => AddressFamily::Auto,
+            IpFamily::IPv4 => AddressFamily::V4,
+            IpFamily::IPv6 => AddressFamily::V6,
+        },
+        proxy,
+        compression: compression(spec),
+        http2,
+        http_versions: http_versions(spec),
+        failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
+        success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
+        suspend: spec.suspend.unwrap_or(false),
+    })
+}
+
+/// `spec.timeoutSeconds`, or its default for the interval; the interval is
+/// checked first, since the timeout must be below it.
+fn timeout(spec: &WebCheckerSpec) -> Result<Duration, String> {
     if spec.interval_seconds < 1 {
         return Err("spec.intervalSeconds must be at least 1".into());
     }
@@ -63,13 +120,22 @@ pub fn plan_trusting(
             "spec.timeoutSeconds must be between 0.1 and 600 and below spec.intervalSeconds".into(),
         );
     }
-    let expected = StatusSet::parse(&spec.expected_status_codes)
-        .map_err(|e| format!("spec.expectedStatusCodes: {e}"))?;
-    let headers = request_headers(
-        spec.headers.as_deref().unwrap_or_default(),
-        spec.auth.as_ref(),
-        resolve,
-    )?;
+    Ok(Duration::from_secs_f64(timeout))
+}
+
+/// The checks of a final response's content, with their compiled patterns.
+struct ContentChecks {
+    body_match: Option<(Pattern, bool)>,
+    json_checks: Vec<JsonCheckPlan>,
+    header_checks: Vec<(HeaderName, Option<Pattern>)>,
+}
+
+/// `bodyMatch`, `jsonChecks` and `headerChecks`. `patterns` compiled for
+/// another spec are compiled again.
+fn content_checks(
+    spec: &WebCheckerSpec,
+    patterns: &Result<Patterns, String>,
+) -> Result<ContentChecks, String> {
     let recompiled;
     let patterns = match patterns {
         Ok(p) if !p.belong_to(spec) => {
@@ -103,18 +169,16 @@ pub fn plan_trusting(
         let re = patterns.headers.get(header_checks.len()).cloned().flatten();
         header_checks.push((name, re));
     }
-    let http2 = match spec.http2.unwrap_or(Http2Mode::Negotiate) {
-        Http2Mode::Negotiate => Http2::Negotiate,
-        Http2Mode::Disabled => Http2::Disabled,
-        Http2Mode::PriorKnowledge => Http2::PriorKnowledge,
-    };
-    let tls = tls_plan(
-        spec.tls.as_ref().unwrap_or(&TlsSpec::default()),
-        http2,
-        resolve,
-        roots,
-    )?;
-    let proxy = match &spec.proxy {
+    Ok(ContentChecks {
+        body_match,
+        json_checks,
+        header_checks,
+    })
+}
+
+/// `spec.proxy`: none, `url` or `fromEnvironment`, exactly one of the two.
+fn proxy_plan(spec: &WebCheckerSpec) -> Result<ProxyPlan, String> {
+    Ok(match &spec.proxy {
         None => ProxyPlan::Direct,
         Some(p) => match (&p.url, p.from_environment.unwrap_or(false)) {
             (Some(u), false) => {
@@ -123,52 +187,31 @@ pub fn plan_trusting(
             (None, true) => ProxyPlan::FromEnvironment,
             _ => return Err("spec.proxy needs exactly one of url or fromEnvironment: true".into()),
         },
-    };
-    Ok(ProbePlan {
-        target,
-        method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
-        headers,
-        body: Bytes::from(spec.body.clone().unwrap_or_default()),
-        timeout: Duration::from_secs_f64(timeout),
-        interval: Duration::from_secs(spec.interval_seconds as u64),
-        expected,
-        max_response_time: spec
-            .max_response_time_millis
-            .map(|ms| Duration::from_millis(ms.max(1) as u64)),
-        body_match,
-        json_checks,
-        header_checks,
-        follow_redirects: spec.follow_redirects.unwrap_or(false),
-        max_redirects: spec.max_redirects.unwrap_or(5).clamp(0, 20) as u32,
-        tls,
-        ip_family: match spec.ip_family.unwrap_or(IpFamily::Auto) {
-            IpFamily::Auto => AddressFamily::Auto,
-            IpFamily::IPv4 => AddressFamily::V4,
-            IpFamily::IPv6 => AddressFamily::V6,
-        },
-        proxy,
-        compression: match spec.compression.unwrap_or(Compression::Identity) {
-            Compression::Identity => Coding::Identity,
-            Compression::Gzip => Coding::Gzip,
-            Compression::Deflate => Coding::Deflate,
-            Compression::Br => Coding::Br,
-            Compression::Zstd => Coding::Zstd,
-        },
-        http2,
-        http_versions: spec
-            .http_versions
-            .iter()
-            .flatten()
-            .map(|v| match v {
-                HttpVersion::Http10 => http::Version::HTTP_10,
-                HttpVersion::Http11 => http::Version::HTTP_11,
-                HttpVersion::Http2 => http::Version::HTTP_2,
-            })
-            .collect(),
-        failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
-        success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
-        suspend: spec.suspend.unwrap_or(false),
     })
+}
+
+/// The coding asked for (`spec.compression`).
+fn compression(spec: &WebCheckerSpec) -> Coding {
+    match spec.compression.unwrap_or(Compression::Identity) {
+        Compression::Identity => Coding::Identity,
+        Compression::Gzip => Coding::Gzip,
+        Compression::Deflate => Coding::Deflate,
+        Compression::Br => Coding::Br,
+        Compression::Zstd => Coding::Zstd,
+    }
+}
+
+/// The versions a final response may have (`spec.httpVersions`).
+fn http_versions(spec: &WebCheckerSpec) -> Vec<http::Version> {
+    spec.http_versions
+        .iter()
+        .flatten()
+        .map(|v| match v {
+            HttpVersion::Http10 => http::Version::HTTP_10,
+            HttpVersion::Http11 => http::Version::HTTP_11,
+            HttpVersion::Http2 => http::Version::HTTP_2,
+        })
+        .collect()
 }
 
 /// `spec.host` joined with `spec.path`.
