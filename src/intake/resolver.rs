@@ -30,9 +30,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::debug;
 
-use crate::api::{WebChecker, object_key};
-use crate::engine::{Command, Incoming};
+use crate::api::WebChecker;
+use crate::engine::Command;
 use crate::intake::budget::{Budgets, Kind, Order, Verdict};
+use crate::intake::found::{Found, Step, forgotten};
 use crate::intake::secrets::queue::{ReadQueue, Urgency};
 use crate::intake::secrets::{Fetch, ObjectId, REFRESH, Read, Reader, Resolved, ValueCache};
 use crate::probe::{Compiled, ValueRef, references};
@@ -56,10 +57,8 @@ struct Tracked {
 
 /// An Upsert waiting for reads.
 struct Held {
-    wc: Box<WebChecker>,
-    compiled: Option<Compiled>,
-    initial: bool,
-    seen: Instant,
+    found: Box<Found>,
+    compiled: Compiled,
     values: Resolved,
     waiting: HashSet<ObjectId>,
 }
@@ -83,20 +82,6 @@ pub struct Resolver {
     /// Refreshes of checkers that a change of budget use moved over or
     /// under their namespace's budget, to send after the current command.
     moved: Vec<Command>,
-}
-
-fn upsert(
-    wc: Box<WebChecker>,
-    values: Resolved,
-    compiled: Option<Compiled>,
-    initial: bool,
-    seen: Instant,
-) -> Command {
-    Command::Upsert {
-        checker: Incoming::Valid(wc, values, compiled),
-        initial,
-        seen,
-    }
 }
 
 impl Resolver {
@@ -123,7 +108,11 @@ impl Resolver {
     }
 
     /// Takes the feed's commands until the feed or the engine is gone.
-    pub async fn run(mut self, mut input: mpsc::Receiver<Command>, engine: mpsc::Sender<Command>) {
+    pub async fn run(
+        mut self,
+        mut input: mpsc::Receiver<Step<Compiled>>,
+        engine: mpsc::Sender<Command>,
+    ) {
         let start = tokio::time::Instant::now() + REFRESH;
         let mut refresh = tokio::time::interval_at(start, REFRESH);
         refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -158,58 +147,13 @@ impl Resolver {
         }
     }
 
-    /// A command from the feed: what goes on to the engine now.
-    fn take(&mut self, cmd: Command, now: Instant) -> Option<Command> {
+    /// A step from the feed: what goes on to the engine now.
+    fn take(&mut self, step: Step<Compiled>, now: Instant) -> Option<Command> {
+        let cmd = match step {
+            Step::Found(found, compiled) => return self.take_found(found, compiled, now),
+            Step::Command(cmd) => cmd,
+        };
         match cmd {
-            Command::Upsert {
-                checker: Incoming::Valid(wc, _, compiled),
-                initial,
-                seen,
-            } => {
-                let namespace = wc.metadata.namespace.clone().unwrap_or_default();
-                let key = object_key(&namespace, wc.metadata.name.as_deref().unwrap_or_default());
-                // Newer than any held Upsert of this checker.
-                self.held.remove(&key);
-                let refs = references(&wc.spec);
-                if refs.is_empty() {
-                    self.untrack(&key);
-                    return Some(upsert(wc, Resolved::default(), compiled, initial, seen));
-                }
-                self.track(&key, &namespace, &refs);
-                let mut values = Resolved::default();
-                let mut waiting = HashSet::new();
-                for r in &refs {
-                    match self.cache.fresh(&namespace, r, now) {
-                        Some(v) => values.set(r.clone(), v),
-                        None => {
-                            waiting.insert(ObjectId::of(&namespace, r));
-                        }
-                    }
-                }
-                if waiting.is_empty() {
-                    let order = (wc.metadata.creation_timestamp.clone(), wc.name_any());
-                    let values = self.admit(&key, &namespace, Some(order), values);
-                    if let Some(t) = self.tracked.get_mut(&key) {
-                        t.last = Some(values.clone());
-                    }
-                    return Some(upsert(wc, values, compiled, initial, seen));
-                }
-                for obj in &waiting {
-                    self.queue.push(obj.clone(), Urgency::Waited);
-                }
-                self.held.insert(
-                    key,
-                    Held {
-                        wc,
-                        compiled,
-                        initial,
-                        seen,
-                        values,
-                        waiting,
-                    },
-                );
-                None
-            }
             Command::Resync { present } => {
                 let gone: Vec<String> = self
                     .tracked
@@ -228,18 +172,72 @@ impl Resolver {
             // ones).
             Command::Patterns { key, compiled } => match self.held.get_mut(&key) {
                 Some(h) => {
-                    h.compiled = Some(compiled);
+                    h.compiled = compiled;
                     None
                 }
                 None => Some(Command::Patterns { key, compiled }),
             },
             other => {
-                if let Some(key) = other.forgotten_key() {
+                if let Some(key) = forgotten(&other) {
                     self.untrack(&key);
                 }
                 Some(other)
             }
         }
+    }
+
+    /// A valid checker with its patterns: on to the engine with its values
+    /// when they are all fresh in the cache, else held until they are in.
+    fn take_found(
+        &mut self,
+        found: Box<Found>,
+        compiled: Compiled,
+        now: Instant,
+    ) -> Option<Command> {
+        let namespace = found.namespace();
+        let key = found.key();
+        // Newer than any held Upsert of this checker.
+        self.held.remove(&key);
+        let refs = references(&found.wc.spec);
+        if refs.is_empty() {
+            self.untrack(&key);
+            return Some(found.upsert(Resolved::default(), compiled));
+        }
+        self.track(&key, &namespace, &refs);
+        let mut values = Resolved::default();
+        let mut waiting = HashSet::new();
+        for r in &refs {
+            match self.cache.fresh(&namespace, r, now) {
+                Some(v) => values.set(r.clone(), v),
+                None => {
+                    waiting.insert(ObjectId::of(&namespace, r));
+                }
+            }
+        }
+        if waiting.is_empty() {
+            let order = (
+                found.wc.metadata.creation_timestamp.clone(),
+                found.wc.name_any(),
+            );
+            let values = self.admit(&key, &namespace, Some(order), values);
+            if let Some(t) = self.tracked.get_mut(&key) {
+                t.last = Some(values.clone());
+            }
+            return Some(found.upsert(values, compiled));
+        }
+        for obj in &waiting {
+            self.queue.push(obj.clone(), Urgency::Waited);
+        }
+        self.held.insert(
+            key,
+            Held {
+                found,
+                compiled,
+                values,
+                waiting,
+            },
+        );
+        None
     }
 
     /// A read ended: the Upserts it completes and the Refreshes it causes.
@@ -296,17 +294,18 @@ impl Resolver {
 
     /// A held Upsert whose values are all in.
     fn deliver(&mut self, key: String, h: Held) -> Command {
-        if !(self.assigned)(&h.wc) {
+        if !(self.assigned)(&h.found.wc) {
             self.untrack(&key);
             return Command::Remove { key };
         }
-        let namespace = h.wc.metadata.namespace.clone().unwrap_or_default();
-        let order = (h.wc.metadata.creation_timestamp.clone(), h.wc.name_any());
+        let namespace = h.found.namespace();
+        let wc = &h.found.wc;
+        let order = (wc.metadata.creation_timestamp.clone(), wc.name_any());
         let values = self.admit(&key, &namespace, Some(order), h.values);
         if let Some(t) = self.tracked.get_mut(&key) {
             t.last = Some(values.clone());
         }
-        upsert(h.wc, values, h.compiled, h.initial, h.seen)
+        h.found.upsert(values, h.compiled)
     }
 
     /// The last values read of `refs`.
@@ -464,8 +463,18 @@ mod tests {
         )
     }
 
-    fn up(wc: Box<WebChecker>) -> Command {
-        upsert(wc, Resolved::default(), None, false, Instant::now())
+    fn up(wc: Box<WebChecker>) -> Step<Compiled> {
+        let found = Found {
+            wc,
+            info: Default::default(),
+            initial: false,
+            seen: Instant::now(),
+        };
+        Step::Found(Box::new(found), Arc::new(Ok(Default::default())))
+    }
+
+    fn cmd(c: Command) -> Step<Compiled> {
+        Step::Command(c)
     }
 
     fn secret(ns: &str, name: &str) -> ObjectId {
@@ -501,13 +510,13 @@ mod tests {
     /// (key, path, header values) of an Upsert; the key of another command.
     fn seen(c: &Command) -> (String, String, Vec<Result<Vec<u8>, String>>) {
         match c {
-            Command::Upsert {
-                checker: Incoming::Valid(wc, values, _),
-                ..
-            } => {
-                let key = object_key(&wc.namespace().unwrap(), &wc.name_any());
-                let vals = references(&wc.spec).iter().map(|r| values.get(r)).collect();
-                (key, wc.spec.path.clone(), vals)
+            Command::Upsert { checker, .. } => {
+                let def = checker.definition.as_ref().unwrap();
+                let vals = references(&def.spec)
+                    .iter()
+                    .map(|r| def.values.get(r))
+                    .collect();
+                (checker.key.clone(), def.spec.path.clone(), vals)
             }
             Command::Remove { key } => (key.clone(), "<remove>".into(), vec![]),
             Command::Drain { key, .. } => (key.clone(), "<drain>".into(), vec![]),
@@ -590,10 +599,10 @@ mod tests {
             out.extend(r.read_done(obj, found(&[("k", &big)]), now));
         }
         let values = |c: &Command| match c {
-            Command::Upsert {
-                checker: Incoming::Valid(wc, v, _),
-                ..
-            } => (wc.name_any(), v.clone()),
+            Command::Upsert { checker, .. } => (
+                checker.name.clone(),
+                checker.definition.as_ref().unwrap().values.clone(),
+            ),
             Command::Refresh { key, resolved } => (key.clone(), resolved.clone()),
             other => panic!("{other:?}"),
         };
@@ -611,9 +620,9 @@ mod tests {
         // The older is deleted: the newer gets its values.
         assert!(
             r.take(
-                Command::Remove {
+                cmd(Command::Remove {
                     key: "ns/c0".into()
-                },
+                }),
                 now
             )
             .is_some()
@@ -637,27 +646,25 @@ mod tests {
         // Upsert without references: each goes on at once and forgets the
         // held Upsert, which never follows it.
         let forgetting = [
-            Command::Remove { key: "ns/c".into() },
-            Command::Drain {
+            cmd(Command::Remove { key: "ns/c".into() }),
+            cmd(Command::Drain {
                 key: "ns/c".into(),
                 namespace: "ns".into(),
                 name: "c".into(),
                 resource_version: "2".into(),
-            },
-            Command::Upsert {
-                checker: Incoming::Malformed {
-                    namespace: "ns".into(),
-                    name: "c".into(),
-                    resource_version: "2".into(),
-                    generation: None,
-                    error: "bad".into(),
-                },
-                initial: false,
-                seen: now,
-            },
-            Command::Resync {
+            }),
+            cmd(crate::intake::found::malformed(
+                "ns".into(),
+                "c".into(),
+                "2".into(),
+                None,
+                "bad".into(),
+                false,
+                now,
+            )),
+            cmd(Command::Resync {
                 present: HashSet::from(["ns/other".to_string()]),
-            },
+            }),
             up(checker("ns", "c", "/plain", &[])),
         ];
         for newer in forgetting {
@@ -687,16 +694,19 @@ mod tests {
         assert!(r.take(up(checker("ns", "p", "/", &["w"])), now).is_none());
         let over: crate::probe::Compiled =
             Arc::new(Err(crate::probe::PatternError::OverBudget("over".into())));
-        let patterns = |key: &str| Command::Patterns {
-            key: key.into(),
-            compiled: over.clone(),
+        let patterns = |key: &str| {
+            cmd(Command::Patterns {
+                key: key.into(),
+                compiled: over.clone(),
+            })
         };
         assert!(r.take(patterns("ns/p"), now).is_none());
         assert!(r.take(patterns("ns/elsewhere"), now).is_some());
         let out = later(&mut r, secret("ns", "w"));
         assert!(matches!(
             &out[..],
-            [Command::Upsert { checker: Incoming::Valid(_, _, Some(c)), .. }] if c.is_err()
+            [Command::Upsert { checker, .. }]
+                if checker.definition.as_ref().unwrap().patterns.is_err()
         ));
         // Values fresh in the cache: no wait at all.
         let c = r
@@ -769,7 +779,7 @@ mod tests {
                 .contains("not found")
         );
         // A Remove stops the re-reads.
-        r.take(Command::Remove { key: "ns/c".into() }, t3);
+        r.take(cmd(Command::Remove { key: "ns/c".into() }), t3);
         r.refresh(t3 + TTL * 3);
         assert_eq!(started(&mut r), vec![]);
     }
