@@ -439,7 +439,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use kube::ResourceExt;
     use serde_json::json;
 
     use super::*;
