@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use webchecker::api::{Condition, WebChecker};
@@ -402,130 +402,10 @@ async fn local_target_lifecycle() {
 }
 
 // ---------------------------------------------------------------- 3
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spec_edit_and_deletion() {
-    let (c, ns, id) = world("edit");
-    let client = c.client().await;
-    let api = checkers(&client, &ns);
-    let w = Witness::start().await;
-    let op = Operator::spawn(c, &id, &ns, FAST_LEASES);
-    op.wait_ready(Duration::from_secs(60)).await;
-
-    let name = "edit";
-    let out = c
-        .apply(
-            &ns,
-            &checker_yaml(name, &w.url(), "/c/edit", 2, "  timeoutSeconds: 1\n"),
-        )
-        .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    wait_ready_status(&api, name, "True", Duration::from_secs(30)).await;
-    let st = api.get(name).await.unwrap().status.unwrap();
-    assert_eq!(st.observed_generation, Some(1));
-
-    // Edit the path.
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"path": "/c/edit-v2"}})),
-    )
-    .await
-    .unwrap();
-    let patched = Instant::now();
-    let first_new = eventually(
-        Duration::from_secs(4),
-        "a probe on the new path",
-        || async { w.hits_for("edit-v2").first().map(|h| h.start) },
-    )
-    .await;
-    println!(
-        "first probe on the new path {:?} after the patch",
-        first_new.saturating_duration_since(patched)
-    );
-    assert!(
-        first_new.saturating_duration_since(patched) <= Duration::from_secs(3),
-        "not on the next probe"
-    );
-    let old_after: Vec<Instant> = w
-        .hits_for("edit")
-        .iter()
-        .map(|h| h.start)
-        .filter(|t| *t > patched)
-        .collect();
-    assert!(
-        old_after.len() <= 1,
-        "{} probes on the old path after the patch",
-        old_after.len()
-    );
-    let st = eventually(Duration::from_secs(6), "observedGeneration 2", || async {
-        let st = api.get(name).await.ok()?.status?;
-        (st.observed_generation == Some(2) && st.condition("Ready")?.observed_generation == Some(2))
-            .then_some(st)
-    })
-    .await;
-    assert_eq!(st.condition("Ready").unwrap().status, "True");
-    // A few more probes, all on the new path.
-    let n = w.count_for("edit-v2");
-    eventually(
-        Duration::from_secs(6),
-        "more probes on the new path",
-        || async { (w.count_for("edit-v2") >= n + 2).then_some(()) },
-    )
-    .await;
-    assert!(
-        w.hits_for("edit").iter().all(|h| h.start < first_new),
-        "a probe on the old path after one on the new path"
-    );
-
-    // Delete.
-    api.delete(name, &DeleteParams::default()).await.unwrap();
-    let deleted = Instant::now();
-    eventually(Duration::from_secs(5), "object gone", || async {
-        matches!(api.get_opt(name).await, Ok(None)).then_some(())
-    })
-    .await;
-    let all = |w: &Witness| -> Vec<Instant> {
-        let mut v: Vec<Instant> = w
-            .all_hits()
-            .iter()
-            .filter(|h| h.checker.starts_with("edit"))
-            .map(|h| h.start)
-            .collect();
-        v.sort();
-        v
-    };
-    // The assertion is about this time: two intervals (2 s each) with no probe.
-    tokio::time::sleep(Duration::from_millis(4500)).await;
-    let after: Vec<Instant> = all(&w).into_iter().filter(|t| *t > deleted).collect();
-    assert!(
-        after.len() <= 1,
-        "{} probes after the deletion",
-        after.len()
-    );
-    let last = after.last().copied().unwrap_or(deleted);
-    let quiet_until = last + Duration::from_millis(4200);
-    tokio::time::sleep(quiet_until.saturating_duration_since(Instant::now())).await;
-    let later: Vec<Instant> = all(&w).into_iter().filter(|t| *t > last).collect();
-    assert!(
-        later.is_empty(),
-        "probed {} times after the deletion (after {} in flight)",
-        later.len(),
-        after.len()
-    );
-    println!(
-        "after deletion: {} racing probe(s), then none for {:?}",
-        after.len(),
-        quiet_until - last
-    );
-    let m = metrics_of(&op).await;
-    assert_eq!(metric(&m, "webchecker_owned_checkers", &[]), Some(0.0));
-    assert_eq!(
-        metric(&m, "webchecker_up", &[("name", name)]),
-        None,
-        "per-checker series forgotten"
-    );
-}
+// A spec edit (the next probe uses the new plan, on the same cadence, and
+// writes the new observedGeneration) and a deletion (never probed again, its
+// series forgotten) are the engine's alone: scenario tests of its checker
+// table cover them (src/engine/table/tests/spec.rs).
 
 // ---------------------------------------------------------------- 4
 

@@ -1,149 +1,42 @@
-//! The probe engine of one replica: checker table, timer wheel, bounded worker
-//! pool, and the status reducer's effects.
+//! The probe engine of one replica: a thin async shell around the checker
+//! table (table/), which decides everything; the shell carries the table's
+//! effects out. It owns the timers (a DelayQueue), the bounded worker pool (a
+//! Semaphore), the probe tasks and their abort handles, the prober, and the
+//! handles of the status writer, the Event queue and the metrics.
 //!
-//! One task owns all per-checker state; it never blocks on a full queue:
-//! commands arrive on a bounded channel, results come back on a channel sized
-//! to the pool (so a worker never waits long), status writes go to a map keyed by
-//! checker, and events wait in a bounded queue with a share per namespace,
-//! dropped (and counted) rather than queued unboundedly.
-//! At most one probe per checker is in flight: the next one is scheduled only
-//! when the previous one finished.
+//! One task runs it, and it never blocks on a full queue: commands arrive on
+//! a bounded channel, results come back on a channel sized to the pool (so a
+//! worker never waits long), status writes go to a map keyed by checker, and
+//! Events wait in a bounded queue with a share per namespace, dropped (and
+//! counted) rather than queued unboundedly.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType};
-use kube::{Resource, ResourceExt};
 use rand::Rng;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::AbortHandle;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
-use tracing::{debug, info, warn};
+use tracing::warn;
 
-use crate::api::{WebChecker, WebCheckerSpec};
 use crate::coordination::membership::Membership;
-use crate::intake::secrets::Resolved;
-use crate::kubeio::writer::{LAST_PROBE_ANNOTATION, Op, StatusWriter};
+use crate::kubeio::writer::StatusWriter;
+use crate::observe::events::EventSender;
 use crate::observe::metrics::Metrics;
-use crate::probe::{Compiled, Outcome, PatternError, ProbePlan, Prober};
-use fairness::FairQueue;
-use status::{CheckerStatus, Context, NotProbed, Transition, Truth};
+use crate::probe::{Outcome, ProbePlan, Prober};
+use table::{Clock, Effect, Input, Metric, Notice, Table, ToWriter};
 
 mod arrival;
-mod events;
+mod command;
 pub(crate) mod fairness;
-mod intake;
 pub mod status;
+mod table;
 
-use crate::observe::events::EventSender;
-
-/// A checker as the watch delivers it, or why it could not be read.
-#[derive(Debug)]
-pub enum Incoming {
-    /// With the values of the Secret and ConfigMap keys it references
-    /// (resolved off the feed by crate::intake::resolver) and its compiled patterns
-    /// (crate::intake::compiler; `None` only before the feeder attached them).
-    Valid(Box<WebChecker>, Resolved, Option<Compiled>),
-    /// Does not deserialise (for example written under an older schema).
-    Malformed {
-        namespace: String,
-        name: String,
-        resource_version: String,
-        generation: Option<i64>,
-        error: String,
-    },
-}
-
-#[derive(Debug)]
-pub enum Command {
-    /// A checker of our shard, added or changed. `initial` during a (re)list;
-    /// `seen` when the watch delivered it (a new checker's first probe is
-    /// measured from there).
-    Upsert {
-        checker: Incoming,
-        initial: bool,
-        seen: Instant,
-    },
-    /// The sharder asks us to hand this checker over.
-    Drain {
-        key: String,
-        namespace: String,
-        name: String,
-        resource_version: String,
-    },
-    /// Deleted, or no longer ours.
-    Remove { key: String },
-    /// The Secret/ConfigMap values a checker references changed (rotation).
-    Refresh { key: String, resolved: Resolved },
-    /// A checker's patterns changed without a new spec: its namespace's
-    /// budget made room for them, or no longer does (crate::intake::budget).
-    Patterns { key: String, compiled: Compiled },
-    /// A re-list finished: keys not in the set are no longer ours.
-    Resync { present: HashSet<String> },
-    /// Our Lease is gone: drop every checker at once.
-    Fence { done: oneshot::Sender<()> },
-    /// Graceful shutdown: stop dispatching, wait for in-flight probes.
-    Shutdown { done: oneshot::Sender<()> },
-}
-
-impl Command {
-    /// The checker that a feeder's per-checker cache forgets on this command:
-    /// it is no longer handed over as a valid checker (removed, draining or
-    /// malformed).
-    pub(crate) fn forgotten_key(&self) -> Option<String> {
-        match self {
-            Command::Remove { key } | Command::Drain { key, .. } => Some(key.clone()),
-            Command::Upsert {
-                checker:
-                    Incoming::Malformed {
-                        namespace, name, ..
-                    },
-                ..
-            } => Some(crate::api::object_key(namespace, name)),
-            _ => None,
-        }
-    }
-}
-
-struct Done {
-    key: String,
-    seq: u64,
-    /// `None` when the probe was held back at the last moment (gate closed).
-    outcome: Option<Outcome>,
-    finished_wall: SystemTime,
-}
-
-struct Entry {
-    seq: u64,
-    namespace: String,
-    name: String,
-    generation: Option<i64>,
-    spec: Option<WebCheckerSpec>,
-    resolved: Resolved,
-    patterns: Option<Compiled>,
-    plan: Option<Arc<ProbePlan>>,
-    object_ref: k8s_openapi::api::core::v1::ObjectReference,
-    delay: Option<DelayKey>,
-    due: Instant,
-    inflight: Option<AbortHandle>,
-    draining: bool,
-    status: CheckerStatus,
-    last_probe_wall: Option<SystemTime>,
-    /// A new arrival not yet probed: when the watch delivered it.
-    first_probe_since: Option<Instant>,
-    /// URL and allowlisted labels (`webchecker_checker_info`).
-    info: Arc<crate::observe::metrics::CheckerInfo>,
-}
-
-impl Entry {
-    /// How long a probe of this checker may hold a worker.
-    fn hold(&self) -> Duration {
-        self.plan.as_ref().map_or(Duration::ZERO, |p| p.timeout)
-    }
-}
+pub use command::{Checker, Command, Definition};
 
 pub struct EngineSettings {
     pub identity: String,
@@ -151,32 +44,40 @@ pub struct EngineSettings {
     pub heartbeat: Duration,
 }
 
+/// A probe that ended, as its task reports it.
+struct Done {
+    key: String,
+    seq: u64,
+    /// `None` when the probe was held back at the last moment (gate closed).
+    outcome: Option<Outcome>,
+    finished: SystemTime,
+}
+
+/// A probe the table asked for.
+struct Start {
+    key: String,
+    seq: u64,
+    namespace: String,
+    plan: Arc<ProbePlan>,
+}
+
 pub struct Engine {
-    settings: EngineSettings,
+    table: Table,
+    workers: usize,
     prober: Arc<Prober>,
     metrics: Arc<Metrics>,
     membership: Arc<Membership>,
     writer: Arc<StatusWriter>,
     events: EventSender,
-    entries: HashMap<String, Entry>,
-    queue: DelayQueue<String>,
-    /// Due probes, handed to the pool fairly between namespaces.
-    ready: FairQueue,
+    timers: DelayQueue<String>,
+    /// Each armed timer's key in `timers`.
+    armed: HashMap<String, DelayKey>,
+    /// Each probe in flight: its checker's seq and its task.
+    probes: HashMap<String, (u64, AbortHandle)>,
     pool: Arc<Semaphore>,
-    next_seq: u64,
-    stopping: Option<oneshot::Sender<()>>,
-    /// Whether listed checkers fill an empty table (their first probes spread).
-    arrivals: arrival::Arrivals,
-}
-
-fn now_wall() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-fn unix_ms(t: SystemTime) -> i64 {
-    t.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    /// Graceful shutdown: answered once the table has stopped.
+    stopping: Option<tokio::sync::oneshot::Sender<()>>,
+    stopped: bool,
 }
 
 impl Engine {
@@ -189,119 +90,110 @@ impl Engine {
         events: EventSender,
     ) -> Self {
         metrics.pool_size.set(settings.workers as i64);
-        let workers = settings.workers;
+        let table = Table::new(table::Settings {
+            identity: settings.identity,
+            workers: settings.workers,
+            heartbeat: settings.heartbeat,
+            roots: prober.roots().clone(),
+        });
         Engine {
+            table,
+            workers: settings.workers,
             pool: Arc::new(Semaphore::new(settings.workers)),
-            settings,
             prober,
             metrics,
             membership,
             writer,
             events,
-            entries: HashMap::new(),
-            queue: DelayQueue::new(),
-            ready: FairQueue::new(workers),
-            next_seq: 0,
+            timers: DelayQueue::new(),
+            armed: HashMap::new(),
+            probes: HashMap::new(),
             stopping: None,
-            arrivals: Default::default(),
+            stopped: false,
         }
     }
-}
 
-/// Why a checker has no plan: the Ready reason and message.
-type Refusal = (NotProbed, String);
-
-fn invalid(message: String) -> Refusal {
-    (NotProbed::InvalidSpec, message)
-}
-
-/// The plan of a spec, with the patterns the feed compiled (compiled here
-/// only if it did not, which the feed never lets happen).
-fn plan_of(
-    prober: &Prober,
-    spec: &WebCheckerSpec,
-    resolved: &Resolved,
-    patterns: Option<&Compiled>,
-) -> Result<ProbePlan, Refusal> {
-    if let Some(m) = resolved.quota_exceeded() {
-        return Err((NotProbed::QuotaExceeded, m.to_string()));
-    }
-    let resolve = |v: &crate::probe::ValueRef| resolved.get(v);
-    let roots = prober.roots();
-    let patterns = match patterns.map(|c| c.as_ref()) {
-        Some(Ok(p)) => Ok(p.clone()),
-        Some(Err(PatternError::Invalid(m))) => Err(m.clone()),
-        Some(Err(PatternError::OverBudget(m))) => {
-            return Err((NotProbed::QuotaExceeded, m.clone()));
-        }
-        None => crate::probe::compile_patterns(spec),
-    };
-    crate::probe::plan_trusting(spec, &resolve, &patterns, roots).map_err(invalid)
-}
-
-fn make_ctx<'a>(
-    settings: &'a EngineSettings,
-    generation: Option<i64>,
-    plan: Option<&ProbePlan>,
-) -> Context<'a> {
-    Context {
-        generation,
-        owner: &settings.identity,
-        now_wall: now_wall(),
-        now: Instant::now(),
-        heartbeat: settings.heartbeat,
-        success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
-        failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
-        certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
-    }
-}
-
-impl Engine {
     pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
-        let (done_tx, mut done_rx) = mpsc::channel::<Done>(self.settings.workers.max(1));
-        let mut blocked_since: Option<Instant> = None;
+        let (done_tx, mut done_rx) = mpsc::channel::<Done>(self.workers.max(1));
         loop {
             let gate_open = self.dispatch(&done_tx);
-            if gate_open {
-                blocked_since = None;
-            } else if blocked_since.is_none() {
-                blocked_since = Some(Instant::now());
-            }
-            if let Some(done) = self.stopping.take() {
-                if self.entries.values().all(|e| e.inflight.is_none()) {
+            if self.stopped {
+                if let Some(done) = self.stopping.take() {
                     let _ = done.send(());
-                    return;
                 }
-                self.stopping = Some(done);
+                return;
             }
             tokio::select! {
                 biased;
-                Some(d) = done_rx.recv() => self.finished(d),
+                Some(d) = done_rx.recv() => {
+                    if self.probes.get(&d.key).is_some_and(|(seq, _)| *seq == d.seq) {
+                        self.probes.remove(&d.key);
+                    }
+                    self.step(Input::Done {
+                        key: d.key,
+                        seq: d.seq,
+                        outcome: d.outcome,
+                        finished: d.finished,
+                    });
+                }
                 cmd = commands.recv() => match cmd {
-                    Some(c) => self.command(c).await,
+                    Some(c) => self.command(c),
                     None => return,
                 },
-                Some(exp) = self.queue.next(), if !self.queue.is_empty() => {
+                Some(exp) = self.timers.next(), if !self.timers.is_empty() => {
                     let key = exp.into_inner();
-                    if let Some(e) = self.entries.get_mut(&key) {
-                        e.delay = None;
-                        self.ready.push(&e.namespace, key, e.due, e.hold());
-                    }
+                    self.armed.remove(&key);
+                    self.step(Input::Due { key });
                 }
-                _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && self.ready.has_ready() => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)), if !gate_open && self.table.has_ready() => {}
             }
         }
+    }
+
+    fn command(&mut self, c: Command) {
+        let input = match c {
+            Command::Upsert {
+                checker,
+                initial,
+                seen,
+            } => Input::Upsert {
+                checker,
+                initial,
+                seen,
+            },
+            Command::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            } => Input::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            },
+            Command::Remove { key } => Input::Remove { key },
+            Command::Refresh { key, resolved } => Input::Refresh { key, resolved },
+            Command::Patterns { key, compiled } => Input::Patterns { key, compiled },
+            Command::Resync { present } => Input::Resync { present },
+            Command::Fence { done } => {
+                self.step(Input::Fence);
+                let _ = done.send(());
+                return;
+            }
+            Command::Shutdown { done } => {
+                self.stopping = Some(done);
+                Input::Shutdown
+            }
+        };
+        self.step(input);
     }
 
     /// Starts as many ready probes as the pool, the namespaces' fair shares
     /// (crate::engine::fairness) and the membership gate allow. Returns false when the
     /// gate held probes back.
     fn dispatch(&mut self, done_tx: &mpsc::Sender<Done>) -> bool {
-        if self.stopping.is_some() {
-            self.ready.clear_ready();
-            return true;
-        }
-        while self.ready.has_ready() {
+        while self.table.wants_worker() {
             if !self.membership.dispatch_allowed() {
                 return false;
             }
@@ -310,262 +202,177 @@ impl Engine {
             };
             // Free workers, counting the one just taken.
             let free = self.pool.available_permits() + 1;
-            let Some((ns, key, due)) = self.ready.pop(free) else {
+            let Some(start) = self.step(Input::Dispatch { free }) else {
                 // The waiting namespaces wait for a worker to come back.
                 return true;
             };
-            let Some(entry) = self.entries.get_mut(&key) else {
-                continue;
-            };
-            if entry.draining || entry.inflight.is_some() || entry.plan.is_none() {
-                continue;
-            }
-            let plan = entry.plan.clone().expect("checked above");
-            let namespace = entry.namespace.clone();
-            let now = Instant::now();
-            let lag = now.saturating_duration_since(due);
-            self.metrics.schedule_lag.observe(lag.as_secs_f64());
-            if let Some(seen) = entry.first_probe_since.take() {
-                self.metrics
-                    .first_probe_delay
-                    .observe(now.saturating_duration_since(seen).as_secs_f64());
-            }
-            let inflight = InflightGuard::new(self.metrics.clone());
-            let prober = self.prober.clone();
-            let tx = done_tx.clone();
-            let seq = entry.seq;
-            let membership = self.membership.clone();
-            let task = tokio::spawn(async move {
-                // The process may be paused at any point after dispatch: check
-                // again before connecting, and let the prober check right before
-                // it writes each request.
-                let gate = || membership.dispatch_allowed();
-                let outcome = if gate() {
-                    prober.probe(&plan, &namespace, &gate).await
-                } else {
-                    None
-                };
-                drop(permit);
-                drop(inflight);
-                let _ = tx
-                    .send(Done {
-                        key,
-                        seq,
-                        outcome,
-                        finished_wall: SystemTime::now(),
-                    })
-                    .await;
-            });
-            entry.inflight = Some(task.abort_handle());
-            self.ready.started(&ns);
+            self.spawn(start, permit, done_tx.clone());
         }
         true
     }
 
-    fn schedule(&mut self, key: &str, at: Instant) {
-        let Some(e) = self.entries.get_mut(key) else {
-            return;
-        };
-        if let Some(k) = e.delay.take() {
-            self.queue.remove(&k);
-        }
-        e.due = at;
-        let now = Instant::now();
-        e.delay = Some(
-            self.queue
-                .insert(key.to_string(), at.saturating_duration_since(now)),
-        );
+    fn spawn(&mut self, start: Start, permit: OwnedSemaphorePermit, tx: mpsc::Sender<Done>) {
+        let Start {
+            key,
+            seq,
+            namespace,
+            plan,
+        } = start;
+        let inflight = InflightGuard::new(self.metrics.clone());
+        let prober = self.prober.clone();
+        let membership = self.membership.clone();
+        let task_key = key.clone();
+        let task = tokio::spawn(async move {
+            // The process may be paused at any point after dispatch: check
+            // again before connecting, and let the prober check right before
+            // it writes each request.
+            let gate = || membership.dispatch_allowed();
+            let outcome = if gate() {
+                prober.probe(&plan, &namespace, &gate).await
+            } else {
+                None
+            };
+            drop(permit);
+            drop(inflight);
+            let _ = tx
+                .send(Done {
+                    key: task_key,
+                    seq,
+                    outcome,
+                    finished: SystemTime::now(),
+                })
+                .await;
+        });
+        self.probes.insert(key, (seq, task.abort_handle()));
     }
 
-    fn finished(&mut self, d: Done) {
-        let Some(e) = self.entries.get_mut(&d.key) else {
-            return;
+    /// Steps the table and carries its effects out; the probe it asks for,
+    /// if any (only a dispatch starts one: it needs the worker taken for it).
+    fn step(&mut self, input: Input) -> Option<Start> {
+        let clock = Clock {
+            now: Instant::now(),
+            wall: SystemTime::now(),
+            draw: rand::rng().random(),
         };
-        if e.seq != d.seq {
-            return;
+        let mut start = None;
+        for effect in self.table.step(input, clock) {
+            match effect {
+                Effect::Probe {
+                    key,
+                    seq,
+                    namespace,
+                    plan,
+                } => {
+                    start = Some(Start {
+                        key,
+                        seq,
+                        namespace,
+                        plan,
+                    })
+                }
+                Effect::Schedule { key, at } => {
+                    if let Some(k) = self.armed.remove(&key) {
+                        self.timers.remove(&k);
+                    }
+                    let k = self
+                        .timers
+                        .insert(key.clone(), at.saturating_duration_since(Instant::now()));
+                    self.armed.insert(key, k);
+                }
+                Effect::Cancel { key } => {
+                    if let Some(k) = self.armed.remove(&key) {
+                        self.timers.remove(&k);
+                    }
+                }
+                Effect::Abort { key } => {
+                    if let Some((_, h)) = self.probes.remove(&key) {
+                        h.abort();
+                    }
+                }
+                Effect::Writer(w) => self.write(w),
+                Effect::Event(n) => self.send_event(n),
+                Effect::Metric(m) => self.metric(m),
+                Effect::Compact => {
+                    self.timers.compact();
+                    crate::shrink_if_sparse(&mut self.armed);
+                    crate::shrink_if_sparse(&mut self.probes);
+                }
+                Effect::Stopped => self.stopped = true,
+            }
         }
-        e.inflight = None;
-        self.ready.finished(&e.namespace);
-        if d.outcome.is_some() {
-            e.last_probe_wall = Some(d.finished_wall);
-        }
-        if e.draining {
-            // The in-flight probe (done or held back at the last moment) was all
-            // the drain waited for: hand over now. A held-back probe must not go
-            // back to the ready queue, which skips draining checkers: the
-            // handshake would never complete and the checker would stay unowned.
-            let last = e.last_probe_wall.map(unix_ms);
-            self.writer.submit(
-                &d.key,
-                &e.namespace,
-                &e.name,
-                Op::AckDrain {
-                    last_probe_unix_ms: last,
-                },
-            );
-            return;
-        }
-        let Some(outcome) = d.outcome else {
-            // Held back: try again once the gate opens, same due time.
-            self.ready.push(&e.namespace, d.key, e.due, e.hold());
-            return;
-        };
-        let Some(plan) = e.plan.clone() else { return };
-        let ctx = make_ctx(&self.settings, e.generation, Some(&plan));
-        let effects = e.status.observe(&outcome, &ctx);
-        self.metrics.record_probe(
-            &e.namespace,
-            &e.name,
-            &e.info,
-            &outcome,
-            e.status.is_ready(),
-        );
-        debug!(checker = %d.key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
-        self.apply_effects(&d.key, effects);
-        let Some(e) = self.entries.get_mut(&d.key) else {
-            return;
-        };
-        // Keep the cadence; skip whole intervals the checker could not make.
-        let now = Instant::now();
-        let mut next = e.due + plan.interval;
-        let mut missed = 0;
-        while next < now {
-            next += plan.interval;
-            missed += 1;
-        }
-        if missed > 0 {
-            self.metrics.missed_intervals.inc_by(missed);
-        }
-        let key = d.key.clone();
-        self.schedule(&key, next);
+        start
     }
 
-    async fn command(&mut self, c: Command) {
-        match c {
-            Command::Upsert {
-                checker,
-                initial,
-                seen,
-            } => self.upsert(checker, initial, seen),
-            Command::Drain {
+    fn write(&self, w: ToWriter) {
+        match w {
+            ToWriter::Observe {
+                key,
+                resource_version,
+            } => self.writer.observe_version(&key, &resource_version),
+            ToWriter::Submit {
                 key,
                 namespace,
                 name,
-                resource_version,
-            } => {
-                self.writer.observe_version(&key, &resource_version);
-                let (inflight, last) = match self.entries.get_mut(&key) {
-                    Some(e) => {
-                        e.draining = true;
-                        if let Some(k) = e.delay.take() {
-                            self.queue.remove(&k);
-                        }
-                        (e.inflight.is_some(), e.last_probe_wall)
-                    }
-                    None => (false, None),
-                };
-                self.metrics.forget_checker(&namespace, &name);
-                if !inflight {
-                    self.writer.submit(
-                        &key,
-                        &namespace,
-                        &name,
-                        Op::AckDrain {
-                            last_probe_unix_ms: last.map(unix_ms),
-                        },
-                    );
-                }
-                self.update_owned();
-            }
-            Command::Remove { key } => {
-                self.remove(&key);
-                self.shrink_if_sparse();
-                self.update_owned();
-            }
-            Command::Refresh { key, resolved } => self.refresh(&key, resolved),
-            Command::Patterns { key, compiled } => self.repattern(&key, compiled),
-            Command::Resync { present } => {
-                self.arrivals.listed();
-                let gone: Vec<String> = self
-                    .entries
-                    .keys()
-                    .filter(|k| !present.contains(*k))
-                    .cloned()
-                    .collect();
-                for k in gone {
-                    self.remove(&k);
-                }
-                self.shrink_if_sparse();
-                self.update_owned();
-            }
-            Command::Fence { done } => {
-                let keys: Vec<String> = self.entries.keys().cloned().collect();
-                for k in keys {
-                    self.remove(&k);
-                }
-                self.writer.forget_all();
-                self.ready.clear_ready();
-                self.arrivals.emptied();
-                self.shrink_if_sparse();
-                self.update_owned();
-                let _ = done.send(());
-            }
-            Command::Shutdown { done } => {
-                self.ready.clear_ready();
-                let keys: Vec<String> = self.entries.keys().cloned().collect();
-                for k in &keys {
-                    if let Some(e) = self.entries.get_mut(k)
-                        && let Some(d) = e.delay.take()
-                    {
-                        self.queue.remove(&d);
-                    }
-                }
-                self.stopping = Some(done);
-            }
+                op,
+            } => self.writer.submit(&key, &namespace, &name, op),
+            ToWriter::Withdraw { key } => self.writer.withdraw_ack(&key),
+            ToWriter::Forget { key } => self.writer.forget(&key),
+            ToWriter::ForgetAll => self.writer.forget_all(),
         }
     }
 
-    fn remove(&mut self, key: &str) {
-        if let Some(mut e) = self.entries.remove(key) {
-            if let Some(h) = e.inflight.take() {
-                h.abort();
-                self.ready.finished(&e.namespace);
-            }
-            self.ready.remove_checker(&e.namespace);
-            if let Some(k) = e.delay.take() {
-                self.queue.remove(&k);
-            }
-            self.metrics.forget_checker(&e.namespace, &e.name);
+    fn metric(&self, m: Metric) {
+        let metrics = &self.metrics;
+        match m {
+            Metric::Probe {
+                namespace,
+                name,
+                info,
+                outcome,
+                ready,
+            } => metrics.record_probe(&namespace, &name, &info, &outcome, ready),
+            Metric::Up {
+                namespace,
+                name,
+                info,
+                ready,
+            } => metrics.set_up(&namespace, &name, &info, ready),
+            Metric::Info {
+                namespace,
+                name,
+                info,
+            } => metrics.refresh_info(&namespace, &name, &info),
+            Metric::Forget { namespace, name } => metrics.forget_checker(&namespace, &name),
+            Metric::Owned(n) => metrics.owned.set(n),
+            Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),
+            Metric::FirstProbeDelay(d) => metrics.first_probe_delay.observe(d.as_secs_f64()),
+            Metric::Missed(n) => metrics.missed_intervals.inc_by(n),
         }
-        self.writer.forget(key);
     }
 
-    /// Gives memory back after the shard shrank a lot (the entries are large).
-    fn shrink_if_sparse(&mut self) {
-        if crate::shrink_if_sparse(&mut self.entries) {
-            self.queue.compact();
-        }
-    }
-
-    fn update_owned(&self) {
-        self.metrics
-            .owned
-            .set(self.entries.values().filter(|e| !e.draining).count() as i64);
-    }
-
-    fn apply_effects(&self, key: &str, fx: crate::engine::status::Effects) {
-        let Some(e) = self.entries.get(key) else {
-            return;
+    /// Queues an Event without waiting: when the API server is slower than the
+    /// transitions (an overload, a flood of new checkers), Events are the first
+    /// thing to give up, and the namespace with the most waiting gives them
+    /// up first. Drops are counted; the log names the namespace that lost one
+    /// once per 1,000.
+    fn send_event(&self, n: Notice) {
+        let ev = KubeEvent {
+            type_: if n.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: n.reason,
+            note: Some(n.note),
+            action: "Probe".into(),
+            secondary: None,
         };
-        if let Some(status) = fx.write {
-            self.writer
-                .submit(key, &e.namespace, &e.name, Op::Status(Box::new(status)));
-        }
-        if let Some(t) = fx.transition {
-            self.emit(key, &t);
-        }
-        if let Some(message) = fx.certificate_expiring {
-            self.emit_certificate(key, &message);
+        if let Some(loser) = self.events.push(&n.namespace, (n.object_ref, ev)) {
+            self.metrics.events_dropped.inc();
+            let dropped = self.metrics.events_dropped.get();
+            if dropped % 1000 == 1 {
+                warn!(namespace = %loser, dropped, "event queue full; the namespace with the most Events waiting lost one (webchecker_events_dropped_total)");
+            }
         }
     }
 }

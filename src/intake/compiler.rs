@@ -15,8 +15,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::api::{WebChecker, WebCheckerSpec};
-use crate::engine::{Command, Incoming};
+use crate::engine::Command;
 use crate::intake::budget::{Budgets, Kind, Verdict};
+use crate::intake::found::{Step, forgotten};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
 
 type Sources = Vec<Option<String>>;
@@ -48,30 +49,19 @@ impl PatternCache {
         }
     }
 
-    /// Attaches the compiled patterns to an Upsert, and forgets the checkers
-    /// the other commands remove. First the command, then a
+    /// Attaches the compiled patterns to a valid checker, and forgets the
+    /// checkers the commands remove. First the step, then a
     /// [`Command::Patterns`] for each other checker that a change of budget
     /// use moved over or under its namespace's budget.
-    pub async fn attach(&mut self, cmd: Command) -> Vec<Command> {
+    pub async fn attach(&mut self, step: Step<()>) -> Vec<Step<Compiled>> {
         let mut moved = Vec::new();
-        if let Some(key) = cmd.forgotten_key() {
-            moved = self.forget(&key);
-        }
-        let cmd = match cmd {
-            Command::Upsert {
-                checker: Incoming::Valid(wc, resolved, _),
-                initial,
-                seen,
-            } => {
-                let (compiled, others) = self.compiled(&wc).await;
+        let step = match step {
+            Step::Found(found, ()) => {
+                let (compiled, others) = self.compiled(&found.wc).await;
                 moved = others;
-                Command::Upsert {
-                    checker: Incoming::Valid(wc, resolved, Some(compiled)),
-                    initial,
-                    seen,
-                }
+                Step::Found(found, compiled)
             }
-            Command::Resync { present } => {
+            Step::Command(Command::Resync { present }) => {
                 let gone: Vec<String> = self
                     .by_key
                     .keys()
@@ -81,14 +71,19 @@ impl PatternCache {
                 for k in gone {
                     moved.extend(self.forget(&k));
                 }
-                Command::Resync { present }
+                Step::Command(Command::Resync { present })
             }
-            other => other,
+            Step::Command(cmd) => {
+                if let Some(key) = forgotten(&cmd) {
+                    moved = self.forget(&key);
+                }
+                Step::Command(cmd)
+            }
         };
-        let mut out = vec![cmd];
+        let mut out = vec![step];
         for (key, verdict) in moved {
             let compiled = self.settle(&key, verdict).await;
-            out.push(Command::Patterns { key, compiled });
+            out.push(Step::Command(Command::Patterns { key, compiled }));
         }
         out
     }
@@ -191,30 +186,33 @@ async fn compile(spec: &WebCheckerSpec) -> Compiled {
 mod tests {
     use super::*;
 
-    fn checker(name: &str, created: i64, spec: &str) -> Command {
+    fn checker(name: &str, created: i64, spec: &str) -> Step<()> {
         let wc: WebChecker = serde_yaml::from_str(&format!(
             "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata: {{name: {name}, namespace: ns, creationTimestamp: '2026-01-01T00:00:{created:02}Z'}}\nspec: {spec}"
         ))
         .unwrap();
-        Command::Upsert {
-            checker: Incoming::Valid(Box::new(wc), Default::default(), None),
+        let found = crate::intake::found::Found {
+            wc: Box::new(wc),
+            info: Default::default(),
             initial: false,
             seen: std::time::Instant::now(),
-        }
+        };
+        Step::Found(Box::new(found), ())
     }
 
-    fn upsert(name: &str, spec: &str) -> Command {
+    fn upsert(name: &str, spec: &str) -> Step<()> {
         checker(name, 0, spec)
     }
 
-    fn compiled(mut cmds: Vec<Command>) -> Compiled {
-        match cmds.remove(0) {
-            Command::Upsert {
-                checker: Incoming::Valid(_, _, Some(c)),
-                ..
-            } => c,
+    fn compiled(mut steps: Vec<Step<Compiled>>) -> Compiled {
+        match steps.remove(0) {
+            Step::Found(_, c) => c,
             other => panic!("no patterns attached: {other:?}"),
         }
+    }
+
+    fn command(c: Command) -> Step<()> {
+        Step::Command(c)
     }
 
     fn cache() -> PatternCache {
@@ -262,11 +260,13 @@ mod tests {
         assert!(cache.by_key.is_empty());
         compiled(cache.attach(upsert("a", a)).await);
         compiled(cache.attach(upsert("b", a)).await);
-        cache.attach(Command::Remove { key: "ns/a".into() }).await;
         cache
-            .attach(Command::Resync {
+            .attach(command(Command::Remove { key: "ns/a".into() }))
+            .await;
+        cache
+            .attach(command(Command::Resync {
                 present: Default::default(),
-            })
+            }))
             .await;
         assert!(cache.by_key.is_empty());
     }
@@ -291,13 +291,13 @@ mod tests {
         assert!(cache.by_key["ns/c2"].compiled.is_none(), "not kept");
         // c0 is deleted: c2 fits, compiled again, and the engine hears of it.
         let out = cache
-            .attach(Command::Remove {
+            .attach(command(Command::Remove {
                 key: "ns/c0".into(),
-            })
+            }))
             .await;
         assert_eq!(out.len(), 2);
         match &out[1] {
-            Command::Patterns { key, compiled } => {
+            Step::Command(Command::Patterns { key, compiled }) => {
                 assert_eq!(key, "ns/c2");
                 assert!(compiled.as_ref().as_ref().unwrap().body.is_some());
             }
@@ -308,7 +308,7 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert!(matches!(
             &out[1],
-            Command::Patterns { key, compiled } if key == "ns/c2" && compiled.is_err()
+            Step::Command(Command::Patterns { key, compiled }) if key == "ns/c2" && compiled.is_err()
         ));
     }
 }

@@ -1,8 +1,8 @@
 //! The checker feed: a watch of this replica's own shard (label selector on
-//! the owner label), classified into engine commands, with compiled patterns
-//! attached. The commands go to the engine through the resolver task
-//! (resolver.rs), which attaches the referenced Secret/ConfigMap values: the
-//! feed itself never waits for a read.
+//! the owner label), classified into intake steps (found.rs), with compiled
+//! patterns attached (compiler.rs). The steps go to the engine through the
+//! resolver task (resolver.rs), which attaches the referenced Secret/ConfigMap
+//! values: the feed itself never waits for a read.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,8 +19,9 @@ use tracing::warn;
 
 use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, object_key};
 use crate::coordination::membership::Membership;
-use crate::engine::{Command, Incoming};
+use crate::engine::Command;
 use crate::error::Error;
+use crate::intake::found::{Found, Step, malformed};
 use crate::intake::resolver::Resolver;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HealthFlags;
@@ -40,51 +41,56 @@ fn assigned_here(meta: &kube::core::ObjectMeta, membership: &Membership) -> bool
 fn classify(
     obj: DynamicObject,
     membership: &Membership,
+    metrics: &Metrics,
     initial: bool,
     seen: std::time::Instant,
-) -> (String, Option<Command>) {
+) -> (String, Option<Step<()>>) {
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
     let key = object_key(&namespace, &name);
     let ann = obj.metadata.annotations.clone().unwrap_or_default();
     if !assigned_here(&obj.metadata, membership) {
         // Assigned to an earlier incarnation of this replica: not ours to probe.
-        return (key.clone(), Some(Command::Remove { key }));
+        return (key.clone(), Some(Step::Command(Command::Remove { key })));
     }
     let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
     if ann.contains_key(DRAIN_ANNOTATION) {
         return (
             key.clone(),
-            Some(Command::Drain {
+            Some(Step::Command(Command::Drain {
                 key,
                 namespace,
                 name,
                 resource_version,
-            }),
+            })),
         );
     }
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
-    let checker = match serde_json::from_value::<WebChecker>(value) {
-        // The compiled patterns are filled in by the feeder, the referenced
-        // Secret/ConfigMap values by the resolver.
-        Ok(wc) => Incoming::Valid(Box::new(wc), Default::default(), None),
-        Err(e) => Incoming::Malformed {
+    let step = match serde_json::from_value::<WebChecker>(value) {
+        // The compiler attaches the compiled patterns, the resolver the
+        // referenced Secret/ConfigMap values.
+        Ok(wc) => {
+            let info = metrics.checker_info(&wc);
+            let found = Found {
+                wc: Box::new(wc),
+                info,
+                initial,
+                seen,
+            };
+            Step::Found(Box::new(found), ())
+        }
+        Err(e) => Step::Command(malformed(
             namespace,
             name,
             resource_version,
             generation,
-            error: e.to_string().chars().take(200).collect(),
-        },
-    };
-    (
-        key,
-        Some(Command::Upsert {
-            checker,
+            e.to_string().chars().take(200).collect(),
             initial,
             seen,
-        }),
-    )
+        )),
+    };
+    (key, Some(step))
 }
 
 /// Feeds the engine from a watch of this replica's own shard (label selector).
@@ -140,38 +146,47 @@ pub async fn watch_own_shard(
             }
             _ = &mut resolver_task => return Err(Error::TaskDied("secret resolver")),
         };
-        let cmd = match ev {
+        let step = match ev {
             Ok(Event::Init) => {
                 present.clear();
                 None
             }
             Ok(Event::InitApply(o)) => {
-                let (key, cmd) = classify(o, &membership, true, std::time::Instant::now());
-                if matches!(cmd, Some(Command::Upsert { .. } | Command::Drain { .. })) {
+                let (key, step) =
+                    classify(o, &membership, &metrics, true, std::time::Instant::now());
+                if matches!(
+                    step,
+                    Some(
+                        Step::Found(..)
+                            | Step::Command(Command::Upsert { .. } | Command::Drain { .. })
+                    )
+                ) {
                     present.insert(key);
                 }
-                cmd
+                step
             }
             Ok(Event::InitDone) => {
                 health.synced.store(true, Ordering::Relaxed);
-                Some(Command::Resync {
+                Some(Step::Command(Command::Resync {
                     present: std::mem::take(&mut present),
-                })
+                }))
             }
-            Ok(Event::Apply(o)) => classify(o, &membership, false, std::time::Instant::now()).1,
-            Ok(Event::Delete(o)) => Some(Command::Remove {
+            Ok(Event::Apply(o)) => {
+                classify(o, &membership, &metrics, false, std::time::Instant::now()).1
+            }
+            Ok(Event::Delete(o)) => Some(Step::Command(Command::Remove {
                 key: object_key(
                     o.metadata.namespace.as_deref().unwrap_or_default(),
                     o.metadata.name.as_deref().unwrap_or_default(),
                 ),
-            }),
+            })),
             Err(e) => {
                 metrics.watch_failed("checkers", &e);
                 warn!(error = %e, "checker watch failed; retrying (probing goes on)");
                 None
             }
         };
-        let Some(c) = cmd else { continue };
+        let Some(c) = step else { continue };
         let mut sent = true;
         for c in patterns.attach(c).await {
             sent = sent && to_resolver.send(c).await.is_ok();

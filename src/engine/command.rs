@@ -1,0 +1,82 @@
+//! What the engine is told: the checkers of its shard, fully resolved by the
+//! intake (crate::intake), and the replica's fence and shutdown.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tokio::sync::oneshot;
+
+use crate::api::{WebCheckerSpec, WebCheckerStatus};
+use crate::intake::secrets::Resolved;
+use crate::observe::metrics::CheckerInfo;
+use crate::probe::Compiled;
+
+/// A checker of our shard with everything the engine needs to plan it: the
+/// intake read its object, compiled its patterns and resolved the values
+/// it references before handing it over, so nothing is left to fill in.
+#[derive(Debug)]
+pub struct Checker {
+    pub key: String,
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    /// What the status writer fences its writes with.
+    pub resource_version: String,
+    /// The object its Events are about.
+    pub object_ref: ObjectReference,
+    /// The spec and what it needs, or why the object does not deserialise
+    /// (for example written under an older schema).
+    pub definition: Result<Definition, String>,
+    /// URL and allowlisted labels (`webchecker_checker_info`).
+    pub info: Arc<CheckerInfo>,
+    /// The status on the object: a checker that moves between replicas
+    /// keeps its condition and transition time.
+    pub status: Option<WebCheckerStatus>,
+    /// The old owner's last probe (unix milliseconds), left on a handover
+    /// (crate::kubeio::writer::LAST_PROBE_ANNOTATION): its cadence is kept.
+    pub last_probe: Option<i64>,
+}
+
+/// A spec with the values of the Secret and ConfigMap keys it references
+/// (crate::intake::resolver) and its compiled patterns
+/// (crate::intake::compiler).
+#[derive(Clone, Debug)]
+pub struct Definition {
+    pub spec: WebCheckerSpec,
+    pub values: Resolved,
+    pub patterns: Compiled,
+}
+
+#[derive(Debug)]
+pub enum Command {
+    /// A checker of our shard, added or changed. `initial` during a (re)list;
+    /// `seen` when the watch delivered it (a new checker's first probe is
+    /// measured from there).
+    Upsert {
+        checker: Box<Checker>,
+        initial: bool,
+        seen: Instant,
+    },
+    /// The sharder asks us to hand this checker over.
+    Drain {
+        key: String,
+        namespace: String,
+        name: String,
+        resource_version: String,
+    },
+    /// Deleted, or no longer ours.
+    Remove { key: String },
+    /// The Secret/ConfigMap values a checker references changed (rotation).
+    Refresh { key: String, resolved: Resolved },
+    /// A checker's patterns changed without a new spec: its namespace's
+    /// budget made room for them, or no longer does (crate::intake::budget).
+    Patterns { key: String, compiled: Compiled },
+    /// A re-list finished: keys not in the set are no longer ours.
+    Resync { present: HashSet<String> },
+    /// Our Lease is gone: drop every checker at once.
+    Fence { done: oneshot::Sender<()> },
+    /// Graceful shutdown: stop dispatching, wait for in-flight probes.
+    Shutdown { done: oneshot::Sender<()> },
+}

@@ -1,0 +1,205 @@
+//! What goes into the checker table and what comes out: inputs with the
+//! clock readings and the random draw a step may need, and effects that the
+//! engine's shell (crate::engine) carries out in order.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::engine::command::Checker;
+use crate::engine::status::{CERTIFICATE_EXPIRING, Transition, Truth};
+use crate::intake::secrets::Resolved;
+use crate::kubeio::writer::Op;
+use crate::observe::metrics::CheckerInfo;
+use crate::probe::{Compiled, Outcome, ProbePlan};
+
+/// The time of a step, and a draw in [0, 1] that places a first probe
+/// within its spread.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub now: Instant,
+    pub wall: SystemTime,
+    pub draw: f64,
+}
+
+#[derive(Debug)]
+pub enum Input {
+    /// A checker of our shard, added or changed (crate::engine::Command::Upsert).
+    Upsert {
+        checker: Box<Checker>,
+        initial: bool,
+        seen: Instant,
+    },
+    /// The sharder asks us to hand this checker over.
+    Drain {
+        key: String,
+        namespace: String,
+        name: String,
+        resource_version: String,
+    },
+    /// Deleted, or no longer ours.
+    Remove { key: String },
+    /// The values a checker references changed.
+    Refresh { key: String, resolved: Resolved },
+    /// A checker's patterns changed without a new spec.
+    Patterns { key: String, compiled: Compiled },
+    /// A re-list finished: keys not in the set are no longer ours.
+    Resync { present: HashSet<String> },
+    /// Our Lease is gone: drop every checker.
+    Fence,
+    /// Graceful shutdown: stop dispatching; [`Effect::Stopped`] once no
+    /// probe is in flight.
+    Shutdown,
+    /// A checker's timer fired.
+    Due { key: String },
+    /// `free` workers are free, counting the one the shell holds for the
+    /// probe this step may start.
+    Dispatch { free: usize },
+    /// A probe ended. `outcome` is `None` when it was held back at the last
+    /// moment (the membership gate closed). `finished`: wall time it ended.
+    Done {
+        key: String,
+        seq: u64,
+        outcome: Option<Outcome>,
+        finished: SystemTime,
+    },
+}
+
+#[derive(Debug)]
+pub enum Effect {
+    /// Start a probe of `key` under `plan` on the worker the shell holds;
+    /// report its end as [`Input::Done`] with `seq`.
+    Probe {
+        key: String,
+        seq: u64,
+        namespace: String,
+        plan: Arc<ProbePlan>,
+    },
+    /// (Re)arm the checker's timer: [`Input::Due`] at `at`.
+    Schedule {
+        key: String,
+        at: Instant,
+    },
+    /// Disarm the checker's timer.
+    Cancel {
+        key: String,
+    },
+    /// Abort the checker's probe in flight: its `Done` is not wanted.
+    Abort {
+        key: String,
+    },
+    Writer(ToWriter),
+    Event(Notice),
+    Metric(Metric),
+    /// The table gave memory back after the shard shrank: the timers may too.
+    Compact,
+    /// Shut down and no probe in flight: the engine may end.
+    Stopped,
+}
+
+/// For the status writer (crate::kubeio::writer::StatusWriter).
+#[derive(Debug)]
+pub enum ToWriter {
+    /// The resourceVersion the watch delivered: what writes are fenced with.
+    Observe {
+        key: String,
+        resource_version: String,
+    },
+    Submit {
+        key: String,
+        namespace: String,
+        name: String,
+        op: Op,
+    },
+    /// A drain was withdrawn before its acknowledgement was written.
+    Withdraw {
+        key: String,
+    },
+    /// No longer ours: drop what is queued and the version.
+    Forget {
+        key: String,
+    },
+    ForgetAll,
+}
+
+/// A Kubernetes Event about a checker, queued without waiting
+/// (crate::observe::events).
+#[derive(Debug, PartialEq)]
+pub struct Notice {
+    pub namespace: String,
+    pub object_ref: ObjectReference,
+    pub warning: bool,
+    pub reason: String,
+    /// At most 1,000 characters.
+    pub note: String,
+}
+
+#[derive(Debug)]
+pub enum Metric {
+    /// A probe's result (`record_probe`).
+    Probe {
+        namespace: String,
+        name: String,
+        info: Arc<CheckerInfo>,
+        outcome: Outcome,
+        ready: bool,
+    },
+    /// `webchecker_up` without a probe (the checker cannot be probed).
+    Up {
+        namespace: String,
+        name: String,
+        info: Arc<CheckerInfo>,
+        ready: bool,
+    },
+    /// Its labels or URL changed.
+    Info {
+        namespace: String,
+        name: String,
+        info: Arc<CheckerInfo>,
+    },
+    /// Drop its series.
+    Forget { namespace: String, name: String },
+    /// Checkers owned and not being handed over.
+    Owned(i64),
+    /// How late a probe started after it was due.
+    ScheduleLag(Duration),
+    /// From the watch delivering a new checker to its first probe.
+    FirstProbeDelay(Duration),
+    /// Whole intervals skipped.
+    Missed(u64),
+}
+
+/// The Event of a Ready transition: Normal when it turned True.
+pub(super) fn transition_notice(
+    namespace: &str,
+    object_ref: &ObjectReference,
+    t: &Transition,
+) -> Notice {
+    Notice {
+        namespace: namespace.to_string(),
+        object_ref: object_ref.clone(),
+        warning: t.ready != Truth::True,
+        reason: t.reason.clone(),
+        note: format!("Ready={}: {}", t.ready.as_str(), t.message)
+            .chars()
+            .take(1000)
+            .collect(),
+    }
+}
+
+/// The Warning Event of CertificateExpiring turning True.
+pub(super) fn certificate_notice(
+    namespace: &str,
+    object_ref: &ObjectReference,
+    message: &str,
+) -> Notice {
+    Notice {
+        namespace: namespace.to_string(),
+        object_ref: object_ref.clone(),
+        warning: true,
+        reason: CERTIFICATE_EXPIRING.to_string(),
+        note: message.chars().take(1000).collect(),
+    }
+}

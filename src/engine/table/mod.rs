@@ -1,0 +1,456 @@
+//! The checker table: every checker's lifecycle as a pure state machine.
+//!
+//! [`Table::step`] takes one input (a command, a timer that fired, a free
+//! worker, a probe that ended) with the clock readings and the random draw it
+//! may need, and returns the effects for the engine's shell to carry out, in
+//! order: start a probe, arm or disarm a timer, abort a probe, tell the
+//! status writer, queue an Event, update a metric. It owns what is pure: the
+//! per-checker state, the status reducer of each checker
+//! (crate::engine::status) and the ready queue (crate::engine::fairness);
+//! the shell owns the timers, the worker pool, the tasks and the handles.
+//!
+//! At most one probe per checker is in flight: the next one is scheduled
+//! only when the previous one ended, on the same cadence.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use tracing::debug;
+
+use crate::engine::arrival::Arrivals;
+use crate::engine::command::Definition;
+use crate::engine::fairness::FairQueue;
+use crate::engine::status::{CheckerStatus, Context, Effects};
+use crate::kubeio::writer::Op;
+use crate::observe::metrics::CheckerInfo;
+use crate::probe::{Outcome, ProbePlan, Roots};
+
+mod effect;
+mod plan;
+#[cfg(test)]
+mod tests;
+
+pub use effect::{Clock, Effect, Input, Metric, Notice, ToWriter};
+
+/// What the table needs to know of its replica.
+pub struct Settings {
+    /// The owner written into each status.
+    pub identity: String,
+    /// Size of the worker pool (the fair shares are computed from it).
+    pub workers: usize,
+    /// An unchanged status is written again after this long.
+    pub heartbeat: Duration,
+    /// What plans trust by default: the prober's roots
+    /// (crate::probe::Prober::roots).
+    pub roots: Roots,
+}
+
+struct Entry {
+    /// Tells a probe of this incarnation of the checker from one of an
+    /// earlier incarnation (removed and added again).
+    seq: u64,
+    namespace: String,
+    name: String,
+    generation: Option<i64>,
+    /// `None` when the object does not deserialise.
+    definition: Option<Definition>,
+    plan: Option<Arc<ProbePlan>>,
+    object_ref: ObjectReference,
+    /// Whether its timer is armed (for `due`).
+    timer: bool,
+    due: Instant,
+    inflight: bool,
+    draining: bool,
+    status: CheckerStatus,
+    last_probe_wall: Option<SystemTime>,
+    /// A new arrival not yet probed: when the watch delivered it.
+    first_probe_since: Option<Instant>,
+    info: Arc<CheckerInfo>,
+}
+
+impl Entry {
+    /// How long a probe of this checker may hold a worker.
+    fn hold(&self) -> Duration {
+        self.plan.as_ref().map_or(Duration::ZERO, |p| p.timeout)
+    }
+}
+
+pub struct Table {
+    settings: Settings,
+    entries: HashMap<String, Entry>,
+    /// Due probes, handed to the pool fairly between namespaces.
+    ready: FairQueue,
+    next_seq: u64,
+    /// Whether listed checkers fill an empty table (their first probes spread).
+    arrivals: Arrivals,
+    /// Shut down: nothing is dispatched any more.
+    stopping: bool,
+    /// [`Effect::Stopped`] was given.
+    stopped: bool,
+    /// The effects of the current step.
+    out: Vec<Effect>,
+}
+
+fn unix_ms(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t)
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+impl Table {
+    pub fn new(settings: Settings) -> Self {
+        Table {
+            ready: FairQueue::new(settings.workers),
+            settings,
+            entries: HashMap::new(),
+            next_seq: 0,
+            arrivals: Default::default(),
+            stopping: false,
+            stopped: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// Whether a probe is waiting for a worker. Once shut down, none is:
+    /// the due probes are dropped.
+    pub fn wants_worker(&mut self) -> bool {
+        if self.stopping {
+            self.ready.clear_ready();
+            return false;
+        }
+        self.ready.has_ready()
+    }
+
+    /// Whether a probe waits for a worker or for the gate to open.
+    pub fn has_ready(&self) -> bool {
+        self.ready.has_ready()
+    }
+
+    /// One input in, the effects out.
+    pub fn step(&mut self, input: Input, clock: Clock) -> Vec<Effect> {
+        match input {
+            Input::Upsert {
+                checker,
+                initial,
+                seen,
+            } => self.upsert(*checker, initial, seen, clock),
+            Input::Drain {
+                key,
+                namespace,
+                name,
+                resource_version,
+            } => self.drain(key, namespace, name, resource_version),
+            Input::Remove { key } => {
+                self.remove(&key);
+                self.shrink_if_sparse();
+                self.owned();
+            }
+            Input::Refresh { key, resolved } => self.refresh(&key, resolved, clock),
+            Input::Patterns { key, compiled } => self.repattern(&key, compiled, clock),
+            Input::Resync { present } => {
+                self.arrivals.listed();
+                let gone: Vec<String> = self
+                    .entries
+                    .keys()
+                    .filter(|k| !present.contains(*k))
+                    .cloned()
+                    .collect();
+                for k in gone {
+                    self.remove(&k);
+                }
+                self.shrink_if_sparse();
+                self.owned();
+            }
+            Input::Fence => self.fence(),
+            Input::Shutdown => self.shutdown(),
+            Input::Due { key } => self.due(key),
+            Input::Dispatch { free } => self.dispatch(free, clock),
+            Input::Done {
+                key,
+                seq,
+                outcome,
+                finished,
+            } => self.done(key, seq, outcome, finished, clock),
+        }
+        if self.stopping && !self.stopped && self.entries.values().all(|e| !e.inflight) {
+            self.stopped = true;
+            self.out.push(Effect::Stopped);
+        }
+        std::mem::take(&mut self.out)
+    }
+
+    fn due(&mut self, key: String) {
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.timer = false;
+            let hold = e.hold();
+            self.ready.push(&e.namespace, key, e.due, hold);
+        }
+    }
+
+    /// Starts the next ready probe the namespaces' fair shares allow, if any.
+    fn dispatch(&mut self, free: usize, clock: Clock) {
+        if self.stopping {
+            self.ready.clear_ready();
+            return;
+        }
+        while let Some((ns, key, due)) = self.ready.pop(free) {
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            let Some(plan) = e.plan.clone() else {
+                continue;
+            };
+            if e.draining || e.inflight {
+                continue;
+            }
+            let lag = clock.now.saturating_duration_since(due);
+            self.out.push(Effect::Metric(Metric::ScheduleLag(lag)));
+            if let Some(seen) = e.first_probe_since.take() {
+                let delay = clock.now.saturating_duration_since(seen);
+                self.out
+                    .push(Effect::Metric(Metric::FirstProbeDelay(delay)));
+            }
+            e.inflight = true;
+            self.out.push(Effect::Probe {
+                key,
+                seq: e.seq,
+                namespace: e.namespace.clone(),
+                plan,
+            });
+            self.ready.started(&ns);
+            return;
+        }
+    }
+
+    fn done(
+        &mut self,
+        key: String,
+        seq: u64,
+        outcome: Option<Outcome>,
+        finished: SystemTime,
+        clock: Clock,
+    ) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if e.seq != seq {
+            return;
+        }
+        e.inflight = false;
+        self.ready.finished(&e.namespace);
+        if outcome.is_some() {
+            e.last_probe_wall = Some(finished);
+        }
+        if e.draining {
+            // The in-flight probe (done or held back at the last moment) was all
+            // the drain waited for: hand over now. A held-back probe must not go
+            // back to the ready queue, which skips draining checkers: the
+            // handshake would never complete and the checker would stay unowned.
+            let op = Op::AckDrain {
+                last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
+            };
+            let (namespace, name) = (e.namespace.clone(), e.name.clone());
+            self.submit(key, namespace, name, op);
+            return;
+        }
+        let Some(outcome) = outcome else {
+            // Held back: try again once the gate opens, same due time.
+            let hold = e.hold();
+            self.ready.push(&e.namespace, key, e.due, hold);
+            return;
+        };
+        let Some(plan) = e.plan.clone() else { return };
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let fx = e.status.observe(&outcome, &ctx);
+        debug!(checker = %key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
+        self.out.push(Effect::Metric(Metric::Probe {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            info: e.info.clone(),
+            outcome,
+            ready: e.status.is_ready(),
+        }));
+        self.status_effects(&key, fx);
+        let Some(e) = self.entries.get(&key) else {
+            return;
+        };
+        // Keep the cadence; skip whole intervals the checker could not make.
+        let mut next = e.due + plan.interval;
+        let mut missed = 0;
+        while next < clock.now {
+            next += plan.interval;
+            missed += 1;
+        }
+        if missed > 0 {
+            self.out.push(Effect::Metric(Metric::Missed(missed)));
+        }
+        self.schedule(&key, next);
+    }
+
+    fn drain(&mut self, key: String, namespace: String, name: String, resource_version: String) {
+        self.observe_version(&key, resource_version);
+        let (inflight, last) = match self.entries.get_mut(&key) {
+            Some(e) => {
+                e.draining = true;
+                (e.inflight, e.last_probe_wall)
+            }
+            None => (false, None),
+        };
+        self.cancel(&key);
+        self.out.push(Effect::Metric(Metric::Forget {
+            namespace: namespace.clone(),
+            name: name.clone(),
+        }));
+        if !inflight {
+            let op = Op::AckDrain {
+                last_probe_unix_ms: last.map(unix_ms),
+            };
+            self.submit(key, namespace, name, op);
+        }
+        self.owned();
+    }
+
+    fn fence(&mut self) {
+        let keys: Vec<String> = self.entries.keys().cloned().collect();
+        for k in keys {
+            self.remove(&k);
+        }
+        self.out.push(Effect::Writer(ToWriter::ForgetAll));
+        self.ready.clear_ready();
+        self.arrivals.emptied();
+        self.shrink_if_sparse();
+        self.owned();
+    }
+
+    fn shutdown(&mut self) {
+        self.ready.clear_ready();
+        let keys: Vec<String> = self.entries.keys().cloned().collect();
+        for k in &keys {
+            self.cancel(k);
+        }
+        self.stopping = true;
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some(e) = self.entries.get(key) {
+            if e.timer {
+                self.out.push(Effect::Cancel { key: key.into() });
+            }
+            if e.inflight {
+                self.out.push(Effect::Abort { key: key.into() });
+                self.ready.finished(&e.namespace);
+            }
+            self.ready.remove_checker(&e.namespace);
+            self.out.push(Effect::Metric(Metric::Forget {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+            }));
+            self.entries.remove(key);
+        }
+        self.out
+            .push(Effect::Writer(ToWriter::Forget { key: key.into() }));
+    }
+
+    /// Gives memory back after the shard shrank a lot (the entries are large).
+    fn shrink_if_sparse(&mut self) {
+        if crate::shrink_if_sparse(&mut self.entries) {
+            self.out.push(Effect::Compact);
+        }
+    }
+
+    fn owned(&mut self) {
+        let n = self.entries.values().filter(|e| !e.draining).count();
+        self.out.push(Effect::Metric(Metric::Owned(n as i64)));
+    }
+
+    /// Arms the checker's timer for `at` (replacing an armed one).
+    fn schedule(&mut self, key: &str, at: Instant) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        e.due = at;
+        e.timer = true;
+        self.out.push(Effect::Schedule {
+            key: key.into(),
+            at,
+        });
+    }
+
+    /// Disarms the checker's timer, if armed.
+    fn cancel(&mut self, key: &str) {
+        if let Some(e) = self.entries.get_mut(key)
+            && std::mem::take(&mut e.timer)
+        {
+            self.out.push(Effect::Cancel { key: key.into() });
+        }
+    }
+
+    fn observe_version(&mut self, key: &str, resource_version: String) {
+        self.out.push(Effect::Writer(ToWriter::Observe {
+            key: key.into(),
+            resource_version,
+        }));
+    }
+
+    fn submit(&mut self, key: String, namespace: String, name: String, op: Op) {
+        self.out.push(Effect::Writer(ToWriter::Submit {
+            key,
+            namespace,
+            name,
+            op,
+        }));
+    }
+
+    /// What one step of a checker's status reducer asks for.
+    fn status_effects(&mut self, key: &str, fx: Effects) {
+        let Some(e) = self.entries.get(key) else {
+            return;
+        };
+        let (namespace, name) = (e.namespace.clone(), e.name.clone());
+        let mut notices = Vec::new();
+        if let Some(t) = &fx.transition {
+            let (ready, reason) = (t.ready.as_str(), &t.reason);
+            tracing::info!(checker = %key, ready, reason, "Ready changed");
+            notices.push(effect::transition_notice(&namespace, &e.object_ref, t));
+        }
+        if let Some(message) = &fx.certificate_expiring {
+            tracing::info!(checker = %key, "{message}");
+            notices.push(effect::certificate_notice(
+                &namespace,
+                &e.object_ref,
+                message,
+            ));
+        }
+        if let Some(status) = fx.write {
+            self.submit(key.into(), namespace, name, Op::Status(Box::new(status)));
+        }
+        self.out.extend(notices.into_iter().map(Effect::Event));
+    }
+}
+
+/// The reducer's view of a checker at the time of a step.
+fn context<'a>(
+    settings: &'a Settings,
+    generation: Option<i64>,
+    plan: Option<&ProbePlan>,
+    clock: Clock,
+) -> Context<'a> {
+    Context {
+        generation,
+        owner: &settings.identity,
+        now_wall: rfc3339(clock.wall),
+        now: clock.now,
+        heartbeat: settings.heartbeat,
+        success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
+        failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
+        certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
+    }
+}

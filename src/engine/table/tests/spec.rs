@@ -1,0 +1,207 @@
+//! What a checker's spec makes of it: a new plan on a change, InvalidSpec,
+//! Suspended, QuotaExceeded; and a checker removed.
+
+use super::*;
+use crate::api::WebCheckerStatus;
+
+/// The status a step writes, if any.
+fn written(fx: &[Effect]) -> Option<&WebCheckerStatus> {
+    fx.iter().find_map(|e| match e {
+        Effect::Writer(ToWriter::Submit {
+            op: Op::Status(s), ..
+        }) => Some(s.as_ref()),
+        _ => None,
+    })
+}
+
+fn over_budget(message: &str) -> Compiled {
+    Arc::new(Err(PatternError::OverBudget(message.into())))
+}
+
+#[test]
+fn a_spec_change_probes_the_new_plan_next_on_the_same_cadence() {
+    let mut sim = Sim::warm();
+    let next = probed_once(&mut sim, "a");
+    // The watch echoes our own status write: same spec, nothing to do but
+    // fence the next write with the new resourceVersion.
+    let mut echo = checker("a", spec("/", 10, ""));
+    echo.resource_version = "2".into();
+    assert_eq!(sim.upsert(echo, false), ["observe ns/a rv=2"]);
+    // A new path: the probe already due stays due, with the new plan.
+    let mut edited = checker("a", spec("/v2", 10, ""));
+    edited.generation = Some(2);
+    edited.resource_version = "3".into();
+    assert_eq!(
+        sim.upsert(edited, false),
+        ["observe ns/a rv=3", "metric owned 1"]
+    );
+    sim.advance(next - sim.now);
+    sim.due("ns/a");
+    let (_, seq, plan) = sim.dispatch().expect("the probe due starts");
+    assert_eq!(plan.target.path_and_query, "/v2");
+    let fx = sim.step(Input::Done {
+        key: "ns/a".into(),
+        seq,
+        outcome: Some(ok()),
+        finished: sim.wall,
+    });
+    let status = written(&fx).expect("observedGeneration changed: written");
+    assert_eq!(status.observed_generation, Some(2));
+    assert_eq!(
+        status.condition("Ready").unwrap().observed_generation,
+        Some(2)
+    );
+    assert_eq!(scheduled(&sim, &sim.show(&fx)), next + 10 * S);
+}
+
+#[test]
+fn an_invalid_spec_is_reported_and_never_probed_until_it_is_fixed() {
+    let mut sim = Sim::warm();
+    // A timeout as long as the interval: the plan refuses it.
+    let fx = sim.step(Input::Upsert {
+        checker: Box::new(checker("a", spec("/", 1, ""))),
+        initial: false,
+        seen: sim.now,
+    });
+    assert_eq!(
+        sim.show(&fx),
+        [
+            "observe ns/a rv=1",
+            "status ns/a Ready=False InvalidSpec",
+            "event Warning InvalidSpec",
+            "metric up ns/a false",
+            "metric owned 1"
+        ]
+    );
+    let message = &written(&fx).unwrap().condition("Ready").unwrap().message;
+    assert!(message.contains("spec.timeoutSeconds"), "{message}");
+    assert!(!sim.table.wants_worker());
+    let mut fixed = checker("a", spec("/", 10, ""));
+    fixed.generation = Some(2);
+    assert_eq!(
+        sim.upsert(fixed, false),
+        [
+            "observe ns/a rv=1",
+            "schedule ns/a in 50ms",
+            "metric owned 1"
+        ]
+    );
+}
+
+#[test]
+fn a_malformed_object_is_invalid_spec_and_its_next_error_changes_nothing() {
+    let mut sim = Sim::warm();
+    let mut bad = checker("m", spec("/", 10, ""));
+    bad.definition = Err("invalid type: string \"ten\", expected u32".into());
+    let fx = sim.step(Input::Upsert {
+        checker: Box::new(bad),
+        initial: false,
+        seen: sim.now,
+    });
+    let message = &written(&fx).unwrap().condition("Ready").unwrap().message;
+    assert!(
+        message.starts_with("the object does not match the WebChecker schema: invalid type"),
+        "{message}"
+    );
+    assert_eq!(
+        only(&sim.show(&fx), &["schedule", "event"]),
+        ["event Warning InvalidSpec"]
+    );
+    let mut again = checker("m", spec("/", 10, ""));
+    again.definition = Err("another error".into());
+    again.resource_version = "2".into();
+    assert_eq!(sim.upsert(again, false), ["observe ns/m rv=2"]);
+}
+
+#[test]
+fn a_suspended_checker_is_not_probed_and_drops_its_series_until_resumed() {
+    let mut sim = Sim::warm();
+    probed_once(&mut sim, "a");
+    assert_eq!(
+        sim.upsert(checker("a", spec("/", 10, ", suspend: true")), false),
+        [
+            "observe ns/a rv=1",
+            "cancel ns/a",
+            "status ns/a Ready=Unknown Suspended",
+            "event Warning Suspended",
+            "metric forget ns/a",
+            "metric owned 1"
+        ]
+    );
+    assert!(!sim.table.wants_worker());
+    assert_eq!(
+        sim.upsert(checker("a", spec("/", 10, "")), false),
+        [
+            "observe ns/a rv=1",
+            "schedule ns/a in 50ms",
+            "metric owned 1"
+        ]
+    );
+}
+
+#[test]
+fn a_checker_over_its_namespace_budget_is_quota_exceeded_until_room_is_made() {
+    let mut sim = Sim::warm();
+    probed_once(&mut sim, "a");
+    // Its patterns no longer fit (an older checker arrived).
+    let lines = sim.command(Input::Patterns {
+        key: "ns/a".into(),
+        compiled: over_budget("patterns over the budget of namespace \"ns\""),
+    });
+    assert_eq!(
+        lines,
+        [
+            "cancel ns/a",
+            "status ns/a Ready=False QuotaExceeded",
+            "event Warning QuotaExceeded",
+            "metric up ns/a false",
+            "metric owned 1"
+        ]
+    );
+    // Room was made: probed again, soon.
+    let lines = sim.command(Input::Patterns {
+        key: "ns/a".into(),
+        compiled: compiled(&spec("/", 10, "")),
+    });
+    assert_eq!(lines, ["schedule ns/a in 50ms", "metric owned 1"]);
+    // The same through its values.
+    probed_once(&mut sim, "b");
+    let lines = sim.command(Input::Refresh {
+        key: "ns/b".into(),
+        resolved: Resolved::over_budget("values over the budget".into()),
+    });
+    assert_eq!(
+        only(&lines, &["cancel", "status"]),
+        ["cancel ns/b", "status ns/b Ready=False QuotaExceeded"]
+    );
+    let lines = sim.command(Input::Refresh {
+        key: "ns/b".into(),
+        resolved: Resolved::default(),
+    });
+    assert_eq!(lines, ["schedule ns/b in 50ms", "metric owned 2"]);
+}
+
+#[test]
+fn a_removed_checker_is_never_probed_again() {
+    let mut sim = Sim::warm();
+    let next = probed_once(&mut sim, "a");
+    let seq = sim.start("ns/a", next);
+    assert_eq!(
+        sim.command(Input::Remove { key: "ns/a".into() }),
+        [
+            "abort ns/a",
+            "forget ns/a",
+            "metric forget ns/a",
+            "metric owned 0"
+        ]
+    );
+    // A result or a timer that was already on its way finds nothing.
+    assert_eq!(sim.done("ns/a", seq, Some(refused())), Vec::<String>::new());
+    assert_eq!(sim.due("ns/a"), Vec::<String>::new());
+    assert!(!sim.table.wants_worker());
+    // Removing what is not known still forgets it at the writer.
+    assert_eq!(
+        sim.command(Input::Remove { key: "ns/z".into() }),
+        ["forget ns/z", "metric owned 0"]
+    );
+}
