@@ -93,6 +93,55 @@ fn classify(
     (key, Some(step))
 }
 
+/// What one event of the shard's watch asks of the intake; `present`
+/// collects the keys of a (re)list for its closing Resync.
+fn step_of(
+    ev: Result<Event<DynamicObject>, watcher::Error>,
+    present: &mut HashSet<String>,
+    membership: &Membership,
+    metrics: &Metrics,
+    health: &HealthFlags,
+) -> Option<Step> {
+    match ev {
+        Ok(Event::Init) => {
+            present.clear();
+            None
+        }
+        Ok(Event::InitApply(o)) => {
+            let (key, step) = classify(o, &membership, &metrics, true, std::time::Instant::now());
+            if matches!(
+                step,
+                Some(
+                    Step::Found(..) | Step::Command(Command::Upsert { .. } | Command::Drain { .. })
+                )
+            ) {
+                present.insert(key);
+            }
+            step
+        }
+        Ok(Event::InitDone) => {
+            health.synced.store(true, Ordering::Relaxed);
+            Some(Step::Command(Command::Resync {
+                present: std::mem::take(&mut present),
+            }))
+        }
+        Ok(Event::Apply(o)) => {
+            classify(o, &membership, &metrics, false, std::time::Instant::now()).1
+        }
+        Ok(Event::Delete(o)) => Some(Step::Command(Command::Remove {
+            key: object_key(
+                o.metadata.namespace.as_deref().unwrap_or_default(),
+                o.metadata.name.as_deref().unwrap_or_default(),
+            ),
+        })),
+        Err(e) => {
+            metrics.watch_failed("checkers", &e);
+            warn!(error = %e, "checker watch failed; retrying (probing goes on)");
+            None
+        }
+    }
+}
+
 /// Feeds the engine from a watch of this replica's own shard (label selector).
 pub async fn watch_own_shard(
     client: Client,
@@ -146,46 +195,7 @@ pub async fn watch_own_shard(
             }
             _ = &mut resolver_task => return Err(Error::TaskDied("secret resolver")),
         };
-        let step = match ev {
-            Ok(Event::Init) => {
-                present.clear();
-                None
-            }
-            Ok(Event::InitApply(o)) => {
-                let (key, step) =
-                    classify(o, &membership, &metrics, true, std::time::Instant::now());
-                if matches!(
-                    step,
-                    Some(
-                        Step::Found(..)
-                            | Step::Command(Command::Upsert { .. } | Command::Drain { .. })
-                    )
-                ) {
-                    present.insert(key);
-                }
-                step
-            }
-            Ok(Event::InitDone) => {
-                health.synced.store(true, Ordering::Relaxed);
-                Some(Step::Command(Command::Resync {
-                    present: std::mem::take(&mut present),
-                }))
-            }
-            Ok(Event::Apply(o)) => {
-                classify(o, &membership, &metrics, false, std::time::Instant::now()).1
-            }
-            Ok(Event::Delete(o)) => Some(Step::Command(Command::Remove {
-                key: object_key(
-                    o.metadata.namespace.as_deref().unwrap_or_default(),
-                    o.metadata.name.as_deref().unwrap_or_default(),
-                ),
-            })),
-            Err(e) => {
-                metrics.watch_failed("checkers", &e);
-                warn!(error = %e, "checker watch failed; retrying (probing goes on)");
-                None
-            }
-        };
+        let step = step_of(ev, &mut present, &membership, &metrics, &health);
         let Some(c) = step else { continue };
         let mut sent = true;
         for c in patterns.attach(c).await {
