@@ -205,3 +205,45 @@ fn a_removed_checker_is_never_probed_again() {
         ["forget ns/z", "metric owned 0"]
     );
 }
+
+#[test]
+fn rotated_values_are_used_by_the_next_probe_on_the_same_cadence() {
+    let token = crate::probe::ValueRef::secret("s", "k");
+    let values = |v: &str| -> Resolved {
+        [(token.clone(), Ok(v.as_bytes().to_vec()))]
+            .into_iter()
+            .collect()
+    };
+    let with_header = spec(
+        "/",
+        10,
+        ", headers: [{name: X-Token, valueFrom: {secretKeyRef: {name: s, key: k}}}]",
+    );
+    let mut sim = Sim::warm();
+    let mut c = checker("a", with_header);
+    if let Ok(def) = c.definition.as_mut() {
+        def.values = values("v1");
+    }
+    let first = sim.upsert(c, false);
+    let seq = sim.start("ns/a", scheduled(&sim, &first));
+    let done = sim.done("ns/a", seq, Some(ok()));
+    let next = scheduled(&sim, &done);
+    // The same values (a re-read that found no change): nothing.
+    let refresh = |v: &str| Input::Refresh {
+        key: "ns/a".into(),
+        resolved: values(v),
+    };
+    assert_eq!(sim.command(refresh("v1")), Vec::<String>::new());
+    // Rotated: a new plan, the due time kept.
+    assert_eq!(sim.command(refresh("v2")), ["metric owned 1"]);
+    sim.advance(next - sim.now);
+    sim.due("ns/a");
+    let (_, _, plan) = sim.dispatch().expect("the probe due starts");
+    let sent: Vec<_> = plan
+        .headers
+        .iter()
+        .filter(|(n, _)| n.as_str() == "x-token")
+        .map(|(_, v)| v.as_bytes().to_vec())
+        .collect();
+    assert_eq!(sent, [b"v2".to_vec()]);
+}
