@@ -101,7 +101,7 @@ fn step_of(
     membership: &Membership,
     metrics: &Metrics,
     health: &HealthFlags,
-) -> Option<Step> {
+) -> Option<Step<()>> {
     match ev {
         Ok(Event::Init) => {
             present.clear();
@@ -122,7 +122,7 @@ fn step_of(
         Ok(Event::InitDone) => {
             health.synced.store(true, Ordering::Relaxed);
             Some(Step::Command(Command::Resync {
-                present: std::mem::take(&mut present),
+                present: std::mem::take(present),
             }))
         }
         Ok(Event::Apply(o)) => {
