@@ -108,7 +108,7 @@ fn step_of(
             None
         }
         Ok(Event::InitApply(o)) => {
-            let (key, step) = classify(o, &membership, &metrics, true, std::time::Instant::now());
+            let (key, step) = classify(o, membership, metrics, true, std::time::Instant::now());
             if matches!(
                 step,
                 Some(
@@ -125,9 +125,7 @@ fn step_of(
                 present: std::mem::take(present),
             }))
         }
-        Ok(Event::Apply(o)) => {
-            classify(o, &membership, &metrics, false, std::time::Instant::now()).1
-        }
+        Ok(Event::Apply(o)) => classify(o, membership, metrics, false, std::time::Instant::now()).1,
         Ok(Event::Delete(o)) => Some(Step::Command(Command::Remove {
             key: object_key(
                 o.metadata.namespace.as_deref().unwrap_or_default(),
