@@ -84,7 +84,8 @@ export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 executables=$logs/executables
 cargo test --locked --workspace --all-targets --no-run --message-format=json-diagnostic-rendered-ansi \
   | python3 hack/test-executables.py "$executables"
-[ "${PIPESTATUS[0]}" -eq 0 ] && [ "${PIPESTATUS[1]}" -eq 0 ] || exit 1
+status=("${PIPESTATUS[@]}")
+[ "${status[0]}" -eq 0 ] && [ "${status[1]}" -eq 0 ] || exit 1
 build_took=$(( $(date +%s) - build_start ))
 
 # The release images and the node's binaries (tests/image.rs, tests/node.rs)
