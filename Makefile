@@ -85,9 +85,8 @@ lint: ## rustfmt, clippy over the workspace (operator, kit/, bench/; warnings ar
 	python3 hack/check-structure.py
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 
-test: ## every test: install what is missing, lint (in the test build), unit, end-to-end (real control plane), chart, observability, node, chaos (CHAOS_MINUTES=3)
+test: ## every test: install what is missing, lint (in the test build), unit, end-to-end (real control plane), chart, observability, node, chaos (one deck: every fault kind once)
 	hack/install-deps.sh
-	hack/build-tools.sh >/dev/null
 	hack/test.sh
 
 ## generated files

@@ -23,8 +23,9 @@ command -v go >/dev/null || { log "Go is required (a Go >= $GO_MIN_VERSION toolc
 export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0 GOFLAGS="-trimpath -buildvcs=false"
 export GOMODCACHE=${GOMODCACHE:-$cache_root/gomod} GOCACHE=${GOCACHE:-$cache_root/gobuild}
 
-# Several callers (make targets, test binaries) may ask at once: one builds.
-lock="$cache_root/build-node-tools.lock"
+# Several callers (make targets, test binaries) may ask at once: one builds
+# each tool set (the image tool never waits for the node's build).
+lock="$cache_root/build-node-tools-$what.lock"
 mkdir -p "$cache_root"
 if [ -z "${BUILD_NODE_TOOLS_LOCKED:-}" ] && command -v flock >/dev/null; then
   BUILD_NODE_TOOLS_LOCKED=1 exec flock "$lock" "$0" "$@"

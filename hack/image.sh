@@ -25,7 +25,11 @@
 #
 # Environment: IMAGE_TAG (default: the crate version, the chart's appVersion),
 # CARGO_TARGET_DIR, SOURCE_DATE_EPOCH (file and image times; default the last
-# commit's time), SKIP_CARGO_BUILD=1 (use the release binaries as they are).
+# commit's time), SKIP_CARGO_BUILD=1 (use the release binaries as they are),
+# IMAGE_PROFILE=dev (the binaries of the test build, target/debug, as they
+# are: `make test` builds its images from them instead of compiling the whole
+# dependency graph a second time with the release profile; the default,
+# release, is what `make image` and the Dockerfile ship).
 set -euo pipefail
 log() { echo "image: $*" >&2; }
 die() { echo "image: error: $*" >&2; exit 1; }
@@ -166,6 +170,12 @@ BASE_CONFIG=(
   --created "$created"
 )
 
+case ${IMAGE_PROFILE:-release} in
+  release) bin_dir=$target/release ;;
+  dev) bin_dir=$target/debug SKIP_CARGO_BUILD=1 ;;
+  *) die "IMAGE_PROFILE is release or dev, not ${IMAGE_PROFILE}" ;;
+esac
+
 release_binaries() {
   [ "${SKIP_CARGO_BUILD:-}" = 1 ] && return
   log "building the release binaries (cargo build --release)"
@@ -176,7 +186,8 @@ release_binaries() {
 # app_layer DIR BINARY: DIR/usr/local/bin/<binary>.
 app_layer() {
   mkdir -p "$1/usr/local/bin"
-  install -m 0755 "$target/release/$2" "$1/usr/local/bin/$2"
+  [ -x "$bin_dir/$2" ] || die "$bin_dir/$2 is missing (build it first)"
+  install -m 0755 "$bin_dir/$2" "$1/usr/local/bin/$2"
 }
 
 # The Dockerfile's final stage (tests/image.rs compares the two).

@@ -3,26 +3,35 @@
 # fails (`make test`, .ci/run). Prints one line per binary, a table of their
 # times and a summary.
 #
-# The binaries run in three groups, one after the other:
-#   pure   - no control plane, no timing: two binaries at a time;
-#   paired - end-to-end, but nothing they assert depends on how fast the
-#            machine is: two at a time;
-#   alone  - timing-sensitive (probe gaps, failover bounds, lateness): one at
-#            a time with nothing beside them (two cores).
+# The binaries run in two lanes at once, each one binary at a time:
+#   alone  - timing-sensitive (probe gaps, failover bounds, lateness): at the
+#            normal priority, so nothing beside them takes a core they want;
+#   beside - the rest, at a low CPU and I/O priority (nice 10: when both
+#            lanes want the cores, this one gets about a tenth): first the
+#            pure ones (no control plane, no timing), then the end-to-end
+#            ones whose deadlines do not depend on how fast the machine is.
 # A binary of tests/ that no group names runs alone (the safe default), and
 # the run says so: a new test file is classified here.
 #
+# One compile of the dependency graph serves lint, tests and images: the
+# images the tests load (tests/image.rs, tests/node.rs) hold the test build's
+# binaries (IMAGE_PROFILE=dev); `make image` builds the release ones. The
+# node's Go binaries build in the background from the start, at the lowest
+# priority, and are waited for only by the binaries that need them.
+#
 # Environment: TEST_TIMEOUT_MINUTES (per binary, default 25), CHAOS_MINUTES
-# (the campaign's length; its binary gets twice that plus 10 minutes),
-# CHAOS_SEED (the campaign's schedule; pinned here, random in `make chaos`),
-# TEST_ONLY (space-separated binary names, e.g. "ha lib": run just those).
+# (the campaign's length: "deck", every fault kind once, by default; or
+# minutes, and its binary gets twice that plus 10 minutes), CHAOS_SEED (the
+# campaign's schedule; pinned here, random in `make chaos`), TEST_ONLY
+# (space-separated binary names, e.g. "ha lib": run just those).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . hack/versions.env
 
 per_binary=${TEST_TIMEOUT_MINUTES:-25}
-chaos_minutes=${CHAOS_MINUTES:-3}
+chaos_minutes=${CHAOS_MINUTES:-deck}
 export CHAOS_MINUTES=$chaos_minutes
+export IMAGE_PROFILE=dev
 # The suite replays one pinned schedule (a regression test that fails only when
 # behaviour changes); `make chaos` draws a new seed each run to explore.
 export CHAOS_SEED=${CHAOS_SEED:-874556080}
@@ -31,15 +40,14 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 # caches of ~30 test binaries would double the target directory.
 export CARGO_INCREMENTAL=0
 
-PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels)
-PAIRED=(chart chart_test_hook egress spec_limits tenancy self_service_rbac
-  protocols observability overload)
-# After the release images are built (they build beside the groups above).
-IMAGES=(image)
-ALONE=(ha failover control_plane chaos foundation node alerts_fire tenancy_dns isolation
-  probe reliability)
+PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels
+  chart_test_hook protocols overload)
+# self_service_rbac and node run the node's binaries: late in their lanes,
+# so that the background build has the most time.
+PAIRED=(image chart egress spec_limits tenancy observability alerts_fire self_service_rbac)
+ALONE=(ha isolation failover chaos foundation tenancy_dns probe node reliability)
 
-known=" ${PURE[*]} ${PAIRED[*]} ${IMAGES[*]} ${ALONE[*]} "
+known=" ${PURE[*]} ${PAIRED[*]} ${ALONE[*]} "
 for f in tests/*.rs; do
   b=$(basename "$f" .rs)
   case $known in
@@ -50,7 +58,7 @@ for f in tests/*.rs; do
       ;;
   esac
 done
-for b in ${PURE[@]} ${PAIRED[@]} ${IMAGES[@]} ${ALONE[@]}; do
+for b in ${PURE[@]} ${PAIRED[@]} ${ALONE[@]}; do
   case $b in lib | bins | kit) continue ;; esac
   [ -f "tests/$b.rs" ] || { echo "test.sh: hack/test.sh names tests/$b.rs, which does not exist" >&2; exit 1; }
 done
@@ -59,7 +67,6 @@ if [ -n "${TEST_ONLY:-}" ]; then
   keep() { local b; for b in "$@"; do case " $TEST_ONLY " in *" $b "*) echo "$b" ;; esac; done; }
   mapfile -t PURE < <(keep "${PURE[@]}")
   mapfile -t PAIRED < <(keep "${PAIRED[@]}")
-  mapfile -t IMAGES < <(keep "${IMAGES[@]}")
   mapfile -t ALONE < <(keep "${ALONE[@]}")
 fi
 
@@ -72,6 +79,45 @@ mkdir -p "$logs"
 # with the same way of passing -D warnings), so building the tests lints
 # them, and the dependencies are compiled once, for the tests. The toolchain
 # is the one rust-toolchain.toml pins; `make lint` is the same lint alone.
+# The Go tools build in the background from now on, at a lower priority than
+# the Rust build (they take the cores it leaves idle): first the control
+# plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), then
+# the node's (only when a binary that needs them runs).
+tools_log=$logs/tools.log
+tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock
+mkdir -p "$(dirname "$tools_lock")"
+node_tools=
+printf '%s\n' "${PAIRED[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' && node_tools=1
+(
+  nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
+    if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
+) >"$tools_log" 2>&1 &
+tools_pid=$!
+tools_start=$(date +%s)
+tools_took=
+# wait_for_control_plane_tools: returns once the background build has them
+# (hack/build-tools.sh returns at once when they are built, else waits for
+# the lock); exits when they cannot be built.
+wait_for_control_plane_tools() {
+  flock "$tools_lock" hack/build-tools.sh >/dev/null 2>>"$tools_log" || {
+    cat "$tools_log"
+    echo "test.sh: the control plane's tools did not build (hack/build-tools.sh)" >&2
+    exit 1
+  }
+}
+# wait_for_node_tools: the background build's end (once); exits when it failed.
+wait_for_node_tools() {
+  [ -n "$tools_took" ] && return 0
+  wait "$tools_pid"
+  local rc=$?
+  tools_took=$(( $(date +%s) - tools_start ))
+  if [ $rc -ne 0 ]; then
+    cat "$tools_log"
+    echo "test.sh: the Go tools did not build (hack/build-tools.sh, hack/build-node-tools.sh node)" >&2
+    exit 1
+  fi
+}
+
 build_start=$(date +%s)
 cargo fmt --all -- --check || { echo "test.sh: cargo fmt --all would change files" >&2; exit 1; }
 python3 hack/check-structure.py || exit 1
@@ -88,59 +134,63 @@ status=("${PIPESTATUS[@]}")
 [ "${status[0]}" -eq 0 ] && [ "${status[1]}" -eq 0 ] || exit 1
 build_took=$(( $(date +%s) - build_start ))
 
-# The release images and the node's binaries (tests/image.rs, tests/node.rs)
-# build at the lowest priority while the groups that do not depend on the
-# machine's speed run: those mostly wait on control planes, and the build
-# takes what they leave.
-images_log=$logs/images.log
-(
-  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS nice -n 19 hack/image.sh &&
-    nice -n 19 hack/build-node-tools.sh node >/dev/null
-) >"$images_log" 2>&1 &
-images_pid=$!
+# The images from the binaries just built (seconds).
 images_start=$(date +%s)
-images_took=
-# wait_for_images: the background build's end (once); exits when it failed.
-wait_for_images() {
-  [ -n "$images_took" ] && return 0
-  wait "$images_pid"
-  local rc=$?
-  images_took=$(( $(date +%s) - images_start ))
-  if [ $rc -ne 0 ]; then
-    cat "$images_log"
-    echo "test.sh: the release images or the node's binaries did not build" >&2
-    exit 1
-  fi
+env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS hack/image.sh >"$logs/images.log" 2>&1 || {
+  cat "$logs/images.log"
+  echo "test.sh: the images did not build (hack/image.sh)" >&2
+  exit 1
 }
+images_took=$(( $(date +%s) - images_start ))
 
 results=$logs/results
 : >"$results"
 
-# run_one NAME: the binary under its deadline, its output in $logs/NAME.log;
-# appends "NAME rc seconds" to $results.
+# cpu_jiffies: "busy total" of the whole machine, from /proc/stat.
+cpu_jiffies() {
+  local _c u n s i w q sq st
+  read -r _c u n s i w q sq st _ </proc/stat
+  echo "$((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st))"
+}
+
+# run_one NAME NICE: the binary under its deadline at that priority, its
+# output in $logs/NAME.log; appends "NAME rc seconds machine-cpu%" to
+# $results (the share of both cores busy while it ran, the other lane's work
+# included).
 run_one() {
-  local b=$1 minutes=$per_binary start rc took
-  [ "$b" = chaos ] && minutes=$((chaos_minutes * 2 + 10))
+  local b=$1 prio=$2 minutes=$per_binary start rc st took busy0 total0 busy1 total1
+  if [ "$b" = chaos ]; then
+    case $chaos_minutes in
+      deck) minutes=20 ;;
+      *) minutes=$(( ${chaos_minutes%.*} * 2 + 10 )) ;;
+    esac
+  fi
   start=$(date +%s)
+  read -r busy0 total0 < <(cpu_jiffies)
   # `timeout` kills the test's process group; the kit's reapers have groups
   # of their own and take its control planes down (kit/src/lib.rs). Each
   # executable runs in its package's directory, as cargo runs it.
   : >"$logs/$b.log"
   rc=0
   while read -r _ dir exe; do
-    (cd "$dir" && timeout --kill-after=30s "${minutes}m" "$exe" --test-threads=1) >>"$logs/$b.log" 2>&1 || rc=$?
+    (cd "$dir" && nice -n "$prio" ionice -c 2 -n $((prio > 0 ? 7 : 4)) \
+      timeout --kill-after=30s "${minutes}m" "$exe" --test-threads=1) 2>&1 |
+      perl hack/test-times.pl >>"$logs/$b.log"
+    st=${PIPESTATUS[0]}
+    [ "$st" -eq 0 ] || rc=$st
   done < <(awk -v b="$b" '$1==b' "$executables")
   grep -q "^$b " "$executables" || { echo "test.sh: no executable of $b was built" >>"$logs/$b.log"; rc=1; }
   took=$(( $(date +%s) - start ))
+  read -r busy1 total1 < <(cpu_jiffies)
   [ $rc -eq 124 ] && echo "test.sh: TIMEOUT $b after ${minutes} minutes" >>"$logs/$b.log"
-  echo "$b $rc $took" >>"$results"
+  echo "$b $rc $took $(( (busy1 - busy0) * 100 / (total1 - total0 + 1) ))" >>"$results"
 }
 
 # report NAME: the binary's verdict; its whole output when it failed, else
 # the test runner's closing lines.
 report() {
   local b=$1 rc took
-  read -r _ rc took < <(grep "^$b " "$results" | tail -n 1)
+  read -r _ rc took _ < <(grep "^$b " "$results" | tail -n 1)
   if [ "$rc" -eq 0 ]; then
     grep -E "^test result:|^running [0-9]+ tests?$" "$logs/$b.log" | grep -v "^running" || true
     echo "test.sh: ok     $b (${took}s)"
@@ -150,42 +200,25 @@ report() {
   fi
 }
 
-# running PID...: how many of these processes still run.
-running() {
-  local n=0 p
-  for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
-  echo "$n"
-}
-
-# run_group WIDTH NAME...: at most WIDTH binaries at once (waiting only for
-# its own: the image build may run beside it).
-run_group() {
-  local width=$1 b pids=() p
-  shift
-  for b in "$@"; do
-    while [ "$(running "${pids[@]}")" -ge "$width" ]; do wait -n "${pids[@]}" 2>/dev/null || true; done
-    run_one "$b" &
-    pids+=($!)
-  done
-  for p in "${pids[@]}"; do wait "$p"; done
-  for b in "$@"; do report "$b"; done
-}
-
 tests_start=$(date +%s)
-run_group 2 "${PURE[@]}"
-run_group 2 "${PAIRED[@]}"
-wait_for_images
-run_group 1 "${IMAGES[@]}"
-run_group 1 "${ALONE[@]}"
+(
+  for b in "${PURE[@]}" "${PAIRED[@]}"; do run_one "$b" 10; done
+) &
+beside_pid=$!
+for b in "${ALONE[@]}"; do run_one "$b" 0; done
+alone_took=$(( $(date +%s) - tests_start ))
+wait "$beside_pid"
 tests_took=$(( $(date +%s) - tests_start ))
+for b in "${PURE[@]}" "${PAIRED[@]}" "${ALONE[@]}"; do report "$b"; done
 
 echo
-echo "test.sh: seconds per binary (group: pure and paired run two at a time, alone one at a time)"
-for b in "${PURE[@]}"; do printf '  %-20s pure    %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
-for b in "${PAIRED[@]}"; do printf '  %-20s paired  %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
-for b in "${IMAGES[@]}"; do printf '  %-20s images  %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
-for b in "${ALONE[@]}"; do printf '  %-20s alone   %5s\n' "$b" "$(awk -v b="$b" '$1==b {print $3}' "$results")"; done
-echo "test.sh: lint and test build ${build_took}s; release images and node binaries ${images_took}s beside the first groups; tests ${tests_took}s (logs in $logs/)"
+echo "test.sh: seconds per binary and how busy the two cores were meanwhile (both lanes)"
+row() { awk -v b="$2" -v g="$1" '$1==b {printf "  %-20s %-7s %5s s %4s%%\n", b, g, $3, $4}' "$results"; }
+for b in "${PURE[@]}"; do row pure "$b"; done
+for b in "${PAIRED[@]}"; do row beside "$b"; done
+for b in "${ALONE[@]}"; do row alone "$b"; done
+wait_for_node_tools
+echo "test.sh: lint and test build ${build_took}s; images ${images_took}s; the Go tools ${tools_took}s in the background from the build's start; tests ${tests_took}s, of which the alone lane ${alone_took}s (logs in $logs/)"
 
 # No control plane outlives its test binary (the kit's reapers take each one
 # down once its test process is gone, a timeout included): a leaked one would

@@ -3,7 +3,8 @@
 //! Three replicas (fast Leases, each behind its own fault proxy to the API
 //! server) probe a few hundred checkers on one witness. A schedule of fault
 //! windows is drawn from a seed (`CHAOS_SEED`, else random; printed first and
-//! in every failure); the campaign runs for `CHAOS_MINUTES` (default 3). Each
+//! in every failure); the campaign runs for `CHAOS_MINUTES`, or, by default
+//! and in `make test`, one deck: every fault kind exactly once. Each
 //! window injects one fault, holds it, ends it, creates a few new checkers,
 //! lets the system settle within a bound, then judges the window from the
 //! witness's probe log and the object log (a watch of every WebChecker and
@@ -250,6 +251,11 @@ struct Schedule {
     kinds: Vec<&'static str>,
     deck: Vec<&'static str>,
     next: usize,
+    /// One pass only (`Length::Deck`): the freezes at their longest hold
+    /// (what a campaign of minutes draws 40% of the time), the proxy modes
+    /// held 4-12 s (each still longer than a lease and its retries), SIGSTOP
+    /// past the Lease, SIGKILL held just past the failover bound.
+    deck_only: bool,
 }
 
 impl Schedule {
@@ -259,6 +265,7 @@ impl Schedule {
             kinds,
             deck: Vec::new(),
             next: 1,
+            deck_only: false,
         }
     }
 
@@ -291,7 +298,7 @@ impl Schedule {
         let r = &mut self.rng;
         let (fault, hold) = match kind {
             "etcd-freeze" => {
-                let hold = if r.chance(0.4) {
+                let hold = if r.chance(0.4) || self.deck_only {
                     s(25)
                 } else {
                     r.between(s(5), s(30))
@@ -300,7 +307,7 @@ impl Schedule {
             }
             "etcd-restart" => (Fault::EtcdRestart, r.between(s(3), s(10))),
             "apiserver-freeze" => {
-                let hold = if r.chance(0.4) {
+                let hold = if r.chance(0.4) || self.deck_only {
                     s(30)
                 } else {
                     r.between(s(5), s(30))
@@ -335,16 +342,22 @@ impl Schedule {
                         r.between(Duration::from_millis(50), Duration::from_millis(800)),
                     ),
                 };
-                let hold = r.between(s(4), s(25));
+                let hold = r.between(s(4), if self.deck_only { s(12) } else { s(25) });
                 let targets = self.targets();
                 (Fault::Proxy { mode, targets }, hold)
             }
             "sigkill" => {
-                let hold = r.between(failover_bound() + INTERVAL, s(25));
+                let longest = if self.deck_only { s(16) } else { s(25) };
+                let hold = r.between(failover_bound() + INTERVAL, longest);
                 (Fault::Kill(self.target()), hold)
             }
             "sigstop" => {
-                let hold = r.between(s(1), s(25));
+                // In a deck, always past the Lease: the pause that matters.
+                let hold = if self.deck_only {
+                    r.between(LEASE * 2, s(12))
+                } else {
+                    r.between(s(1), s(25))
+                };
                 (Fault::Stop(self.target()), hold)
             }
             "sigterm" => {
@@ -438,10 +451,12 @@ struct Campaign {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_fault_campaign() {
     let seed = seed_from_env();
-    let minutes = minutes_from_env();
+    let length = Length::from_env();
     let kinds = kinds_from_env();
     println!(
-        "chaos: seed {seed}, {minutes} minutes (replay: CHAOS_SEED={seed} CHAOS_MINUTES={minutes} make chaos)"
+        "chaos: seed {seed}, {} (replay: CHAOS_SEED={seed} CHAOS_MINUTES={} make chaos)",
+        length.describe(),
+        length.arg()
     );
     let args = std::env::var("CHAOS_APISERVER_ARGS").unwrap_or_default();
     let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_with("chaos", &args)));
@@ -454,7 +469,7 @@ async fn randomized_fault_campaign() {
         proxies
             .push(FaultProxy::for_cluster(cluster, &format!("r{i}"), seed ^ (i as u64 + 1)).await);
     }
-    let level = if minutes <= 10.0 {
+    let level = if !matches!(length, Length::Minutes(m) if m > 10.0) {
         "--log-level=info,webchecker=debug"
     } else {
         "--log-level=info"
@@ -516,10 +531,14 @@ async fn randomized_fault_campaign() {
     c.prev_check = Instant::now();
     println!("chaos: {CHECKERS} checkers settled on {REPLICAS} replicas; faults begin");
 
-    let budget = Duration::from_secs_f64(minutes * 60.0);
     let began = Instant::now();
     let mut schedule = Schedule::new(seed, kinds.clone());
-    while began.elapsed() < budget && c.aborted.is_none() {
+    schedule.deck_only = length == Length::Deck;
+    let more = |windows: usize| match length {
+        Length::Minutes(m) => began.elapsed().as_secs_f64() < m * 60.0,
+        Length::Deck => windows < kinds.len(),
+    };
+    while more(c.records.len()) && c.aborted.is_none() {
         let w = schedule.next_window();
         println!("chaos: {} (at {})", w.describe(), c.clk.t(Instant::now()));
         let rec = c.run_window(&w).await;
@@ -556,7 +575,7 @@ async fn randomized_fault_campaign() {
     for (i, p) in c.proxies.iter().enumerate() {
         println!("chaos: proxy r{i}: {}", p.stats());
     }
-    let text = report(&c, minutes, ran, &kinds);
+    let text = report(&c, length, ran, &kinds);
     println!("{text}");
     let path = repo().join("target").join("chaos-report.md");
     let _ = std::fs::create_dir_all(path.parent().unwrap());
@@ -580,7 +599,8 @@ async fn randomized_fault_campaign() {
     cluster.script("down");
     assert!(
         lines.is_empty() && aborted.is_none(),
-        "chaos campaign, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_MINUTES={minutes} make chaos): {} violations{}; report {}\n{}",
+        "chaos campaign, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_MINUTES={} make chaos): {} violations{}; report {}\n{}",
+        length.arg(),
         lines.len(),
         aborted
             .map(|a| format!(", aborted: {a}"))

@@ -9,14 +9,15 @@
 //!   (started in a chroot of the image's file system);
 //! - the archives are reproducible and name the images containerd imports.
 //!
-//! The archives are built first when missing (a release build: minutes).
+//! The archives are built first when missing (a release build: minutes;
+//! with IMAGE_PROFILE=dev from the test build's binaries: seconds).
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
-use support::oci::{Image, archive, target_dir};
+use support::oci::{Image, archive, binaries_dir, target_dir};
 use support::repo;
 
 /// The final stage of the Dockerfile, as the instructions that matter here.
@@ -184,8 +185,8 @@ fn differences(st: &Stage, img: &Image, binary: &str) -> Vec<String> {
             other => problems.push(format!("{dst}: not an executable in the image ({other:?})")),
         }
     }
-    // The binary is the release build of this tree.
-    let built = target_dir().join("release").join(binary);
+    // The binary is the build of this tree hack/image.sh took it from.
+    let built = binaries_dir().join(binary);
     let path = format!("usr/local/bin/{binary}");
     if let (Ok(b), Some(e)) = (std::fs::read(&built), files.get(&path))
         && b != e.data

@@ -191,14 +191,16 @@ async fn an_api_server_outage_longer_than_every_timer_loses_nothing() {
     let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start("outage3m")));
     let mut fleet = Fleet::start_on(cluster, "long", 3, 1000).await;
     let before = fleet.wait_all_assigned(Duration::from_secs(60)).await;
+    let moves_before = fleet.sum("webchecker_moves_total").await;
     let failing: Vec<String> = fleet.names.iter().take(50).cloned().collect();
     cluster.script("stop-apiserver");
     let down_at = Instant::now();
     for c in &failing {
         fleet.witness.set_mode(c, Mode::Status(500));
     }
+    let mut saw_unreachable = vec![false; fleet.ops.len()];
     while down_at.elapsed() < LONG_OUTAGE {
-        for o in &fleet.ops {
+        for (i, o) in fleet.ops.iter().enumerate() {
             let m = o
                 .metrics()
                 .await
@@ -208,8 +210,11 @@ async fn an_api_server_outage_longer_than_every_timer_loses_nothing() {
                 "{} dropped its checkers",
                 o.identity
             );
+            if metric(&m, "webchecker_api_reachable", &[]) == Some(0.0) {
+                saw_unreachable[i] = true;
+            }
         }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let up_at = Instant::now();
     cluster.script("start-apiserver");
@@ -221,7 +226,20 @@ async fn an_api_server_outage_longer_than_every_timer_loses_nothing() {
             o.identity
         );
     }
-    fleet.assert_probed_throughout(down_at, up_at, "outage of 60 s, 1000 checkers");
+    assert!(
+        saw_unreachable.iter().all(|s| *s),
+        "every replica noticed the outage: {saw_unreachable:?}"
+    );
+    // Probing went on throughout, by the same owners.
+    let hits = fleet.assert_probed_throughout(down_at, up_at, "outage of 60 s, 1000 checkers");
+    for h in &hits {
+        assert_eq!(
+            Some(&h.replica),
+            before.get(&h.checker),
+            "{} probed by a non-owner during the outage",
+            h.checker
+        );
+    }
     // The transitions pending during the outage are written.
     fleet
         .wait_reason(&failing, "UnexpectedStatus", Duration::from_secs(10))
@@ -241,6 +259,11 @@ async fn an_api_server_outage_longer_than_every_timer_loses_nothing() {
     tokio::time::sleep(LEASE + RETRY * 2).await;
     let after = fleet.wait_all_assigned(Duration::from_secs(10)).await;
     assert_eq!(before, after, "no checker moved because of the outage");
+    assert_eq!(
+        moves_before,
+        fleet.sum("webchecker_moves_total").await,
+        "no assignment written because of the outage"
+    );
     fleet.ops.clear();
     cluster.script("down");
 }

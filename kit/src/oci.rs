@@ -11,6 +11,15 @@ use crate::{SETUP_LIMIT, bounded, repo};
 
 pub use crate::target_dir;
 
+/// Where hack/image.sh takes the binaries from: `<target>/release`, or the
+/// test build's `<target>/debug` when IMAGE_PROFILE=dev (as `make test` sets).
+pub fn binaries_dir() -> PathBuf {
+    match std::env::var("IMAGE_PROFILE").as_deref() {
+        Ok("dev") => target_dir().join("debug"),
+        _ => target_dir().join("release"),
+    }
+}
+
 /// `<target>/oci/<name>.oci.tar`, built by `hack/image.sh` first if missing.
 pub fn archive(name: &str) -> PathBuf {
     let path = target_dir().join("oci").join(format!("{name}.oci.tar"));

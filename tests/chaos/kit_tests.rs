@@ -35,6 +35,29 @@ fn a_schedule_is_a_function_of_its_seed_and_deals_every_kind() {
     }
 }
 
+/// The deck of `make test` stands in for fixed fault tests: every kind once,
+/// etcd frozen 25 s and the API server 30 s, each proxy mode 4-12 s.
+#[test]
+fn a_deck_deals_every_kind_once_with_the_freezes_at_their_longest() {
+    let mut s = Schedule::new(874_556_080, KINDS.to_vec());
+    s.deck_only = true;
+    let windows: Vec<Window> = (0..KINDS.len()).map(|_| s.next_window()).collect();
+    let kinds: HashSet<&str> = windows.iter().map(|w| w.fault.kind()).collect();
+    assert_eq!(kinds.len(), KINDS.len());
+    for w in &windows {
+        match &w.fault {
+            Fault::EtcdFreeze => assert_eq!(w.hold, Duration::from_secs(25)),
+            Fault::ApiFreeze => assert_eq!(w.hold, Duration::from_secs(30)),
+            Fault::Proxy { .. } => assert!(
+                w.hold >= Duration::from_secs(4) && w.hold <= Duration::from_secs(12),
+                "{}",
+                w.describe()
+            ),
+            _ => {}
+        }
+    }
+}
+
 fn hit(checker: &str, replica: &str, start: Instant, ms: u64) -> Hit {
     Hit {
         checker: checker.into(),

@@ -31,13 +31,41 @@ pub(super) fn seed_from_env() -> u64 {
     }
 }
 
-pub(super) fn minutes_from_env() -> f64 {
-    match std::env::var("CHAOS_MINUTES") {
-        Ok(s) if !s.trim().is_empty() => s
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("CHAOS_MINUTES={s:?} is not a number")),
-        _ => 3.0,
+/// How long a campaign runs: `CHAOS_MINUTES=n`, or `deck` (the default, and
+/// what `make test` runs): one pass over every kind, each exactly once, with
+/// the freezes held at their longest (etcd 25 s, the API server 30 s).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Length {
+    Minutes(f64),
+    Deck,
+}
+
+impl Length {
+    pub(super) fn from_env() -> Length {
+        match std::env::var("CHAOS_MINUTES") {
+            Ok(s) if s.trim() == "deck" => Length::Deck,
+            Ok(s) if !s.trim().is_empty() => {
+                Length::Minutes(s.trim().parse().unwrap_or_else(|_| {
+                    panic!("CHAOS_MINUTES={s:?} is neither a number of minutes nor \"deck\"")
+                }))
+            }
+            _ => Length::Deck,
+        }
+    }
+
+    /// What CHAOS_MINUTES replays this length.
+    pub(super) fn arg(self) -> String {
+        match self {
+            Length::Minutes(m) => m.to_string(),
+            Length::Deck => "deck".into(),
+        }
+    }
+
+    pub(super) fn describe(self) -> String {
+        match self {
+            Length::Minutes(m) => format!("{m} minutes asked"),
+            Length::Deck => "one deck: every kind once".into(),
+        }
     }
 }
 
@@ -46,7 +74,7 @@ pub(super) fn fmt_d(d: Option<Duration>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-pub(super) fn report(c: &Campaign, minutes: f64, ran: Duration, kinds: &[&str]) -> String {
+pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]) -> String {
     let clk = c.clk;
     let mut r = String::new();
     let all: Vec<(&WindowRecord, &Violation)> = c
@@ -57,12 +85,13 @@ pub(super) fn report(c: &Campaign, minutes: f64, ran: Duration, kinds: &[&str]) 
     let _ = writeln!(r, "# Chaos campaign report\n");
     let _ = writeln!(
         r,
-        "Seed **{}** ({} minutes asked, {:.1} min ran, {} windows). Replay: `CHAOS_SEED={} CHAOS_MINUTES={minutes} make chaos`.\n",
+        "Seed **{}** ({}, {:.1} min ran, {} windows). Replay: `CHAOS_SEED={} CHAOS_MINUTES={} make chaos`.\n",
         c.seed,
-        minutes,
+        length.describe(),
         ran.as_secs_f64() / 60.0,
         c.records.len(),
-        c.seed
+        c.seed,
+        length.arg()
     );
     let _ = writeln!(
         r,

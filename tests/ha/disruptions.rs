@@ -1,6 +1,6 @@
 //! Disruptions of a running fleet: a rolling restart, a paused replica, a
-//! replica cut off alone, a burst of new checkers, an API server outage, and
-//! leader failover at the default lease timings.
+//! replica cut off alone, a burst of new checkers, and leader failover at the
+//! default lease timings (an API server outage: tests/reliability.rs).
 
 use super::*;
 
@@ -429,79 +429,6 @@ async fn a_burst_of_1000_new_checkers_is_assigned_within_2s_and_probed_within_50
         end_to_end[end_to_end.len() - 1] <= bound,
         "every new checker probed within interval + lease of its creation"
     );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_api_server_outage_blinds_nobody_and_moves_nothing() {
-    // A control plane of its own: this test stops the API server.
-    let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start("outage")));
-    let mut fleet = Fleet::start_on(cluster, "out", 3, 300).await;
-    let before = fleet.wait_all_assigned(Duration::from_secs(30)).await;
-    let moves_before = fleet.sum("webchecker_moves_total").await;
-    // Some checkers fail during the outage: their transitions must land afterwards.
-    let failing: Vec<String> = fleet.names.iter().take(20).cloned().collect();
-    cluster.script("stop-apiserver");
-    let down_at = Instant::now();
-    for c in &failing {
-        fleet.witness.set_mode(c, Mode::Status(503));
-    }
-    let outage = Duration::from_secs(30);
-    let mut saw_unreachable = vec![false; fleet.ops.len()];
-    while down_at.elapsed() < outage {
-        for (i, o) in fleet.ops.iter().enumerate() {
-            let m = o
-                .metrics()
-                .await
-                .unwrap_or_else(|| panic!("{} stopped exporting metrics", o.identity));
-            if metric(&m, "webchecker_api_reachable", &[]) == Some(0.0) {
-                saw_unreachable[i] = true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let up_at = Instant::now();
-    cluster.script("start-apiserver");
-    let returned_at = Instant::now();
-    for o in fleet.ops.iter_mut() {
-        assert!(
-            o.exited().is_none(),
-            "{} exited during the outage",
-            o.identity
-        );
-    }
-    assert!(
-        saw_unreachable.iter().all(|s| *s),
-        "every replica noticed the outage: {saw_unreachable:?}"
-    );
-    // Probing went on throughout, by the same owners.
-    let hits = fleet.assert_probed_throughout(down_at, up_at, "outage 30s");
-    for h in &hits {
-        assert_eq!(
-            Some(&h.replica),
-            before.get(&h.checker),
-            "{} probed by a non-owner during the outage",
-            h.checker
-        );
-    }
-    // Status converges within 10 s of the API returning.
-    fleet
-        .wait_reason(&failing, "UnexpectedStatus", Duration::from_secs(10))
-        .await;
-    println!(
-        "status converged {:?} after the API server returned",
-        returned_at.elapsed()
-    );
-    // Nothing moved because of the outage.
-    tokio::time::sleep(LEASE + RETRY * 2).await;
-    let after = fleet.wait_all_assigned(Duration::from_secs(10)).await;
-    assert_eq!(before, after, "no checker moved because of the outage");
-    let moves_after = fleet.sum("webchecker_moves_total").await;
-    assert_eq!(
-        moves_before, moves_after,
-        "no assignment written because of the outage"
-    );
-    fleet.ops.clear();
-    cluster.script("down");
 }
 
 /// With the default leases (10 s / 7 s / 2 s), losing the
