@@ -44,13 +44,13 @@ PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels
   chart_test_hook protocols overload)
 # self_service_rbac and node run the node's binaries: last, so that the
 # background build has the most time.
-PAIRED=(image chart egress spec_limits tenancy observability alerts_fire self_service_rbac node)
+BESIDE=(image chart egress spec_limits tenancy observability alerts_fire self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to
 # spare); the tightest once it is done.
 ALONE=(reliability probe ha isolation failover chaos foundation tenancy_dns)
 
-known=" ${PURE[*]} ${PAIRED[*]} ${ALONE[*]} "
+known=" ${PURE[*]} ${BESIDE[*]} ${ALONE[*]} "
 for f in tests/*.rs; do
   b=$(basename "$f" .rs)
   case $known in
@@ -61,7 +61,7 @@ for f in tests/*.rs; do
       ;;
   esac
 done
-for b in ${PURE[@]} ${PAIRED[@]} ${ALONE[@]}; do
+for b in ${PURE[@]} ${BESIDE[@]} ${ALONE[@]}; do
   case $b in lib | bins | kit) continue ;; esac
   [ -f "tests/$b.rs" ] || { echo "test.sh: hack/test.sh names tests/$b.rs, which does not exist" >&2; exit 1; }
 done
@@ -69,7 +69,7 @@ done
 if [ -n "${TEST_ONLY:-}" ]; then
   keep() { local b; for b in "$@"; do case " $TEST_ONLY " in *" $b "*) echo "$b" ;; esac; done; }
   mapfile -t PURE < <(keep "${PURE[@]}")
-  mapfile -t PAIRED < <(keep "${PAIRED[@]}")
+  mapfile -t BESIDE < <(keep "${BESIDE[@]}")
   mapfile -t ALONE < <(keep "${ALONE[@]}")
 fi
 
@@ -90,7 +90,7 @@ tools_log=$logs/tools.log
 tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock
 mkdir -p "$(dirname "$tools_lock")"
 node_tools=
-printf '%s\n' "${PAIRED[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' && node_tools=1
+printf '%s\n' "${BESIDE[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' && node_tools=1
 (
   nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
@@ -208,20 +208,20 @@ report() {
 
 tests_start=$(date +%s)
 (
-  for b in "${PURE[@]}" "${PAIRED[@]}"; do run_one "$b" 10; done
+  for b in "${PURE[@]}" "${BESIDE[@]}"; do run_one "$b" 10; done
 ) &
 beside_pid=$!
 for b in "${ALONE[@]}"; do run_one "$b" 0; done
 alone_took=$(( $(date +%s) - tests_start ))
 wait "$beside_pid"
 tests_took=$(( $(date +%s) - tests_start ))
-for b in "${PURE[@]}" "${PAIRED[@]}" "${ALONE[@]}"; do report "$b"; done
+for b in "${PURE[@]}" "${BESIDE[@]}" "${ALONE[@]}"; do report "$b"; done
 
 echo
 echo "test.sh: seconds per binary and how busy the two cores were meanwhile (both lanes)"
 row() { awk -v b="$2" -v g="$1" '$1==b {printf "  %-20s %-7s %5s s %4s%%\n", b, g, $3, $4}' "$results"; }
 for b in "${PURE[@]}"; do row pure "$b"; done
-for b in "${PAIRED[@]}"; do row beside "$b"; done
+for b in "${BESIDE[@]}"; do row beside "$b"; done
 for b in "${ALONE[@]}"; do row alone "$b"; done
 wait_for_node_tools
 echo "test.sh: lint and test build ${build_took}s; images ${images_took}s; the Go tools ${tools_took}s in the background from the build's start; tests ${tests_took}s, of which the alone lane ${alone_took}s (logs in $logs/)"
