@@ -27,6 +27,12 @@ pub const INCARNATION_ANNOTATION: &str = "webchecker.test.network.io/incarnation
 /// Annotation on a membership Lease: "distrusted" when this process once lost
 /// its Lease to evidence that lied; peers then judge it by the Lease alone.
 pub const PEER_EVIDENCE_ANNOTATION: &str = "webchecker.test.network.io/peer-evidence";
+/// Member Lease annotation: the zone of the replica's node
+/// (`topology.kubernetes.io/zone`), where a confirmer is looked for first.
+pub const ZONE_ANNOTATION: &str = "webchecker.test.network.io/zone";
+/// Member Lease annotation: the node the replica runs on.
+pub const NODE_ANNOTATION: &str = "webchecker.test.network.io/node";
+
 /// Response header of /healthz naming the process's incarnation.
 pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
 
@@ -56,6 +62,12 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
         description = "Machine-readable reason of the Ready condition"
+    ),
+    printcolumn(
+        name = "Degraded",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Degraded\")].status",
+        description = "True while the owner's probes fail where another replica's succeed (its own network is suspect, not the target)"
     ),
     printcolumn(
         name = "Since",
@@ -194,6 +206,10 @@ pub struct WebCheckerSpec {
     /// TLS settings for https hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+
+    /// Before a failure turns Ready False, ask another replica (in another zone where there is one) to probe once more: if its probe succeeds, Ready stays True and the Degraded condition names the replica whose probes fail. Default true; false: the owner's failures alone decide.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm_failures: Option<bool>,
 
     /// Stop probing while true; the Ready condition then says Suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]

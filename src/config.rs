@@ -90,6 +90,29 @@ pub struct Config {
     #[arg(long, env = "POD_UID")]
     pub pod_uid: Option<String>,
 
+    /// The node this replica runs on (downward API `spec.nodeName`),
+    /// advertised in its member Lease; its zone is read from the Node's
+    /// `topology.kubernetes.io/zone` label unless `--zone` is given.
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    /// The zone this replica runs in (for replicas run outside a pod, or to
+    /// override the Node's label). Confirmations are asked of another zone
+    /// first.
+    #[arg(long, env = "WEBCHECKER_ZONE")]
+    pub zone: Option<String>,
+
+    /// Before a failure turns a checker Ready=False, ask another replica
+    /// (in another zone where there is one) to probe it once more; a
+    /// checker opts out with `spec.confirmFailures: false`.
+    #[arg(long, env = "WEBCHECKER_CONFIRM_FAILURES", default_value_t = true, action = clap::ArgAction::Set)]
+    pub confirm_failures: bool,
+
+    /// The ServiceAccount of the replicas (in --namespace): asks for a
+    /// confirmation carry a token of it, and only asks with one are served.
+    #[arg(long, env = "WEBCHECKER_SERVICE_ACCOUNT", default_value = "webchecker-operator")]
+    pub service_account: String,
+
     /// Move a member's checkers as soon as its process is proven gone
     /// (connection refused at its advertised address), not one lease later.
     #[arg(long, env = "WEBCHECKER_FAST_FAILOVER", default_value_t = true, action = clap::ArgAction::Set)]

@@ -14,10 +14,13 @@
 //! - `kubeio`: API clients with deadlines, start-up checks, fenced status
 //!   writes, what the forgery guard learns from the cluster;
 //! - `observe`: metrics, /metrics /healthz /readyz, Kubernetes Events;
+//! - `confirm`: a failure confirmed by another replica (another zone) before
+//!   it turns a checker Ready=False: asks, the confirmer's service, tokens;
 //! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
 pub mod api;
 pub mod config;
+pub(crate) mod confirm;
 pub mod coordination;
 pub mod engine;
 pub(crate) mod error;

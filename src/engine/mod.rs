@@ -23,6 +23,8 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
 use tracing::warn;
 
+use crate::confirm::Verdict;
+use crate::confirm::asker::Asker;
 use crate::coordination::membership::Membership;
 use crate::kubeio::writer::StatusWriter;
 use crate::observe::events::EventSender;
@@ -42,6 +44,16 @@ pub struct EngineSettings {
     pub identity: String,
     pub workers: usize,
     pub heartbeat: Duration,
+    /// Asks other replicas to confirm failures (crate::confirm); `None`:
+    /// the owner's failures alone decide.
+    pub asker: Option<Arc<Asker>>,
+}
+
+/// Another replica's word on a failure, as its task reports it.
+struct Heard {
+    key: String,
+    seq: u64,
+    verdict: Verdict,
 }
 
 /// A probe that ended, as its task reports it.
@@ -75,6 +87,10 @@ pub struct Engine {
     /// Each probe in flight: its checker's seq and its task.
     probes: HashMap<String, (u64, AbortHandle)>,
     pool: Arc<Semaphore>,
+    asker: Option<Arc<Asker>>,
+    /// Where asks report back (a checker has at most one ask out; its task
+    /// waits for room rather than drop the answer).
+    heard: (mpsc::Sender<Heard>, Option<mpsc::Receiver<Heard>>),
     /// Graceful shutdown: answered once the table has stopped.
     stopping: Option<tokio::sync::oneshot::Sender<()>>,
     stopped: bool,
@@ -90,16 +106,26 @@ impl Engine {
         events: EventSender,
     ) -> Self {
         metrics.pool_size.set(settings.workers as i64);
+        let place = settings
+            .asker
+            .as_ref()
+            .map(|a| a.place())
+            .unwrap_or_default();
         let table = Table::new(table::Settings {
             identity: settings.identity,
             workers: settings.workers,
             heartbeat: settings.heartbeat,
             roots: prober.roots().clone(),
+            place,
+            confirm: settings.asker.is_some(),
         });
+        let (heard_tx, heard_rx) = mpsc::channel(256);
         Engine {
             table,
             workers: settings.workers,
             pool: Arc::new(Semaphore::new(settings.workers)),
+            asker: settings.asker,
+            heard: (heard_tx, Some(heard_rx)),
             prober,
             metrics,
             membership,
@@ -115,6 +141,7 @@ impl Engine {
 
     pub async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let (done_tx, mut done_rx) = mpsc::channel::<Done>(self.workers.max(1));
+        let mut heard_rx = self.heard.1.take().expect("run once");
         loop {
             let gate_open = self.dispatch(&done_tx);
             if self.stopped {
@@ -135,6 +162,9 @@ impl Engine {
                         outcome: d.outcome,
                         finished: d.finished,
                     });
+                }
+                Some(h) = heard_rx.recv() => {
+                    self.step(Input::Confirmed { key: h.key, seq: h.seq, verdict: h.verdict });
                 }
                 cmd = commands.recv() => match cmd {
                     Some(c) => self.command(c),
@@ -289,6 +319,12 @@ impl Engine {
                         h.abort();
                     }
                 }
+                Effect::Confirm {
+                    key,
+                    seq,
+                    ask,
+                    limit,
+                } => self.confirm(key, seq, ask, limit),
                 Effect::Writer(w) => self.write(w),
                 Effect::Event(n) => self.send_event(n),
                 Effect::Metric(m) => self.metric(m),
@@ -301,6 +337,19 @@ impl Engine {
             }
         }
         start
+    }
+
+    /// Asks another replica about a failure, off the engine's task.
+    fn confirm(&self, key: String, seq: u64, ask: crate::confirm::Ask, limit: Duration) {
+        let tx = self.heard.0.clone();
+        let asker = self.asker.clone();
+        tokio::spawn(async move {
+            let verdict = match asker {
+                Some(a) => a.ask(ask, limit).await,
+                None => Verdict::Alone,
+            };
+            let _ = tx.send(Heard { key, seq, verdict }).await;
+        });
     }
 
     fn write(&self, w: ToWriter) {
@@ -342,6 +391,26 @@ impl Engine {
                 name,
                 info,
             } => metrics.refresh_info(&namespace, &name, &info),
+            Metric::Verdict {
+                namespace,
+                name,
+                info,
+                verdict,
+                ready,
+            } => {
+                metrics
+                    .confirmations
+                    .with_label_values(&[verdict.result()])
+                    .inc();
+                if matches!(verdict, Verdict::Refuted { .. }) {
+                    let zone = self.asker.as_ref().map(|a| a.me.zone.clone());
+                    metrics
+                        .unconfirmed_failures
+                        .with_label_values(&[&zone.unwrap_or_default()])
+                        .inc();
+                }
+                metrics.set_up(&namespace, &name, &info, ready);
+            }
             Metric::Forget { namespace, name } => metrics.forget_checker(&namespace, &name),
             Metric::Owned(n) => metrics.owned.set(n),
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),

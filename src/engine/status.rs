@@ -9,12 +9,17 @@
 use std::time::{Duration, Instant};
 
 use crate::api::{Condition, WebCheckerStatus};
+use crate::confirm::Verdict;
 use crate::probe::{Outcome, Reason, human_duration, version_name};
 
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
 /// True while the server certificate expires within that many days.
 pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
+/// Third condition, present once a confirmation refuted a failure of the
+/// owner (crate::confirm): True while the owner's probes fail where another
+/// replica's succeed, so the owner's network is suspect, not the target.
+pub const DEGRADED: &str = "Degraded";
 
 /// A condition's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +95,7 @@ struct Summary {
     generation: Option<i64>,
     owner: Option<String>,
     certificate: Option<Truth>,
+    degraded: Option<Truth>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -103,12 +109,13 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
         certificate: s
             .condition(CERTIFICATE_EXPIRING)
             .map(|c| Truth::parse(&c.status)),
+        degraded: s.condition(DEGRADED).map(|c| Truth::parse(&c.status)),
     }
 }
 
-/// The CertificateExpiring condition as the reducer keeps it.
+/// A condition beside Ready (CertificateExpiring, Degraded) as the reducer keeps it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CertificateState {
+pub struct SideCondition {
     pub status: Truth,
     pub reason: String,
     pub message: String,
@@ -125,7 +132,12 @@ pub struct CheckerStatus {
     pub consecutive_successes: u32,
     pub consecutive_failures: u32,
     /// CertificateExpiring; None when the checker has no expiry warning.
-    pub certificate: Option<CertificateState>,
+    pub certificate: Option<SideCondition>,
+    /// Degraded; None until a confirmation first refuted a failure.
+    pub degraded: Option<SideCondition>,
+    /// A failure that would turn Ready False, held while another replica is
+    /// asked to confirm it (crate::confirm).
+    confirming: Option<Box<Outcome>>,
     /// What the object's status said when we last wrote (or first saw) it.
     written: Option<Summary>,
     last_write: Option<Instant>,
@@ -141,6 +153,10 @@ pub struct Effects {
     pub transition: Option<Transition>,
     /// The message of a Warning event: CertificateExpiring turned True.
     pub certificate_expiring: Option<String>,
+    /// Ask another replica to confirm the failure just held back.
+    pub confirm: bool,
+    /// The message of a Warning event: Degraded turned True.
+    pub degraded: Option<String>,
 }
 
 /// Inputs that describe the checker at the time of a step.
@@ -154,6 +170,10 @@ pub struct Context<'a> {
     pub failure_threshold: u32,
     /// `tls.certificateExpiryWarningDays`; None: no CertificateExpiring condition.
     pub certificate_warning_days: Option<u32>,
+    /// Whether a failure that would turn Ready False is confirmed first.
+    pub confirm: bool,
+    /// Where the owner runs (named in Degraded's message).
+    pub place: &'a crate::confirm::Place,
 }
 
 impl CheckerStatus {
@@ -176,12 +196,21 @@ impl CheckerStatus {
                 .max(0) as u32,
             certificate: status
                 .and_then(|s| s.condition(CERTIFICATE_EXPIRING))
-                .map(|c| CertificateState {
+                .map(|c| SideCondition {
                     status: Truth::parse(&c.status),
                     reason: c.reason.clone(),
                     message: c.message.clone(),
                     last_transition_time: c.last_transition_time.clone(),
                 }),
+            degraded: status
+                .and_then(|s| s.condition(DEGRADED))
+                .map(|c| SideCondition {
+                    status: Truth::parse(&c.status),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                    last_transition_time: c.last_transition_time.clone(),
+                }),
+            confirming: None,
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
             inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
@@ -217,27 +246,122 @@ impl CheckerStatus {
         } else {
             self.consecutive_failures >= ctx.failure_threshold
         };
-        let mut transition = None;
-        if crossed {
-            if self.ready != target {
-                self.ready = target;
-                self.last_transition_time = Some(ctx.now_wall.clone());
-                transition = Some(Transition {
-                    ready: target,
-                    reason: reason.as_str().to_string(),
-                    message: message.clone(),
-                });
-            }
-            self.reason = reason.as_str().to_string();
-            self.message = message;
+        let mut fx = Effects::default();
+        if o.success() {
+            // An answer still to come for an earlier failure is moot now.
+            self.confirming = None;
+            self.set_degraded(
+                Truth::False,
+                "ProbesSucceed",
+                "this replica's probes succeed again".into(),
+                ctx,
+            );
         }
-        let certificate_expiring = self.observe_certificate(o, ctx);
+        if crossed && target == Truth::False && self.ready != Truth::False && ctx.confirm {
+            // Held until another replica has probed too (Self::confirmed).
+            fx.confirm = self.confirming.is_none();
+            self.confirming = Some(Box::new(o.clone()));
+        } else if crossed {
+            fx.transition = self.settle(target, reason.as_str(), message, ctx);
+        }
+        fx.certificate_expiring = self.observe_certificate(o, ctx);
         let status = self.render(ctx, Some(o));
-        Effects {
-            write: self.maybe_write(status, ctx),
-            transition,
-            certificate_expiring,
+        fx.write = self.maybe_write(status, ctx);
+        fx
+    }
+
+    /// Ready takes `target` with its reason and message; the transition, if
+    /// its status changed.
+    fn settle(
+        &mut self,
+        target: Truth,
+        reason: &str,
+        message: String,
+        ctx: &Context<'_>,
+    ) -> Option<Transition> {
+        let mut transition = None;
+        if self.ready != target {
+            self.ready = target;
+            self.last_transition_time = Some(ctx.now_wall.clone());
+            transition = Some(Transition {
+                ready: target,
+                reason: reason.to_string(),
+                message: message.clone(),
+            });
         }
+        self.reason = reason.to_string();
+        self.message = message;
+        transition
+    }
+
+    /// Folds in what another replica said of the failure held back; nothing
+    /// when none is held (a success came first).
+    pub fn confirmed(&mut self, verdict: &Verdict, ctx: &Context<'_>) -> Effects {
+        let Some(o) = self.confirming.take() else {
+            return Effects::default();
+        };
+        let (reason, message) = (o.reason.as_str(), o.message.as_str());
+        let mut fx = Effects::default();
+        match verdict {
+            Verdict::Confirmed { by } => {
+                let m = format!("{message} (confirmed by {})", by.describe());
+                fx.transition = self.settle(Truth::False, reason, m, ctx);
+                self.set_degraded(
+                    Truth::False,
+                    "FailureConfirmed",
+                    format!("{} sees the failure too", by.describe()),
+                    ctx,
+                );
+            }
+            Verdict::Unanswered { why } => {
+                let m = format!("{message} (unconfirmed: {why})");
+                fx.transition = self.settle(Truth::False, reason, m, ctx);
+            }
+            Verdict::Alone => {
+                fx.transition = self.settle(Truth::False, reason, message.to_string(), ctx);
+            }
+            Verdict::Refuted { by, millis } => {
+                let m = format!(
+                    "probes from {} fail ({reason}: {message}) while {} reached the target in {millis} ms",
+                    ctx.place.describe(),
+                    by.describe()
+                );
+                fx.degraded = self.set_degraded(Truth::True, "UnconfirmedFailure", m, ctx);
+            }
+        }
+        let status = self.render(ctx, Some(&o));
+        fx.write = self.maybe_write(status, ctx);
+        fx
+    }
+
+    /// Sets Degraded (created only when it turns True); the message of its
+    /// Warning event when it turned True.
+    fn set_degraded(
+        &mut self,
+        status: Truth,
+        reason: &str,
+        message: String,
+        ctx: &Context<'_>,
+    ) -> Option<String> {
+        let was = self.degraded.as_ref().map(|d| d.status);
+        if was.is_none() && status != Truth::True {
+            return None;
+        }
+        let changed = was != Some(status);
+        let last_transition_time = if changed {
+            Some(ctx.now_wall.clone())
+        } else {
+            self.degraded
+                .as_ref()
+                .and_then(|d| d.last_transition_time.clone())
+        };
+        self.degraded = Some(SideCondition {
+            status,
+            reason: reason.into(),
+            message: message.clone(),
+            last_transition_time,
+        });
+        (changed && status == Truth::True).then_some(message)
     }
 
     /// Updates CertificateExpiring from the certificate chain a probe saw
@@ -297,7 +421,7 @@ impl CheckerStatus {
                 .as_ref()
                 .and_then(|c| c.last_transition_time.clone())
         };
-        self.certificate = Some(CertificateState {
+        self.certificate = Some(SideCondition {
             status,
             reason: reason.into(),
             message: message.clone(),
@@ -324,6 +448,7 @@ impl CheckerStatus {
         self.message = message.to_string();
         self.consecutive_successes = 0;
         self.consecutive_failures = 0;
+        self.confirming = None;
         if ctx.certificate_warning_days.is_none() {
             self.certificate = None;
         }
@@ -331,7 +456,7 @@ impl CheckerStatus {
         Effects {
             write: self.maybe_write(status, ctx),
             transition,
-            certificate_expiring: None,
+            ..Default::default()
         }
     }
 
@@ -358,6 +483,19 @@ impl CheckerStatus {
                 reason: c.reason.clone(),
                 message: crate::api::condition_message(&c.message),
                 last_transition_time: c
+                    .last_transition_time
+                    .clone()
+                    .or_else(|| Some(ctx.now_wall.clone())),
+                observed_generation: ctx.generation,
+            });
+        }
+        if let Some(d) = &self.degraded {
+            conditions.push(Condition {
+                type_: DEGRADED.into(),
+                status: d.status.as_str().into(),
+                reason: d.reason.clone(),
+                message: crate::api::condition_message(&d.message),
+                last_transition_time: d
                     .last_transition_time
                     .clone()
                     .or_else(|| Some(ctx.now_wall.clone())),
@@ -467,9 +605,16 @@ mod tests {
                 success_threshold: 1,
                 failure_threshold: ft,
                 certificate_warning_days: None,
+                confirm: false,
+                place: &HERE,
             }
         }
     }
+
+    static HERE: crate::confirm::Place = crate::confirm::Place {
+        replica: String::new(),
+        zone: String::new(),
+    };
 
     fn clock() -> Clock {
         Clock {

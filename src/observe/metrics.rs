@@ -111,6 +111,16 @@ pub struct Metrics {
     pub watch_restarts: IntCounterVec,
     pub watch_expired: IntCounterVec,
     pub address_discovery_up: IntGaugeVec,
+    /// Owner side: failures that would have turned a checker Ready=False,
+    /// by what the confirmer said.
+    pub confirmations: IntCounterVec,
+    /// Owner side: its failures another replica's probe refuted, by this
+    /// replica's zone.
+    pub unconfirmed_failures: IntCounterVec,
+    /// Confirmer side: asks served, by result.
+    pub confirm_requests: IntCounterVec,
+    /// This replica's place: zone and node; always 1.
+    pub replica_place: IntGaugeVec,
 }
 
 fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> T {
@@ -201,6 +211,23 @@ const ADDRESS_DISCOVERY_UP: Family = (
     "1 while the forgery guard knows the addresses of this source (the API server's Service and EndpointSlices, Nodes, restricted namespaces); 0 when it was never listed or its watch keeps failing",
 );
 
+const CONFIRMATIONS: Family = (
+    "webchecker_confirmations_total",
+    "Failures of this replica's probes that would have turned a checker Ready=False, by what another replica's probe said: confirmed (it failed too), refuted (it succeeded: Ready stays True, Degraded=True), unanswered (no other replica answered: the failure stands), none (no other replica, or confirmFailures: false)",
+);
+const UNCONFIRMED_FAILURES: Family = (
+    "webchecker_unconfirmed_failures_total",
+    "Failures of this replica's probes that another replica's probe refuted (the target answered it), by this replica's zone: a sign of trouble on this replica's network path",
+);
+const CONFIRM_REQUESTS: Family = (
+    "webchecker_confirm_requests_total",
+    "Asks to confirm a failure that this replica served, by result: probed, refused (not a member, a changed or unknown checker), busy (its namespace's or the replica's share of confirmations in use)",
+);
+const REPLICA_PLACE: Family = (
+    "webchecker_replica_place",
+    "Where this replica runs (zone and node, as advertised in its member Lease); always 1",
+);
+
 fn gauge(r: &Registry, (name, help): Family) -> IntGauge {
     reg(r, IntGauge::new(name, help).expect("a valid metric"))
 }
@@ -288,6 +315,10 @@ impl Metrics {
             watch_restarts: counter_vec(&r, WATCH_RESTARTS, &["watch"]),
             watch_expired: counter_vec(&r, WATCH_EXPIRED, &["watch"]),
             address_discovery_up: gauge_vec(&r, ADDRESS_DISCOVERY_UP, &["source"]),
+            confirmations: counter_vec(&r, CONFIRMATIONS, &["result"]),
+            unconfirmed_failures: counter_vec(&r, UNCONFIRMED_FAILURES, &["zone"]),
+            confirm_requests: counter_vec(&r, CONFIRM_REQUESTS, &["result"]),
+            replica_place: gauge_vec(&r, REPLICA_PLACE, &["zone", "node"]),
             registry: r,
         };
         m.zero_label_sets();
@@ -315,6 +346,12 @@ impl Metrics {
         }
         for result in ["proven", "refuted"] {
             self.peer_proofs.with_label_values(&[result]);
+        }
+        for result in ["confirmed", "refuted", "unanswered", "none"] {
+            self.confirmations.with_label_values(&[result]);
+        }
+        for result in ["probed", "refused", "busy"] {
+            self.confirm_requests.with_label_values(&[result]);
         }
     }
 

@@ -12,7 +12,9 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
+
+use crate::confirm::service::{Desk, Request as ConfirmRequest};
 
 use crate::observe::metrics::Metrics;
 
@@ -42,7 +44,15 @@ impl HealthFlags {
 struct AppState {
     metrics: Arc<Metrics>,
     health: Arc<HealthFlags>,
+    /// Where asks to confirm a failure go (crate::confirm::service).
+    desk: Option<Desk>,
 }
+
+/// Bytes of an ask read at most.
+const ASK_LIMIT: usize = 4096;
+/// How long an ask may wait for its reply (a probe's timeout is below 60 s
+/// for every interval a checker can have, plus the reads before it).
+const ASK_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// Does this Accept-Encoding admit gzip (RFC 9110 12.5.3: `gzip` or `*`
 /// with a non-zero weight, an explicit `gzip` weighing over `*`)?
@@ -132,12 +142,52 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     }
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<HealthFlags>) -> Router {
+/// An ask to confirm a failure: handed to the confirmation service, which
+/// checks who asks; this thread only waits for its reply.
+async fn confirm(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    let Some(desk) = &s.desk else {
+        return (StatusCode::NOT_FOUND, "confirmations are off\n").into_response();
+    };
+    if body.len() > ASK_LIMIT {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "ask too large\n").into_response();
+    }
+    let Ok(ask) = serde_json::from_slice::<crate::confirm::Ask>(&body) else {
+        return (StatusCode::BAD_REQUEST, "not an ask\n").into_response();
+    };
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    let (reply, wait) = tokio::sync::oneshot::channel();
+    if !desk.leave(ConfirmRequest { token, ask, reply }) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "busy\n").into_response();
+    }
+    match tokio::time::timeout(ASK_WAIT, wait).await {
+        Ok(Ok(reply)) => (
+            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            serde_json::to_vec(&reply).unwrap_or_default(),
+        )
+            .into_response(),
+        _ => (StatusCode::SERVICE_UNAVAILABLE, "no reply\n").into_response(),
+    }
+}
+
+pub fn router(metrics: Arc<Metrics>, health: Arc<HealthFlags>, desk: Option<Desk>) -> Router {
     Router::new()
         .route("/metrics", get(self::metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, health })
+        .route(crate::confirm::PATH, post(confirm))
+        .with_state(AppState {
+            metrics,
+            health,
+            desk,
+        })
 }
 
 /// glibc keeps memory freed by other threads' arenas (a shard that shrank
@@ -164,6 +214,7 @@ pub fn spawn(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<HealthFlags>,
+    desk: Option<Desk>,
 ) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Receiver<()>)> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
@@ -181,7 +232,7 @@ pub fn spawn(
             rt.block_on(async move {
                 tokio::spawn(return_free_memory());
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let _ = axum::serve(listener, router(metrics, health)).await;
+                let _ = axum::serve(listener, router(metrics, health, desk)).await;
             });
         })?;
     Ok((local, stopped))
@@ -220,7 +271,7 @@ mod tests {
         if let Some(a) = accept {
             req = req.header(header::ACCEPT_ENCODING, a);
         }
-        let resp = router(metrics, Arc::new(HealthFlags::default()))
+        let resp = router(metrics, Arc::new(HealthFlags::default()), None)
             .oneshot(req.body(Body::empty()).unwrap())
             .await
             .unwrap();

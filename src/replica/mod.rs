@@ -19,6 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::confirm::asker::Asker;
+use crate::confirm::choice::Candidate;
+use crate::confirm::service::{Desk, Request as ConfirmRequest, Service as ConfirmService};
+use crate::confirm::tokens::{Reviewer, TokenSource};
 use crate::coordination::membership::{Advert, Membership};
 use crate::coordination::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
 use crate::engine::{Command, Engine, EngineSettings};
@@ -69,6 +73,9 @@ struct Basics {
     metrics: Arc<Metrics>,
     health: Arc<HealthFlags>,
     advert: Advert,
+    /// Asks to confirm a failure, as the HTTP server received them; the
+    /// confirmation service takes them when it starts.
+    asks: std::sync::Mutex<Option<mpsc::Receiver<ConfirmRequest>>>,
 }
 
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
@@ -148,12 +155,26 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         incarnation: incarnation.clone(),
         ..Default::default()
     });
-    let (addr, server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
+    let (desk, asks) = Desk::new();
+    let (addr, server_stopped) =
+        server::spawn(cfg.listen, metrics.clone(), health.clone(), Some(desk))?;
     info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
+    let node = cfg.node_name.clone().unwrap_or_default();
+    let zone = match &cfg.zone {
+        Some(z) => z.clone(),
+        None => zone_of(&clients.requests, &node).await,
+    };
+    metrics
+        .replica_place
+        .with_label_values(&[zone.as_str(), node.as_str()])
+        .set(1);
+    info!(zone = %zone, node = %node, "place of this replica (confirmations are asked of another zone first)");
     let advert = Advert {
         address: cfg.advertised(addr),
         incarnation,
         pod_uid: cfg.pod_uid.clone().filter(|u| !u.is_empty()),
+        zone,
+        node,
     };
     match &advert.address {
         Some(a) => {
@@ -173,9 +194,41 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         metrics,
         health,
         advert,
+        asks: std::sync::Mutex::new(Some(asks)),
     };
     Ok((basics, server_stopped))
 }
+
+/// The zone label of `node`, read once at start (empty when there is no
+/// node, no label, or the Node cannot be listed: confirmers are then
+/// chosen by node, or at random).
+async fn zone_of(client: &kube::Client, node: &str) -> String {
+    use k8s_openapi::api::core::v1::Node;
+    if node.is_empty() {
+        return String::new();
+    }
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let lp = kube::api::ListParams::default().fields(&format!("metadata.name={node}"));
+    match tokio::time::timeout(Duration::from_secs(10), api.list(&lp)).await {
+        Ok(Ok(list)) => list
+            .items
+            .first()
+            .and_then(|n| n.metadata.labels.as_ref())
+            .and_then(|l| l.get(ZONE_LABEL).cloned())
+            .unwrap_or_default(),
+        Ok(Err(e)) => {
+            warn!(node, error = %e, "cannot read this replica's Node: its zone is unknown");
+            String::new()
+        }
+        Err(_) => {
+            warn!(node, "cannot read this replica's Node in time: its zone is unknown");
+            String::new()
+        }
+    }
+}
+
+/// The Node label that names its zone.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// The permissions the replica needs, asked before it joins; an API server
 /// that cannot be reached is said so with its address.
@@ -260,11 +313,42 @@ fn start_tasks(
     let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (ev_tx, ev_rx) = events::event_queue(events::EVENT_QUEUE);
+    let view = MemberView::new(cfg.lease_duration);
+    let asker = cfg.confirm_failures.then(|| {
+        let me = Candidate {
+            identity: basics.identity.clone(),
+            address: String::new(),
+            zone: basics.advert.zone.clone(),
+            node: basics.advert.node.clone(),
+        };
+        let pod = basics
+            .advert
+            .pod_uid
+            .clone()
+            .map(|uid| (basics.identity.clone(), uid));
+        let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
+        Asker::new(me, view.clone(), tokens)
+    });
+    if let Some(asks) = basics
+        .asks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        let service = ConfirmService::new(
+            client.clone(),
+            Reviewer::new(client.clone(), &cfg.namespace, &cfg.service_account),
+            prober.clone(),
+            metrics.clone(),
+        );
+        tokio::spawn(service.run(asks));
+    }
     let engine = Engine::new(
         EngineSettings {
             identity: basics.identity.clone(),
             workers: cfg.workers as usize,
             heartbeat: cfg.heartbeat,
+            asker,
         },
         prober,
         metrics.clone(),
@@ -292,7 +376,7 @@ fn start_tasks(
     });
     tokio::spawn(events::run_events(recorder, ev_rx, metrics.clone()));
     let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
-    let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx);
+    let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view);
     let watch = tokio::spawn(feed::watch_own_shard(
         basics.clients.watches.clone(),
         cfg.watch_namespace.clone(),
@@ -338,10 +422,10 @@ fn start_coordination(
     membership: &Arc<Membership>,
     commands: &mpsc::Sender<Command>,
     stop_leader: tokio::sync::watch::Receiver<bool>,
+    view: Arc<MemberView>,
 ) -> CoordinationTasks {
     let (coordination, clients, metrics) =
         (&basics.coordination, &basics.coord_clients, &basics.metrics);
-    let view = MemberView::new(cfg.lease_duration);
     let view_task = coordination.spawn(view.clone().run(
         clients.watches.clone(),
         cfg.namespace.clone(),

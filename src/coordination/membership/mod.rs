@@ -22,7 +22,8 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::api::{
-    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, NODE_ANNOTATION,
+    PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::{Error, api_code};
 use crate::observe::metrics::Metrics;
@@ -61,6 +62,10 @@ pub struct Advert {
     pub incarnation: String,
     /// UID of the pod this process runs in (the Lease's owner), if known.
     pub pod_uid: Option<String>,
+    /// Zone and node it runs on (empty when unknown), where confirmers are
+    /// chosen from (crate::confirm::choice).
+    pub zone: String,
+    pub node: String,
 }
 
 /// Renewal attempts waiting for an answer at once, at most.
@@ -193,6 +198,14 @@ impl Membership {
                 INCARNATION_ANNOTATION.to_string(),
                 self.advert.incarnation.clone(),
             );
+        }
+        for (k, v) in [
+            (ZONE_ANNOTATION, &self.advert.zone),
+            (NODE_ANNOTATION, &self.advert.node),
+        ] {
+            if !v.is_empty() {
+                annotations.insert(k.to_string(), v.clone());
+            }
         }
         if self.distrusted.load(std::sync::atomic::Ordering::Relaxed) {
             annotations.insert(PEER_EVIDENCE_ANNOTATION.to_string(), "distrusted".into());

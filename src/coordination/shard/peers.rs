@@ -239,6 +239,7 @@ mod tests {
                     address: format!("{id}:80"),
                     incarnation: inc.to_string(),
                 }),
+                place: Default::default(),
             },
         )
     }

@@ -25,7 +25,8 @@ use kube::{Api, Client};
 use tracing::{info, warn};
 
 use crate::api::{
-    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, PEER_EVIDENCE_ANNOTATION,
+    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, NODE_ANNOTATION,
+    PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::Error;
 use crate::observe::metrics::Metrics;
@@ -40,6 +41,26 @@ pub struct ObservedLease {
     /// (its Lease's annotations); `None` when it advertises none or asked to
     /// be judged by its Lease alone.
     pub peer: Option<PeerAddress>,
+    /// Where it runs and is reached, for confirmations (crate::confirm).
+    pub place: MemberPlace,
+}
+
+/// A member's advertised address, zone and node (empty when unknown).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPlace {
+    pub address: Option<String>,
+    pub zone: String,
+    pub node: String,
+}
+
+fn member_place(lease: &Lease) -> MemberPlace {
+    let a = lease.metadata.annotations.as_ref();
+    let get = |k: &str| a.and_then(|a| a.get(k)).cloned();
+    MemberPlace {
+        address: get(ADDRESS_ANNOTATION),
+        zone: get(ZONE_ANNOTATION).unwrap_or_default(),
+        node: get(NODE_ANNOTATION).unwrap_or_default(),
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -124,6 +145,7 @@ impl Members {
                         resource_version: rv,
                         observed_at: now,
                         peer: peer_address(lease),
+                        place: member_place(lease),
                     },
                 );
             }
@@ -151,6 +173,15 @@ impl Members {
                 .map(|(id, l)| (id.clone(), l.uid.clone()))
                 .collect()
         })
+    }
+
+    /// Every member's place, as last seen (also while the watch is failing:
+    /// a confirmer that is gone does not answer, which is safe).
+    pub fn places(&self) -> Vec<(String, MemberPlace)> {
+        self.leases
+            .iter()
+            .map(|(id, l)| (id.clone(), l.place.clone()))
+            .collect()
     }
 
     /// Every member's Lease as observed (for evidence, see `super::peers`),
@@ -230,6 +261,10 @@ impl MemberView {
 
     pub fn observed(&self) -> Option<Vec<(String, ObservedLease)>> {
         self.lock().observed()
+    }
+
+    pub fn places(&self) -> Vec<(String, MemberPlace)> {
+        self.lock().places()
     }
 
     /// The sharder proved a member gone: drop it now, before the watch says so.

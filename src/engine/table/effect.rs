@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::confirm::{Ask, Verdict};
 use crate::engine::command::Checker;
 use crate::engine::status::{CERTIFICATE_EXPIRING, Transition, Truth};
 use crate::intake::secrets::Resolved;
@@ -65,6 +66,12 @@ pub enum Input {
         outcome: Option<Outcome>,
         finished: SystemTime,
     },
+    /// Another replica's word on the failure a [`Effect::Confirm`] asked about.
+    Confirmed {
+        key: String,
+        seq: u64,
+        verdict: Verdict,
+    },
 }
 
 #[derive(Debug)]
@@ -89,6 +96,14 @@ pub enum Effect {
     /// Abort the checker's probe in flight: its `Done` is not wanted.
     Abort {
         key: String,
+    },
+    /// Ask another replica to confirm the checker's failure, within
+    /// `limit`; report the answer as [`Input::Confirmed`] with `seq`.
+    Confirm {
+        key: String,
+        seq: u64,
+        ask: Ask,
+        limit: Duration,
     },
     Writer(ToWriter),
     Event(Notice),
@@ -159,6 +174,14 @@ pub enum Metric {
         name: String,
         info: Arc<CheckerInfo>,
     },
+    /// What another replica said of a failure (its result counted; Up follows Ready).
+    Verdict {
+        namespace: String,
+        name: String,
+        info: Arc<CheckerInfo>,
+        verdict: Verdict,
+        ready: bool,
+    },
     /// Drop its series.
     Forget { namespace: String, name: String },
     /// Checkers owned and not being handed over.
@@ -186,6 +209,21 @@ pub(super) fn transition_notice(
             .chars()
             .take(1000)
             .collect(),
+    }
+}
+
+/// The Warning Event of Degraded turning True.
+pub(super) fn degraded_notice(
+    namespace: &str,
+    object_ref: &ObjectReference,
+    message: &str,
+) -> Notice {
+    Notice {
+        namespace: namespace.to_string(),
+        object_ref: object_ref.clone(),
+        warning: true,
+        reason: "UnconfirmedFailure".to_string(),
+        note: message.chars().take(1000).collect(),
     }
 }
 

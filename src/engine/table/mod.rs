@@ -23,6 +23,7 @@ use crate::engine::arrival::Arrivals;
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
+use crate::confirm::Verdict;
 use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::{Outcome, ProbePlan, Roots};
@@ -45,6 +46,11 @@ pub struct Settings {
     /// What plans trust by default: the prober's roots
     /// (crate::probe::Prober::roots).
     pub roots: Roots,
+    /// Where this replica runs, and whether failures are confirmed by
+    /// another replica before they turn a checker Ready=False (a checker
+    /// may still opt out).
+    pub place: crate::confirm::Place,
+    pub confirm: bool,
 }
 
 struct Entry {
@@ -74,6 +80,17 @@ impl Entry {
     /// How long a probe of this checker may hold a worker.
     fn hold(&self) -> Duration {
         self.plan.as_ref().map_or(Duration::ZERO, |p| p.timeout)
+    }
+
+    /// The ask about this checker's failure (crate::confirm).
+    fn ask(&self, identity: &str) -> crate::confirm::Ask {
+        crate::confirm::Ask {
+            from: identity.to_string(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            uid: self.object_ref.uid.clone().unwrap_or_default(),
+            generation: self.generation,
+        }
     }
 }
 
@@ -179,6 +196,7 @@ impl Table {
                 outcome,
                 finished,
             } => self.done(key, seq, outcome, finished, clock),
+            Input::Confirmed { key, seq, verdict } => self.confirmed(key, seq, verdict, clock),
         }
         if self.stopping && !self.stopped && self.entries.values().all(|e| !e.inflight) {
             self.stopped = true;
@@ -278,6 +296,14 @@ impl Table {
             outcome,
             ready: e.status.is_ready(),
         }));
+        if fx.confirm {
+            self.out.push(Effect::Confirm {
+                key: key.clone(),
+                seq: e.seq,
+                ask: e.ask(&self.settings.identity),
+                limit: plan.timeout + CONFIRM_READS,
+            });
+        }
         self.status_effects(&key, fx);
         let Some(e) = self.entries.get(&key) else {
             return;
@@ -293,6 +319,30 @@ impl Table {
             self.out.push(Effect::Metric(Metric::Missed(missed)));
         }
         self.schedule(&key, next);
+    }
+
+    /// Another replica's word on a failure held back (crate::confirm).
+    fn confirmed(&mut self, key: String, seq: u64, verdict: Verdict, clock: Clock) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if e.seq != seq || e.draining {
+            return;
+        }
+        let Some(plan) = e.plan.clone() else { return };
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let fx = e.status.confirmed(&verdict, &ctx);
+        if fx == Effects::default() {
+            return;
+        }
+        self.out.push(Effect::Metric(Metric::Verdict {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            info: e.info.clone(),
+            verdict,
+            ready: e.status.is_ready(),
+        }));
+        self.status_effects(&key, fx);
     }
 
     fn drain(&mut self, key: String, namespace: String, name: String, resource_version: String) {
@@ -421,6 +471,10 @@ impl Table {
             tracing::info!(checker = %key, ready, reason, "Ready changed");
             notices.push(effect::transition_notice(&namespace, &e.object_ref, t));
         }
+        if let Some(message) = &fx.degraded {
+            tracing::info!(checker = %key, "{message}");
+            notices.push(effect::degraded_notice(&namespace, &e.object_ref, message));
+        }
         if let Some(message) = &fx.certificate_expiring {
             tracing::info!(checker = %key, "{message}");
             notices.push(effect::certificate_notice(
@@ -452,5 +506,11 @@ fn context<'a>(
         success_threshold: plan.map(|p| p.success_threshold).unwrap_or(1),
         failure_threshold: plan.map(|p| p.failure_threshold).unwrap_or(1),
         certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
+        confirm: settings.confirm && plan.is_some_and(|p| p.confirm_failures),
+        place: &settings.place,
     }
 }
+
+/// What a confirmer may spend besides the probe's timeout: its reads of the
+/// checker, its token review and its Secrets.
+const CONFIRM_READS: Duration = Duration::from_secs(2);

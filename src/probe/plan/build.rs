@@ -102,6 +102,7 @@ pub fn plan_trusting(
         failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
         success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
         suspend: spec.suspend.unwrap_or(false),
+        confirm_failures: spec.confirm_failures.unwrap_or(true),
     })
 }
 

@@ -62,6 +62,9 @@ pub struct ProbePlan {
     pub failure_threshold: u32,
     pub success_threshold: u32,
     pub suspend: bool,
+    /// `confirmFailures`: a failure that would turn Ready False is probed
+    /// again by another replica first.
+    pub confirm_failures: bool,
 }
 
 /// Accepted status codes, as inclusive ranges.

@@ -93,6 +93,8 @@ impl Sim {
                 workers: 4,
                 heartbeat: Duration::from_secs(1200),
                 roots: Default::default(),
+                place: Default::default(),
+                confirm: false,
             }),
             now: Instant::now(),
             wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),

@@ -1,0 +1,99 @@
+//! Confirmation: a failure that would turn a checker `Ready=False` is probed
+//! once more by another replica (in another zone where there is one, else on
+//! another node) before it is believed, so one replica's network fault does
+//! not page every team it probes for (docs/architecture.md, "Verdicts").
+//!
+//! The owner sends only the checker's identity and generation
+//! ([`Ask`]); the confirmer reads the checker and its Secrets itself, under
+//! its own permissions and the same tenancy rules as any probe (forgery
+//! guard, a bounded share per namespace), and answers with its probe's
+//! result ([`Reply`]). Asks are authenticated by a ServiceAccount token made
+//! for this audience only ([`tokens`]), so it is worth nothing to the API
+//! server or anyone else.
+
+pub mod asker;
+pub mod choice;
+pub mod service;
+pub mod tokens;
+
+use serde::{Deserialize, Serialize};
+
+/// Where a confirmer serves asks (the replica's HTTP server).
+pub const PATH: &str = "/confirm";
+/// The audience of the tokens that authenticate asks.
+pub const AUDIENCE: &str = "webchecker-operator.test.network.io/confirm";
+/// Request header of a confirmation probe: the owner it confirms for, so a
+/// target's log (and the test's witness) can tell it from an owner's probe.
+pub const CONFIRM_FOR_HEADER: &str = "x-webchecker-confirm-for";
+
+/// What the owner asks: the checker, as it saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ask {
+    /// The asking replica (it must own the checker).
+    pub from: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub generation: Option<i64>,
+}
+
+/// What the confirmer answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "camelCase")]
+pub enum Reply {
+    /// Its probe ran: whether it succeeded, and its reason.
+    #[serde(rename_all = "camelCase")]
+    Probed {
+        success: bool,
+        reason: String,
+        millis: u64,
+    },
+    /// It did not probe, and why (said in the owner's message).
+    Refused { why: String },
+}
+
+/// A replica and its zone, as its member Lease advertises them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    pub replica: String,
+    pub zone: String,
+}
+
+impl Place {
+    /// "replica r2 in zone b", or "replica r2" when its zone is unknown.
+    pub fn describe(&self) -> String {
+        if self.zone.is_empty() {
+            format!("replica {}", self.replica)
+        } else {
+            format!("replica {} in zone {}", self.replica, self.zone)
+        }
+    }
+}
+
+/// What the owner learns of a failure it asked about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The confirmer's probe failed too: the target is down.
+    Confirmed { by: Place },
+    /// The confirmer's probe succeeded: the owner's own path is suspect.
+    Refuted { by: Place, millis: u64 },
+    /// No other replica answered in time, or each refused: the owner's
+    /// failure stands, marked unconfirmed.
+    Unanswered { why: String },
+    /// There is no other replica to ask, or the checker opted out: the
+    /// owner's failure stands as it is.
+    Alone,
+}
+
+impl Verdict {
+    /// The `result` label of `webchecker_confirmations_total`.
+    pub fn result(&self) -> &'static str {
+        match self {
+            Verdict::Confirmed { .. } => "confirmed",
+            Verdict::Refuted { .. } => "refuted",
+            Verdict::Unanswered { .. } => "unanswered",
+            Verdict::Alone => "none",
+        }
+    }
+}

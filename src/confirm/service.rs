@@ -1,0 +1,247 @@
+//! The confirmer's side: an ask from a member, answered with one probe of
+//! the checker as this replica reads it.
+//!
+//! The HTTP server (its own thread) hands each ask over a bounded channel
+//! ([`Desk`]) to [`Service::run`] on the engine's runtime, where probes run.
+//! An ask is refused unless its token names the install's ServiceAccount
+//! (and, when bound to a pod, the asking replica's pod), the checker is the
+//! one the owner saw (UID and generation) and the asker owns it. Then the
+//! checker and its Secrets are read with this replica's permissions, its
+//! patterns compiled under the usual limits, and one probe runs under the
+//! forgery guard. A namespace has at most [`PER_NAMESPACE`] asks in work
+//! and the replica [`TOTAL`], so one team's failing checkers cannot take
+//! the confirmations of others.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::HeaderValue;
+use kube::{Api, Client};
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+use super::tokens::Reviewer;
+use super::{Ask, CONFIRM_FOR_HEADER, Reply};
+use crate::api::{OWNER_LABEL, WebChecker};
+use crate::intake::secrets::{self, ObjectId, Resolved};
+use crate::observe::metrics::Metrics;
+use crate::probe::{Prober, compile_patterns, plan_trusting, references};
+
+/// Asks of one namespace in work at once, at most.
+pub const PER_NAMESPACE: usize = 4;
+/// Asks in work at once, at most.
+pub const TOTAL: usize = 32;
+/// Asks waiting for the service, at most (the HTTP server answers busy
+/// beyond).
+const WAITING: usize = 256;
+/// Deadline of a read of the checker.
+const READ: Duration = Duration::from_secs(5);
+
+/// One ask as the HTTP server received it.
+pub struct Request {
+    /// The bearer token, if any.
+    pub token: Option<String>,
+    pub ask: Ask,
+    pub reply: oneshot::Sender<Reply>,
+}
+
+/// Where the HTTP server leaves asks.
+#[derive(Clone)]
+pub struct Desk(mpsc::Sender<Request>);
+
+impl Desk {
+    pub fn new() -> (Desk, mpsc::Receiver<Request>) {
+        let (tx, rx) = mpsc::channel(WAITING);
+        (Desk(tx), rx)
+    }
+
+    /// Hands an ask over without waiting; false when too many wait.
+    pub fn leave(&self, r: Request) -> bool {
+        self.0.try_send(r).is_ok()
+    }
+}
+
+/// Asks in work, per namespace.
+#[derive(Default)]
+struct Shares {
+    by_namespace: HashMap<String, usize>,
+    total: usize,
+}
+
+/// Gives a namespace's share back when the ask is done.
+struct Share<'a>(&'a Mutex<Shares>, String);
+
+impl Drop for Share<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.total -= 1;
+        if let Some(n) = s.by_namespace.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                s.by_namespace.remove(&self.1);
+            }
+        }
+    }
+}
+
+pub struct Service {
+    pub client: Client,
+    pub reviewer: Reviewer,
+    pub prober: Arc<Prober>,
+    pub metrics: Arc<Metrics>,
+    shares: Mutex<Shares>,
+}
+
+fn refused<T>(why: impl Into<String>) -> Result<T, Reply> {
+    Err(Reply::Refused { why: why.into() })
+}
+
+impl Service {
+    pub fn new(
+        client: Client,
+        reviewer: Reviewer,
+        prober: Arc<Prober>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Arc::new(Service {
+            client,
+            reviewer,
+            prober,
+            metrics,
+            shares: Mutex::new(Shares::default()),
+        })
+    }
+
+    pub async fn run(self: Arc<Self>, mut asks: mpsc::Receiver<Request>) {
+        while let Some(r) = asks.recv().await {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let reply = me.serve(r.token, &r.ask).await.unwrap_or_else(|e| e);
+                let result = match &reply {
+                    Reply::Probed { .. } => "probed",
+                    Reply::Refused { why } if why.starts_with("busy") => "busy",
+                    Reply::Refused { .. } => "refused",
+                };
+                me.metrics.confirm_requests.with_label_values(&[result]).inc();
+                debug!(from = %r.ask.from, namespace = %r.ask.namespace, name = %r.ask.name, ?reply, "confirmation");
+                let _ = r.reply.send(reply);
+            });
+        }
+    }
+
+    fn take_share(&self, namespace: &str) -> Option<Share<'_>> {
+        let mut s = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        let n = s.by_namespace.get(namespace).copied().unwrap_or(0);
+        if n >= PER_NAMESPACE || s.total >= TOTAL {
+            return None;
+        }
+        s.total += 1;
+        *s.by_namespace.entry(namespace.to_string()).or_default() += 1;
+        Some(Share(&self.shares, namespace.to_string()))
+    }
+
+    async fn serve(&self, token: Option<String>, ask: &Ask) -> Result<Reply, Reply> {
+        let Some(token) = token else {
+            return refused("no credentials");
+        };
+        match self.reviewer.review(&token).await {
+            Err(why) => return refused(why),
+            Ok(Some(pod)) if pod != ask.from => {
+                return refused(format!(
+                    "the credentials are those of pod {pod}, not of {}",
+                    ask.from
+                ));
+            }
+            Ok(_) => {}
+        }
+        let Some(_share) = self.take_share(&ask.namespace) else {
+            return refused(format!(
+                "busy: namespace {} has {PER_NAMESPACE} confirmations in work here",
+                ask.namespace
+            ));
+        };
+        let wc = self.read(ask).await?;
+        let spec = &wc.spec;
+        let values = self.values(&ask.namespace, spec).await;
+        let patterns = {
+            let spec = spec.clone();
+            tokio::task::spawn_blocking(move || compile_patterns(&spec))
+                .await
+                .unwrap_or_else(|_| Err("the regular expressions could not be compiled".into()))
+        };
+        let resolve = |v: &crate::probe::ValueRef| values.get(v);
+        let mut plan = match plan_trusting(spec, &resolve, &patterns, self.prober.roots()) {
+            Ok(p) => p,
+            Err(m) => return refused(format!("the spec cannot be probed here: {m}")),
+        };
+        if let Ok(v) = HeaderValue::from_str(&ask.from) {
+            plan.headers
+                .push((http::HeaderName::from_static(CONFIRM_FOR_HEADER), v));
+        }
+        let Some(outcome) = self.prober.probe(&plan, &ask.namespace, &|| true).await else {
+            return refused("the probe was held back");
+        };
+        Ok(Reply::Probed {
+            success: outcome.success(),
+            reason: outcome.reason.as_str().to_string(),
+            millis: outcome.duration.as_millis() as u64,
+        })
+    }
+
+    /// The checker as the owner saw it, read now.
+    async fn read(&self, ask: &Ask) -> Result<WebChecker, Reply> {
+        let api: Api<WebChecker> = Api::namespaced(self.client.clone(), &ask.namespace);
+        let got = tokio::time::timeout(READ, api.get_opt(&ask.name)).await;
+        let wc = match got {
+            Err(_) => return refused("the checker could not be read in time"),
+            Ok(Err(e)) => return refused(format!("the checker could not be read: {e}")),
+            Ok(Ok(None)) => return refused("no such checker"),
+            Ok(Ok(Some(wc))) => wc,
+        };
+        if wc.metadata.uid.as_deref() != Some(ask.uid.as_str()) {
+            return refused("the checker was deleted and created again");
+        }
+        if wc.metadata.generation != ask.generation {
+            return refused("the checker's spec changed meanwhile");
+        }
+        let owner = wc
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL));
+        if owner.map(String::as_str) != Some(ask.from.as_str()) {
+            return refused(format!("{} does not own the checker", ask.from));
+        }
+        Ok(wc)
+    }
+
+    /// The Secret and ConfigMap values the spec names, read with this
+    /// replica's permissions (a value that cannot be read fails the plan).
+    async fn values(&self, namespace: &str, spec: &crate::api::WebCheckerSpec) -> Resolved {
+        let refs = references(spec);
+        let mut objects: BTreeMap<ObjectId, secrets::Read> = BTreeMap::new();
+        for r in &refs {
+            let obj = ObjectId::of(namespace, r);
+            if !objects.contains_key(&obj) {
+                let read = secrets::read(self.client.clone(), obj.clone()).await;
+                objects.insert(obj, read);
+            }
+        }
+        refs.into_iter()
+            .map(|r| {
+                let obj = ObjectId::of(namespace, &r);
+                let v = match objects.get(&obj) {
+                    Some(Ok(keys)) => keys.get(r.key()).cloned().ok_or_else(|| {
+                        format!("{r} not found")
+                    }),
+                    Some(Err(secrets::Fetch::Final(m) | secrets::Fetch::Transient(m))) => {
+                        Err(m.clone())
+                    }
+                    None => Err(format!("{r} was not read")),
+                };
+                (r, v)
+            })
+            .collect()
+    }
+}

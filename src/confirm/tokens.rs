@@ -1,0 +1,197 @@
+//! The credentials of asks: the owner sends a token of the install's
+//! ServiceAccount made for [`super::AUDIENCE`] alone (TokenRequest, bound to
+//! its pod when it knows its pod), and the confirmer accepts it when a
+//! TokenReview for that audience names the same ServiceAccount (and, for a
+//! bound token, the pod of the replica that says it asks). Such a token is
+//! refused by the API server itself, so a confirmer learns nothing it could
+//! use elsewhere.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{
+    BoundObjectReference, TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
+};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use tokio::sync::Semaphore;
+
+use super::AUDIENCE;
+
+/// How long a token made for asks lives; it is made again at 80 %.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+/// How long a review is trusted (a deleted pod's token stays accepted at
+/// most this long).
+const REVIEW_TTL: Duration = Duration::from_secs(60);
+/// Reviews remembered at most (a stranger's made-up tokens evict each other).
+const REVIEW_CACHE: usize = 64;
+/// Deadline of one call to the API server.
+const CALL: Duration = Duration::from_secs(5);
+/// The pod a bound token was made for, as TokenReview tells it.
+const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+
+/// The owner's side: a token for asks, made again before it expires.
+pub struct TokenSource {
+    client: Client,
+    namespace: String,
+    service_account: String,
+    /// This replica's pod (name, UID), to bind the token to.
+    pod: Option<(String, String)>,
+    cached: Mutex<Option<(String, Instant)>>,
+}
+
+impl TokenSource {
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        service_account: &str,
+        pod: Option<(String, String)>,
+    ) -> Self {
+        TokenSource {
+            client,
+            namespace: namespace.to_string(),
+            service_account: service_account.to_string(),
+            pod,
+            cached: Mutex::new(None),
+        }
+    }
+
+    pub async fn token(&self) -> Result<String, String> {
+        if let Some((t, until)) = self.cached.lock().unwrap_or_else(|p| p.into_inner()).clone()
+            && Instant::now() < until
+        {
+            return Ok(t);
+        }
+        let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &self.namespace);
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                audiences: Some(vec![AUDIENCE.to_string()]),
+                expiration_seconds: Some(TOKEN_LIFETIME.as_secs() as i64),
+                bound_object_ref: self.pod.as_ref().map(|(name, uid)| BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(name.clone()),
+                    uid: Some(uid.clone()),
+                }),
+            }),
+            ..Default::default()
+        };
+        let made = tokio::time::timeout(
+            CALL,
+            api.create_subresource::<TokenRequest, TokenRequest>(
+                "token",
+                &self.service_account,
+                &PostParams::default(),
+                &request,
+            ),
+        )
+        .await
+        .map_err(|_| "the API server did not make a token in time".to_string())?
+        .map_err(|e| {
+            format!(
+                "cannot make a token of ServiceAccount {}/{}: {e}",
+                self.namespace, self.service_account
+            )
+        })?;
+        let token = made
+            .status
+            .and_then(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or("the API server made an empty token")?;
+        let until = Instant::now() + TOKEN_LIFETIME.mul_f64(0.8);
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((token.clone(), until));
+        Ok(token)
+    }
+}
+
+/// The confirmer's side: who sent a token.
+pub struct Reviewer {
+    client: Client,
+    /// `system:serviceaccount:<namespace>:<name>`.
+    expected_user: String,
+    /// By the token's SHA-256: the pod it is bound to (if any), or why it
+    /// was refused, and until when that holds.
+    cache: Mutex<HashMap<Vec<u8>, (Result<Option<String>, String>, Instant)>>,
+    /// Reviews in flight at most: made-up tokens cannot load the API server.
+    reviews: Semaphore,
+}
+
+impl Reviewer {
+    pub fn new(client: Client, namespace: &str, service_account: &str) -> Self {
+        Reviewer {
+            client,
+            expected_user: format!("system:serviceaccount:{namespace}:{service_account}"),
+            cache: Mutex::new(HashMap::new()),
+            reviews: Semaphore::new(2),
+        }
+    }
+
+    /// The pod the token is bound to (`None`: not bound), or why it is not
+    /// accepted.
+    pub async fn review(&self, token: &str) -> Result<Option<String>, String> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+            .as_ref()
+            .to_vec();
+        let now = Instant::now();
+        if let Some((r, until)) = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&digest)
+            && now < *until
+        {
+            return r.clone();
+        }
+        let Ok(_permit) = self.reviews.try_acquire() else {
+            return Err("too many credentials to review at once".into());
+        };
+        let r = self.ask_api_server(token).await;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= REVIEW_CACHE {
+            cache.retain(|_, (_, until)| now < *until);
+            if cache.len() >= REVIEW_CACHE {
+                cache.clear();
+            }
+        }
+        // An API server that did not answer is no verdict on the token.
+        if !r.as_ref().is_err_and(|e| e.starts_with("cannot review")) {
+            cache.insert(digest, (r.clone(), now + REVIEW_TTL));
+        }
+        r
+    }
+
+    async fn ask_api_server(&self, token: &str) -> Result<Option<String>, String> {
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: token.to_string(),
+                audiences: Some(vec![AUDIENCE.to_string()]),
+            },
+            ..Default::default()
+        };
+        let done = tokio::time::timeout(CALL, api.create(&PostParams::default(), &review))
+            .await
+            .map_err(|_| "cannot review the credentials: timed out".to_string())?
+            .map_err(|e| format!("cannot review the credentials: {e}"))?;
+        let status = done.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err("the credentials are not valid for this audience".into());
+        }
+        let user = status.user.unwrap_or_default();
+        if user.username.as_deref() != Some(self.expected_user.as_str()) {
+            return Err(format!(
+                "the credentials are not those of {}",
+                self.expected_user
+            ));
+        }
+        let audiences = status.audiences.unwrap_or_default();
+        if !audiences.is_empty() && !audiences.iter().any(|a| a == AUDIENCE) {
+            return Err("the credentials are for another audience".into());
+        }
+        Ok(user
+            .extra
+            .and_then(|e| e.get(POD_NAME_EXTRA).and_then(|v| v.first().cloned())))
+    }
+}
