@@ -427,6 +427,24 @@ def fleet():
                      "reqps", stack=True, min_=0,
                      overrides=[override("failure", color={"mode": "fixed", "fixedColor": "red"}),
                                 override("success", color={"mode": "fixed", "fixedColor": "green"})]), 12, 8)
+    L.add(timeseries("Unconfirmed failures by replica and zone",
+                     "Failures of each replica's probes per minute that another replica's probe refuted: the target answered the other replica "
+                     "(webchecker_unconfirmed_failures_total, by the failing replica and its zone). The targets are fine, this replica's network path is not; "
+                     "its checkers stay Ready with Degraded=True naming it. One replica: its pod or node; every replica of a zone: the zone. "
+                     "The alert WebCheckerProberImpaired fires at 3 in a minute.",
+                     targets((by_replica("sum by (job, instance, zone) (rate(%s[%s])) * 60" % (sel("webchecker_unconfirmed_failures_total"), RI)),
+                              "{{replica}} {{zone}}")),
+                     "opm", min_=0), 12, 8)
+    L.add(timeseries("Confirmations by result",
+                     "Failures per minute that would have turned a checker Ready=False, by what another replica's probe said (webchecker_confirmations_total): "
+                     "confirmed (it failed too: Ready turns False), refuted (it succeeded: Ready stays True, Degraded=True), "
+                     "unanswered (no other replica answered in time: the failure stands), none (no other replica, or spec.confirmFailures: false).",
+                     targets(("sum by (result) (rate(%s[%s])) * 60" % (sel("webchecker_confirmations_total"), RI), "{{result}}")),
+                     "opm", stack=True, min_=0,
+                     overrides=[override("confirmed", color={"mode": "fixed", "fixedColor": "red"}),
+                                override("refuted", color={"mode": "fixed", "fixedColor": "orange"}),
+                                override("unanswered", color={"mode": "fixed", "fixedColor": "purple"}),
+                                override("none", color={"mode": "fixed", "fixedColor": "blue"})]), 12, 8)
 
     L.row("Latency")
     L.add(timeseries("Probe duration percentiles", "p50, p90 and p99 of the whole probe duration across the selected checkers (histogram_quantile over webchecker_probe_duration_seconds_bucket). Empty when the operator runs with --per-checker-histogram=false.",

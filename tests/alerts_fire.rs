@@ -13,15 +13,17 @@
 //! range windows of the expressions ([10m], [15m]) are unchanged: Prometheus
 //! is fresh, so they hold only what this test produced.
 //!
-//! Five installations run side by side, each its own scrape job (fleets.rs):
+//! Six installations run side by side, each its own scrape job (fleets.rs):
 //! `shards` (shards.rs: ShardImbalance, Orphaned, ReplicaMissing),
 //! `leaderless`, `lag`, `writes`, `limited` (replica.rs: SelfFencing,
 //! NoLeader, LeaseRenewFailing, ScheduleLagHigh, StatusWritesFailing,
-//! AddressDiscoveryFailing; checkers.rs: CertificateExpiring, Down, Slow).
+//! AddressDiscoveryFailing; checkers.rs: CertificateExpiring, Down, Slow),
+//! `confirming` (confirm.rs: ProberImpaired).
 //! The faults: a replica SIGKILLed, one SIGSTOPped, a fault proxy that resets
 //! every connection or answers one kind of API call (status writes, the
 //! sharder's assignment writes) with 500, one worker for too much probing, a
-//! ServiceAccount without permission on Nodes, a certificate that ends soon.
+//! ServiceAccount without permission on Nodes, a certificate that ends soon,
+//! a target that stops answering one replica of two in time.
 //!
 //! Alerts that must not fire are checked at every look at the alerts: no
 //! WebCheckerDown for a healthy checker, no NoLeader for an installation that
@@ -32,6 +34,8 @@
 
 #[path = "alerts_fire/checkers.rs"]
 mod checkers;
+#[path = "alerts_fire/confirm.rs"]
+mod confirm;
 #[path = "alerts_fire/fleets.rs"]
 mod fleets;
 #[path = "support/platform.rs"]
@@ -66,8 +70,10 @@ async fn every_alert_fires_on_a_real_fleet() {
     let client = cluster.client().await;
     let singles = Singles::start(cluster, dir.path()).await;
     let mut shards = Shards::start(cluster).await;
+    let confirming = confirm::Confirming::start(cluster).await;
     let mut all = singles.jobs();
     all.push((shards::JOB.to_string(), shards.targets()));
+    all.push(confirming.scrape_job());
     let prom = Prometheus::start_jobs(&all, &[rules]);
     prom.wait_ready().await;
     prom.wait_jobs_up(&all).await;
@@ -77,10 +83,11 @@ async fn every_alert_fires_on_a_real_fleet() {
         .healthy()
         .into_iter()
         .chain(shards.healthy())
+        .chain(confirming.healthy())
         .collect();
     baseline(&prom, &job_names, &healthy).await;
     println!(
-        "five installations up and seen by Prometheus after {:?}",
+        "six installations up and seen by Prometheus after {:?}",
         started.elapsed()
     );
 
@@ -93,6 +100,7 @@ async fn every_alert_fires_on_a_real_fleet() {
         replica::writes(&singles.writes, &alerts),
         replica::limited(&singles.limited, &alerts),
         checkers::drive(&singles.limited, &alerts),
+        confirming.drive(&alerts),
     );
     alerts.now().await;
 

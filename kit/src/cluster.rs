@@ -182,6 +182,15 @@ impl Cluster {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // The replicas' ServiceAccount, as the chart makes it: replicas run
+        // as processes (with the admin's credentials) make the tokens of
+        // their confirmation asks for it.
+        let out = self.kubectl(&["-n", &ns, "create", "serviceaccount", "webchecker-operator"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         ns
     }
 }

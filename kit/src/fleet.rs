@@ -74,8 +74,21 @@ impl Fleet {
         checkers: usize,
         interval_s: u32,
     ) -> Fleet {
-        let client = cluster.client().await;
         let witness = Witness::start().await;
+        Self::start_with_witness(cluster, ns, ops, witness, checkers, interval_s).await
+    }
+
+    /// Same, the checkers probing `witness` (one on an address of the
+    /// test's choice).
+    pub async fn start_with_witness(
+        cluster: &'static Cluster,
+        ns: String,
+        ops: Vec<Operator>,
+        witness: Witness,
+        checkers: usize,
+        interval_s: u32,
+    ) -> Fleet {
+        let client = cluster.client().await;
         // Let every replica join first, so the initial assignment is already
         // balanced (a late joiner would take its share through drains).
         for o in &ops {

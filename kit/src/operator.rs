@@ -19,6 +19,10 @@ pub struct Operator {
     kubeconfig: PathBuf,
     /// Started with `env` alone, as a pod's container (see `spawn_pod`).
     pod: bool,
+    /// The address it listens on and advertises to peers.
+    pub ip: String,
+    /// Runs it inside a network namespace (`ip netns exec <name>`), if any.
+    prefix: Vec<String>,
 }
 
 /// The proxy variables of the machine: never passed on (a test that wants a
@@ -145,7 +149,28 @@ impl Operator {
             env: Vec::new(),
             kubeconfig: kubeconfig.to_path_buf(),
             pod: false,
+            ip: "127.0.0.1".into(),
+            prefix: Vec::new(),
         }
+    }
+
+    /// A replica listening on `ip` (advertised to peers there), inside
+    /// `netns` if given (see crate::netns), with the credentials of
+    /// `kubeconfig` (for a namespace, one through a proxy it can reach).
+    pub fn spawn_placed(
+        cluster: &Cluster,
+        identity: &str,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+        ip: &str,
+        netns: Option<&crate::netns::Netns>,
+    ) -> Operator {
+        let mut op = Self::build(cluster, identity, namespace, extra, kubeconfig);
+        op.ip = ip.to_string();
+        op.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
+        op.start();
+        op
     }
 
     fn rust_log(&self) -> String {
@@ -190,6 +215,8 @@ impl Operator {
             env: Vec::new(),
             kubeconfig: cluster.kubeconfig.clone(),
             pod: false,
+            ip: "127.0.0.1".into(),
+            prefix: Vec::new(),
         };
         op.start();
         op
@@ -210,7 +237,14 @@ impl Operator {
              elsewhere build it (same profile) or set WEBCHECKER_OPERATOR_BIN",
             bin.display()
         );
-        let mut cmd = Command::new(bin);
+        let mut cmd = match self.prefix.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
         if self.pod {
             cmd.env_clear();
         } else {
@@ -232,7 +266,7 @@ impl Operator {
             .envs(dns::Dns::shared().operator_env())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(&self.args)
-            .arg(format!("--listen=127.0.0.1:{}", self.port))
+            .arg(format!("--listen={}:{}", self.ip, self.port))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -288,12 +322,12 @@ impl Operator {
     }
 
     pub async fn get(&self, path: &str) -> Option<(u16, String)> {
-        http_get(&format!("127.0.0.1:{}", self.port), path).await
+        http_get(&format!("{}:{}", self.ip, self.port), path).await
     }
 
     /// `get` with its own deadline (a large /metrics on a loaded machine).
     pub async fn get_within(&self, path: &str, limit: Duration) -> Option<(u16, String)> {
-        http_get_within(&format!("127.0.0.1:{}", self.port), path, limit).await
+        http_get_within(&format!("{}:{}", self.ip, self.port), path, limit).await
     }
 
     pub async fn metrics(&self) -> Option<String> {

@@ -14,14 +14,38 @@ pub struct TcpProxy {
 
 impl TcpProxy {
     pub async fn start(kubeconfig: &Path) -> TcpProxy {
+        Self::start_on(kubeconfig, "127.0.0.1").await
+    }
+
+    /// A proxy listening on `ip` (a network namespace's way to the host,
+    /// crate::netns); its kubeconfig names the API server's certificate name.
+    pub async fn start_on(kubeconfig: &Path, ip: &str) -> TcpProxy {
         let text = std::fs::read_to_string(kubeconfig).unwrap();
         let upstream = crate::kubeconfig_server(&text)
             .trim_start_matches("https://")
             .to_string();
-        let listener = crate::listener().await;
+        let listener = crate::listener_on(ip).await;
         let port = listener.local_addr().unwrap().port();
         let path = kubeconfig.with_file_name(format!("kubeconfig-proxy-{port}"));
         crate::redirect_kubeconfig(kubeconfig, port, &path);
+        if ip != "127.0.0.1" {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let server = crate::kubeconfig_server(&text);
+            let line = text
+                .lines()
+                .find(|l| l.trim_start().starts_with("server: "))
+                .unwrap()
+                .to_string();
+            let indent = &line[..line.len() - line.trim_start().len()];
+            let moved = text.replace(
+                &line,
+                &format!(
+                    "{}\n{indent}tls-server-name: localhost",
+                    line.replace(&server, &format!("https://{ip}:{port}"))
+                ),
+            );
+            std::fs::write(&path, moved).unwrap();
+        }
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::new(Mutex::new(Vec::new()));
         let (c2, k2) = (cut.clone(), conns.clone());

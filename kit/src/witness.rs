@@ -12,6 +12,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+/// The request header of a confirmation probe, naming the owner it
+/// confirms for.
+pub const CONFIRM_FOR: &str = "x-webchecker-confirm-for";
+
 /// How a witness target answers a checker.
 #[derive(Clone, Debug)]
 pub enum Mode {
@@ -46,6 +50,10 @@ struct WitnessState {
     abandoned: Vec<Hit>,
     /// Exchanges under way (started, neither answered nor abandoned), per checker.
     open: HashMap<String, usize>,
+    /// Confirmation probes (header `X-Webchecker-Confirm-For`): a replica
+    /// probing once for the owner, kept apart from the owners' probes that
+    /// the exclusivity and coverage checks read.
+    confirmations: Vec<Hit>,
 }
 
 /// Counts an exchange as open while it lives, and records it as abandoned if
@@ -139,10 +147,15 @@ impl Witness {
                                         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
                                         .collect();
                                     let replica = headers.get("x-webchecker-replica").cloned().unwrap_or_default();
+                                    let confirming = headers.contains_key(CONFIRM_FOR);
                                     let mut guard = AbandonGuard::new(
                                         state.clone(),
                                         Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() },
                                     );
+                                    if confirming {
+                                        // Not an owner's probe: never among the abandoned ones either.
+                                        guard.hit = None;
+                                    }
                                     let mode = {
                                         let s = state.lock().unwrap();
                                         s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok)
@@ -159,7 +172,9 @@ impl Witness {
                                     {
                                         let mut s = state.lock().unwrap();
                                         s.count += 1;
-                                        if !s.quiet {
+                                        if confirming {
+                                            s.confirmations.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                        } else if !s.quiet {
                                             let headers = if s.lean { HashMap::new() } else { headers };
                                             s.hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
                                         }
@@ -229,6 +244,12 @@ impl Witness {
 
     pub fn hits(&self) -> Vec<Hit> {
         self.state.lock().unwrap().hits.clone()
+    }
+
+    /// Confirmation probes answered (see `confirmations`), with their
+    /// headers; never among `hits`.
+    pub fn confirmation_hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().confirmations.clone()
     }
 
     /// Takes every exchange logged so far (answered and abandoned) out of the

@@ -8,8 +8,9 @@
 //! one the owner saw (UID and generation) and the asker owns it. Then the
 //! checker and its Secrets are read with this replica's permissions, its
 //! patterns compiled under the usual limits, and one probe runs under the
-//! forgery guard. A namespace has at most [`PER_NAMESPACE`] asks in work
-//! and the replica [`TOTAL`], so one team's failing checkers cannot take
+//! forgery guard. The replica works on at most [`TOTAL`] asks at once; a
+//! namespace always gets [`PER_NAMESPACE`] of them and may borrow more only
+//! while under half are in use, so one team's failing checkers cannot take
 //! the confirmations of others.
 
 use std::collections::{BTreeMap, HashMap};
@@ -28,10 +29,10 @@ use crate::intake::secrets::{self, ObjectId, Resolved};
 use crate::observe::metrics::Metrics;
 use crate::probe::{Prober, compile_patterns, plan_trusting, references};
 
-/// Asks of one namespace in work at once, at most.
-pub const PER_NAMESPACE: usize = 4;
+/// Asks of one namespace in work at once that it always gets.
+pub const PER_NAMESPACE: usize = 8;
 /// Asks in work at once, at most.
-pub const TOTAL: usize = 32;
+pub const TOTAL: usize = 64;
 /// Asks waiting for the service, at most (the HTTP server answers busy
 /// beyond).
 const WAITING: usize = 256;
@@ -133,7 +134,9 @@ impl Service {
     fn take_share(&self, namespace: &str) -> Option<Share<'_>> {
         let mut s = self.shares.lock().unwrap_or_else(|p| p.into_inner());
         let n = s.by_namespace.get(namespace).copied().unwrap_or(0);
-        if n >= PER_NAMESPACE || s.total >= TOTAL {
+        let own = n < PER_NAMESPACE && s.total < TOTAL;
+        let borrowed = s.total < TOTAL / 2;
+        if !(own || borrowed) {
             return None;
         }
         s.total += 1;
@@ -157,7 +160,7 @@ impl Service {
         }
         let Some(_share) = self.take_share(&ask.namespace) else {
             return refused(format!(
-                "busy: namespace {} has {PER_NAMESPACE} confirmations in work here",
+                "busy: namespace {} has its share of confirmations in work here",
                 ask.namespace
             ));
         };

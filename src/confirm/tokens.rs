@@ -39,8 +39,13 @@ pub struct TokenSource {
     service_account: String,
     /// This replica's pod (name, UID), to bind the token to.
     pod: Option<(String, String)>,
-    cached: Mutex<Option<(String, Instant)>>,
+    /// The token, or why none could be made, and until when that holds.
+    cached: Mutex<Option<(Result<String, String>, Instant)>>,
 }
+
+/// How long a failure to make a token is remembered (no API call per
+/// failing probe while the permission is missing).
+const RETRY_AFTER: Duration = Duration::from_secs(10);
 
 impl TokenSource {
     pub fn new(
@@ -62,8 +67,20 @@ impl TokenSource {
         if let Some((t, until)) = self.cached.lock().unwrap_or_else(|p| p.into_inner()).clone()
             && Instant::now() < until
         {
-            return Ok(t);
+            return t;
         }
+        let made = self.make().await;
+        let until = Instant::now()
+            + if made.is_ok() {
+                TOKEN_LIFETIME.mul_f64(0.8)
+            } else {
+                RETRY_AFTER
+            };
+        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((made.clone(), until));
+        made
+    }
+
+    async fn make(&self) -> Result<String, String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), &self.namespace);
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {
@@ -100,8 +117,6 @@ impl TokenSource {
             .and_then(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or("the API server made an empty token")?;
-        let until = Instant::now() + TOKEN_LIFETIME.mul_f64(0.8);
-        *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((token.clone(), until));
         Ok(token)
     }
 }

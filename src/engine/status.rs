@@ -221,6 +221,11 @@ impl CheckerStatus {
         self.ready == Truth::True
     }
 
+    /// Whether a failure is held for another replica's word.
+    pub fn is_confirming(&self) -> bool {
+        self.confirming.is_some()
+    }
+
     /// Folds one probe outcome in.
     pub fn observe(&mut self, o: &Outcome, ctx: &Context<'_>) -> Effects {
         let (target, reason) = if o.success() {
@@ -265,8 +270,11 @@ impl CheckerStatus {
             fx.transition = self.settle(target, reason.as_str(), message, ctx);
         }
         fx.certificate_expiring = self.observe_certificate(o, ctx);
-        let status = self.render(ctx, Some(o));
-        fx.write = self.maybe_write(status, ctx);
+        if self.confirming.is_none() {
+            // A held failure is written with the verdict, not before.
+            let status = self.render(ctx, Some(o));
+            fx.write = self.maybe_write(status, ctx);
+        }
         fx
     }
 

@@ -1,7 +1,9 @@
 //! `networkPolicy`: off by default; on, it selects the operator pods (not
 //! the `helm test` pod), lets the release's own pods reach the metrics port
-//! (fast failover looks at the peers' /healthz there) and the peers of
-//! `from`, adds `extraIngress`, and restricts egress only with `egress`.
+//! (fast failover looks at the peers' /healthz there, confirmations are
+//! asked on /confirm) and the peers of `from`, adds `extraIngress`, and
+//! restricts egress only with `egress`, then keeps the replicas' way to
+//! each other's metrics port open before those rules.
 
 use std::collections::BTreeMap;
 
@@ -119,9 +121,66 @@ fn network_policy_adds_peers_extra_ingress_and_egress_rules_as_given() {
     assert_eq!(ingress[1]["from"], given["from"]);
     assert_eq!(ports(&ingress[1]), [(9090, "TCP")], "operator.metricsPort");
     assert_eq!(&ingress[2..], extra.as_slice());
-    assert_eq!(spec["egress"], given["egress"]);
     assert_eq!(
         spec["policyTypes"],
         serde_yaml::from_str::<Value>("[Ingress, Egress]").unwrap()
     );
+    // Restricted egress: first the replicas' way to each other, then the
+    // rules given.
+    let egress = spec["egress"].as_sequence().expect("egress");
+    let given_egress = given["egress"].as_sequence().unwrap();
+    assert_eq!(egress.len(), 1 + given_egress.len(), "{egress:?}");
+    assert_eq!(&egress[1..], given_egress.as_slice());
+    let dep = one(&docs, "Deployment");
+    let pod_labels = &dep["spec"]["template"]["metadata"]["labels"];
+    let peers = egress[0]["to"].as_sequence().expect("to");
+    assert_eq!(peers.len(), 1);
+    assert!(peers[0]["namespaceSelector"].is_null(), "this namespace");
+    assert!(
+        selects(&peers[0]["podSelector"], pod_labels),
+        "a replica may reach its peers (fast failover, confirmations)"
+    );
+    assert_eq!(ports(&egress[0]), [(9090, "TCP")], "operator.metricsPort");
+}
+
+#[test]
+fn restricted_egress_still_lets_the_replicas_reach_each_other() {
+    let docs = render_with_tests(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        r#"networkPolicy.egress=[{"to":[{"ipBlock":{"cidr":"203.0.113.0/24"}}]}]"#,
+    ]);
+    let np = one(&docs, "NetworkPolicy");
+    let spec = &np["spec"];
+    assert_eq!(
+        spec["policyTypes"],
+        serde_yaml::from_str::<Value>("[Ingress, Egress]").unwrap()
+    );
+    let egress = spec["egress"].as_sequence().expect("egress");
+    assert_eq!(egress.len(), 2, "{egress:?}");
+    let dep = one(&docs, "Deployment");
+    let pod_labels = &dep["spec"]["template"]["metadata"]["labels"];
+    let test_labels = &of_kind(&docs, "Pod")[0]["metadata"]["labels"];
+    let peers = egress[0]["to"].as_sequence().expect("to");
+    assert_eq!(peers.len(), 1);
+    assert!(
+        selects(&peers[0]["podSelector"], pod_labels),
+        "a replica may reach its peers"
+    );
+    assert!(
+        !selects(&peers[0]["podSelector"], test_labels),
+        "not the helm test pod"
+    );
+    assert_eq!(ports(&egress[0]), [(8080, "TCP")]);
+    assert_eq!(
+        egress[1]["to"][0]["ipBlock"]["cidr"].as_str(),
+        Some("203.0.113.0/24")
+    );
+    // Both ends of an ask: ingress from the peers on the same port.
+    assert!(selects(
+        &spec["ingress"][0]["from"][0]["podSelector"],
+        pod_labels
+    ));
+    assert_eq!(ports(&spec["ingress"][0]), ports(&egress[0]));
 }

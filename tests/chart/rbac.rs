@@ -40,8 +40,9 @@ pub fn grant_set(v: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, Strin
 }
 
 /// Cluster-wide permissions the operator uses: those its start-up check
-/// (src/lib.rs `preflight`) asks for, plus `patch` on events, with which the
-/// event recorder counts a repeated event (event series).
+/// (src/kubeio/preflight.rs) asks for (`patch` on events: the event recorder
+/// counts a repeated event, event series), the forgery guard's, and the
+/// confirmer's TokenReview of an asker's token.
 pub fn operator_cluster_grants() -> BTreeSet<(String, String, String)> {
     grant_set(&[
         (
@@ -54,6 +55,8 @@ pub fn operator_cluster_grants() -> BTreeSet<(String, String, String)> {
         // The forgery guard: kubelet addresses, restricted namespaces.
         ("", "nodes", &["list", "watch"]),
         ("", "namespaces", &["list", "watch"]),
+        // Confirmation: a confirmer reviews the asker's token.
+        ("authentication.k8s.io", "tokenreviews", &["create"]),
     ])
 }
 
@@ -75,6 +78,39 @@ pub fn operator_lease_grants() -> BTreeSet<(String, String, String)> {
     )])
 }
 
+/// Confirmation (release namespace, with operator.confirmFailures): the asker
+/// makes a token of its own ServiceAccount (TokenRequest).
+pub fn operator_token_grants() -> BTreeSet<(String, String, String)> {
+    grant_set(&[("", "serviceaccounts/token", &["create"])])
+}
+
+/// The release namespace's Role: the Leases, and with confirmations the
+/// token of the chart's ServiceAccount only.
+pub fn operator_release_ns_grants() -> BTreeSet<(String, String, String)> {
+    let mut g = operator_lease_grants();
+    g.extend(operator_token_grants());
+    g
+}
+
+/// The resourceNames of the rule of `role` on `resource` (empty: any name).
+pub fn resource_names(role: &Value, resource: &str) -> Vec<String> {
+    let rules: Vec<&Value> = role["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .filter(|r| {
+            r["resources"]
+                .as_sequence()
+                .is_some_and(|x| x.iter().any(|v| v.as_str() == Some(resource)))
+        })
+        .collect();
+    assert_eq!(rules.len(), 1, "one rule on {resource}: {rules:?}");
+    rules[0]["resourceNames"]
+        .as_sequence()
+        .map(|n| n.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
 #[test]
 fn rbac_grants_exactly_what_the_operator_uses() {
     let docs = render(&[]);
@@ -84,7 +120,13 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         "ClusterRole"
     );
     let role = one_in(&docs, "Role", RELEASE_NS);
-    assert_eq!(grants(role), operator_lease_grants(), "Role");
+    assert_eq!(grants(role), operator_release_ns_grants(), "Role");
+    assert_eq!(
+        resource_names(role, "serviceaccounts/token"),
+        [FULLNAME],
+        "a token of the chart's own ServiceAccount only"
+    );
+    assert!(resource_names(role, "leases").is_empty());
     let discovery = one_in(&docs, "Role", "default");
     assert_eq!(grants(discovery), operator_discovery_grants(), "Role");
     assert_eq!(
@@ -93,6 +135,33 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         "only the kubernetes Service"
     );
     assert_eq!(of_kind(&docs, "Role").len(), 2);
+    // The token follows the ServiceAccount the pods run as.
+    for (set, name) in [
+        ("serviceAccount.name=webchecker", "webchecker"),
+        ("serviceAccount.create=false", "default"),
+    ] {
+        let docs = render(&["--set", set]);
+        let role = one_in(&docs, "Role", RELEASE_NS);
+        assert_eq!(
+            resource_names(role, "serviceaccounts/token"),
+            [name],
+            "{set}"
+        );
+        assert_eq!(
+            pod_spec(one(&docs, "Deployment"))["serviceAccountName"].as_str(),
+            Some(name),
+            "{set}"
+        );
+    }
+    // Without confirmations the operator makes no token (it still reviews
+    // the tokens of asks: another revision's replicas may ask during a rollout).
+    let docs = render(&["--set", "operator.confirmFailures=false"]);
+    let role = one_in(&docs, "Role", RELEASE_NS);
+    assert_eq!(grants(role), operator_lease_grants(), "Role");
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
     // Without restricted namespaces the operator does not read namespaces.
     let docs = render(&["--set", "operator.restrictedNamespaces="]);
     let mut without = operator_cluster_grants();

@@ -118,11 +118,18 @@ pub fn documented_env() -> BTreeMap<String, String> {
 /// Stands in for the downward API's pod UID.
 pub const POD_UID: &str = "00000000-0000-4000-8000-000000000001";
 
+/// Stands in for the downward API's node name.
+pub const NODE: &str = "node-a";
+
 /// The operator's configuration as a replica of the rendered Deployment gets
 /// it: every documented variable of the container becomes its flag, parsed and
 /// validated by the operator's own code.
 pub fn rendered_config(dep: &Value, identity: &str) -> Config {
     let flags = documented_env();
+    let service_account = pod_spec(dep)["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName")
+        .to_string();
     let mut args = vec!["webchecker-operator".to_string()];
     for e in env_entries(container(dep)) {
         let name = e["name"].as_str().unwrap();
@@ -135,6 +142,8 @@ pub fn rendered_config(dep: &Value, identity: &str) -> Config {
             (None, Some("metadata.namespace")) => RELEASE_NS.to_string(),
             (None, Some("status.podIP")) => "10.0.0.7".to_string(),
             (None, Some("metadata.uid")) => POD_UID.to_string(),
+            (None, Some("spec.nodeName")) => NODE.to_string(),
+            (None, Some("spec.serviceAccountName")) => service_account.clone(),
             _ => panic!("env {name}: neither a value nor a known fieldRef: {e:?}"),
         };
         // extraEnv (e.g. RUST_BACKTRACE) is not an operator flag.
@@ -160,6 +169,12 @@ pub fn check_pod(dep: &Value, cfg: &Config) {
     for (var, path) in [
         ("POD_NAME", "metadata.name"),
         ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_IP", "status.podIP"),
+        ("POD_UID", "metadata.uid"),
+        // The zone of the replica's Node, and the ServiceAccount whose tokens
+        // authenticate asks for a confirmation: the pod's own, whatever the values.
+        ("NODE_NAME", "spec.nodeName"),
+        ("WEBCHECKER_SERVICE_ACCOUNT", "spec.serviceAccountName"),
     ] {
         let e = env_entries(c)
             .into_iter()
@@ -171,6 +186,12 @@ pub fn check_pod(dep: &Value, cfg: &Config) {
             "{var} comes from the downward API"
         );
     }
+    assert_eq!(cfg.node_name.as_deref(), Some(NODE));
+    assert_eq!(
+        Some(cfg.service_account.as_str()),
+        pod["serviceAccountName"].as_str(),
+        "asks are authenticated with the pods' own ServiceAccount"
+    );
     let psc = &pod["securityContext"];
     assert_eq!(
         psc["runAsNonRoot"].as_bool(),

@@ -168,11 +168,65 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
             "the ServiceAccount may {denied:?}"
         );
     }
+    // Confirmation: it reviews the asker's token, and makes tokens of its own
+    // ServiceAccount only.
+    let own_token = format!("serviceaccounts/{FULLNAME}");
+    for allowed in [
+        &["create", "tokenreviews.authentication.k8s.io"][..],
+        &[
+            "create",
+            &own_token,
+            "--subresource=token",
+            "-n",
+            RELEASE_NS,
+        ],
+    ] {
+        assert!(
+            can_i(cluster, &sa_kc, allowed).await,
+            "the ServiceAccount may not {allowed:?}"
+        );
+    }
+    for denied in [
+        &[
+            "create",
+            "serviceaccounts/default",
+            "--subresource=token",
+            "-n",
+            RELEASE_NS,
+        ][..],
+        &[
+            "create",
+            "serviceaccounts",
+            "--subresource=token",
+            "-n",
+            "default",
+        ],
+    ] {
+        assert!(
+            !can_i(cluster, &sa_kc, denied).await,
+            "the ServiceAccount may {denied:?}"
+        );
+    }
 
     // Three replicas with the Deployment's environment and the token.
     let dep = kubectl_json(cluster, &["get", "deployment", FULLNAME, "-n", RELEASE_NS]).await;
-    let env = live_env(&dep);
+    let mut env = live_env(&dep);
     assert!(!env.contains_key("WEBCHECKER_WATCH_NAMESPACE"));
+    // The downward API's values that a pod would get and `pod` does not stand
+    // in for: the pod's ServiceAccount, and its Node (there is none here: the
+    // zone stays unknown).
+    let pod_sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("serviceAccountName")
+        .to_string();
+    assert_eq!(pod_sa, FULLNAME);
+    for v in env.values_mut() {
+        match v.as_str() {
+            "spec.serviceAccountName" => *v = pod_sa.clone(),
+            "spec.nodeName" => *v = "node-a".to_string(),
+            _ => {}
+        }
+    }
     let ids: Vec<String> = ["x2b7k", "q9m4t", "h6v8p"]
         .iter()
         .map(|s| format!("{FULLNAME}-5c9f7d8b6-{s}"))

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use super::rbac::{grant_set, grants, operator_cluster_grants, references_role};
+use super::rbac::{
+    grant_set, grants, operator_cluster_grants, operator_lease_grants, references_role,
+};
 use super::rendered::*;
 use super::*;
 use clap::Parser;
@@ -35,6 +37,7 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         "WEBCHECKER_WATCH_NAMESPACE",
         "WEBCHECKER_ALLOW_CIDRS",
         "WEBCHECKER_CA_BUNDLE",
+        "WEBCHECKER_ZONE",
     ];
     for var in documented_env().keys() {
         if NOT_FROM_THE_CHART.contains(&var.as_str()) {
@@ -59,6 +62,11 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         Path::new("/etc/resolv.conf"),
         "the pod's own"
     );
+    // Confirmation on, the zone from the Node's label, asks authenticated
+    // with the chart's ServiceAccount.
+    assert!(cfg.confirm_failures);
+    assert_eq!(cfg.zone, None, "the Node's label");
+    assert_eq!(cfg.service_account, FULLNAME);
     assert_eq!(
         container(dep)["image"].as_str(),
         Some(format!("webchecker-operator:{}", env!("CARGO_PKG_VERSION")).as_str()),
@@ -124,6 +132,8 @@ fn chart_defaults_are_the_operators_defaults() {
         [
             ("listen", c.listen.to_string()),
             ("fast-failover", c.fast_failover.to_string()),
+            ("confirm-failures", c.confirm_failures.to_string()),
+            ("zone", format!("{:?}", c.zone)),
             ("workers", c.workers.to_string()),
             ("match-threads", c.match_threads.to_string()),
             (
@@ -195,6 +205,9 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.retry_period, Duration::from_millis(2500));
     assert_eq!(cfg.shutdown_timeout, Duration::from_secs(25));
     assert!(!cfg.replica_header && !cfg.per_checker_histogram);
+    assert!(!cfg.confirm_failures);
+    assert_eq!(cfg.zone.as_deref(), Some("eu-west-1a"));
+    assert_eq!(cfg.service_account, "webchecker", "serviceAccount.name");
     assert_eq!(cfg.deny_cidrs.0.len(), 3);
     assert_eq!(cfg.allow_cidrs.0.len(), 3);
     assert!(cfg.allow_loopback && !cfg.check_proxied_targets);
@@ -326,6 +339,11 @@ fn all_on_values_render_monitoring_and_every_option() {
         grants(operator_clusterrole(&docs)),
         operator_cluster_grants()
     );
+    // operator.confirmFailures=false: no token of the ServiceAccount is made.
+    assert_eq!(
+        grants(one_in(&docs, "Role", RELEASE_NS)),
+        operator_lease_grants()
+    );
     let (role, binding) = references_role(&docs, "probes");
     assert_eq!(
         grants(role),
@@ -335,4 +353,91 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(s["name"].as_str(), Some("webchecker"));
     assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));
     assert!(of_kind(&docs, "PodDisruptionBudget").len() == 1);
+}
+
+/// The replicas are spread over nodes and, softly, over zones: a failure is
+/// confirmed from another zone where there is one (operator.confirmFailures).
+#[test]
+fn replicas_spread_over_nodes_and_zones() {
+    let spread = |docs: &[Value]| -> Vec<(String, String)> {
+        let dep = one(docs, "Deployment");
+        let constraints = pod_spec(dep)["topologySpreadConstraints"]
+            .as_sequence()
+            .cloned()
+            .unwrap_or_default();
+        constraints
+            .iter()
+            .map(|c| {
+                if c["topologyKey"].as_str() != Some("topology.kubernetes.io/region") {
+                    assert_eq!(
+                        c["labelSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"],
+                        "the operator pods: {c:?}"
+                    );
+                    assert_eq!(c["maxSkew"].as_u64(), Some(1), "{c:?}");
+                }
+                (
+                    c["topologyKey"].as_str().unwrap().to_string(),
+                    c["whenUnsatisfiable"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, w)| (k.to_string(), w.to_string()))
+            .collect()
+    };
+    let (node, zone, soft, hard) = (
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "ScheduleAnyway",
+        "DoNotSchedule",
+    );
+    assert_eq!(
+        spread(&render(&[])),
+        pairs(&[(node, soft), (zone, soft)]),
+        "default"
+    );
+    // Hard over nodes; over zones it stays soft (a zone may be missing).
+    assert_eq!(
+        spread(&render(&[
+            "--set",
+            "topologySpread.whenUnsatisfiable=DoNotSchedule"
+        ])),
+        pairs(&[(node, hard), (zone, soft)])
+    );
+    assert_eq!(
+        spread(&render(&["--set", "topologySpread.zoneTopologyKey="])),
+        pairs(&[(node, soft)])
+    );
+    assert!(spread(&render(&["--set", "topologySpread.enabled=false"])).is_empty());
+    assert_eq!(
+        spread(&render(&["-f", ALL_ON])),
+        pairs(&[
+            (node, soft),
+            (zone, soft),
+            ("topology.kubernetes.io/region", soft)
+        ])
+    );
+    // The same key twice would be refused by the API server: the chart fails first.
+    let (ok, out) = super::platform::template(&[
+        "--skip-tests",
+        "--set",
+        "topologySpread.topologyKey=topology.kubernetes.io/zone",
+    ]);
+    assert!(!ok, "two constraints over zones rendered:\n{out}");
+    assert!(
+        out.contains("topologySpread.zoneTopologyKey \"topology.kubernetes.io/zone\" repeats topologySpread.topologyKey"),
+        "{out}"
+    );
+    // ... unless one of them is hard.
+    assert_eq!(
+        spread(&render(&[
+            "--set",
+            "topologySpread.topologyKey=topology.kubernetes.io/zone",
+            "--set",
+            "topologySpread.whenUnsatisfiable=DoNotSchedule"
+        ])),
+        pairs(&[(zone, hard), (zone, soft)])
+    );
 }

@@ -16,6 +16,11 @@ const ABSENT_OK: &[(&str, &str)] = &[
         "webchecker_watch_restarts_total",
         "appears with the first watch error",
     ),
+    (
+        "webchecker_unconfirmed_failures_total",
+        "appears with the first failure another replica refutes; every replica reaches \
+         the witness",
+    ),
 ];
 
 /// `texts`: every replica's /metrics as (identity, text).

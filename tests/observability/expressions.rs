@@ -41,6 +41,11 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
          a healthy run has none",
     ),
     (
+        ":Unconfirmed failures by replica and zone/",
+        "webchecker_unconfirmed_failures_total gets a series with the first failure another \
+         replica refutes; every replica of the scenario reaches the witness",
+    ),
+    (
         "alert=WebCheckerCertificateExpiring",
         "no https checker (and it needs a certificate expiring within 14 days)",
     ),
@@ -85,6 +90,11 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
     (
         "alert=WebCheckerLeaseRenewFailing",
         "needs a fault: Lease renewals failing (API server unreachable or Lease lost)",
+    ),
+    (
+        "alert=WebCheckerProberImpaired",
+        "needs a replica whose probes fail where another replica's succeed (a network fault \
+         of one replica's path to the targets)",
     ),
     (
         "alert=WebCheckerAddressDiscoveryFailing",

@@ -330,11 +330,12 @@ impl Table {
             return;
         }
         let Some(plan) = e.plan.clone() else { return };
-        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
-        let fx = e.status.confirmed(&verdict, &ctx);
-        if fx == Effects::default() {
+        if !e.status.is_confirming() {
+            // A success came first: the answer is moot.
             return;
         }
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let fx = e.status.confirmed(&verdict, &ctx);
         self.out.push(Effect::Metric(Metric::Verdict {
             namespace: e.namespace.clone(),
             name: e.name.clone(),

@@ -140,6 +140,25 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- if and (eq (toString .Values.dnsPolicy) "None") (not (.Values.dnsConfig | default dict).nameservers) }}
 {{- fail "dnsPolicy None: set dnsConfig.nameservers, the pod has no name server otherwise (the API server refuses it)" }}
 {{- end }}
+{{- /* the API server refuses two spread constraints with the same topologyKey and whenUnsatisfiable */}}
+{{- $spread := list }}
+{{- $ts := .Values.topologySpread }}
+{{- if $ts.enabled }}
+{{- $spread = append $spread (printf "%s %s" (toString $ts.topologyKey) (toString $ts.whenUnsatisfiable)) }}
+{{- with $ts.zoneTopologyKey }}
+{{- if has (printf "%s ScheduleAnyway" .) $spread }}
+{{- fail (printf "topologySpread.zoneTopologyKey %q repeats topologySpread.topologyKey with whenUnsatisfiable ScheduleAnyway; empty zoneTopologyKey or choose another key" .) }}
+{{- end }}
+{{- $spread = append $spread (printf "%s ScheduleAnyway" .) }}
+{{- end }}
+{{- end }}
+{{- range $i, $c := .Values.extraTopologySpreadConstraints }}
+{{- $pair := printf "%s %s" (toString $c.topologyKey) (toString $c.whenUnsatisfiable) }}
+{{- if has $pair $spread }}
+{{- fail (printf "extraTopologySpreadConstraints[%d]: topologyKey %q with whenUnsatisfiable %s is already a constraint (the chart spreads over topologySpread.topologyKey and topologySpread.zoneTopologyKey); remove it (or empty topologySpread.zoneTopologyKey)" $i (toString $c.topologyKey) (toString $c.whenUnsatisfiable)) }}
+{{- end }}
+{{- $spread = append $spread $pair }}
+{{- end }}
 {{- range $i, $v := .Values.extraVolumes }}
 {{- if has (toString $v.name) (list "tmp" "ca-bundle") }}
 {{- fail (printf "extraVolumes[%d]: the name %q is the chart's own volume; choose another" $i (toString $v.name)) }}

@@ -14,6 +14,7 @@ use crate::intake::secrets::Resolved;
 use crate::probe::{Compiled, Outcome, PatternError, Phases, Reason};
 
 mod cadence;
+mod confirm;
 mod handover;
 mod spec;
 
@@ -225,6 +226,9 @@ impl Sim {
                 format!("event {kind} {}", n.reason)
             }
             Effect::Metric(m) => self.metric(m),
+            Effect::Confirm { key, limit, .. } => {
+                format!("confirm {key} within {}ms", limit.as_millis())
+            }
             Effect::Compact => "compact".into(),
             Effect::Stopped => "stopped".into(),
         }
@@ -256,6 +260,16 @@ impl Sim {
             Metric::ScheduleLag(d) => format!("metric lag {}ms", d.as_millis()),
             Metric::FirstProbeDelay(d) => format!("metric first probe {}ms", d.as_millis()),
             Metric::Missed(n) => format!("metric missed {n}"),
+            Metric::Verdict {
+                namespace,
+                name,
+                verdict,
+                ready,
+                ..
+            } => format!(
+                "metric verdict {namespace}/{name} {} ready={ready}",
+                verdict.result()
+            ),
         }
     }
 

@@ -1,0 +1,137 @@
+//! A network namespace of its own for one replica, joined to the host by a
+//! veth pair: the replica reaches the API server (through a proxy on the
+//! host's end), its peers and the targets over the pair, and an nftables
+//! drop inside the namespace cuts its path to the targets alone, as a
+//! broken NIC, a misapplied egress rule or a zone's lost uplink would.
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The addresses of the pairs: /30 networks of 10.231.0.0/16 (the real
+/// node's pods use 10.213.0.0/24).
+const BASE: [u8; 2] = [10, 231];
+/// The nftables table of the cut.
+const CUT_TABLE: &str = "webchecker_cut";
+
+pub struct Netns {
+    pub name: String,
+    /// The host's end of the pair: where the namespace reaches the host.
+    pub host_ip: String,
+    /// The namespace's end: where the host reaches the replica.
+    pub ns_ip: String,
+    host_if: String,
+}
+
+fn run(args: &[&str]) {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", args.join(" ")));
+    assert!(
+        out.status.success(),
+        "{} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn address_in_use(ip: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-o", "addr", "show", "to", ip])
+        .output()
+        .expect("ip");
+    !out.stdout.is_empty()
+}
+
+impl Netns {
+    /// A new namespace with a veth pair to the host, loopback up and a
+    /// default route through the host's end.
+    pub fn create() -> Netns {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let (host_ip, ns_ip) = (0..16384u32)
+            .map(|i| (pid.wrapping_mul(8).wrapping_add(n).wrapping_add(i)) % 16384)
+            .map(|block| {
+                let (hi, lo) = ((block >> 6) as u8, ((block & 63) * 4) as u8);
+                (
+                    format!("{}.{}.{hi}.{}", BASE[0], BASE[1], lo + 1),
+                    format!("{}.{}.{hi}.{}", BASE[0], BASE[1], lo + 2),
+                )
+            })
+            .find(|(h, ns)| !address_in_use(h) && !address_in_use(ns))
+            .expect("a free /30 in 10.231.0.0/16");
+        let name = format!("wc{pid}n{n}");
+        let host_if = format!("wch{pid}{n}");
+        let ns_if = format!("wcn{pid}{n}");
+        assert!(host_if.len() <= 15, "interface name {host_if} too long");
+        run(&["ip", "netns", "add", &name]);
+        let ns = Netns {
+            name: name.clone(),
+            host_ip: host_ip.clone(),
+            ns_ip: ns_ip.clone(),
+            host_if: host_if.clone(),
+        };
+        run(&[
+            "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if, "netns", &name,
+        ]);
+        run(&["ip", "addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
+        run(&["ip", "link", "set", &host_if, "up"]);
+        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
+        run(&["ip", "-n", &name, "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if]);
+        run(&["ip", "-n", &name, "link", "set", &ns_if, "up"]);
+        run(&["ip", "-n", &name, "route", "add", "default", "via", &host_ip]);
+        ns
+    }
+
+    /// The command line prefix that runs a program inside the namespace.
+    pub fn exec_prefix(&self) -> Vec<String> {
+        ["ip", "netns", "exec", &self.name]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// Drops, inside the namespace, every packet to the host's end on these
+    /// TCP ports (the targets'): connections to them time out, as on a
+    /// black-holed path; the API server and peers stay reachable.
+    pub fn cut_tcp_to(&self, ports: &[u16]) {
+        let list = ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rules = format!(
+            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {} tcp dport {{ {list} }} drop\n }}\n}}\n",
+            self.host_ip
+        );
+        let path = std::env::temp_dir().join(format!("{}-cut.nft", self.name));
+        std::fs::write(&path, rules).unwrap();
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.name,
+            "nft",
+            "-f",
+            path.to_str().unwrap(),
+        ]);
+    }
+
+    /// Removes the cut.
+    pub fn heal(&self) {
+        run(&[
+            "ip", "netns", "exec", &self.name, "nft", "delete", "table", "inet", CUT_TABLE,
+        ]);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_if])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}

@@ -1,0 +1,272 @@
+//! A verdict never rests on one replica's network (docs/architecture.md,
+//! "Verdicts"): three replicas in three zones, one of them in a network
+//! namespace of its own whose path to the targets an nftables drop cuts
+//! while its path to the API server and its peers stays. Its checkers stay
+//! Ready (another zone's replica probes them and succeeds) and show
+//! Degraded naming it; checkers that opted out of confirmation turn Ready=False,
+//! which is what every checker would do without it. A target really down is
+//! Ready=False within an interval, confirmed by another zone. The witness's
+//! log is the oracle: owners' probes stay exclusive, and confirmation
+//! probes come from another zone, once per failure, never in steady state.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+use support::fleet::*;
+use support::netns::Netns;
+use support::*;
+use webchecker::api::WebChecker;
+
+const CHECKERS: usize = 300;
+/// Checkers with `confirmFailures: false`: what every checker would do
+/// without confirmation.
+const OPTED_OUT: usize = 60;
+const CUT: Duration = Duration::from_secs(60);
+
+/// Ready, Degraded (if any, with its message) of every checker.
+async fn conditions(
+    api: &Api<WebChecker>,
+) -> BTreeMap<String, (String, Option<(String, String)>, String)> {
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .map(|wc| {
+            let name = wc.metadata.name.clone().unwrap();
+            let status = wc.status.unwrap_or_default();
+            let ready = status
+                .condition("Ready")
+                .map(|c| (c.status.clone(), c.message.clone()))
+                .unwrap_or_default();
+            let degraded = status
+                .condition("Degraded")
+                .map(|c| (c.status.clone(), c.message.clone()));
+            (name, (ready.0, degraded, ready.1))
+        })
+        .collect()
+}
+
+/// Status writes that landed, over every replica.
+async fn status_writes(fleet: &Fleet) -> f64 {
+    let mut total = 0.0;
+    for o in &fleet.ops {
+        total += fleet
+            .counter(&o.identity, "webchecker_status_writes_total", &[("result", "ok")])
+            .await;
+    }
+    total
+}
+
+fn zone_of(replica: &str) -> &str {
+    replica.rsplit('-').next().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_from_another_zone() {
+    let cluster = Cluster::shared("confirmation");
+    let ns = cluster.namespace("confirm");
+    let netns = Netns::create();
+    let host = netns.host_ip.clone();
+    let proxy = TcpProxy::start_on(&cluster.kubeconfig, &host).await;
+    let flags = |zone: &str| -> Vec<String> {
+        FAST_LEASES
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("--zone={zone}")])
+            .collect()
+    };
+    let spawn = |identity: &str, zone: &str, cut: bool| {
+        let f = flags(zone);
+        let f: Vec<&str> = f.iter().map(String::as_str).collect();
+        if cut {
+            Operator::spawn_placed(
+                cluster,
+                identity,
+                &ns,
+                &f,
+                &proxy.kubeconfig,
+                &netns.ns_ip,
+                Some(&netns),
+            )
+        } else {
+            Operator::spawn_placed(cluster, identity, &ns, &f, &cluster.kubeconfig, &host, None)
+        }
+    };
+    let cut_one = "cf-c";
+    let ops = vec![
+        spawn("cf-a", "a", false),
+        spawn("cf-b", "b", false),
+        spawn(cut_one, "c", true),
+    ];
+    let witness = Witness::start_on(&host).await;
+    let mut fleet =
+        Fleet::start_with_witness(cluster, ns.clone(), ops, witness, CHECKERS, INTERVAL).await;
+    let interval = Duration::from_secs(INTERVAL.into());
+    let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
+    let dynamic = fleet.api();
+    let opted: Vec<String> = (0..OPTED_OUT).map(|i| format!("o{i}")).collect();
+    for name in &opted {
+        let o = checker_object(
+            name,
+            &fleet.witness.url(),
+            INTERVAL.into(),
+            json!({"confirmFailures": false}),
+        );
+        dynamic.create(&PostParams::default(), &o).await.unwrap();
+    }
+    fleet.names.extend(opted.iter().cloned());
+    let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
+    fleet
+        .wait_all_probed_since(Instant::now(), Duration::from_secs(30))
+        .await;
+
+    // Steady state: one probe per checker per interval, no confirmation.
+    let writes_before = status_writes(&fleet).await;
+    let from = Instant::now();
+    tokio::time::sleep(10 * interval).await;
+    let to = Instant::now();
+    let steady = fleet.witness.hits_between(from, to);
+    let per_checker = steady.len() as f64 / fleet.names.len() as f64 / 10.0;
+    let writes = status_writes(&fleet).await - writes_before;
+    let probes = steady.len() as f64;
+    println!(
+        "steady state: {per_checker:.2} probes per checker per interval, {} confirmation probes, \
+         {:.2} status writes per 100 probes",
+        fleet.witness.confirmation_hits().len(),
+        100.0 * writes / probes.max(1.0)
+    );
+    assert!((0.95..=1.05).contains(&per_checker), "{per_checker}");
+    assert!(fleet.witness.confirmation_hits().is_empty());
+
+    // Cut the third replica's path to the targets.
+    let mine: Vec<&String> = owners
+        .iter()
+        .filter(|(n, o)| *o == cut_one && !n.starts_with('o'))
+        .map(|(n, _)| n)
+        .collect();
+    let mine_opted = owners
+        .iter()
+        .filter(|(n, o)| *o == cut_one && n.starts_with('o'))
+        .count();
+    assert!(!mine.is_empty() && mine_opted > 0, "{cut_one} owns checkers of both kinds");
+    let cut_at = Instant::now();
+    netns.cut_tcp_to(&[fleet.witness.addr.port()]);
+    let (mut false_confirming, mut false_opted) = (0usize, 0usize);
+    let mut all_degraded_after = None;
+    while cut_at.elapsed() < CUT {
+        let now = conditions(&api).await;
+        let down = |opted: bool| {
+            now.iter()
+                .filter(|(n, (ready, _, _))| n.starts_with('o') == opted && ready == "False")
+                .count()
+        };
+        false_confirming = false_confirming.max(down(false));
+        false_opted = false_opted.max(down(true));
+        let degraded = mine
+            .iter()
+            .filter(|n| {
+                now[n.as_str()].1.as_ref().is_some_and(|(s, m)| {
+                    s == "True" && m.contains(&format!("replica {cut_one} in zone c"))
+                })
+            })
+            .count();
+        if degraded == mine.len() && all_degraded_after.is_none() {
+            all_degraded_after = Some(cut_at.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (n, (ready, _, message)) in conditions(&api).await {
+        if ready == "False" && !n.starts_with('o') {
+            println!("{n}: Ready=False: {message}");
+        }
+    }
+    let unconfirmed = fleet
+        .counter(cut_one, "webchecker_unconfirmed_failures_total", &[("zone", "c")])
+        .await;
+    println!(
+        "60 s cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
+         Ready=False (its share: {}); without confirmation {false_opted} of {OPTED_OUT} \
+         (its share: {mine_opted}); all its checkers Degraded after {all_degraded_after:?}; \
+         {unconfirmed} unconfirmed failures counted in zone c",
+        mine.len()
+    );
+    assert_eq!(false_confirming, 0, "a replica's broken path paged");
+    assert_eq!(
+        false_opted, mine_opted,
+        "the cut is real: the opted-out checkers of {cut_one} turn Ready=False"
+    );
+    let degraded_in = all_degraded_after.expect("its checkers all showed Degraded");
+    assert!(
+        degraded_in <= 2 * interval + LEASE,
+        "Degraded after {degraded_in:?}"
+    );
+    assert!(unconfirmed >= mine.len() as f64);
+
+    // Heal: everything Ready=True and Degraded=False again.
+    netns.heal();
+    let healed_at = Instant::now();
+    eventually(
+        2 * interval + LEASE + Duration::from_secs(5),
+        "every checker Ready and none Degraded after the heal",
+        || async {
+            let now = conditions(&api).await;
+            now.values()
+                .all(|(ready, degraded, _)| {
+                    ready == "True" && degraded.as_ref().is_none_or(|(s, _)| s == "False")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    println!("healed: all Ready, none Degraded after {:?}", healed_at.elapsed());
+
+    // A target really down: Ready=False, confirmed from another zone.
+    let down: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
+    for c in &down {
+        fleet.witness.set_mode(c, Mode::Status(503));
+    }
+    let down_at = Instant::now();
+    let confirmed_in = eventually(
+        2 * interval + LEASE + Duration::from_secs(2),
+        "the down targets Ready=False, confirmed",
+        || async {
+            let now = conditions(&api).await;
+            down.iter()
+                .all(|c| now[c].0 == "False" && now[c].2.contains("(confirmed by replica "))
+                .then_some(down_at.elapsed())
+        },
+    )
+    .await;
+    let now = conditions(&api).await;
+    for c in &down {
+        let owner = &owners[c];
+        let message = &now[c].2;
+        assert!(
+            !message.contains(&format!("in zone {}", zone_of(owner))),
+            "{c} (owned in zone {}) confirmed from its own zone: {message}",
+            zone_of(owner)
+        );
+    }
+    println!(
+        "target down: Ready=False after {confirmed_in:?} (interval {interval:?}), e.g. {:?}",
+        now["c0"].2
+    );
+
+    // The oracle: owners' probes exclusive; confirmations from another zone,
+    // for the owner, never by the owner.
+    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+    let confirmations = fleet.witness.confirmation_hits();
+    assert!(!confirmations.is_empty());
+    let mut by: HashMap<&str, usize> = HashMap::new();
+    for h in &confirmations {
+        let asked_for = &h.headers[CONFIRM_FOR];
+        assert_eq!(asked_for, &owners[&h.checker], "{h:?}");
+        assert_ne!(zone_of(&h.replica), zone_of(asked_for), "{h:?}");
+        *by.entry(h.replica.as_str()).or_default() += 1;
+    }
+    println!("confirmation probes by replica: {by:?}");
+}
