@@ -44,7 +44,8 @@ PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels
   chart_test_hook protocols overload)
 # self_service_rbac and node run the node's binaries: last, so that the
 # background build has the most time.
-BESIDE=(image chart egress spec_limits tenancy observability alerts_fire self_service_rbac node)
+BESIDE=(image chart egress spec_limits tenancy observability alerts_fire confirmation
+  self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to
 # spare); the tightest once it is done.

@@ -110,7 +110,11 @@ pub struct Config {
 
     /// The ServiceAccount of the replicas (in --namespace): asks for a
     /// confirmation carry a token of it, and only asks with one are served.
-    #[arg(long, env = "WEBCHECKER_SERVICE_ACCOUNT", default_value = "webchecker-operator")]
+    #[arg(
+        long,
+        env = "WEBCHECKER_SERVICE_ACCOUNT",
+        default_value = "webchecker-operator"
+    )]
     pub service_account: String,
 
     /// Move a member's checkers as soon as its process is proven gone

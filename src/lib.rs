@@ -20,7 +20,7 @@
 
 pub mod api;
 pub mod config;
-pub(crate) mod confirm;
+pub mod confirm;
 pub mod coordination;
 pub mod engine;
 pub(crate) mod error;

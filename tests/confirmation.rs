@@ -55,7 +55,11 @@ async fn status_writes(fleet: &Fleet) -> f64 {
     let mut total = 0.0;
     for o in &fleet.ops {
         total += fleet
-            .counter(&o.identity, "webchecker_status_writes_total", &[("result", "ok")])
+            .counter(
+                &o.identity,
+                "webchecker_status_writes_total",
+                &[("result", "ok")],
+            )
             .await;
     }
     total
@@ -152,7 +156,10 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         .iter()
         .filter(|(n, o)| *o == cut_one && n.starts_with('o'))
         .count();
-    assert!(!mine.is_empty() && mine_opted > 0, "{cut_one} owns checkers of both kinds");
+    assert!(
+        !mine.is_empty() && mine_opted > 0,
+        "{cut_one} owns checkers of both kinds"
+    );
     let cut_at = Instant::now();
     netns.cut_tcp_to(&[fleet.witness.addr.port()]);
     let (mut false_confirming, mut false_opted) = (0usize, 0usize);
@@ -185,7 +192,11 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         }
     }
     let unconfirmed = fleet
-        .counter(cut_one, "webchecker_unconfirmed_failures_total", &[("zone", "c")])
+        .counter(
+            cut_one,
+            "webchecker_unconfirmed_failures_total",
+            &[("zone", "c")],
+        )
         .await;
     println!(
         "60 s cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
@@ -222,7 +233,10 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         },
     )
     .await;
-    println!("healed: all Ready, none Degraded after {:?}", healed_at.elapsed());
+    println!(
+        "healed: all Ready, none Degraded after {:?}",
+        healed_at.elapsed()
+    );
 
     // A target really down: Ready=False, confirmed from another zone.
     let down: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();

@@ -10,7 +10,9 @@
 //! largest probe gap of each step stays within DESIGN's bound.
 //!
 //! - `smoke` (in `make test`): install, 3 pods Running and Ready, every
-//!   checker probed by them, one pod deleted and replaced, uninstall.
+//!   checker probed by them, one pod's path to the targets cut inside its
+//!   network namespace for 30 s (nothing turns Ready=False: its failures are
+//!   refuted by the other pods), one pod deleted and replaced, uninstall.
 //! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
 //!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
@@ -28,9 +30,9 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use support::node::{CHART, Node, PodNames, must, release_pods, run, wait_ready_pods};
 use support::{
-    Witness, create_checkers, eventually, exclusivity_violation, largest_gap, rand_suffix,
+    Witness, create_checkers, eventually, exclusivity_violation, largest_gap, owners, rand_suffix,
 };
-use webchecker::api::MEMBER_LABEL;
+use webchecker::api::{MEMBER_LABEL, WebChecker};
 
 const CHECKERS: usize = 30;
 const INTERVAL: u32 = 2;
@@ -331,6 +333,108 @@ impl Suite {
         );
     }
 
+    /// Cuts one pod's path to the targets for `length` (an nftables drop
+    /// inside its network namespace: its API server and peers stay
+    /// reachable): no checker turns Ready=False, its checkers show
+    /// Degraded naming it, and all are Ready and none Degraded after.
+    async fn cut_one_pod(&self, length: Duration) {
+        let pod = self.pods[0].clone();
+        let api: Api<WebChecker> = Api::namespaced(self.client.clone(), &self.checks);
+        let (id, _) = container_id(&self.client, &self.ns, &pod).await;
+        let tasks = must(self.node.ctr(&["task", "ls"]), "ctr task ls").await;
+        let pid: i32 = tasks
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no task of {pod} ({id}) in\n{tasks}"));
+        let rules = std::env::temp_dir().join(format!("{pod}-cut.nft"));
+        std::fs::write(
+            &rules,
+            format!(
+                "table inet webchecker_cut {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {} tcp dport {} drop\n }}\n}}\n",
+                self.node.ip,
+                self.witness.addr.port()
+            ),
+        )
+        .unwrap();
+        let in_pod = |args: &[&str]| {
+            let mut c = std::process::Command::new("nsenter");
+            c.args(["-t", &pid.to_string(), "-n"]).args(args);
+            c
+        };
+        let owned: BTreeSet<String> = owners(&self.client, &self.checks)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(_, o)| o.as_deref() == Some(pod.as_str()))
+            .map(|(n, _)| n)
+            .collect();
+        assert!(!owned.is_empty(), "{pod} owns checkers");
+        must(
+            in_pod(&["nft", "-f", rules.to_str().unwrap()]),
+            "nft in the pod",
+        )
+        .await;
+        let at = Instant::now();
+        let (mut paged, mut degraded_max) = (0, 0);
+        while at.elapsed() < length {
+            let list = api.list(&ListParams::default()).await.unwrap();
+            let cond = |wc: &WebChecker, t: &str| {
+                wc.status
+                    .as_ref()
+                    .and_then(|s| s.condition(t))
+                    .map(|c| (c.status.clone(), c.message.clone()))
+            };
+            paged = paged.max(
+                list.items
+                    .iter()
+                    .filter(|wc| cond(wc, "Ready").is_some_and(|(s, _)| s == "False"))
+                    .count(),
+            );
+            degraded_max = degraded_max.max(
+                list.items
+                    .iter()
+                    .filter(|wc| {
+                        cond(wc, "Degraded")
+                            .is_some_and(|(s, m)| s == "True" && m.contains(pod.as_str()))
+                    })
+                    .count(),
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        must(
+            in_pod(&["nft", "delete", "table", "inet", "webchecker_cut"]),
+            "nft in the pod",
+        )
+        .await;
+        println!(
+            "{length:?} cut of {pod}'s path to the targets: {paged} of {CHECKERS} checkers Ready=False, \
+             at most {degraded_max} of its {} Degraded naming it",
+            owned.len()
+        );
+        assert_eq!(paged, 0, "a pod's broken path paged");
+        assert_eq!(degraded_max, owned.len(), "its checkers showed Degraded");
+        eventually(
+            Duration::from_secs(30),
+            "every checker Ready and none Degraded after the heal",
+            || async {
+                let list = api.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .all(|wc| {
+                        let s = wc.status.as_ref();
+                        s.and_then(|s| s.condition("Ready"))
+                            .is_some_and(|c| c.status == "True")
+                            && s.and_then(|s| s.condition("Degraded"))
+                                .is_none_or(|c| c.status == "False")
+                    })
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
     fn table(&self) -> String {
         let mut out =
             String::from("| step | took | largest probe gap | bound |\n|---|---|---|---|\n");
@@ -356,6 +460,7 @@ async fn smoke_install_probe_from_pods_and_replace_one() {
     for p in &s.pods {
         assert!(probing.contains(p), "{p} probes nothing: {probing:?}");
     }
+    s.cut_one_pod(Duration::from_secs(30)).await;
     s.delete_pod().await;
     println!("{}", s.table());
     s.uninstall().await;

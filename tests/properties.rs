@@ -587,6 +587,8 @@ proptest! {
                 success_threshold,
                 failure_threshold,
                 certificate_warning_days: None,
+                confirm: false,
+                place: &webchecker::confirm::Place::default(),
             };
             let fx = s.observe(&o, &ctx);
             let changed = s.ready != last_ready;

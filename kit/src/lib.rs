@@ -10,10 +10,10 @@
 pub mod checkers;
 pub mod cluster;
 pub mod dns;
-pub mod netns;
 pub mod faults;
 pub mod fleet;
 pub mod gaps;
+pub mod netns;
 pub mod node;
 pub mod objlog;
 pub mod oci;

@@ -75,12 +75,30 @@ impl Netns {
         run(&[
             "ip", "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if, "netns", &name,
         ]);
-        run(&["ip", "addr", "add", &format!("{host_ip}/30"), "dev", &host_if]);
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{host_ip}/30"),
+            "dev",
+            &host_if,
+        ]);
         run(&["ip", "link", "set", &host_if, "up"]);
         run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        run(&["ip", "-n", &name, "addr", "add", &format!("{ns_ip}/30"), "dev", &ns_if]);
+        run(&[
+            "ip",
+            "-n",
+            &name,
+            "addr",
+            "add",
+            &format!("{ns_ip}/30"),
+            "dev",
+            &ns_if,
+        ]);
         run(&["ip", "-n", &name, "link", "set", &ns_if, "up"]);
-        run(&["ip", "-n", &name, "route", "add", "default", "via", &host_ip]);
+        run(&[
+            "ip", "-n", &name, "route", "add", "default", "via", &host_ip,
+        ]);
         ns
     }
 
@@ -128,7 +146,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
         let _ = Command::new("ip")
             .args(["link", "del", &self.host_if])
             .stderr(std::process::Stdio::null())

@@ -171,12 +171,14 @@ impl Witness {
                                     guard.hit = None;
                                     {
                                         let mut s = state.lock().unwrap();
-                                        s.count += 1;
                                         if confirming {
                                             s.confirmations.push(Hit { checker, replica, start, end: Instant::now(), headers });
-                                        } else if !s.quiet {
-                                            let headers = if s.lean { HashMap::new() } else { headers };
-                                            s.hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                        } else {
+                                            s.count += 1;
+                                            if !s.quiet {
+                                                let headers = if s.lean { HashMap::new() } else { headers };
+                                                s.hits.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                            }
                                         }
                                     }
                                     Ok::<_, std::convert::Infallible>(

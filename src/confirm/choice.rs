@@ -45,12 +45,7 @@ pub fn confirmers<'a>(
         .iter()
         .filter(|c| c.identity != me.identity)
         .collect();
-    others.sort_by_key(|c| {
-        (
-            distance(me, c),
-            std::cmp::Reverse(score(&c.identity, key)),
-        )
-    });
+    others.sort_by_key(|c| (distance(me, c), std::cmp::Reverse(score(&c.identity, key))));
     others.truncate(at_most);
     others
 }

@@ -124,7 +124,10 @@ impl Service {
                     Reply::Refused { why } if why.starts_with("busy") => "busy",
                     Reply::Refused { .. } => "refused",
                 };
-                me.metrics.confirm_requests.with_label_values(&[result]).inc();
+                me.metrics
+                    .confirm_requests
+                    .with_label_values(&[result])
+                    .inc();
                 debug!(from = %r.ask.from, namespace = %r.ask.namespace, name = %r.ask.name, ?reply, "confirmation");
                 let _ = r.reply.send(reply);
             });
@@ -208,11 +211,7 @@ impl Service {
         if wc.metadata.generation != ask.generation {
             return refused("the checker's spec changed meanwhile");
         }
-        let owner = wc
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL));
+        let owner = wc.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
         if owner.map(String::as_str) != Some(ask.from.as_str()) {
             return refused(format!("{} does not own the checker", ask.from));
         }
@@ -226,18 +225,18 @@ impl Service {
         let mut objects: BTreeMap<ObjectId, secrets::Read> = BTreeMap::new();
         for r in &refs {
             let obj = ObjectId::of(namespace, r);
-            if !objects.contains_key(&obj) {
-                let read = secrets::read(self.client.clone(), obj.clone()).await;
-                objects.insert(obj, read);
+            if let std::collections::btree_map::Entry::Vacant(v) = objects.entry(obj.clone()) {
+                v.insert(secrets::read(self.client.clone(), obj).await);
             }
         }
         refs.into_iter()
             .map(|r| {
                 let obj = ObjectId::of(namespace, &r);
                 let v = match objects.get(&obj) {
-                    Some(Ok(keys)) => keys.get(r.key()).cloned().ok_or_else(|| {
-                        format!("{r} not found")
-                    }),
+                    Some(Ok(keys)) => keys
+                        .get(r.key())
+                        .cloned()
+                        .ok_or_else(|| format!("{r} not found")),
                     Some(Err(secrets::Fetch::Final(m) | secrets::Fetch::Transient(m))) => {
                         Err(m.clone())
                     }

@@ -64,7 +64,11 @@ impl TokenSource {
     }
 
     pub async fn token(&self) -> Result<String, String> {
-        if let Some((t, until)) = self.cached.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        if let Some((t, until)) = self
+            .cached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
             && Instant::now() < until
         {
             return t;
@@ -121,6 +125,10 @@ impl TokenSource {
     }
 }
 
+/// A token's review: the pod it is bound to, or why it is refused; and
+/// until when that holds.
+type Review = (Result<Option<String>, String>, Instant);
+
 /// The confirmer's side: who sent a token.
 pub struct Reviewer {
     client: Client,
@@ -128,7 +136,7 @@ pub struct Reviewer {
     expected_user: String,
     /// By the token's SHA-256: the pod it is bound to (if any), or why it
     /// was refused, and until when that holds.
-    cache: Mutex<HashMap<Vec<u8>, (Result<Option<String>, String>, Instant)>>,
+    cache: Mutex<HashMap<Vec<u8>, Review>>,
     /// Reviews in flight at most: made-up tokens cannot load the API server.
     reviews: Semaphore,
 }

@@ -169,7 +169,10 @@ async fn confirm(
     }
     match tokio::time::timeout(ASK_WAIT, wait).await {
         Ok(Ok(reply)) => (
-            [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
             serde_json::to_vec(&reply).unwrap_or_default(),
         )
             .into_response(),

@@ -221,7 +221,10 @@ async fn zone_of(client: &kube::Client, node: &str) -> String {
             String::new()
         }
         Err(_) => {
-            warn!(node, "cannot read this replica's Node in time: its zone is unknown");
+            warn!(
+                node,
+                "cannot read this replica's Node in time: its zone is unknown"
+            );
             String::new()
         }
     }
@@ -314,35 +317,7 @@ fn start_tasks(
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (ev_tx, ev_rx) = events::event_queue(events::EVENT_QUEUE);
     let view = MemberView::new(cfg.lease_duration);
-    let asker = cfg.confirm_failures.then(|| {
-        let me = Candidate {
-            identity: basics.identity.clone(),
-            address: String::new(),
-            zone: basics.advert.zone.clone(),
-            node: basics.advert.node.clone(),
-        };
-        let pod = basics
-            .advert
-            .pod_uid
-            .clone()
-            .map(|uid| (basics.identity.clone(), uid));
-        let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
-        Asker::new(me, view.clone(), tokens)
-    });
-    if let Some(asks) = basics
-        .asks
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-    {
-        let service = ConfirmService::new(
-            client.clone(),
-            Reviewer::new(client.clone(), &cfg.namespace, &cfg.service_account),
-            prober.clone(),
-            metrics.clone(),
-        );
-        tokio::spawn(service.run(asks));
-    }
+    let asker = confirmation(cfg, basics, &view, &prober);
     let engine = Engine::new(
         EngineSettings {
             identity: basics.identity.clone(),
@@ -405,6 +380,42 @@ fn start_tasks(
         stop_leader,
     };
     (tasks, running)
+}
+
+/// Confirmation (crate::confirm): the service that answers other replicas'
+/// asks, started now; the asker of this replica, unless
+/// `--confirm-failures=false`.
+fn confirmation(
+    cfg: &Config,
+    basics: &Basics,
+    view: &Arc<MemberView>,
+    prober: &Arc<probe::Prober>,
+) -> Option<Arc<Asker>> {
+    let client = &basics.clients.requests;
+    if let Some(asks) = basics.asks.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let service = ConfirmService::new(
+            client.clone(),
+            Reviewer::new(client.clone(), &cfg.namespace, &cfg.service_account),
+            prober.clone(),
+            basics.metrics.clone(),
+        );
+        tokio::spawn(service.run(asks));
+    }
+    cfg.confirm_failures.then(|| {
+        let me = Candidate {
+            identity: basics.identity.clone(),
+            address: String::new(),
+            zone: basics.advert.zone.clone(),
+            node: basics.advert.node.clone(),
+        };
+        let pod = basics
+            .advert
+            .pod_uid
+            .clone()
+            .map(|uid| (basics.identity.clone(), uid));
+        let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
+        Asker::new(me, view.clone(), tokens)
+    })
 }
 
 struct CoordinationTasks {

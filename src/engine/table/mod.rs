@@ -19,11 +19,11 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::debug;
 
+use crate::confirm::Verdict;
 use crate::engine::arrival::Arrivals;
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
-use crate::confirm::Verdict;
 use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::{Outcome, ProbePlan, Roots};

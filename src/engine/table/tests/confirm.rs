@@ -34,7 +34,8 @@ fn written(fx: &[Effect]) -> Option<(String, String, String, Option<String>)> {
                 r.status.clone(),
                 r.reason.clone(),
                 r.message.clone(),
-                s.condition("Degraded").map(|d| format!("{} {}: {}", d.status, d.reason, d.message)),
+                s.condition("Degraded")
+                    .map(|d| format!("{} {}: {}", d.status, d.reason, d.message)),
             ))
         }
         _ => None,
@@ -87,7 +88,10 @@ fn a_refuted_failure_keeps_ready_and_degrades_naming_the_owner_until_it_succeeds
         verdict: Verdict::Refuted { by: b(), millis: 4 },
     });
     let (ready, reason, _, degraded) = written(&fx).expect("Degraded is news: written");
-    assert_eq!((ready.as_str(), reason.as_str()), ("True", "ProbeSucceeded"));
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("True", "ProbeSucceeded")
+    );
     assert_eq!(
         degraded.as_deref(),
         Some(
@@ -107,7 +111,10 @@ fn a_refuted_failure_keeps_ready_and_degrades_naming_the_owner_until_it_succeeds
     let due = sim.now + 10 * S - Duration::from_millis(300);
     let seq = sim.start("ns/a", due);
     let lines = sim.done("ns/a", seq, Some(refused()));
-    assert_eq!(only(&lines, &["confirm", "status"]), ["confirm ns/a within 3000ms"]);
+    assert_eq!(
+        only(&lines, &["confirm", "status"]),
+        ["confirm ns/a within 3000ms"]
+    );
     let fx = sim.step(Input::Confirmed {
         key: "ns/a".into(),
         seq,
