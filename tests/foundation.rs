@@ -304,14 +304,21 @@ async fn local_target_lifecycle() {
     println!("kubectl get wc:\n{table}");
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "READY", "REASON", "SINCE", "HOST", "AGE"]);
+    assert_eq!(
+        header,
+        [
+            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "AGE"
+        ]
+    );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(row.len(), 6, "{row:?}");
-    assert_eq!(&row[..3], [name, "True", "ProbeSucceeded"]);
+    assert_eq!(row.len(), 7, "{row:?}");
+    // Never degraded: no Degraded condition (one replica has nobody to
+    // confirm with).
+    assert_eq!(&row[..4], [name, "True", "ProbeSucceeded", "<none>"]);
     assert!(
-        row[4].starts_with("http://127.0.0.1:"),
+        row[5].starts_with("http://127.0.0.1:"),
         "host column {:?}",
-        row[4]
+        row[5]
     );
     // The last write's details and the owner are in -o wide.
     let out = c
@@ -325,15 +332,15 @@ async fn local_target_lifecycle() {
     assert_eq!(
         header,
         [
-            "NAME", "READY", "REASON", "SINCE", "HOST", "PATH", "CODE", "LATENCY", "MS", "OWNER",
-            "AGE"
+            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "PATH", "CODE", "LATENCY",
+            "MS", "OWNER", "AGE"
         ]
     );
     let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(row.len(), 10, "{row:?}");
-    assert_eq!(row[6], "200");
-    assert!(row[7].parse::<u64>().is_ok(), "latency column {:?}", row[7]);
-    assert_eq!(row[8], id);
+    assert_eq!(row.len(), 11, "{row:?}");
+    assert_eq!(row[7], "200");
+    assert!(row[8].parse::<u64>().is_ok(), "latency column {:?}", row[8]);
+    assert_eq!(row[9], id);
 
     // Steady True: the transition time does not move.
     steady(&api, name, &up, 4, Duration::from_millis(1200)).await;

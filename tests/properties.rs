@@ -603,4 +603,49 @@ proptest! {
             last_time = s.last_transition_time.clone();
         }
     }
+
+    /// With confirmation, failures another replica refutes never turn Ready
+    /// False, whatever the sequence; Degraded is True exactly while the
+    /// owner's last probes failed past the threshold; a held failure is
+    /// never written before the verdict.
+    #[test]
+    fn refuted_failures_never_page(
+        steps in proptest::collection::vec((0usize..REASONS.len(), proptest::option::of(100u16..600)), 1..200),
+        failure_threshold in 1u32..5,
+    ) {
+        let start = Instant::now();
+        let here = webchecker::confirm::Place { replica: "r0".into(), zone: "a".into() };
+        let by = webchecker::confirm::Place { replica: "r1".into(), zone: "b".into() };
+        let mut s = CheckerStatus::from_existing(None);
+        let mut run_bad = 0u32;
+        for (i, (r, code)) in steps.into_iter().enumerate() {
+            let o = outcome(REASONS[r], code);
+            if o.success() { run_bad = 0 } else { run_bad += 1 }
+            let ctx = Context {
+                generation: Some(1),
+                owner: "r0",
+                now_wall: format!("t{i}"),
+                now: start + Duration::from_secs(i as u64),
+                heartbeat: Duration::from_secs(300),
+                success_threshold: 1,
+                failure_threshold,
+                certificate_warning_days: None,
+                confirm: true,
+                place: &here,
+            };
+            let fx = s.observe(&o, &ctx);
+            if fx.confirm {
+                prop_assert!(fx.write.is_none() && fx.transition.is_none());
+                let verdict = webchecker::confirm::Verdict::Refuted { by: by.clone(), millis: 3 };
+                s.confirmed(&verdict, &ctx);
+            }
+            prop_assert_ne!(s.ready, Truth::False);
+            let degraded = s.degraded.as_ref().map(|d| d.status);
+            if run_bad >= failure_threshold {
+                prop_assert_eq!(degraded, Some(Truth::True));
+            } else if run_bad == 0 {
+                prop_assert_ne!(degraded, Some(Truth::True));
+            }
+        }
+    }
 }

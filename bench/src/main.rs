@@ -9,7 +9,9 @@
 //! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
 //!    replicas);
 //! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,
-//!    leader loss, rolling restart) with the default lease timings.
+//!    leader loss, rolling restart) with the default lease timings;
+//! 5. what confirmation costs, healthy and with one replica's path to the
+//!    targets cut (confirm.rs), on and off.
 //!
 //! Parts 3 and 4 run on the end-to-end kit the tests use (webchecker-kit:
 //! control plane, operator processes, witness, checker creation, ports);
@@ -23,12 +25,13 @@
 //! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
-//! (adds 30,000 checkers), BENCH_PARTS=probe,ring,scale,failover (subset),
+//! (adds 30,000 checkers), BENCH_PARTS=probe,ring,scale,failover,confirm (subset),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
 //! BENCH_COMMAND (the command line shown in the report),
 //! WEBCHECKER_OPERATOR_BIN (the operator; default: the one built next to
 //! the bench, target/release/webchecker-operator under `make bench`).
 
+mod confirm;
 mod engines;
 mod failover;
 mod fleet;
@@ -75,7 +78,7 @@ impl Cfg {
         let quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
         let large = env("BENCH_LARGE").is_some_and(|v| v != "0");
         let parts = env("BENCH_PARTS")
-            .unwrap_or_else(|| "probe,ring,scale,failover".into())
+            .unwrap_or_else(|| "probe,ring,scale,failover,confirm".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
@@ -118,7 +121,9 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// Runs `f` as a task of its own: a panic in it (a kit timeout, a create
 /// that failed) becomes an error of the part, and the fleet it held is
 /// dropped, its replicas killed.
-async fn caught<T: Send + 'static>(f: impl Future<Output = Res<T>> + Send + 'static) -> Res<T> {
+pub(crate) async fn caught<T: Send + 'static>(
+    f: impl Future<Output = Res<T>> + Send + 'static,
+) -> Res<T> {
     match tokio::spawn(f).await {
         Ok(r) => r,
         Err(e) if e.is_panic() => Err(err(panic_text(&*e.into_panic()))),
@@ -126,7 +131,11 @@ async fn caught<T: Send + 'static>(f: impl Future<Output = Res<T>> + Send + 'sta
     }
 }
 
-type ClusterParts = (Option<Res<Section>>, Option<Res<Section>>);
+type ClusterParts = (
+    Option<Res<Section>>,
+    Option<Res<Section>>,
+    Option<Res<Section>>,
+);
 
 /// Parts 3 and 4 on one control plane: 1,000 checkers (scale figures, then
 /// the failover scenarios on the same fleet), then 10,000 (and 30,000).
@@ -139,7 +148,8 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             let msg = format!("control plane did not start: {}", panic_text(&*p));
             return (
                 cfg.part("scale").then(|| Err(err(msg.clone()))),
-                cfg.part("failover").then(|| Err(err(msg))),
+                cfg.part("failover").then(|| Err(err(msg.clone()))),
+                cfg.part("confirm").then(|| Err(err(msg))),
             );
         }
     };
@@ -153,7 +163,15 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
         1000
     };
     let (c, i) = (cfg.clone(), img.to_path_buf());
+    let confirmation = if cfg.part("confirm") {
+        Some(confirm::part(cl).await)
+    } else {
+        None
+    };
     let first = caught(async move {
+        if !(c.part("scale") || c.part("failover")) {
+            return Ok((None, None));
+        }
         let mut f = Fleet::start(cl, &format!("m{small}"), 3, small).await?;
         let scale = if c.part("scale") {
             Some(scale::measure(&f, c.quick).await)
@@ -235,7 +253,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
         }
         Ok(sec)
     });
-    (scale, failover)
+    (scale, failover, confirmation)
 }
 
 fn driver_main() {
@@ -266,16 +284,17 @@ fn driver_main() {
         eprintln!("bench: part 2, ring simulation");
         ring::part(&cfg, &img)
     });
-    let (scale, failover) = if cfg.part("scale") || cfg.part("failover") {
-        eprintln!("bench: parts 3 and 4, real control plane");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(cluster_parts(&cfg, &img))
-    } else {
-        (None, None)
-    };
+    let (scale, failover, confirmation) =
+        if cfg.part("scale") || cfg.part("failover") || cfg.part("confirm") {
+            eprintln!("bench: parts 3 and 4, real control plane");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(cluster_parts(&cfg, &img))
+        } else {
+            (None, None, None)
+        };
 
     let took = t_start.elapsed().as_secs_f64();
     let (doc, failures) = report::document(
@@ -290,6 +309,7 @@ fn driver_main() {
             ("2. Ring quality (simulation)", ring),
             ("3. Scale on a real control plane", scale),
             ("4. Failover", failover),
+            ("5. Confirmation", confirmation),
         ],
     );
     let path = cfg.out.join("benchmarks.md");

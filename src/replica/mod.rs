@@ -168,6 +168,10 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         .replica_place
         .with_label_values(&[zone.as_str(), node.as_str()])
         .set(1);
+    // From 0, so that the first refutations show in increase().
+    metrics
+        .unconfirmed_failures
+        .with_label_values(&[zone.as_str()]);
     info!(zone = %zone, node = %node, "place of this replica (confirmations are asked of another zone first)");
     let advert = Advert {
         address: cfg.advertised(addr),
