@@ -64,6 +64,13 @@ async fn ready(api: &Api<WebChecker>, name: &str) -> Option<Condition> {
     condition(api, name, "Ready").await
 }
 
+/// The cell of column `name` in `row` of a kubectl table (`next` is the
+/// column after it), trimmed: kubectl leaves a value it did not find blank.
+fn cell<'a>(head: &str, row: &'a str, name: &str, next: &str) -> &'a str {
+    let (from, to) = (head.find(name).unwrap(), head.find(next).unwrap());
+    row.get(from..to.min(row.len())).unwrap_or("").trim()
+}
+
 fn rfc3339(s: &str) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::parse_from_rfc3339(s)
         .unwrap_or_else(|e| panic!("{s:?} is not RFC 3339: {e}"))
@@ -303,22 +310,25 @@ async fn local_target_lifecycle() {
     let table = text(&out.stdout);
     println!("kubectl get wc:\n{table}");
     let mut lines = table.lines();
-    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let head = lines.next().unwrap();
+    let header: Vec<&str> = head.split_whitespace().collect();
     assert_eq!(
         header,
         [
             "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "AGE"
         ]
     );
-    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(row.len(), 7, "{row:?}");
-    // Never degraded: no Degraded condition (one replica has nobody to
-    // confirm with).
-    assert_eq!(&row[..4], [name, "True", "ProbeSucceeded", "<none>"]);
+    let line = lines.next().unwrap();
+    // Never degraded: no Degraded condition, a blank cell (one replica has
+    // nobody to confirm with).
+    assert_eq!(cell(head, line, "DEGRADED", "SINCE"), "");
+    let row: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(row.len(), 6, "{row:?}");
+    assert_eq!(&row[..3], [name, "True", "ProbeSucceeded"]);
     assert!(
-        row[5].starts_with("http://127.0.0.1:"),
+        row[4].starts_with("http://127.0.0.1:"),
         "host column {:?}",
-        row[5]
+        row[4]
     );
     // The last write's details and the owner are in -o wide.
     let out = c
@@ -328,7 +338,8 @@ async fn local_target_lifecycle() {
     let table = text(&out.stdout);
     println!("kubectl get wc -o wide:\n{table}");
     let mut lines = table.lines();
-    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let head = lines.next().unwrap();
+    let header: Vec<&str> = head.split_whitespace().collect();
     assert_eq!(
         header,
         [
@@ -336,11 +347,13 @@ async fn local_target_lifecycle() {
             "MS", "OWNER", "AGE"
         ]
     );
-    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(row.len(), 11, "{row:?}");
-    assert_eq!(row[7], "200");
-    assert!(row[8].parse::<u64>().is_ok(), "latency column {:?}", row[8]);
-    assert_eq!(row[9], id);
+    let line = lines.next().unwrap();
+    assert_eq!(cell(head, line, "DEGRADED", "SINCE"), "");
+    let row: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(row.len(), 10, "{row:?}");
+    assert_eq!(row[6], "200");
+    assert!(row[7].parse::<u64>().is_ok(), "latency column {:?}", row[7]);
+    assert_eq!(row[8], id);
 
     // Steady True: the transition time does not move.
     steady(&api, name, &up, 4, Duration::from_millis(1200)).await;

@@ -51,7 +51,7 @@ pub enum Input {
     /// Our Lease is gone: drop every checker.
     Fence,
     /// Graceful shutdown: stop dispatching; [`Effect::Stopped`] once no
-    /// probe is in flight.
+    /// probe is in flight and no failure waits for a confirmation.
     Shutdown,
     /// A checker's timer fired.
     Due { key: String },

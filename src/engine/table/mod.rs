@@ -198,7 +198,14 @@ impl Table {
             } => self.done(key, seq, outcome, finished, clock),
             Input::Confirmed { key, seq, verdict } => self.confirmed(key, seq, verdict, clock),
         }
-        if self.stopping && !self.stopped && self.entries.values().all(|e| !e.inflight) {
+        // A failure held for another replica's word is written before the end.
+        if self.stopping
+            && !self.stopped
+            && self
+                .entries
+                .values()
+                .all(|e| !e.inflight && !e.status.is_confirming())
+        {
             self.stopped = true;
             self.out.push(Effect::Stopped);
         }

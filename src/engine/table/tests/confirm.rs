@@ -184,3 +184,26 @@ fn a_success_before_the_answer_makes_it_moot_and_an_opted_out_checker_never_asks
         ["status ns/o Ready=False ConnectError"]
     );
 }
+
+#[test]
+fn shutdown_waits_for_a_held_failure_and_writes_it() {
+    let mut sim = confirming_sim();
+    let next = probed_once(&mut sim, "a");
+    let seq = sim.start("ns/a", next);
+    assert!(!sim.command(Input::Shutdown).contains(&"stopped".to_string()));
+    // The probe in flight fails: held, the ask goes out, not stopped yet.
+    let lines = sim.done("ns/a", seq, Some(refused()));
+    assert_eq!(
+        only(&lines, &["confirm", "status", "stopped"]),
+        ["confirm ns/a within 3000ms"]
+    );
+    let fx = sim.step(Input::Confirmed {
+        key: "ns/a".into(),
+        seq,
+        verdict: Verdict::Alone,
+    });
+    assert_eq!(
+        only(&sim.show(&fx), &["status", "stopped"]),
+        ["status ns/a Ready=False ConnectError", "stopped"]
+    );
+}
