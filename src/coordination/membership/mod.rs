@@ -68,6 +68,16 @@ pub struct Advert {
     pub node: String,
 }
 
+/// What a Lease found under our name on joining means (`Membership::found`).
+enum Found {
+    /// Created by an earlier attempt of ours.
+    Ours(Box<Lease>),
+    /// Gone, or just deleted: create ours now.
+    Gone,
+    /// Not replaced now, and why.
+    Wait(String),
+}
+
 /// Renewal attempts waiting for an answer at once, at most.
 const MAX_OVERLAP: usize = 4;
 
@@ -237,6 +247,88 @@ impl Membership {
         }
     }
 
+    /// What to do about a Lease found under our name on joining. Ours when
+    /// it names our incarnation (an earlier create that timed out landed);
+    /// replaced when the process it names is proven gone (its address
+    /// refuses, or answers with another incarnation) or it stood still for a
+    /// whole lease as we watched it; otherwise another live process holds
+    /// our identity, and deleting its Lease would only make the two delete
+    /// each other's forever: wait, with back-off.
+    async fn found(
+        &self,
+        api: &Api<Lease>,
+        name: &str,
+        watched: &mut Option<(String, Instant)>,
+    ) -> Found {
+        let deadline = crate::kubeio::client::CALL_DEADLINE;
+        let lease = match tokio::time::timeout(deadline, api.get_opt(name)).await {
+            Ok(Ok(Some(l))) => l,
+            Ok(Ok(None)) => return Found::Gone,
+            Ok(Err(e)) => {
+                return Found::Wait(format!(
+                    "cannot read the membership Lease under our name: {e}"
+                ));
+            }
+            Err(_) => {
+                return Found::Wait(
+                    "reading the membership Lease under our name got no answer in time".into(),
+                );
+            }
+        };
+        let annotations = lease.metadata.annotations.clone().unwrap_or_default();
+        let incarnation = annotations.get(INCARNATION_ANNOTATION);
+        if incarnation == Some(&self.advert.incarnation) {
+            return Found::Ours(Box::new(lease));
+        }
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let gone = match (annotations.get(ADDRESS_ANNOTATION), incarnation) {
+            (Some(address), Some(inc)) => {
+                crate::coordination::shard::peers::look(address, inc, Duration::from_millis(500))
+                    .await
+                    == crate::coordination::shard::peers::Evidence::Gone
+            }
+            _ => false,
+        };
+        let renewed = watched.as_ref().is_some_and(|(seen, _)| *seen != rv);
+        let still = match watched {
+            Some((seen, since)) if *seen == rv => since.elapsed() >= self.timing().lease_duration,
+            _ => {
+                *watched = Some((rv.clone(), Instant::now()));
+                false
+            }
+        };
+        if renewed && !gone {
+            return Found::Wait(format!(
+                "another process renews the membership Lease of identity {:?}: two processes must not share an identity (the pod name); not replacing it",
+                self.identity
+            ));
+        }
+        if !(gone || still) {
+            return Found::Wait(
+                "a membership Lease of an earlier incarnation exists and its process may be alive: replacing it once it has stood still for a lease".into(),
+            );
+        }
+        let pre = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: lease.metadata.uid.clone(),
+                resource_version: Some(rv),
+            }),
+            ..Default::default()
+        };
+        warn!(replica = %self.identity, evidence = gone, "a membership Lease of an earlier incarnation exists; replacing it");
+        match tokio::time::timeout(deadline, api.delete(name, &pre)).await {
+            Ok(Ok(_)) => Found::Gone,
+            Ok(Err(e)) if api_code(&e) == Some(404) => Found::Gone,
+            Ok(Err(e)) => Found::Wait(format!(
+                "cannot replace the membership Lease of an earlier incarnation: {e}"
+            )),
+            Err(_) => Found::Wait(
+                "deleting the membership Lease of an earlier incarnation got no answer in time"
+                    .into(),
+            ),
+        }
+    }
+
     /// Creates our Lease, replacing a stale one left by an earlier incarnation of
     /// the same identity (its assignments then carry a foreign epoch and move).
     pub async fn join(&self, client: &Client) -> Result<(), Error> {
@@ -244,6 +336,9 @@ impl Membership {
         let name = member_lease_name(&self.identity);
         let retry = self.timing().retry_period;
         let deadline = crate::kubeio::client::CALL_DEADLINE;
+        // The version of a Lease found under our name and since when it stood still.
+        let mut watched: Option<(String, Instant)> = None;
+        let mut backoff = retry;
         loop {
             let started = Instant::now();
             let created = tokio::time::timeout(
@@ -263,12 +358,27 @@ impl Membership {
                     return Ok(());
                 }
                 Ok(Err(e)) if api_code(&e) == Some(409) => {
-                    // Only one process runs under an identity (the pod name), so
-                    // a Lease under our name is an earlier incarnation's.
-                    warn!(replica = %self.identity, "a membership Lease of an earlier incarnation exists; replacing it");
-                    let _ =
-                        tokio::time::timeout(deadline, api.delete(&name, &DeleteParams::default()))
-                            .await;
+                    match self.found(&api, &name, &mut watched).await {
+                        Found::Ours(lease) => {
+                            let uid = lease.metadata.uid.clone().unwrap_or_default();
+                            let rv = lease.metadata.resource_version.unwrap_or_default();
+                            self.lock().joined(uid.clone(), rv, started, Instant::now());
+                            self.metrics.api_reachable.set(1);
+                            info!(replica = %self.identity, epoch = %uid, "joined: the membership Lease our own earlier attempt created");
+                            self.reconnects.send_modify(|n| *n += 1);
+                            self.changed.notify_waiters();
+                            return Ok(());
+                        }
+                        Found::Gone => {
+                            backoff = retry;
+                            continue;
+                        }
+                        Found::Wait(why) => {
+                            warn!(replica = %self.identity, retry_in = ?backoff, "{why}");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(self.timing().lease_duration);
+                        }
+                    }
                 }
                 Ok(Err(e)) if api_code(&e) == Some(403) => {
                     return Err(Error::Forbidden(format!(

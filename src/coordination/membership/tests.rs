@@ -234,3 +234,118 @@ async fn conflicts_with_our_own_attempts_are_not_a_loss() {
     assert!(m.can_write());
     assert_eq!(failures(&m, "lost"), 0);
 }
+
+/// A member that has not joined yet, advertising `address` (if any) and
+/// incarnation `inc`; lease 6 x retry.
+fn joining(
+    retry: Duration,
+    address: Option<String>,
+    inc: &str,
+) -> (Arc<Membership>, Client, ApiHandle) {
+    let (client, handle) = crate::kubeio::mock_api::client();
+    let m = Membership::new(
+        "r1".into(),
+        "ns".into(),
+        retry * 6,
+        retry * 4,
+        retry,
+        Arc::new(Metrics::new("r1", false)),
+        Advert {
+            address,
+            incarnation: inc.into(),
+            ..Default::default()
+        },
+    );
+    (m, client, handle)
+}
+
+/// A Lease under our name as another process (or an earlier attempt) left it.
+fn found(uid: &str, rv: &str, address: Option<&str>, inc: &str) -> Response<Body> {
+    let mut annotations = json!({ INCARNATION_ANNOTATION: inc });
+    if let Some(a) = address {
+        annotations[ADDRESS_ANNOTATION] = json!(a);
+    }
+    ok(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": { "name": "webchecker-member-r1", "namespace": "ns", "uid": uid,
+                      "resourceVersion": rv, "annotations": annotations },
+        "spec": { "holderIdentity": "r1" },
+    }))
+}
+
+#[tokio::test]
+async fn a_conflict_on_joining_with_our_own_earlier_create_adopts_it() {
+    let (m, client, mut h) = joining(Duration::from_secs(1), None, "inc-1");
+    let api = tokio::spawn(async move {
+        answer(&mut h, "POST", status(409)).await;
+        answer(&mut h, "GET", found("uid-a", "5", None, "inc-1")).await;
+    });
+    m.join(&client).await.unwrap();
+    api.await.unwrap();
+    assert_eq!(m.epoch().as_deref(), Some("uid-a"));
+}
+
+#[tokio::test]
+async fn a_lease_whose_process_is_gone_is_replaced_at_once_under_preconditions() {
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (m, client, mut h) = joining(Duration::from_secs(1), None, "new");
+    let api = tokio::spawn(async move {
+        answer(&mut h, "POST", status(409)).await;
+        answer(&mut h, "GET", found("uid-old", "7", Some(&refused), "old")).await;
+        let (req, send) = h.next_request().await.unwrap();
+        assert_eq!(req.method(), "DELETE");
+        let v = crate::kubeio::mock_api::body_json(req).await;
+        assert_eq!(v["preconditions"]["uid"], "uid-old");
+        assert_eq!(v["preconditions"]["resourceVersion"], "7");
+        send.send_response(ok(
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+        ));
+        answer(&mut h, "POST", lease("uid-new", "8")).await;
+    });
+    m.join(&client).await.unwrap();
+    api.await.unwrap();
+    assert_eq!(m.epoch().as_deref(), Some("uid-new"));
+}
+
+#[tokio::test]
+async fn a_lease_another_process_renews_is_never_deleted_and_a_still_one_is_after_a_lease() {
+    let retry = Duration::from_millis(10);
+    let (m, client, mut h) = joining(retry, None, "mine");
+    let join = tokio::spawn(async move { m.join(&client).await });
+    // Renewed at every look: asked again with back-off, never deleted.
+    let mut looks = Vec::new();
+    for rv in 1..=6 {
+        answer(&mut h, "POST", status(409)).await;
+        looks.push(Instant::now());
+        answer(
+            &mut h,
+            "GET",
+            found("uid-x", &rv.to_string(), None, "other"),
+        )
+        .await;
+    }
+    let gaps: Vec<Duration> = looks.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.last().unwrap() >= &(retry * 4), "back-off: {gaps:?}");
+    // Then it stands still: replaced once a whole lease (60 ms) passed.
+    let still_since = Instant::now();
+    loop {
+        answer(&mut h, "POST", status(409)).await;
+        answer(&mut h, "GET", found("uid-x", "6", None, "other")).await;
+        let (req, send) = h.next_request().await.unwrap();
+        if req.method() == "DELETE" {
+            assert!(still_since.elapsed() >= retry * 6 - retry);
+            send.send_response(ok(
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+            ));
+            break;
+        }
+        assert_eq!(req.method(), "POST");
+        send.send_response(status(409));
+        answer(&mut h, "GET", found("uid-x", "6", None, "other")).await;
+    }
+    answer(&mut h, "POST", lease("uid-mine", "9")).await;
+    join.await.unwrap().unwrap();
+}

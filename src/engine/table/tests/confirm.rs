@@ -190,7 +190,10 @@ fn shutdown_waits_for_a_held_failure_and_writes_it() {
     let mut sim = confirming_sim();
     let next = probed_once(&mut sim, "a");
     let seq = sim.start("ns/a", next);
-    assert!(!sim.command(Input::Shutdown).contains(&"stopped".to_string()));
+    assert!(
+        !sim.command(Input::Shutdown)
+            .contains(&"stopped".to_string())
+    );
     // The probe in flight fails: held, the ask goes out, not stopped yet.
     let lines = sim.done("ns/a", seq, Some(refused()));
     assert_eq!(
