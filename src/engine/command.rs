@@ -37,6 +37,8 @@ pub struct Checker {
     /// The old owner's last probe (unix milliseconds), left on a handover
     /// (crate::kubeio::writer::LAST_PROBE_ANNOTATION): its cadence is kept.
     pub last_probe: Option<i64>,
+    /// The epoch of the assignment it was found under (crate::api::EPOCH_ANNOTATION).
+    pub epoch: Option<String>,
 }
 
 /// A spec with the values of the Secret and ConfigMap keys it references
@@ -65,6 +67,8 @@ pub enum Command {
         namespace: String,
         name: String,
         resource_version: String,
+        /// The epoch of the assignment it was found under.
+        epoch: Option<String>,
     },
     /// Deleted, or no longer ours.
     Remove { key: String },
@@ -79,4 +83,57 @@ pub enum Command {
     Fence { done: oneshot::Sender<()> },
     /// Graceful shutdown: stop dispatching, wait for in-flight probes.
     Shutdown { done: oneshot::Sender<()> },
+}
+
+impl Command {
+    /// Whether the command still holds for this replica whose epoch is now
+    /// `epoch`. The intake classifies an object under the epoch of then and
+    /// may wait for its Secrets and patterns; if the Lease was lost and
+    /// taken again meanwhile, an Upsert or Drain found under the old epoch
+    /// is not ours (the fence dropped every checker; the new watch lists
+    /// ours again).
+    pub fn current(&self, epoch: Option<&str>) -> bool {
+        match self {
+            Command::Upsert { checker, .. } => checker.epoch.as_deref() == epoch,
+            Command::Drain { epoch: e, .. } => e.as_deref() == epoch,
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_found_under_an_earlier_epoch_is_not_current() {
+        let drain = |epoch: &str| Command::Drain {
+            key: "ns/a".into(),
+            namespace: "ns".into(),
+            name: "a".into(),
+            resource_version: "1".into(),
+            epoch: Some(epoch.into()),
+        };
+        assert!(drain("e2").current(Some("e2")));
+        assert!(!drain("e1").current(Some("e2")));
+        assert!(!drain("e1").current(None), "no Lease held: nothing is ours");
+        let upsert = |epoch: &str| {
+            let mut c = crate::intake::found::malformed(
+                "ns".into(),
+                "a".into(),
+                "1".into(),
+                Some(1),
+                "bad".into(),
+                false,
+                Instant::now(),
+            );
+            if let Command::Upsert { checker, .. } = &mut c {
+                checker.epoch = Some(epoch.into());
+            }
+            c
+        };
+        assert!(upsert("e2").current(Some("e2")));
+        assert!(!upsert("e1").current(Some("e2")));
+        assert!(Command::Remove { key: "ns/a".into() }.current(None));
+    }
 }

@@ -181,6 +181,12 @@ impl Engine {
     }
 
     fn command(&mut self, c: Command) {
+        if !c.current(self.membership.epoch().as_deref()) {
+            if let Command::Upsert { checker, .. } = &c {
+                tracing::debug!(checker = %checker.key, "dropped: found under an earlier epoch of this replica");
+            }
+            return;
+        }
         let input = match c {
             Command::Upsert {
                 checker,
@@ -196,6 +202,7 @@ impl Engine {
                 namespace,
                 name,
                 resource_version,
+                ..
             } => Input::Drain {
                 key,
                 namespace,

@@ -62,9 +62,11 @@ fn classify(
                 namespace,
                 name,
                 resource_version,
+                epoch: ann.get(EPOCH_ANNOTATION).cloned(),
             })),
         );
     }
+    let epoch = ann.get(EPOCH_ANNOTATION).cloned();
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
     let step = match serde_json::from_value::<WebChecker>(value) {
@@ -80,15 +82,21 @@ fn classify(
             };
             Step::Found(Box::new(found), ())
         }
-        Err(e) => Step::Command(malformed(
-            namespace,
-            name,
-            resource_version,
-            generation,
-            e.to_string().chars().take(200).collect(),
-            initial,
-            seen,
-        )),
+        Err(e) => {
+            let mut cmd = malformed(
+                namespace,
+                name,
+                resource_version,
+                generation,
+                e.to_string().chars().take(200).collect(),
+                initial,
+                seen,
+            );
+            if let Command::Upsert { checker, .. } = &mut cmd {
+                checker.epoch = epoch;
+            }
+            Step::Command(cmd)
+        }
     };
     (key, Some(step))
 }

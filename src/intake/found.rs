@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use kube::{Resource, ResourceExt};
 
-use crate::api::{WebChecker, object_key};
+use crate::api::{EPOCH_ANNOTATION, WebChecker, object_key};
 use crate::engine::{Checker, Command, Definition};
 use crate::intake::secrets::Resolved;
 use crate::kubeio::writer::LAST_PROBE_ANNOTATION;
@@ -59,6 +59,7 @@ impl Found {
             info,
             last_probe,
             status: wc.status.clone(),
+            epoch: wc.annotations().get(EPOCH_ANNOTATION).cloned(),
             definition: Ok(Definition {
                 spec: wc.spec,
                 values,
@@ -102,6 +103,8 @@ pub fn malformed(
         info: Default::default(),
         status: None,
         last_probe: None,
+        // Set by the feed, which read the annotation.
+        epoch: None,
     };
     Command::Upsert {
         checker: Box::new(checker),

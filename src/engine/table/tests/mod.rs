@@ -53,6 +53,7 @@ fn checker(name: &str, spec: WebCheckerSpec) -> Checker {
         info: Default::default(),
         status: None,
         last_probe: None,
+        epoch: None,
     }
 }
 
