@@ -139,7 +139,13 @@ pub struct Reviewer {
     cache: Mutex<HashMap<Vec<u8>, Review>>,
     /// Reviews in flight at most: made-up tokens cannot load the API server.
     reviews: Semaphore,
+    /// When the last reviews started: at most [`REVIEWS_PER_SECOND`] a second.
+    recent: Mutex<std::collections::VecDeque<Instant>>,
 }
+
+/// TokenReviews a confirmer asks for per second at most. Members need one
+/// per token they make (every 48 minutes); more are strangers' tokens.
+const REVIEWS_PER_SECOND: usize = 5;
 
 impl Reviewer {
     pub fn new(client: Client, namespace: &str, service_account: &str) -> Self {
@@ -148,6 +154,7 @@ impl Reviewer {
             expected_user: format!("system:serviceaccount:{namespace}:{service_account}"),
             cache: Mutex::new(HashMap::new()),
             reviews: Semaphore::new(2),
+            recent: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -170,6 +177,19 @@ impl Reviewer {
         let Ok(_permit) = self.reviews.try_acquire() else {
             return Err("too many credentials to review at once".into());
         };
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            while recent
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
+            {
+                recent.pop_front();
+            }
+            if recent.len() >= REVIEWS_PER_SECOND {
+                return Err("too many credentials to review this second".into());
+            }
+            recent.push_back(now);
+        }
         let r = self.ask_api_server(token).await;
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= REVIEW_CACHE {
@@ -216,5 +236,42 @@ impl Reviewer {
         Ok(user
             .extra
             .and_then(|e| e.get(POD_NAME_EXTRA).and_then(|v| v.first().cloned())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubeio::mock_api::{client, ok};
+
+    #[tokio::test]
+    async fn made_up_tokens_cost_the_api_server_at_most_five_reviews_a_second() {
+        let (client, mut handle) = client();
+        let reviewer = Reviewer::new(client, "ops", "webchecker-operator");
+        let api = tokio::spawn(async move {
+            let mut served = 0;
+            while let Some((req, send)) = handle.next_request().await {
+                assert!(req.uri().path().ends_with("/tokenreviews"), "{}", req.uri());
+                send.send_response(ok(serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {}, "status": {"authenticated": false},
+                })));
+                served += 1;
+            }
+            served
+        });
+        let mut refused_here = 0;
+        for i in 0..20 {
+            match reviewer.review(&format!("made-up-{i}")).await {
+                Err(e) if e.contains("this second") => refused_here += 1,
+                Err(e) => assert!(e.contains("not valid"), "{e}"),
+                Ok(_) => panic!("a made-up token was accepted"),
+            }
+        }
+        // The same token again: answered from the cache, no review.
+        assert!(reviewer.review("made-up-0").await.is_err());
+        drop(reviewer);
+        assert_eq!(api.await.unwrap(), 5);
+        assert_eq!(refused_here, 15);
     }
 }
