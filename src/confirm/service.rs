@@ -70,6 +70,22 @@ struct Shares {
     total: usize,
 }
 
+impl Shares {
+    /// Whether one more ask of `namespace` may start: within its own share,
+    /// or borrowed while fewer than half of all are in use.
+    fn admits(&self, namespace: &str) -> bool {
+        let n = self.by_namespace.get(namespace).copied().unwrap_or(0);
+        let own = n < PER_NAMESPACE && self.total < TOTAL;
+        let borrowed = self.total < TOTAL / 2;
+        own || borrowed
+    }
+
+    fn take(&mut self, namespace: &str) {
+        self.total += 1;
+        *self.by_namespace.entry(namespace.to_string()).or_default() += 1;
+    }
+}
+
 /// Gives a namespace's share back when the ask is done.
 struct Share<'a>(&'a Mutex<Shares>, String);
 
@@ -136,14 +152,10 @@ impl Service {
 
     fn take_share(&self, namespace: &str) -> Option<Share<'_>> {
         let mut s = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-        let n = s.by_namespace.get(namespace).copied().unwrap_or(0);
-        let own = n < PER_NAMESPACE && s.total < TOTAL;
-        let borrowed = s.total < TOTAL / 2;
-        if !(own || borrowed) {
+        if !s.admits(namespace) {
             return None;
         }
-        s.total += 1;
-        *s.by_namespace.entry(namespace.to_string()).or_default() += 1;
+        s.take(namespace);
         Some(Share(&self.shares, namespace.to_string()))
     }
 
@@ -245,5 +257,29 @@ impl Service {
                 (r, v)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_namespace_borrows_half_and_every_other_keeps_its_own_share() {
+        let mut s = Shares::default();
+        while s.admits("busy") {
+            s.take("busy");
+        }
+        assert_eq!(s.total, TOTAL / 2, "alone, a namespace borrows up to half");
+        for ns in ["a", "b", "c", "d"] {
+            for _ in 0..PER_NAMESPACE {
+                assert!(s.admits(ns), "{ns} gets its own share");
+                s.take(ns);
+            }
+            assert!(!s.admits(ns), "{ns} borrows nothing while half are in use");
+        }
+        assert_eq!(s.total, TOTAL);
+        assert!(!s.admits("e"), "the replica's total holds");
+        assert!(!s.admits("busy"));
     }
 }
