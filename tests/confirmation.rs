@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::json;
 use support::fleet::*;
-use support::netns::Netns;
+use support::netns::ZonedReplicas;
 use support::*;
 use webchecker::api::WebChecker;
 
@@ -73,39 +73,13 @@ fn zone_of(replica: &str) -> &str {
 async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_from_another_zone() {
     let cluster = Cluster::shared("confirmation");
     let ns = cluster.namespace("confirm");
-    let netns = Netns::create();
+    let ZonedReplicas {
+        netns,
+        proxy: _proxy,
+        ops,
+    } = ZonedReplicas::spawn(cluster, &ns, "cf", FAST_LEASES).await;
     let host = netns.host_ip.clone();
-    let proxy = TcpProxy::start_on(&cluster.kubeconfig, &host).await;
-    let flags = |zone: &str| -> Vec<String> {
-        FAST_LEASES
-            .iter()
-            .map(|s| s.to_string())
-            .chain([format!("--zone={zone}")])
-            .collect()
-    };
-    let spawn = |identity: &str, zone: &str, cut: bool| {
-        let f = flags(zone);
-        let f: Vec<&str> = f.iter().map(String::as_str).collect();
-        if cut {
-            Operator::spawn_placed(
-                cluster,
-                identity,
-                &ns,
-                &f,
-                &proxy.kubeconfig,
-                &netns.ns_ip,
-                Some(&netns),
-            )
-        } else {
-            Operator::spawn_placed(cluster, identity, &ns, &f, &cluster.kubeconfig, &host, None)
-        }
-    };
     let cut_one = "cf-c";
-    let ops = vec![
-        spawn("cf-a", "a", false),
-        spawn("cf-b", "b", false),
-        spawn(cut_one, "c", true),
-    ];
     let witness = Witness::start_on(&host).await;
     let mut fleet =
         Fleet::start_with_witness(cluster, ns.clone(), ops, witness, CHECKERS, INTERVAL).await;

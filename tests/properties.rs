@@ -578,17 +578,10 @@ proptest! {
         for (i, (r, code)) in steps.into_iter().enumerate() {
             let o = outcome(REASONS[r], code);
             if o.success() { run_ok += 1; run_bad = 0 } else { run_bad += 1; run_ok = 0 }
+            let place = webchecker::confirm::Place::default();
             let ctx = Context {
-                generation: Some(1),
-                owner: "r0",
-                now_wall: format!("t{i}"),
-                now: start + Duration::from_secs(i as u64),
-                heartbeat: Duration::from_secs(300),
                 success_threshold,
-                failure_threshold,
-                certificate_warning_days: None,
-                confirm: false,
-                place: &webchecker::confirm::Place::default(),
+                ..step_context(i, start, failure_threshold, false, &place)
             };
             let fx = s.observe(&o, &ctx);
             let changed = s.ready != last_ready;
@@ -621,18 +614,7 @@ proptest! {
         for (i, (r, code)) in steps.into_iter().enumerate() {
             let o = outcome(REASONS[r], code);
             if o.success() { run_bad = 0 } else { run_bad += 1 }
-            let ctx = Context {
-                generation: Some(1),
-                owner: "r0",
-                now_wall: format!("t{i}"),
-                now: start + Duration::from_secs(i as u64),
-                heartbeat: Duration::from_secs(300),
-                success_threshold: 1,
-                failure_threshold,
-                certificate_warning_days: None,
-                confirm: true,
-                place: &here,
-            };
+            let ctx = step_context(i, start, failure_threshold, true, &here);
             let fx = s.observe(&o, &ctx);
             if fx.confirm {
                 prop_assert!(fx.write.is_none() && fx.transition.is_none());
@@ -647,5 +629,27 @@ proptest! {
                 prop_assert_ne!(degraded, Some(Truth::True));
             }
         }
+    }
+}
+
+/// The reducer's context at step `i` of a property (success threshold 1).
+fn step_context<'a>(
+    i: usize,
+    start: Instant,
+    failure_threshold: u32,
+    confirm: bool,
+    place: &'a webchecker::confirm::Place,
+) -> Context<'a> {
+    Context {
+        generation: Some(1),
+        owner: "r0",
+        now_wall: format!("t{i}"),
+        now: start + Duration::from_secs(i as u64),
+        heartbeat: Duration::from_secs(300),
+        success_threshold: 1,
+        failure_threshold,
+        certificate_warning_days: None,
+        confirm,
+        place,
     }
 }

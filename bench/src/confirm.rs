@@ -15,8 +15,8 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use webchecker::api::WebChecker;
 use webchecker_kit::fleet::Fleet;
-use webchecker_kit::netns::Netns;
-use webchecker_kit::{Cluster, Operator, TcpProxy, Witness, metric};
+use webchecker_kit::netns::ZonedReplicas;
+use webchecker_kit::{Cluster, Operator, Witness, metric};
 
 use crate::report::Section;
 use crate::sys::{clk_tck, cpu_ticks};
@@ -99,36 +99,14 @@ async fn phase(fleet: &Fleet, confirm: bool, cut: bool) -> Row {
 
 async fn run(cl: &'static Cluster, confirm: bool) -> Res<Vec<Row>> {
     let ns = cl.namespace(if confirm { "confirm-on" } else { "confirm-off" });
-    let netns = Netns::create();
-    let host = netns.host_ip.clone();
-    let proxy = TcpProxy::start_on(&cl.kubeconfig, &host).await;
-    let spawn = |identity: &str, zone: &str, cut: bool| {
-        let flags = [
-            format!("--zone={zone}"),
-            format!("--confirm-failures={confirm}"),
-            "--log-level=info".to_string(),
-        ];
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        if cut {
-            Operator::spawn_placed(
-                cl,
-                identity,
-                &ns,
-                &flags,
-                &proxy.kubeconfig,
-                &netns.ns_ip,
-                Some(&netns),
-            )
-        } else {
-            Operator::spawn_placed(cl, identity, &ns, &flags, &cl.kubeconfig, &host, None)
-        }
-    };
     let tag = if confirm { "on" } else { "off" };
-    let ops = vec![
-        spawn(&format!("{tag}-a"), "a", false),
-        spawn(&format!("{tag}-b"), "b", false),
-        spawn(&format!("{tag}-c"), "c", true),
-    ];
+    let flag = format!("--confirm-failures={confirm}");
+    let ZonedReplicas {
+        netns,
+        proxy: _proxy,
+        ops,
+    } = ZonedReplicas::spawn(cl, &ns, tag, &[flag.as_str(), "--log-level=info"]).await;
+    let host = netns.host_ip.clone();
     let witness = Witness::start_on(&host).await;
     witness.set_lean();
     let fleet = Fleet::start_with_witness(cl, ns.clone(), ops, witness, CHECKERS, INTERVAL).await;

@@ -155,3 +155,57 @@ impl Drop for Netns {
             .status();
     }
 }
+
+/// Three replicas in zones a, b and c (`<prefix>-a`, ...) with `extra`
+/// flags; the one of zone c runs in a network namespace of its own (its
+/// path to the targets can be cut there), reaching the API server through
+/// a proxy on the host's end of the pair. The others listen on that end
+/// too, so that every replica reaches every other; targets that all of
+/// them reach listen there (`Netns::host_ip`).
+pub struct ZonedReplicas {
+    pub netns: Netns,
+    pub proxy: crate::TcpProxy,
+    pub ops: Vec<crate::Operator>,
+}
+
+impl ZonedReplicas {
+    pub async fn spawn(
+        cluster: &crate::Cluster,
+        ns: &str,
+        prefix: &str,
+        extra: &[&str],
+    ) -> ZonedReplicas {
+        let netns = Netns::create();
+        let proxy = crate::TcpProxy::start_on(&cluster.kubeconfig, &netns.host_ip).await;
+        let ops = ["a", "b", "c"]
+            .into_iter()
+            .map(|zone| {
+                let zone_flag = format!("--zone={zone}");
+                let flags: Vec<&str> = extra.iter().copied().chain([zone_flag.as_str()]).collect();
+                let identity = format!("{prefix}-{zone}");
+                if zone == "c" {
+                    crate::Operator::spawn_placed(
+                        cluster,
+                        &identity,
+                        ns,
+                        &flags,
+                        &proxy.kubeconfig,
+                        &netns.ns_ip,
+                        Some(&netns),
+                    )
+                } else {
+                    crate::Operator::spawn_placed(
+                        cluster,
+                        &identity,
+                        ns,
+                        &flags,
+                        &cluster.kubeconfig,
+                        &netns.host_ip,
+                        None,
+                    )
+                }
+            })
+            .collect();
+        ZonedReplicas { netns, proxy, ops }
+    }
+}

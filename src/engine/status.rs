@@ -122,6 +122,59 @@ pub struct SideCondition {
     pub last_transition_time: Option<String>,
 }
 
+impl SideCondition {
+    /// The condition of this type on the object's status, if any.
+    fn found(status: Option<&WebCheckerStatus>, type_: &str) -> Option<Self> {
+        status
+            .and_then(|s| s.condition(type_))
+            .map(|c| SideCondition {
+                status: Truth::parse(&c.status),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c.last_transition_time.clone(),
+            })
+    }
+
+    /// Sets `slot` (its transition time moves only when its status does);
+    /// the message, when it turned True (the Warning Event's).
+    fn set(
+        slot: &mut Option<Self>,
+        status: Truth,
+        reason: &str,
+        message: String,
+        ctx: &Context<'_>,
+    ) -> Option<String> {
+        let was = slot.as_ref().map(|c| c.status);
+        let changed = was != Some(status);
+        let last_transition_time = if changed {
+            Some(ctx.now_wall.clone())
+        } else {
+            slot.as_ref().and_then(|c| c.last_transition_time.clone())
+        };
+        *slot = Some(SideCondition {
+            status,
+            reason: reason.into(),
+            message: message.clone(),
+            last_transition_time,
+        });
+        (changed && status == Truth::True).then_some(message)
+    }
+
+    fn render(&self, type_: &str, ctx: &Context<'_>) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: self.status.as_str().into(),
+            reason: self.reason.clone(),
+            message: crate::api::condition_message(&self.message),
+            last_transition_time: self
+                .last_transition_time
+                .clone()
+                .or_else(|| Some(ctx.now_wall.clone())),
+            observed_generation: ctx.generation,
+        }
+    }
+}
+
 /// Per-checker reducer state, owned by the engine.
 #[derive(Clone, Debug)]
 pub struct CheckerStatus {
@@ -194,22 +247,8 @@ impl CheckerStatus {
                 .and_then(|s| s.consecutive_failures)
                 .unwrap_or(0)
                 .max(0) as u32,
-            certificate: status
-                .and_then(|s| s.condition(CERTIFICATE_EXPIRING))
-                .map(|c| SideCondition {
-                    status: Truth::parse(&c.status),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    last_transition_time: c.last_transition_time.clone(),
-                }),
-            degraded: status
-                .and_then(|s| s.condition(DEGRADED))
-                .map(|c| SideCondition {
-                    status: Truth::parse(&c.status),
-                    reason: c.reason.clone(),
-                    message: c.message.clone(),
-                    last_transition_time: c.last_transition_time.clone(),
-                }),
+            certificate: SideCondition::found(status, CERTIFICATE_EXPIRING),
+            degraded: SideCondition::found(status, DEGRADED),
             confirming: None,
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
@@ -351,25 +390,10 @@ impl CheckerStatus {
         message: String,
         ctx: &Context<'_>,
     ) -> Option<String> {
-        let was = self.degraded.as_ref().map(|d| d.status);
-        if was.is_none() && status != Truth::True {
+        if self.degraded.is_none() && status != Truth::True {
             return None;
         }
-        let changed = was != Some(status);
-        let last_transition_time = if changed {
-            Some(ctx.now_wall.clone())
-        } else {
-            self.degraded
-                .as_ref()
-                .and_then(|d| d.last_transition_time.clone())
-        };
-        self.degraded = Some(SideCondition {
-            status,
-            reason: reason.into(),
-            message: message.clone(),
-            last_transition_time,
-        });
-        (changed && status == Truth::True).then_some(message)
+        SideCondition::set(&mut self.degraded, status, reason, message, ctx)
     }
 
     /// Updates CertificateExpiring from the certificate chain a probe saw
@@ -420,22 +444,7 @@ impl CheckerStatus {
                 format!("{which} expires at {expiry}, in {} days", left / 86_400),
             )
         };
-        let was = self.certificate.as_ref().map(|c| c.status);
-        let changed = was != Some(status);
-        let last_transition_time = if changed {
-            Some(ctx.now_wall.clone())
-        } else {
-            self.certificate
-                .as_ref()
-                .and_then(|c| c.last_transition_time.clone())
-        };
-        self.certificate = Some(SideCondition {
-            status,
-            reason: reason.into(),
-            message: message.clone(),
-            last_transition_time,
-        });
-        (changed && status == Truth::True).then_some(message)
+        SideCondition::set(&mut self.certificate, status, reason, message, ctx)
     }
 
     /// A checker that cannot be probed (spec invalid at run time, suspended).
@@ -484,31 +493,13 @@ impl CheckerStatus {
                 .or_else(|| Some(ctx.now_wall.clone())),
             observed_generation: ctx.generation,
         }];
-        if let Some(c) = &self.certificate {
-            conditions.push(Condition {
-                type_: CERTIFICATE_EXPIRING.into(),
-                status: c.status.as_str().into(),
-                reason: c.reason.clone(),
-                message: crate::api::condition_message(&c.message),
-                last_transition_time: c
-                    .last_transition_time
-                    .clone()
-                    .or_else(|| Some(ctx.now_wall.clone())),
-                observed_generation: ctx.generation,
-            });
-        }
-        if let Some(d) = &self.degraded {
-            conditions.push(Condition {
-                type_: DEGRADED.into(),
-                status: d.status.as_str().into(),
-                reason: d.reason.clone(),
-                message: crate::api::condition_message(&d.message),
-                last_transition_time: d
-                    .last_transition_time
-                    .clone()
-                    .or_else(|| Some(ctx.now_wall.clone())),
-                observed_generation: ctx.generation,
-            });
+        for (type_, c) in [
+            (CERTIFICATE_EXPIRING, &self.certificate),
+            (DEGRADED, &self.degraded),
+        ] {
+            if let Some(c) = c {
+                conditions.push(c.render(type_, ctx));
+            }
         }
         WebCheckerStatus {
             conditions,

@@ -7,18 +7,9 @@ use serde_json::json;
 use super::*;
 use crate::kubeio::mock_api::{ApiHandle, ok, status};
 
+/// A member that has joined (epoch uid-r1); lease 6 x retry.
 fn membership(retry: Duration) -> (Arc<Membership>, Client, ApiHandle) {
-    let (client, handle) = crate::kubeio::mock_api::client();
-    let metrics = Arc::new(Metrics::new("r1", false));
-    let m = Membership::new(
-        "r1".into(),
-        "ns".into(),
-        retry * 6,
-        retry * 4,
-        retry,
-        metrics,
-        Default::default(),
-    );
+    let (m, client, handle) = joining(retry, None, "");
     m.joined_for_test("uid-r1");
     (m, client, handle)
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::confirm::{Ask, Verdict};
 use crate::engine::command::Checker;
-use crate::engine::status::{CERTIFICATE_EXPIRING, Transition, Truth};
+use crate::engine::status::{Transition, Truth};
 use crate::intake::secrets::Resolved;
 use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
@@ -212,32 +212,19 @@ pub(super) fn transition_notice(
     }
 }
 
-/// The Warning Event of Degraded turning True.
-pub(super) fn degraded_notice(
+/// The Warning Event of a condition beside Ready turning True
+/// (CertificateExpiring, or Degraded with reason UnconfirmedFailure).
+pub(super) fn warning_notice(
     namespace: &str,
     object_ref: &ObjectReference,
+    reason: &str,
     message: &str,
 ) -> Notice {
     Notice {
         namespace: namespace.to_string(),
         object_ref: object_ref.clone(),
         warning: true,
-        reason: "UnconfirmedFailure".to_string(),
-        note: message.chars().take(1000).collect(),
-    }
-}
-
-/// The Warning Event of CertificateExpiring turning True.
-pub(super) fn certificate_notice(
-    namespace: &str,
-    object_ref: &ObjectReference,
-    message: &str,
-) -> Notice {
-    Notice {
-        namespace: namespace.to_string(),
-        object_ref: object_ref.clone(),
-        warning: true,
-        reason: CERTIFICATE_EXPIRING.to_string(),
+        reason: reason.to_string(),
         note: message.chars().take(1000).collect(),
     }
 }

@@ -481,13 +481,19 @@ impl Table {
         }
         if let Some(message) = &fx.degraded {
             tracing::info!(checker = %key, "{message}");
-            notices.push(effect::degraded_notice(&namespace, &e.object_ref, message));
+            notices.push(effect::warning_notice(
+                &namespace,
+                &e.object_ref,
+                "UnconfirmedFailure",
+                message,
+            ));
         }
         if let Some(message) = &fx.certificate_expiring {
             tracing::info!(checker = %key, "{message}");
-            notices.push(effect::certificate_notice(
+            notices.push(effect::warning_notice(
                 &namespace,
                 &e.object_ref,
+                crate::engine::status::CERTIFICATE_EXPIRING,
                 message,
             ));
         }
