@@ -672,6 +672,23 @@ def checker():
                      targets(("max by (namespace, name, phase) (%s)" % osel("webchecker_probe_phase_duration_seconds"), "{{phase}}")),
                      "s", stack=True, min_=0), 12, 8)
 
+    L.row("Zones (spec.locations)")
+    zone_note = (" Checkers with spec.locations only; the owner exports every zone's series (zone: the zone of the replica "
+                 "that probed), and a zone no longer asked loses its series at the next round.")
+    L.add(state_timeline("Zone results", "Outcome of the last probe from each zone (webchecker_zone_probe_success). A gap: that zone's replica "
+                         "gave no result (status.zones[] says Unknown, reason NoAnswer), or no owner exported the checker." + zone_note,
+                         targets(("max by (namespace, name, zone) (%s)" % osel("webchecker_zone_probe_success"), "{{zone}}")),
+                         mapping([(0, "failed", "red"), (1, "succeeded", "green")])), 24, 5)
+    L.add(timeseries("Zone probe duration", "Duration of the last probe from each zone (webchecker_zone_probe_duration_seconds, a gauge: "
+                     "the last probe's, not a distribution)." + zone_note,
+                     targets(("max by (namespace, name, zone) (%s)" % osel("webchecker_zone_probe_duration_seconds"), "{{zone}}")),
+                     "s", min_=0), 12, 8)
+    L.add(timeseries("Zone failures per second", "Failed probes per second from each zone (rate of webchecker_zone_probes_total{result=\"failure\"}, "
+                     "all owners added up). Ready turns False when at least spec.locations.quorum zones fail failureThreshold times in a row." + zone_note,
+                     targets(("sum by (namespace, name, zone) (rate(%s[%s]))"
+                              % (osel("webchecker_zone_probes_total", 'result="failure"'), RI), "{{zone}}")),
+                     "reqps", min_=0), 12, 8)
+
     L.row("TLS")
     L.add(timeseries("Certificate days left", "Days until the earliest notAfter of the chain over time; a renewal shows as a jump. https checkers only.",
                      targets((expiry, "days left")), "d"), 8, 8)
@@ -682,7 +699,7 @@ def checker():
                                 "not_after": "Not after"},
                 exclude=("Time", "namespace", "name", "Value"), sort_by=("Position", False)), 16, 8)
     return dashboard(CHECKER_UID, "WebChecker / Checker",
-                     "One WebChecker across the replicas that owned it: Ready, HTTP status, failures, latency, certificate and owner.",
+                     "One WebChecker across the replicas that owned it: Ready, HTTP status, failures, latency, zones, certificate and owner.",
                      L, one_checker=True)
 
 

@@ -71,7 +71,8 @@ NO_QUERY_PANELS = {"row", "text", "dashlist", "news", "welcome"}
 PER_CHECKER = re.compile(
     r"^webchecker_(probe_duration_seconds(_bucket|_sum|_count)?|probes_total|up|last_probe_success|"
     r"last_status_code|last_success_timestamp_seconds|probe_phase_duration_seconds|"
-    r"certificate_expiry_timestamp_seconds|certificate_info|checker_info|tls_info|http_version)$")
+    r"certificate_expiry_timestamp_seconds|certificate_info|checker_info|tls_info|http_version|"
+    r"zone_probe_success|zone_probe_duration_seconds|zone_probes_total)$")
 AGGREGATORS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
                "bottomk", "topk", "quantile", "limitk", "limit_ratio"}
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",

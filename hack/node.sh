@@ -284,6 +284,8 @@ start_containerd() {
   wait_for "containerd" 60 ctr_ version || { tail -n 30 "$N/containerd.log" >&2; die "containerd did not answer"; }
 }
 
+pause_loaded() { ctr_ images ls -q 2>>"$N/ctr.err" | grep -qxF "$PAUSE_IMAGE"; }
+
 load_images() {
   local a
   for a in "$@"; do
@@ -483,7 +485,15 @@ cmd_up() {
     shopt -u nullglob
   fi
   load_images "${images[@]}"
-  ctr_ images ls -q | grep -qxF "$PAUSE_IMAGE" || die "the pause image $PAUSE_IMAGE is not loaded (hack/image.sh pause)"
+  # A listing can fail while containerd is busy (one CI run saw the image
+  # missing right after its import): look again for a while, then show what
+  # containerd holds.
+  wait_for "the pause image" 20 pause_loaded || {
+    echo "node: ctr images ls:" >&2
+    ctr_ images ls >&2 || true
+    tail -n 20 "$N/containerd.log" >&2 2>/dev/null || true
+    die "the pause image $PAUSE_IMAGE is not loaded (hack/image.sh pause)"
+  }
 
   start_controllers
   start_kubelet

@@ -211,6 +211,10 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm_failures: Option<bool>,
 
+    /// Probe from several zones every interval, each zone by one replica chosen by the same rendezvous hashing within it: Ready turns False when at least quorum zones fail (failureThreshold in a row each), Degraded names the zones that fail while fewer do, status.zones shows each zone's last result. Costs one probe per zone per interval. Without it, one replica probes and a failure is confirmed from another zone (confirmFailures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locations: Option<Locations>,
+
     /// Stop probing while true; the Ready condition then says Suspended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspend: Option<bool>,
@@ -249,6 +253,19 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 3))]
     pub http_versions: Option<Vec<HttpVersion>>,
+}
+
+/// Zones to probe from, and how many must fail (spec.locations).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.quorum <= self.zones").message("spec.locations.quorum cannot exceed spec.locations.zones: Ready turns False when quorum of the zones probed fail, for example zones: 3, quorum: 2"))]
+pub struct Locations {
+    /// Zones that probe every interval, the owner's among them (2 to 5). Where the cluster has fewer zones with a replica, every one of them probes and status.zones shows how many.
+    #[schemars(range(min = 2, max = 5))]
+    pub zones: i32,
+    /// Zones that must fail before Ready turns False (1 to zones). When fewer zones answer than quorum, all that answer must fail.
+    #[schemars(range(min = 1, max = 5))]
+    pub quorum: i32,
 }
 
 fn default_path() -> String {
@@ -582,6 +599,33 @@ pub struct WebCheckerStatus {
     /// Replica that wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// With spec.locations: each probing zone's last result, written when a zone's result changes (and with the heartbeat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["zone".into()]))]
+    pub zones: Vec<ZoneStatus>,
+}
+
+/// One zone's last probe of a checker with spec.locations.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneStatus {
+    /// The zone (topology.kubernetes.io/zone of the probing replica's node).
+    #[schemars(length(max = 253))]
+    pub zone: String,
+    /// The replica that probed from it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 253))]
+    pub replica: String,
+    /// Succeeded, Failed (failureThreshold probes in a row), Failing (below the threshold) or Unknown (its replica did not answer).
+    #[schemars(extend("enum" = ["Succeeded", "Failing", "Failed", "Unknown"]))]
+    pub result: String,
+    /// The probe's reason (ProbeSucceeded, ConnectError, ...), or why no result came.
+    #[schemars(length(max = 1024))]
+    pub reason: String,
+    /// Latency of its last probe in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_millis: Option<i64>,
 }
 
 /// A condition with the fields and validation of metav1.Condition (kept as

@@ -10,6 +10,8 @@
 //! probes come from another zone, once per failure, never in steady state.
 
 mod support;
+#[path = "confirmation/zones.rs"]
+mod zones;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};

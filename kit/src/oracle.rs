@@ -681,3 +681,38 @@ pub fn movement_bound(m: usize, n_after: usize) -> usize {
 pub fn gaps_in(gaps: &[Gap], from: Instant, to: Instant) -> Vec<&Gap> {
     gaps.iter().filter(|g| g.at >= from && g.at <= to).collect()
 }
+
+/// Invariant 2 per zone, for checkers with `spec.locations`: of one checker,
+/// no two replicas of one zone probe at overlapping times (each zone has one
+/// prober at a time, as the owner is one). `hits` holds the owners' probes
+/// and the zone probes together; `zone_of` names a replica's zone. One line
+/// per checker and zone (the first overlap).
+pub fn zone_overlaps(hits: &[Hit], zone_of: &dyn Fn(&str) -> String) -> Vec<String> {
+    let mut by: BTreeMap<(String, String), Vec<&Hit>> = BTreeMap::new();
+    for h in hits {
+        by.entry((h.checker.clone(), zone_of(&h.replica)))
+            .or_default()
+            .push(h);
+    }
+    let mut out = Vec::new();
+    for ((checker, zone), mut hs) in by {
+        hs.sort_by_key(|h| h.start);
+        let mut latest: Option<&Hit> = None;
+        for h in hs {
+            if let Some(q) = latest
+                && q.replica != h.replica
+                && q.end > h.start
+            {
+                out.push(format!(
+                    "{checker} in zone {zone}: {} and {} probed at overlapping times",
+                    q.replica, h.replica
+                ));
+                break;
+            }
+            if latest.is_none_or(|q| q.end < h.end) {
+                latest = Some(h);
+            }
+        }
+    }
+    out
+}

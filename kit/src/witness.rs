@@ -15,6 +15,9 @@ use tokio::net::TcpListener;
 /// The request header of a confirmation probe, naming the owner it
 /// confirms for.
 pub const CONFIRM_FOR: &str = "x-webchecker-confirm-for";
+/// The request header of a zone's probe of a checker with `spec.locations`,
+/// naming the owner it probes for.
+pub const ZONE_FOR: &str = "x-webchecker-zone-for";
 
 /// How a witness target answers a checker.
 #[derive(Clone, Debug)]
@@ -54,6 +57,10 @@ struct WitnessState {
     /// probing once for the owner, kept apart from the owners' probes that
     /// the exclusivity and coverage checks read.
     confirmations: Vec<Hit>,
+    /// Zone probes (header `X-Webchecker-Zone-For`): another zone's replica
+    /// probing every interval for the owner of a checker with
+    /// `spec.locations`; kept apart like confirmations.
+    zone_probes: Vec<Hit>,
 }
 
 /// Counts an exchange as open while it lives, and records it as abandoned if
@@ -147,7 +154,8 @@ impl Witness {
                                         .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
                                         .collect();
                                     let replica = headers.get("x-webchecker-replica").cloned().unwrap_or_default();
-                                    let confirming = headers.contains_key(CONFIRM_FOR);
+                                    let zone_probe = headers.contains_key(ZONE_FOR);
+                                    let confirming = headers.contains_key(CONFIRM_FOR) || zone_probe;
                                     let mut guard = AbandonGuard::new(
                                         state.clone(),
                                         Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() },
@@ -171,7 +179,9 @@ impl Witness {
                                     guard.hit = None;
                                     {
                                         let mut s = state.lock().unwrap();
-                                        if confirming {
+                                        if zone_probe {
+                                            s.zone_probes.push(Hit { checker, replica, start, end: Instant::now(), headers });
+                                        } else if confirming {
                                             s.confirmations.push(Hit { checker, replica, start, end: Instant::now(), headers });
                                         } else {
                                             s.count += 1;
@@ -252,6 +262,12 @@ impl Witness {
     /// headers; never among `hits`.
     pub fn confirmation_hits(&self) -> Vec<Hit> {
         self.state.lock().unwrap().confirmations.clone()
+    }
+
+    /// Zone probes answered (see `zone_probes`), with their headers; never
+    /// among `hits`.
+    pub fn zone_probe_hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().zone_probes.clone()
     }
 
     /// Takes every exchange logged so far (answered and abandoned) out of the

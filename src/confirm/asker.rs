@@ -13,6 +13,7 @@ use tracing::debug;
 
 use super::choice::{Candidate, confirmers};
 use super::tokens::TokenSource;
+use super::zones::{ZoneAnswer, ZoneResult, zone_probers};
 use super::{Ask, PATH, Place, Reply, Verdict};
 use crate::coordination::shard::MemberView;
 
@@ -53,11 +54,9 @@ impl Asker {
         }
     }
 
-    /// Asks about `ask`'s checker, within `limit`.
-    pub async fn ask(&self, ask: Ask, limit: Duration) -> Verdict {
-        let deadline = Instant::now() + limit;
-        let members: Vec<Candidate> = self
-            .view
+    /// The members as the view has them, with their HTTP servers.
+    fn members(&self) -> Vec<Candidate> {
+        self.view
             .places()
             .into_iter()
             .filter_map(|(identity, p)| {
@@ -68,7 +67,65 @@ impl Asker {
                     node: p.node,
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// Asks one member in each of up to `others` other zones to probe
+    /// `ask`'s checker now (crate::confirm::zones), all at once, within
+    /// `limit`; one answer per zone asked.
+    pub async fn ask_zones(&self, ask: Ask, others: usize, limit: Duration) -> Vec<ZoneAnswer> {
+        let members = self.members();
+        let key = format!("{}/{}", ask.namespace, ask.name);
+        let chosen = zone_probers(&self.me, &key, &members, others);
+        if chosen.is_empty() {
+            return Vec::new();
+        }
+        let token = match self.tokens.token().await {
+            Ok(t) => t,
+            Err(why) => {
+                let why = format!("this replica has no credentials to ask with: {why}");
+                return chosen
+                    .into_iter()
+                    .map(|c| ZoneAnswer {
+                        by: place(c),
+                        result: ZoneResult::NoAnswer(why.clone()),
+                    })
+                    .collect();
+            }
+        };
+        let asks = chosen.into_iter().map(|c| {
+            let (token, ask) = (&token, &ask);
+            async move {
+                let result =
+                    match tokio::time::timeout(limit, self.post(&c.address, token, ask)).await {
+                        Ok(Ok(Reply::Probed {
+                            success,
+                            reason,
+                            millis,
+                        })) => ZoneResult::Probed {
+                            success,
+                            reason,
+                            millis,
+                        },
+                        Ok(Ok(Reply::Refused { why })) => {
+                            ZoneResult::NoAnswer(format!("refused: {why}"))
+                        }
+                        Ok(Err(e)) => ZoneResult::NoAnswer(e),
+                        Err(_) => ZoneResult::NoAnswer("did not answer in time".into()),
+                    };
+                ZoneAnswer {
+                    by: place(c),
+                    result,
+                }
+            }
+        });
+        futures::future::join_all(asks).await
+    }
+
+    /// Asks about `ask`'s checker, within `limit`.
+    pub async fn ask(&self, ask: Ask, limit: Duration) -> Verdict {
+        let deadline = Instant::now() + limit;
+        let members = self.members();
         let key = format!("{}/{}", ask.namespace, ask.name);
         let chosen = confirmers(&self.me, &key, &members, ATTEMPTS);
         if chosen.is_empty() {
@@ -84,10 +141,7 @@ impl Asker {
         };
         let mut said = Vec::new();
         for c in chosen {
-            let by = Place {
-                replica: c.identity.clone(),
-                zone: c.zone.clone(),
-            };
+            let by = place(c);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 said.push(format!("{} did not answer in time", by.describe()));
@@ -137,5 +191,12 @@ impl Asker {
             return Err(format!("answered HTTP {}", status.as_u16()));
         }
         serde_json::from_slice(&bytes).map_err(|_| "its reply could not be read".to_string())
+    }
+}
+
+fn place(c: &Candidate) -> Place {
+    Place {
+        replica: c.identity.clone(),
+        zone: c.zone.clone(),
     }
 }

@@ -15,6 +15,7 @@ pub mod asker;
 pub mod choice;
 pub mod service;
 pub mod tokens;
+pub mod zones;
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,10 @@ pub const AUDIENCE: &str = "webchecker-operator.test.network.io/confirm";
 /// target's log (and the test's witness) can tell it from an owner's probe.
 pub const CONFIRM_FOR_HEADER: &str = "x-webchecker-confirm-for";
 
+/// Request header of a zone's probe of a checker with `spec.locations`:
+/// the owner it probes for.
+pub const ZONE_FOR_HEADER: &str = "x-webchecker-zone-for";
+
 /// What the owner asks: the checker, as it saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -36,6 +41,19 @@ pub struct Ask {
     pub name: String,
     pub uid: String,
     pub generation: Option<i64>,
+    /// Why: to confirm a failure, or this zone's probe of the interval.
+    #[serde(default)]
+    pub purpose: Purpose,
+}
+
+/// Why an owner asks another replica to probe.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Purpose {
+    /// Confirm a failure that would turn Ready False.
+    #[default]
+    Confirm,
+    /// Probe from the confirmer's zone, every interval (`spec.locations`).
+    Zone,
 }
 
 /// What the confirmer answers.

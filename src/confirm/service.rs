@@ -8,14 +8,15 @@
 //! one the owner saw (UID and generation) and the asker owns it. Then the
 //! checker and its Secrets are read with this replica's permissions, its
 //! patterns compiled under the usual limits, and one probe runs under the
-//! forgery guard. The replica works on at most [`TOTAL`] asks at once; a
-//! namespace always gets [`PER_NAMESPACE`] of them and may borrow more only
+//! forgery guard. The replica works on at most [`TOTAL`] confirmations at
+//! once (and [`ZONE_TOTAL`] zones' probes); a namespace always gets
+//! [`PER_NAMESPACE`] (and [`ZONE_PER_NAMESPACE`]) of them and may borrow more only
 //! while under half are in use, so one team's failing checkers cannot take
 //! the confirmations of others.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 use kube::{Api, Client};
@@ -23,16 +24,30 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
 use super::tokens::Reviewer;
-use super::{Ask, CONFIRM_FOR_HEADER, Reply};
+use super::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::{OWNER_LABEL, WebChecker};
 use crate::intake::secrets::{self, ObjectId, Resolved};
 use crate::observe::metrics::Metrics;
-use crate::probe::{Prober, compile_patterns, plan_trusting, references};
+use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
 
-/// Asks of one namespace in work at once that it always gets.
+/// How long a zone's probe plan is used before the checker and its Secrets
+/// are read again (a zone probes every interval; reading the object each
+/// time would cost the API server a GET per probe).
+const PLAN_FRESH: Duration = Duration::from_secs(30);
+/// Plans kept at most (the owners' namespace budgets bound what each costs).
+const PLANS: usize = 4096;
+
+/// Asks for a confirmation of one namespace in work at once that it always gets.
 pub const PER_NAMESPACE: usize = 8;
-/// Asks in work at once, at most.
+/// Asks for a confirmation in work at once, at most.
 pub const TOTAL: usize = 64;
+/// Zones' probes (spec.locations) of one namespace in work at once that it
+/// always gets: they come every interval, for every checker of the
+/// namespace that another zone owns, and a failing target holds each for
+/// up to its timeout.
+pub const ZONE_PER_NAMESPACE: usize = 64;
+/// Zones' probes in work at once, at most.
+pub const ZONE_TOTAL: usize = 256;
 /// Asks waiting for the service, at most (the HTTP server answers busy
 /// beyond).
 const WAITING: usize = 256;
@@ -64,19 +79,30 @@ impl Desk {
 }
 
 /// Asks in work, per namespace.
-#[derive(Default)]
 struct Shares {
+    /// What a namespace always gets, and the replica's limit.
+    per_namespace: usize,
+    limit: usize,
     by_namespace: HashMap<String, usize>,
     total: usize,
 }
 
 impl Shares {
+    fn new(per_namespace: usize, limit: usize) -> Self {
+        Shares {
+            per_namespace,
+            limit,
+            by_namespace: HashMap::new(),
+            total: 0,
+        }
+    }
+
     /// Whether one more ask of `namespace` may start: within its own share,
     /// or borrowed while fewer than half of all are in use.
     fn admits(&self, namespace: &str) -> bool {
         let n = self.by_namespace.get(namespace).copied().unwrap_or(0);
-        let own = n < PER_NAMESPACE && self.total < TOTAL;
-        let borrowed = self.total < TOTAL / 2;
+        let own = n < self.per_namespace && self.total < self.limit;
+        let borrowed = self.total < self.limit / 2;
         own || borrowed
     }
 
@@ -102,12 +128,59 @@ impl Drop for Share<'_> {
     }
 }
 
+/// Zone probe plans, by checker, for as long as [`PLAN_FRESH`]: used for an
+/// ask of the same object (UID), generation and owner only.
+#[derive(Default)]
+struct PlanCache(Mutex<HashMap<(String, String), CachedPlan>>);
+
+struct CachedPlan {
+    uid: String,
+    generation: Option<i64>,
+    owner: String,
+    plan: Arc<ProbePlan>,
+    read: Instant,
+}
+
+impl PlanCache {
+    fn get(&self, ask: &Ask, now: Instant) -> Option<Arc<ProbePlan>> {
+        if ask.purpose != Purpose::Zone {
+            return None;
+        }
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let c = map.get(&(ask.namespace.clone(), ask.name.clone()))?;
+        let same = c.uid == ask.uid && c.generation == ask.generation && c.owner == ask.from;
+        (same && now.duration_since(c.read) < PLAN_FRESH).then(|| c.plan.clone())
+    }
+
+    fn put(&self, ask: &Ask, plan: Arc<ProbePlan>, now: Instant) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= PLANS {
+            map.retain(|_, c| now.duration_since(c.read) < PLAN_FRESH);
+            if map.len() >= PLANS {
+                map.clear();
+            }
+        }
+        map.insert(
+            (ask.namespace.clone(), ask.name.clone()),
+            CachedPlan {
+                uid: ask.uid.clone(),
+                generation: ask.generation,
+                owner: ask.from.clone(),
+                plan,
+                read: now,
+            },
+        );
+    }
+}
+
 pub struct Service {
     pub client: Client,
     pub reviewer: Reviewer,
     pub prober: Arc<Prober>,
     pub metrics: Arc<Metrics>,
     shares: Mutex<Shares>,
+    zone_shares: Mutex<Shares>,
+    plans: PlanCache,
 }
 
 fn refused<T>(why: impl Into<String>) -> Result<T, Reply> {
@@ -126,7 +199,9 @@ impl Service {
             reviewer,
             prober,
             metrics,
-            shares: Mutex::new(Shares::default()),
+            shares: Mutex::new(Shares::new(PER_NAMESPACE, TOTAL)),
+            zone_shares: Mutex::new(Shares::new(ZONE_PER_NAMESPACE, ZONE_TOTAL)),
+            plans: PlanCache::default(),
         })
     }
 
@@ -150,13 +225,17 @@ impl Service {
         }
     }
 
-    fn take_share(&self, namespace: &str) -> Option<Share<'_>> {
-        let mut s = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+    fn take_share(&self, namespace: &str, purpose: Purpose) -> Option<Share<'_>> {
+        let shares = match purpose {
+            Purpose::Confirm => &self.shares,
+            Purpose::Zone => &self.zone_shares,
+        };
+        let mut s = shares.lock().unwrap_or_else(|p| p.into_inner());
         if !s.admits(namespace) {
             return None;
         }
         s.take(namespace);
-        Some(Share(&self.shares, namespace.to_string()))
+        Some(Share(shares, namespace.to_string()))
     }
 
     async fn serve(&self, token: Option<String>, ask: &Ask) -> Result<Reply, Reply> {
@@ -173,12 +252,38 @@ impl Service {
             }
             Ok(_) => {}
         }
-        let Some(_share) = self.take_share(&ask.namespace) else {
+        let Some(_share) = self.take_share(&ask.namespace, ask.purpose) else {
             return refused(format!(
-                "busy: namespace {} has its share of confirmations in work here",
+                "busy: namespace {} has its share of asks in work here",
                 ask.namespace
             ));
         };
+        let plan = match self.plans.get(ask, Instant::now()) {
+            Some(plan) => plan,
+            None => {
+                let plan = Arc::new(self.plan(ask).await?);
+                if ask.purpose == Purpose::Zone {
+                    self.plans.put(ask, plan.clone(), Instant::now());
+                }
+                plan
+            }
+        };
+        if ask.purpose == Purpose::Zone && plan.locations.is_none() {
+            return refused("the checker has no spec.locations");
+        }
+        let Some(outcome) = self.prober.probe(&plan, &ask.namespace, &|| true).await else {
+            return refused("the probe was held back");
+        };
+        Ok(Reply::Probed {
+            success: outcome.success(),
+            reason: outcome.reason.as_str().to_string(),
+            millis: outcome.duration.as_millis() as u64,
+        })
+    }
+
+    /// The probe plan of the checker as this replica reads it now: the
+    /// object, its Secrets, its patterns; the header naming the owner.
+    async fn plan(&self, ask: &Ask) -> Result<ProbePlan, Reply> {
         let wc = self.read(ask).await?;
         let spec = &wc.spec;
         let values = self.values(&ask.namespace, spec).await;
@@ -193,18 +298,15 @@ impl Service {
             Ok(p) => p,
             Err(m) => return refused(format!("the spec cannot be probed here: {m}")),
         };
+        let header = match ask.purpose {
+            Purpose::Confirm => CONFIRM_FOR_HEADER,
+            Purpose::Zone => ZONE_FOR_HEADER,
+        };
         if let Ok(v) = HeaderValue::from_str(&ask.from) {
             plan.headers
-                .push((http::HeaderName::from_static(CONFIRM_FOR_HEADER), v));
+                .push((http::HeaderName::from_static(header), v));
         }
-        let Some(outcome) = self.prober.probe(&plan, &ask.namespace, &|| true).await else {
-            return refused("the probe was held back");
-        };
-        Ok(Reply::Probed {
-            success: outcome.success(),
-            reason: outcome.reason.as_str().to_string(),
-            millis: outcome.duration.as_millis() as u64,
-        })
+        Ok(plan)
     }
 
     /// The checker as the owner saw it, read now.
@@ -266,7 +368,7 @@ mod tests {
 
     #[test]
     fn one_namespace_borrows_half_and_every_other_keeps_its_own_share() {
-        let mut s = Shares::default();
+        let mut s = Shares::new(PER_NAMESPACE, TOTAL);
         while s.admits("busy") {
             s.take("busy");
         }

@@ -25,6 +25,7 @@ use tracing::warn;
 
 use crate::confirm::Verdict;
 use crate::confirm::asker::Asker;
+use crate::confirm::zones::ZoneAnswer;
 use crate::coordination::membership::Membership;
 use crate::kubeio::writer::StatusWriter;
 use crate::observe::events::EventSender;
@@ -44,16 +45,25 @@ pub struct EngineSettings {
     pub identity: String,
     pub workers: usize,
     pub heartbeat: Duration,
-    /// Asks other replicas to confirm failures (crate::confirm); `None`:
-    /// the owner's failures alone decide.
+    /// Asks other replicas to confirm failures and to probe from their
+    /// zones (crate::confirm); `None`: the owner's probes alone decide.
     pub asker: Option<Arc<Asker>>,
+    /// Failures are confirmed before they turn a checker Ready=False.
+    pub confirm_failures: bool,
 }
 
-/// Another replica's word on a failure, as its task reports it.
+/// Other replicas' word, as an ask's task reports it.
 struct Heard {
     key: String,
     seq: u64,
-    verdict: Verdict,
+    said: Said,
+}
+
+enum Said {
+    /// On a failure (crate::confirm).
+    Verdict(Verdict),
+    /// Each other zone's probe (spec.locations).
+    Zones(Vec<ZoneAnswer>),
 }
 
 /// A probe that ended, as its task reports it.
@@ -117,7 +127,8 @@ impl Engine {
             heartbeat: settings.heartbeat,
             roots: prober.roots().clone(),
             place,
-            confirm: settings.asker.is_some(),
+            confirm: settings.asker.is_some() && settings.confirm_failures,
+            zones: settings.asker.is_some(),
         });
         let (heard_tx, heard_rx) = mpsc::channel(256);
         Engine {
@@ -164,7 +175,11 @@ impl Engine {
                     });
                 }
                 Some(h) = heard_rx.recv() => {
-                    self.step(Input::Confirmed { key: h.key, seq: h.seq, verdict: h.verdict });
+                    let (key, seq) = (h.key, h.seq);
+                    self.step(match h.said {
+                        Said::Verdict(verdict) => Input::Confirmed { key, seq, verdict },
+                        Said::Zones(answers) => Input::Zones { key, seq, answers },
+                    });
                 }
                 cmd = commands.recv() => match cmd {
                     Some(c) => self.command(c),
@@ -332,6 +347,13 @@ impl Engine {
                     ask,
                     limit,
                 } => self.confirm(key, seq, ask, limit),
+                Effect::AskZones {
+                    key,
+                    seq,
+                    ask,
+                    others,
+                    limit,
+                } => self.ask_zones(key, seq, ask, others, limit),
                 Effect::Writer(w) => self.write(w),
                 Effect::Event(n) => self.send_event(n),
                 Effect::Metric(m) => self.metric(m),
@@ -355,7 +377,29 @@ impl Engine {
                 Some(a) => a.ask(ask, limit).await,
                 None => Verdict::Alone,
             };
-            let _ = tx.send(Heard { key, seq, verdict }).await;
+            let said = Said::Verdict(verdict);
+            let _ = tx.send(Heard { key, seq, said }).await;
+        });
+    }
+
+    /// Asks the other zones to probe, off the engine's task.
+    fn ask_zones(
+        &self,
+        key: String,
+        seq: u64,
+        ask: crate::confirm::Ask,
+        others: usize,
+        limit: Duration,
+    ) {
+        let tx = self.heard.0.clone();
+        let asker = self.asker.clone();
+        tokio::spawn(async move {
+            let answers = match asker {
+                Some(a) => a.ask_zones(ask, others, limit).await,
+                None => Vec::new(),
+            };
+            let said = Said::Zones(answers);
+            let _ = tx.send(Heard { key, seq, said }).await;
         });
     }
 
@@ -418,6 +462,11 @@ impl Engine {
                 }
                 metrics.set_up(&namespace, &name, &info, ready);
             }
+            Metric::Zones {
+                namespace,
+                name,
+                results,
+            } => metrics.record_zones(&namespace, &name, &results),
             Metric::Forget { namespace, name } => metrics.forget_checker(&namespace, &name),
             Metric::Owned(n) => metrics.owned.set(n),
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),

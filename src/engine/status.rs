@@ -12,6 +12,9 @@ use crate::api::{Condition, WebCheckerStatus};
 use crate::confirm::Verdict;
 use crate::probe::{Outcome, Reason, human_duration, version_name};
 
+mod zones;
+pub use zones::ZoneBook;
+
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
 /// True while the server certificate expires within that many days.
@@ -96,6 +99,8 @@ struct Summary {
     owner: Option<String>,
     certificate: Option<Truth>,
     degraded: Option<Truth>,
+    /// Each zone's result (spec.locations).
+    zones: Vec<(String, String)>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -110,6 +115,11 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
             .condition(CERTIFICATE_EXPIRING)
             .map(|c| Truth::parse(&c.status)),
         degraded: s.condition(DEGRADED).map(|c| Truth::parse(&c.status)),
+        zones: s
+            .zones
+            .iter()
+            .map(|z| (z.zone.clone(), z.result.clone()))
+            .collect(),
     }
 }
 
@@ -189,8 +199,11 @@ pub struct CheckerStatus {
     /// Degraded; None until a confirmation first refuted a failure.
     pub degraded: Option<SideCondition>,
     /// A failure that would turn Ready False, held while another replica is
-    /// asked to confirm it (crate::confirm).
+    /// asked to confirm it (crate::confirm); with spec.locations, the
+    /// owner's probe held while the other zones probe.
     confirming: Option<Box<Outcome>>,
+    /// With spec.locations: each zone's streak.
+    zones: ZoneBook,
     /// What the object's status said when we last wrote (or first saw) it.
     written: Option<Summary>,
     last_write: Option<Instant>,
@@ -250,6 +263,7 @@ impl CheckerStatus {
             certificate: SideCondition::found(status, CERTIFICATE_EXPIRING),
             degraded: SideCondition::found(status, DEGRADED),
             confirming: None,
+            zones: ZoneBook::default(),
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
             inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
@@ -513,6 +527,7 @@ impl CheckerStatus {
             consecutive_successes: Some(self.consecutive_successes as i32),
             consecutive_failures: Some(self.consecutive_failures as i32),
             owner: Some(ctx.owner.to_string()),
+            zones: Vec::new(),
         }
     }
 

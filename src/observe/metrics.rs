@@ -73,6 +73,26 @@ struct CheckerSeries {
     http_version: u8,
     /// `webchecker_checker_info` (shared with the engine's entry).
     info: Option<Arc<CheckerInfo>>,
+    /// With spec.locations: each zone's series, in the order of the last round.
+    zones: Vec<ZoneSeries>,
+}
+
+/// One zone's series of a checker with spec.locations.
+#[derive(Clone, Default)]
+struct ZoneSeries {
+    zone: Arc<str>,
+    /// `None` while its replica gives no probe result.
+    last: Option<(bool, f64)>,
+    successes: u64,
+    failures: u64,
+}
+
+/// One zone's result of a round, as the owner exports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSample {
+    pub zone: String,
+    /// Success and milliseconds; `None`: no probe result came.
+    pub result: Option<(bool, u64)>,
 }
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
@@ -454,6 +474,31 @@ impl Metrics {
         });
     }
 
+    /// A round of a checker with spec.locations: the zones of `results`
+    /// replace the earlier ones (a zone no longer asked loses its series),
+    /// each counting its probe.
+    pub fn record_zones(&self, namespace: &str, name: &str, results: &[ZoneSample]) {
+        self.with_checker(namespace, name, |c| {
+            let mut old = std::mem::take(&mut c.zones);
+            for r in results {
+                let mut z = match old.iter().position(|z| *z.zone == *r.zone) {
+                    Some(i) => old.swap_remove(i),
+                    None => ZoneSeries {
+                        zone: r.zone.as_str().into(),
+                        ..Default::default()
+                    },
+                };
+                z.last = r.result.map(|(ok, ms)| (ok, ms as f64 / 1000.0));
+                match r.result {
+                    Some((true, _)) => z.successes += 1,
+                    Some((false, _)) => z.failures += 1,
+                    None => {}
+                }
+                c.zones.push(z);
+            }
+        });
+    }
+
     /// Drops every series of a checker this replica no longer owns.
     pub fn forget_checker(&self, namespace: &str, name: &str) {
         let mut map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
@@ -585,6 +630,63 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
     render_tls(out, checkers);
     info::render_info(out, checkers);
     render_phases(out, checkers);
+    render_zones(out, checkers);
+}
+
+/// The zone series of checkers with spec.locations, exported by the owner
+/// only (it holds every zone's answer), so sums never count a probe twice.
+fn render_zones(out: &mut String, checkers: &Snapshot) {
+    type Value = fn(&ZoneSeries) -> Vec<(&'static str, f64)>;
+    let families: [(&str, &str, &str, Value); 3] = [
+        (
+            "webchecker_zone_probe_success",
+            "gauge",
+            "1 when the last probe from this zone succeeded (spec.locations); absent while its replica gives no result",
+            |z| {
+                z.last
+                    .map(|(ok, _)| ("", f64::from(u8::from(ok))))
+                    .into_iter()
+                    .collect()
+            },
+        ),
+        (
+            "webchecker_zone_probe_duration_seconds",
+            "gauge",
+            "Duration of the last probe from this zone (spec.locations)",
+            |z| z.last.map(|(_, s)| ("", s)).into_iter().collect(),
+        ),
+        (
+            "webchecker_zone_probes_total",
+            "counter",
+            "Probes from this zone (spec.locations), by result",
+            |z| {
+                vec![
+                    ("success", z.successes as f64),
+                    ("failure", z.failures as f64),
+                ]
+            },
+        ),
+    ];
+    for (family, kind, help, value) in families {
+        let mut header = false;
+        for (ns, name, c) in checkers {
+            for z in &c.zones {
+                for (result, v) in value(z) {
+                    if !header {
+                        push_header(out, family, kind, help);
+                        header = true;
+                    }
+                    push_series_start(out, family, ns, name);
+                    if !result.is_empty() {
+                        let _ = write!(out, ",result=\"{result}\"");
+                    }
+                    out.push_str(",zone=\"");
+                    push_escaped(out, &z.zone);
+                    let _ = writeln!(out, "\"}} {v}");
+                }
+            }
+        }
+    }
 }
 
 /// `webchecker_probe_duration_seconds` (`--per-checker-histogram`).

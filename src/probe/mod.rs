@@ -65,8 +65,8 @@ pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
 pub use plan::{
     AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, PatternError, Patterns, ProbePlan, ProxyPlan,
-    StatusSet, TlsConfig, TlsPlan, ValueRef, base64, compile_patterns, pattern_sources, plan,
-    plan_trusting, plan_with, references,
+    StatusSet, TlsConfig, TlsPlan, ValueRef, ZoneQuorum, base64, compile_patterns, pattern_sources,
+    plan, plan_trusting, plan_with, references,
 };
 pub use policy::{
     AddressPolicy, ClusterAddresses, Denial, KUBELET_PORTS, PRIVATE_NETWORKS, Scope, Why,

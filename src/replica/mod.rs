@@ -327,7 +327,8 @@ fn start_tasks(
             identity: basics.identity.clone(),
             workers: cfg.workers as usize,
             heartbeat: cfg.heartbeat,
-            asker,
+            asker: Some(asker),
+            confirm_failures: cfg.confirm_failures,
         },
         prober,
         metrics.clone(),
@@ -387,14 +388,14 @@ fn start_tasks(
 }
 
 /// Confirmation (crate::confirm): the service that answers other replicas'
-/// asks, started now; the asker of this replica, unless
-/// `--confirm-failures=false`.
+/// asks, started now; the asker of this replica (confirmations, unless
+/// `--confirm-failures=false`, and the zones' probes of `spec.locations`).
 fn confirmation(
     cfg: &Config,
     basics: &Basics,
     view: &Arc<MemberView>,
     prober: &Arc<probe::Prober>,
-) -> Option<Arc<Asker>> {
+) -> Arc<Asker> {
     let client = &basics.clients.requests;
     if let Some(asks) = basics.asks.lock().unwrap_or_else(|p| p.into_inner()).take() {
         let service = ConfirmService::new(
@@ -405,7 +406,7 @@ fn confirmation(
         );
         tokio::spawn(service.run(asks));
     }
-    cfg.confirm_failures.then(|| {
+    {
         let me = Candidate {
             identity: basics.identity.clone(),
             address: String::new(),
@@ -419,7 +420,7 @@ fn confirmation(
             .map(|uid| (basics.identity.clone(), uid));
         let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
         Asker::new(me, view.clone(), tokens)
-    })
+    }
 }
 
 struct CoordinationTasks {

@@ -21,6 +21,18 @@ const ABSENT_OK: &[(&str, &str)] = &[
         "appears with the first failure another replica refutes; every replica reaches \
          the witness",
     ),
+    (
+        "webchecker_zone_probe_success",
+        "checkers with spec.locations only; the scenario has none",
+    ),
+    (
+        "webchecker_zone_probe_duration_seconds",
+        "checkers with spec.locations only; the scenario has none",
+    ),
+    (
+        "webchecker_zone_probes_total",
+        "checkers with spec.locations only; the scenario has none",
+    ),
 ];
 
 /// `texts`: every replica's /metrics as (identity, text).

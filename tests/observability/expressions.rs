@@ -46,6 +46,21 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
          replica refutes; every replica of the scenario reaches the witness",
     ),
     (
+        ":Zone results/",
+        "webchecker_zone_probe_success exists for checkers with spec.locations only; the \
+         scenario has none (tests/confirmation/zones.rs covers the zone series)",
+    ),
+    (
+        ":Zone probe duration/",
+        "webchecker_zone_probe_duration_seconds exists for checkers with spec.locations only; \
+         the scenario has none",
+    ),
+    (
+        ":Zone failures per second/",
+        "webchecker_zone_probes_total exists for checkers with spec.locations only; the \
+         scenario has none",
+    ),
+    (
         "alert=WebCheckerCertificateExpiring",
         "no https checker (and it needs a certificate expiring within 14 days)",
     ),

@@ -8,12 +8,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::confirm::zones::ZoneAnswer;
 use crate::confirm::{Ask, Verdict};
 use crate::engine::command::Checker;
 use crate::engine::status::{Transition, Truth};
 use crate::intake::secrets::Resolved;
 use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
+use crate::observe::metrics::ZoneSample;
 use crate::probe::{Compiled, Outcome, ProbePlan};
 
 /// The time of a step, and a draw in [0, 1] that places a first probe
@@ -72,6 +74,12 @@ pub enum Input {
         seq: u64,
         verdict: Verdict,
     },
+    /// The other zones' answers to an [`Effect::AskZones`].
+    Zones {
+        key: String,
+        seq: u64,
+        answers: Vec<ZoneAnswer>,
+    },
 }
 
 #[derive(Debug)]
@@ -103,6 +111,16 @@ pub enum Effect {
         key: String,
         seq: u64,
         ask: Ask,
+        limit: Duration,
+    },
+    /// Ask one replica in each of up to `others` other zones to probe the
+    /// checker now (spec.locations), within `limit`; report the answers as
+    /// [`Input::Zones`] with `seq`.
+    AskZones {
+        key: String,
+        seq: u64,
+        ask: Ask,
+        others: usize,
         limit: Duration,
     },
     Writer(ToWriter),
@@ -181,6 +199,13 @@ pub enum Metric {
         info: Arc<CheckerInfo>,
         verdict: Verdict,
         ready: bool,
+    },
+    /// Each zone's result of a round (spec.locations): the owner exports
+    /// every zone's series of its checkers.
+    Zones {
+        namespace: String,
+        name: String,
+        results: Vec<ZoneSample>,
     },
     /// Drop its series.
     Forget { namespace: String, name: String },

@@ -19,13 +19,15 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::debug;
 
-use crate::confirm::Verdict;
+use crate::confirm::zones::{ZoneAnswer, ZoneResult};
+use crate::confirm::{Purpose, Verdict};
 use crate::engine::arrival::Arrivals;
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
 use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
+use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};
 
 mod effect;
@@ -51,6 +53,8 @@ pub struct Settings {
     /// may still opt out).
     pub place: crate::confirm::Place,
     pub confirm: bool,
+    /// Whether other zones can be asked to probe (spec.locations).
+    pub zones: bool,
 }
 
 struct Entry {
@@ -70,6 +74,9 @@ struct Entry {
     inflight: bool,
     draining: bool,
     status: CheckerStatus,
+    /// With spec.locations: the other zones were asked and have not all
+    /// answered (one round out at a time).
+    zones_asked: bool,
     last_probe_wall: Option<SystemTime>,
     /// A new arrival not yet probed: when the watch delivered it.
     first_probe_since: Option<Instant>,
@@ -82,14 +89,15 @@ impl Entry {
         self.plan.as_ref().map_or(Duration::ZERO, |p| p.timeout)
     }
 
-    /// The ask about this checker's failure (crate::confirm).
-    fn ask(&self, identity: &str) -> crate::confirm::Ask {
+    /// The ask about this checker (crate::confirm).
+    fn ask(&self, identity: &str, purpose: Purpose) -> crate::confirm::Ask {
         crate::confirm::Ask {
             from: identity.to_string(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
             uid: self.object_ref.uid.clone().unwrap_or_default(),
             generation: self.generation,
+            purpose,
         }
     }
 }
@@ -197,6 +205,7 @@ impl Table {
                 finished,
             } => self.done(key, seq, outcome, finished, clock),
             Input::Confirmed { key, seq, verdict } => self.confirmed(key, seq, verdict, clock),
+            Input::Zones { key, seq, answers } => self.zones_answered(key, seq, answers, clock),
         }
         // A failure held for another replica's word is written before the end.
         if self.stopping
@@ -294,7 +303,30 @@ impl Table {
         };
         let Some(plan) = e.plan.clone() else { return };
         let ctx = context(&self.settings, e.generation, Some(&plan), clock);
-        let fx = e.status.observe(&outcome, &ctx);
+        let fx = match plan.locations {
+            Some(q) => {
+                // One round of the other zones out at a time; without an
+                // asker there is no other zone to ask.
+                let ask = self.settings.zones && !e.zones_asked;
+                let fx = e
+                    .status
+                    .observe_zone(&outcome, q, ask || e.zones_asked, &ctx);
+                if ask {
+                    e.zones_asked = true;
+                    self.out.push(Effect::AskZones {
+                        key: key.clone(),
+                        seq: e.seq,
+                        ask: e.ask(&self.settings.identity, Purpose::Zone),
+                        others: q.zones as usize - 1,
+                        limit: plan.timeout + CONFIRM_READS,
+                    });
+                } else if !e.zones_asked {
+                    self.out.push(zone_metric(e, &ctx, &[]));
+                }
+                fx
+            }
+            None => e.status.observe(&outcome, &ctx),
+        };
         debug!(checker = %key, reason = outcome.reason.as_str(), ms = outcome.duration.as_millis() as u64, "probe done");
         self.out.push(Effect::Metric(Metric::Probe {
             namespace: e.namespace.clone(),
@@ -307,7 +339,7 @@ impl Table {
             self.out.push(Effect::Confirm {
                 key: key.clone(),
                 seq: e.seq,
-                ask: e.ask(&self.settings.identity),
+                ask: e.ask(&self.settings.identity, Purpose::Confirm),
                 limit: plan.timeout + CONFIRM_READS,
             });
         }
@@ -348,6 +380,37 @@ impl Table {
             name: e.name.clone(),
             info: e.info.clone(),
             verdict,
+            ready: e.status.is_ready(),
+        }));
+        self.status_effects(&key, fx);
+    }
+
+    /// The other zones' answers to a round (spec.locations).
+    fn zones_answered(&mut self, key: String, seq: u64, answers: Vec<ZoneAnswer>, clock: Clock) {
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        if e.seq != seq {
+            return;
+        }
+        e.zones_asked = false;
+        let Some((plan, q)) = e
+            .plan
+            .clone()
+            .filter(|_| !e.draining)
+            .and_then(|p| Some((p.clone(), p.locations?)))
+        else {
+            // Handed over or no longer probed from zones: nothing to decide.
+            e.status.release_held();
+            return;
+        };
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let fx = e.status.zones_answered(&answers, q, &ctx);
+        self.out.push(zone_metric(e, &ctx, &answers));
+        self.out.push(Effect::Metric(Metric::Up {
+            namespace: e.namespace.clone(),
+            name: e.name.clone(),
+            info: e.info.clone(),
             ready: e.status.is_ready(),
         }));
         self.status_effects(&key, fx);
@@ -481,10 +544,11 @@ impl Table {
         }
         if let Some(message) = &fx.degraded {
             tracing::info!(checker = %key, "{message}");
+            let reason = e.status.degraded.as_ref().map(|c| c.reason.as_str());
             notices.push(effect::warning_notice(
                 &namespace,
                 &e.object_ref,
-                "UnconfirmedFailure",
+                reason.unwrap_or("UnconfirmedFailure"),
                 message,
             ));
         }
@@ -523,6 +587,29 @@ fn context<'a>(
         confirm: settings.confirm && plan.is_some_and(|p| p.confirm_failures),
         place: &settings.place,
     }
+}
+
+/// The zones' series of a checker after a round: the owner's zone from its
+/// own probe, the others from their answers.
+fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
+    let own = e.status.zone_entry(&ctx.place.zone).map(|z| ZoneSample {
+        zone: z.zone.clone(),
+        result: z.known.then(|| (z.failures == 0, z.millis.unwrap_or(0))),
+    });
+    let others = answers.iter().map(|a| ZoneSample {
+        zone: a.by.zone.clone(),
+        result: match &a.result {
+            ZoneResult::Probed {
+                success, millis, ..
+            } => Some((*success, *millis)),
+            ZoneResult::NoAnswer(_) => None,
+        },
+    });
+    Effect::Metric(Metric::Zones {
+        namespace: e.namespace.clone(),
+        name: e.name.clone(),
+        results: own.into_iter().chain(others).collect(),
+    })
 }
 
 /// What a confirmer may spend besides the probe's timeout: its reads of the

@@ -111,6 +111,7 @@ impl Table {
                     timer: false,
                     due: clock.now,
                     inflight: false,
+                    zones_asked: false,
                     draining: false,
                     status: CheckerStatus::from_existing(c.status.as_ref()),
                     last_probe_wall: None,

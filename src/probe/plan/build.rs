@@ -9,7 +9,7 @@ use super::credentials::request_headers;
 use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
-use super::{AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet};
+use super::{AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum};
 use crate::api::{
     Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
 };
@@ -103,7 +103,26 @@ pub fn plan_trusting(
         success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
         suspend: spec.suspend.unwrap_or(false),
         confirm_failures: spec.confirm_failures.unwrap_or(true),
+        locations: locations(spec)?,
     })
+}
+
+/// `spec.locations`, as the schema's rules admit it (an object stored
+/// before those rules fails the plan rather than probing half a quorum).
+fn locations(spec: &WebCheckerSpec) -> Result<Option<ZoneQuorum>, String> {
+    let Some(l) = spec.locations else {
+        return Ok(None);
+    };
+    if !(2..=5).contains(&l.zones) {
+        return Err("spec.locations.zones must be 2 to 5".into());
+    }
+    if l.quorum < 1 || l.quorum > l.zones {
+        return Err("spec.locations.quorum must be 1 to spec.locations.zones".into());
+    }
+    Ok(Some(ZoneQuorum {
+        zones: l.zones as u32,
+        quorum: l.quorum as u32,
+    }))
 }
 
 /// `spec.timeoutSeconds`, or its default for the interval; the interval is

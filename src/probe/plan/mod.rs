@@ -65,6 +65,17 @@ pub struct ProbePlan {
     /// `confirmFailures`: a failure that would turn Ready False is probed
     /// again by another replica first.
     pub confirm_failures: bool,
+    /// `locations`: probed from this many zones every interval.
+    pub locations: Option<ZoneQuorum>,
+}
+
+/// `spec.locations`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneQuorum {
+    /// Zones that probe every interval, the owner's among them.
+    pub zones: u32,
+    /// Zones that must fail before Ready turns False.
+    pub quorum: u32,
 }
 
 /// Accepted status codes, as inclusive ranges.

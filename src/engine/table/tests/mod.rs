@@ -17,6 +17,7 @@ mod cadence;
 mod confirm;
 mod handover;
 mod spec;
+mod zones;
 
 const S: Duration = Duration::from_secs(1);
 
@@ -97,6 +98,7 @@ impl Sim {
                 roots: Default::default(),
                 place: Default::default(),
                 confirm: false,
+                zones: false,
             }),
             now: Instant::now(),
             wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -230,6 +232,12 @@ impl Sim {
             Effect::Confirm { key, limit, .. } => {
                 format!("confirm {key} within {}ms", limit.as_millis())
             }
+            Effect::AskZones {
+                key, others, limit, ..
+            } => format!(
+                "ask {others} zones for {key} within {}ms",
+                limit.as_millis()
+            ),
             Effect::Compact => "compact".into(),
             Effect::Stopped => "stopped".into(),
         }
@@ -261,6 +269,20 @@ impl Sim {
             Metric::ScheduleLag(d) => format!("metric lag {}ms", d.as_millis()),
             Metric::FirstProbeDelay(d) => format!("metric first probe {}ms", d.as_millis()),
             Metric::Missed(n) => format!("metric missed {n}"),
+            Metric::Zones {
+                namespace,
+                name,
+                results,
+            } => {
+                let zones: Vec<String> = results
+                    .iter()
+                    .map(|z| match z.result {
+                        Some((ok, _)) => format!("{}={}", z.zone, if ok { "ok" } else { "fail" }),
+                        None => format!("{}=?", z.zone),
+                    })
+                    .collect();
+                format!("metric zones {namespace}/{name} {}", zones.join(" "))
+            }
             Metric::Verdict {
                 namespace,
                 name,
