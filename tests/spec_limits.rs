@@ -371,6 +371,10 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
             "host: https://token@a.example:8443",
             "spec.host must not carry credentials",
         ),
+        (
+            "host: http://a.example\nlocations: {zones: 2, quorum: 3}",
+            "spec.locations.quorum cannot exceed spec.locations.zones",
+        ),
     ];
     for (i, (spec, message)) in refused.iter().enumerate() {
         let out = kubectl_apply(&ns, &checker_manifest(&format!("refused-{i}"), spec), true).await;
