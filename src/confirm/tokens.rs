@@ -16,7 +16,7 @@ use k8s_openapi::api::authentication::v1::{
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::api::PostParams;
 use kube::{Api, Client};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use super::AUDIENCE;
 
@@ -141,6 +141,28 @@ pub struct Reviewer {
     reviews: Semaphore,
     /// When the last reviews started: at most [`REVIEWS_PER_SECOND`] a second.
     recent: Mutex<std::collections::VecDeque<Instant>>,
+    /// Reviews under way, by the token's SHA-256: asks with a token whose
+    /// review is under way wait for it instead of starting another (a
+    /// replica's first failures after a cut come in a burst, all with one
+    /// token, and must not be refused for the limits above).
+    inflight: Mutex<HashMap<Vec<u8>, watch::Receiver<Option<Verdict>>>>,
+}
+
+type Verdict = Result<Option<String>, String>;
+
+/// Removes a review's entry from the reviews under way when dropped.
+struct Leave<'a>(
+    &'a Mutex<HashMap<Vec<u8>, watch::Receiver<Option<Verdict>>>>,
+    &'a [u8],
+);
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(self.1);
+    }
 }
 
 /// TokenReviews a confirmer asks for per second at most. Members need one
@@ -155,6 +177,7 @@ impl Reviewer {
             cache: Mutex::new(HashMap::new()),
             reviews: Semaphore::new(2),
             recent: Mutex::new(std::collections::VecDeque::new()),
+            inflight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -174,6 +197,37 @@ impl Reviewer {
         {
             return r.clone();
         }
+        // One review per token at a time: join one under way.
+        let tx = {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            match inflight.get(&digest) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(None);
+                    inflight.insert(digest.clone(), rx);
+                    Ok(tx)
+                }
+            }
+        };
+        let tx = match tx {
+            Ok(tx) => tx,
+            Err(mut rx) => {
+                return match rx.wait_for(Option::is_some).await {
+                    Ok(v) => v.clone().unwrap_or_else(|| Err("cannot review".into())),
+                    Err(_) => Err("cannot review the credentials: the review was abandoned".into()),
+                };
+            }
+        };
+        // Whatever happens to this future, the entry goes (the waiters then
+        // hear that the review was abandoned).
+        let _leave = Leave(&self.inflight, &digest);
+        let r = self.review_now(token, &digest, now).await;
+        let _ = tx.send(Some(r.clone()));
+        r
+    }
+
+    /// Reviews `token` within the limits, and caches the verdict.
+    async fn review_now(&self, token: &str, digest: &[u8], now: Instant) -> Verdict {
         let Ok(_permit) = self.reviews.try_acquire() else {
             return Err("too many credentials to review at once".into());
         };
@@ -200,7 +254,7 @@ impl Reviewer {
         }
         // An API server that did not answer is no verdict on the token.
         if !r.as_ref().is_err_and(|e| e.starts_with("cannot review")) {
-            cache.insert(digest, (r.clone(), now + REVIEW_TTL));
+            cache.insert(digest.to_vec(), (r.clone(), now + REVIEW_TTL));
         }
         r
     }
@@ -273,5 +327,38 @@ mod tests {
         drop(reviewer);
         assert_eq!(api.await.unwrap(), 5);
         assert_eq!(refused_here, 15);
+    }
+
+    /// A replica's first failures after a cut arrive at once, all with its
+    /// one token: one review serves them all, none is refused for the limits.
+    #[tokio::test]
+    async fn a_burst_of_asks_with_one_token_waits_for_one_review() {
+        let (client, mut handle) = client();
+        let reviewer = std::sync::Arc::new(Reviewer::new(client, "ops", "webchecker-operator"));
+        let api = tokio::spawn(async move {
+            let mut served = 0;
+            while let Some((_, send)) = handle.next_request().await {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                send.send_response(ok(serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                    "spec": {}, "status": {"authenticated": true, "audiences": [AUDIENCE],
+                        "user": {"username": "system:serviceaccount:ops:webchecker-operator",
+                            "extra": {(POD_NAME_EXTRA): ["r1"]}}},
+                })));
+                served += 1;
+            }
+            served
+        });
+        let asks: Vec<_> = (0..50)
+            .map(|_| {
+                let r = reviewer.clone();
+                tokio::spawn(async move { r.review("the-token").await })
+            })
+            .collect();
+        for a in asks {
+            assert_eq!(a.await.unwrap(), Ok(Some("r1".to_string())));
+        }
+        drop(reviewer);
+        assert_eq!(api.await.unwrap(), 1, "one review for the burst");
     }
 }

@@ -54,8 +54,9 @@ pub struct Gate {
     resource_version: Option<String>,
     /// Start of the last attempt that renewed (or of the create that joined).
     last_success: Instant,
-    /// Start of the current run of successful renewals, ended by any failure
-    /// or pause: the judge's clock (see `judge_since`).
+    /// Start of the current run of successful renewals, ended by a refusal,
+    /// a pause or a run of failures longer than the renew deadline: the
+    /// judge's clock (see `judge_since`).
     healthy_since: Option<Instant>,
     /// The last answer was a refusal: overdue then means "stop", not "keep probing".
     rejected: bool,
@@ -158,13 +159,23 @@ impl Gate {
         let after_pause = self.paused_at.is_none_or(|p| started >= p);
         match answer {
             Answer::Renewed(rv) => {
+                // A run of failures longer than the renew deadline (an
+                // outage of ours, not a busy API server's odd 429) restarts
+                // the judge's clock; shorter ones only stop it meanwhile
+                // (`judge_since` is None while unreachable).
+                let outage = started.saturating_duration_since(self.last_success)
+                    > self.timing.renew_deadline;
                 self.resource_version = Some(rv);
                 self.last_success = self.last_success.max(started);
                 self.reachable = true;
                 self.rejected = false;
                 if after_pause {
                     self.paused_at = None;
-                    self.healthy_since.get_or_insert(now);
+                    if outage {
+                        self.healthy_since = Some(now);
+                    } else {
+                        self.healthy_since.get_or_insert(now);
+                    }
                 }
                 false
             }
@@ -184,7 +195,6 @@ impl Gate {
             }
             Answer::Unanswered => {
                 self.reachable = false;
-                self.healthy_since = None;
                 false
             }
         }
@@ -388,6 +398,27 @@ mod tests {
             back + 550 * MS,
         );
         assert_eq!(g.judge_since(back + 600 * MS), Some(back + 50 * MS));
+    }
+
+    /// A busy API server answers some renewals with 429: each one stops the
+    /// judge until the next success, which resumes the clock where it was
+    /// instead of restarting it (at a 30% share a restart per failure left
+    /// the judge a clean lease in a row to wait for: minutes at 50%).
+    #[test]
+    fn a_failure_within_the_renew_deadline_only_stops_the_judge_meanwhile() {
+        let t0 = Instant::now();
+        let mut g = joined(t0);
+        tick(&mut g, t0, t0 + 5000 * MS);
+        for i in 1..=8u32 {
+            let at = t0 + 500 * MS * i;
+            if i % 3 == 0 {
+                g.answered(at, Answer::Unanswered, at + 10 * MS);
+                assert_eq!(g.judge_since(at + 20 * MS), None, "no judging unanswered");
+            } else {
+                g.answered(at, Answer::Renewed(format!("{i}")), at + 10 * MS);
+                assert_eq!(g.judge_since(at + 20 * MS), Some(t0), "renewal {i}");
+            }
+        }
     }
 
     #[test]

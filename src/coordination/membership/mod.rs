@@ -9,6 +9,7 @@
 //! The rules live in [`gate`], a pure state machine; this module does the I/O
 //! (create, renew, release) and keeps the heartbeat that detects pauses.
 
+mod clock;
 pub mod gate;
 
 use std::sync::{Arc, Mutex};
@@ -119,7 +120,7 @@ impl Membership {
         Arc::new(Membership {
             identity,
             namespace,
-            gate: Mutex::new(Gate::new(timing, Instant::now())),
+            gate: Mutex::new(Gate::new(timing, clock::now())),
             kick: Notify::new(),
             changed: Notify::new(),
             reconnects: tokio::sync::watch::Sender::new(0),
@@ -156,26 +157,26 @@ impl Membership {
     /// May a probe start (or send its request) now? Checked before every
     /// dispatch and again right before a request is written.
     pub fn dispatch_allowed(&self) -> bool {
-        let (allowed, seen) = self.lock().dispatch_allowed(Instant::now());
+        let (allowed, seen) = self.lock().dispatch_allowed(clock::now());
         self.on_seen(seen);
         allowed
     }
 
     /// May status be written now? Only while the Lease is known to be ours.
     pub fn can_write(&self) -> bool {
-        self.lock().can_write(Instant::now())
+        self.lock().can_write(clock::now())
     }
 
     /// Since when this replica may count time against other members (the
     /// judge rule, see [`Gate::judge_since`]).
     pub fn judge_since(&self) -> Option<Instant> {
-        self.lock().judge_since(Instant::now())
+        self.lock().judge_since(clock::now())
     }
 
     /// Tests: hold the Lease `uid` as if `join` had created it just now.
     #[cfg(test)]
     pub(crate) fn joined_for_test(&self, uid: &str) {
-        let now = Instant::now();
+        let now = clock::now();
         self.lock().joined(uid.into(), "1".into(), now, now);
     }
 
@@ -291,9 +292,11 @@ impl Membership {
         };
         let renewed = watched.as_ref().is_some_and(|(seen, _)| *seen != rv);
         let still = match watched {
-            Some((seen, since)) if *seen == rv => since.elapsed() >= self.timing().lease_duration,
+            Some((seen, since)) if *seen == rv => {
+                clock::now().saturating_duration_since(*since) >= self.timing().lease_duration
+            }
             _ => {
-                *watched = Some((rv.clone(), Instant::now()));
+                *watched = Some((rv.clone(), clock::now()));
                 false
             }
         };
@@ -340,7 +343,7 @@ impl Membership {
         let mut watched: Option<(String, Instant)> = None;
         let mut backoff = retry;
         loop {
-            let started = Instant::now();
+            let started = clock::now();
             let created = tokio::time::timeout(
                 deadline,
                 api.create(&PostParams::default(), &self.desired()),
@@ -350,7 +353,7 @@ impl Membership {
                 Ok(Ok(lease)) => {
                     let uid = lease.metadata.uid.clone().unwrap_or_default();
                     let rv = lease.metadata.resource_version.unwrap_or_default();
-                    self.lock().joined(uid.clone(), rv, started, Instant::now());
+                    self.lock().joined(uid.clone(), rv, started, clock::now());
                     self.metrics.api_reachable.set(1);
                     info!(replica = %self.identity, epoch = %uid, "joined: membership Lease created");
                     self.reconnects.send_modify(|n| *n += 1);
@@ -362,7 +365,7 @@ impl Membership {
                         Found::Ours(lease) => {
                             let uid = lease.metadata.uid.clone().unwrap_or_default();
                             let rv = lease.metadata.resource_version.unwrap_or_default();
-                            self.lock().joined(uid.clone(), rv, started, Instant::now());
+                            self.lock().joined(uid.clone(), rv, started, clock::now());
                             self.metrics.api_reachable.set(1);
                             info!(replica = %self.identity, epoch = %uid, "joined: the membership Lease our own earlier attempt created");
                             self.reconnects.send_modify(|n| *n += 1);
@@ -431,7 +434,7 @@ impl Membership {
         let mut lease = self.desired();
         lease.metadata.resource_version = rv;
         lease.metadata.uid = Some(epoch.clone());
-        let started = Instant::now();
+        let started = clock::now();
         Some(async move {
             let call = tokio::time::timeout(deadline, async {
                 let mut conflicts = 0;
@@ -490,9 +493,11 @@ impl Membership {
     fn record(&self, a: Attempt) -> bool {
         let label = match &a.answer {
             Answer::Renewed(_) => {
-                self.metrics
-                    .lease_renew_duration
-                    .observe(a.started.elapsed().as_secs_f64());
+                self.metrics.lease_renew_duration.observe(
+                    clock::now()
+                        .saturating_duration_since(a.started)
+                        .as_secs_f64(),
+                );
                 None
             }
             Answer::Lost => Some("lost"),
@@ -511,7 +516,7 @@ impl Membership {
                 // An answer about an incarnation we no longer hold.
                 return false;
             }
-            let now = Instant::now();
+            let now = clock::now();
             let was = g.cut_off(now);
             let early = g.within_lease(now);
             let lost = g.answered(a.started, a.answer.clone(), now);
@@ -587,7 +592,7 @@ impl Membership {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let seen = self.lock().alive(Instant::now());
+            let seen = self.lock().alive(clock::now());
             self.on_seen(seen);
         }
     }

@@ -24,6 +24,12 @@ pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
 /// few round trips long; moves of checkers nobody probes are never held back.
 pub const HANDOVER_WINDOW: usize = 32;
 
+/// A checker whose drain was withdrawn because its owner never acknowledged
+/// it (see [`Book::stuck_drains`]) is not drained again for this many times
+/// the bound: the refusal (an admission policy, RBAC drift) usually lasts,
+/// and each new drain would leave the checker unprobed for the bound again.
+pub const STUCK_HOLD_FACTOR: u32 = 20;
+
 #[derive(Clone, Debug)]
 pub struct ObjState {
     pub namespace: String,
@@ -187,6 +193,9 @@ pub struct Book {
     /// Keys whose pending write (in flight or not yet seen back) sets a drain.
     drain_writes: HashSet<String>,
     proofs: HashMap<String, ProofRetry>,
+    /// Checkers whose stuck drain was withdrawn, and until when they are
+    /// not drained again.
+    held_back: HashMap<String, Instant>,
 }
 
 impl Book {
@@ -394,7 +403,7 @@ impl Book {
         let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
         let mut window = HANDOVER_WINDOW.saturating_sub(self.handovers_in_progress());
         let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
-            if window > 0 {
+            if window > 0 && !self.held_back.contains_key(&key) {
                 window -= 1;
                 actions.push(Action::SetDrain { key, to });
             }
@@ -422,6 +431,39 @@ impl Book {
                 Move::Drain { key, to, .. } => drain(key, to, &mut actions),
             }
         }
+        actions
+    }
+
+    /// Drains the owner has not acknowledged within `bound` while it stayed
+    /// the valid owner (its ack refused by admission, say, or lost): the
+    /// owner holds the checker without probing it, so the drain is withdrawn
+    /// (the owner resumes at once) and the checker is not drained again for
+    /// [`STUCK_HOLD_FACTOR`] times the bound. A drain towards a target that
+    /// left is re-targeted by [`Book::decide`] instead.
+    pub fn stuck_drains(&mut self, m: &Roster<'_>, now: Instant, bound: Duration) -> Vec<Action> {
+        self.held_back.retain(|_, until| *until > now);
+        let mut actions = Vec::new();
+        for (key, o) in &self.objects {
+            let stuck = o
+                .drain_since
+                .is_some_and(|t| now.saturating_duration_since(t) > bound);
+            let target_fresh = o.drain.as_deref().is_some_and(|t| m.fresh(t));
+            if !stuck || !target_fresh || !m.valid_owner(o) || self.pending(key) {
+                continue;
+            }
+            let Some(owner) = o.owner.clone() else {
+                continue;
+            };
+            actions.push(Action::ClearDrain {
+                key: key.clone(),
+                owner,
+            });
+        }
+        for a in &actions {
+            self.held_back
+                .insert(a.key().to_string(), now + bound * STUCK_HOLD_FACTOR);
+        }
+        actions.sort_by(|a, b| a.key().cmp(b.key()));
         actions
     }
 

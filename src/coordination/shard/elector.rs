@@ -92,23 +92,36 @@ impl LeaderGate {
     }
 }
 
-/// Our observation of another holder's Lease: its resourceVersion and since
-/// when we have seen it unchanged (only counting time our reads succeeded).
+/// Our observation of another holder's Lease: its resourceVersion and for
+/// how long we have seen it unchanged, counting only time our reads
+/// succeeded: a run of failed reads stops the clock (the holder may have
+/// been as unable to renew as we were to read) and the next read resumes
+/// it, so a share of 429s slows the count instead of restarting it.
 #[derive(Debug, Default)]
-struct Observed(Option<(String, Instant)>);
+struct Observed {
+    /// The version, and since when it counts as unchanged (moved later by
+    /// the failed stretches).
+    seen: Option<(String, Instant)>,
+    /// Since when reads fail.
+    failing_since: Option<Instant>,
+}
 
 impl Observed {
-    fn read_failed(&mut self) {
-        self.0 = None;
+    fn read_failed(&mut self, now: Instant) {
+        self.failing_since.get_or_insert(now);
     }
 
     /// Records a successful read; returns whether the holder is stale.
     fn saw(&mut self, rv: &str, now: Instant, lease_duration: Duration) -> bool {
-        match &self.0 {
-            Some((seen, _)) if seen == rv => {}
-            _ => self.0 = Some((rv.to_string(), now)),
+        let gap = self
+            .failing_since
+            .take()
+            .map_or(Duration::ZERO, |f| now.saturating_duration_since(f));
+        match &mut self.seen {
+            Some((seen, at)) if seen == rv => *at += gap,
+            _ => self.seen = Some((rv.to_string(), now)),
         }
-        self.0
+        self.seen
             .as_ref()
             .is_some_and(|(_, at)| now.saturating_duration_since(*at) > lease_duration)
     }
@@ -168,7 +181,7 @@ impl LeaderElector {
         let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
             Ok(Ok(l)) => l,
             _ => {
-                observed.read_failed();
+                observed.read_failed(Instant::now());
                 self.unanswered();
                 return true;
             }
@@ -235,7 +248,7 @@ impl LeaderElector {
                 return false;
             }
             _ => {
-                observed.read_failed();
+                observed.read_failed(Instant::now());
                 self.unanswered();
             }
         }
@@ -368,19 +381,45 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_read_restarts_the_clock_on_the_holder() {
+    fn failed_reads_stop_the_clock_on_the_holder_and_the_next_read_resumes_it() {
         let lease = Duration::from_secs(3);
+        let ms = Duration::from_millis(1);
         let mut o = Observed::default();
         let t0 = Instant::now();
         assert!(!o.saw("7", t0, lease));
         // An outage of ours: reads fail for 20 s, the holder could not renew either.
-        o.read_failed();
-        let back = t0 + Duration::from_secs(20);
+        o.read_failed(t0 + 1000 * ms);
+        let back = t0 + Duration::from_secs(21);
         assert!(
             !o.saw("7", back, lease),
             "the outage is not the holder's silence"
         );
-        assert!(o.saw("7", back + Duration::from_millis(3001), lease));
+        // 1 s counted before the outage, 2 s after it: stale just past 3 s.
+        assert!(!o.saw("7", back + 1999 * ms, lease));
+        assert!(o.saw("7", back + 2001 * ms, lease));
         assert!(!o.saw("8", back + Duration::from_secs(4), lease));
+    }
+
+    /// A busy API server fails a third of the reads: a dead holder is still
+    /// found stale after about a lease of successful reads, not after a
+    /// lease of reads that all succeeded in a row.
+    #[test]
+    fn a_share_of_failed_reads_slows_the_count_but_never_restarts_it() {
+        let lease = Duration::from_secs(3);
+        let period = Duration::from_millis(500);
+        let mut o = Observed::default();
+        let t0 = Instant::now();
+        let mut stale_at = None;
+        for i in 0..40u32 {
+            let at = t0 + period * i;
+            if i % 3 == 2 {
+                o.read_failed(at);
+            } else if o.saw("7", at, lease) {
+                stale_at = Some(at - t0);
+                break;
+            }
+        }
+        let stale_at = stale_at.expect("a holder that never renews goes stale");
+        assert!(stale_at <= Duration::from_secs(5), "{stale_at:?}");
     }
 }

@@ -28,6 +28,11 @@ use super::book::{Action, Book, Census, Roster, WriteOutcome};
 use super::elector::LeaderGate;
 use super::peers::Peers;
 use super::view::{MemberView, ObservedLease};
+
+/// Leases after which a drain its owner never acknowledged is withdrawn
+/// (crate::coordination::shard::book::Book::stuck_drains): a handover takes
+/// a probe's timeout and two writes, far less.
+const STUCK_LEASES: u32 = 3;
 use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker};
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
@@ -366,7 +371,20 @@ impl Sharder {
             }
             last_decision = Instant::now();
             dirty = false;
-            let actions = book.decide(&seen);
+            let mut actions = book.stuck_drains(
+                &seen,
+                last_decision,
+                self.view.lease_duration * STUCK_LEASES,
+            );
+            for a in &actions {
+                warn!(checker = %a.key(), owner = %a.target(), "its owner did not acknowledge the drain within {STUCK_LEASES} leases (its write refused?): drain withdrawn, the owner probes it again");
+            }
+            let stuck: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
+            actions.extend(
+                book.decide(&seen)
+                    .into_iter()
+                    .filter(|a| !stuck.contains(a.key())),
+            );
             if actions.is_empty() {
                 continue;
             }

@@ -329,3 +329,91 @@ fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
         HANDOVER_WINDOW / 2
     );
 }
+
+/// A drain whose acknowledgement never lands (a 4xx the writer drops: an
+/// admission policy, RBAC drift) is withdrawn after the bound, so the owner
+/// probes the checker again, and it is not drained again for a while.
+#[test]
+fn a_drain_never_acknowledged_is_withdrawn_and_held_back() {
+    let s = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let names: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
+    let owned = |rv: &str, drain: &dyn Fn(&str) -> Option<&'static str>| -> Vec<ObjectMeta> {
+        names
+            .iter()
+            .map(|n| meta(n, rv, Some("a"), Some("ua"), drain(n)))
+            .collect()
+    };
+    let mut b = book(&owned("1", &|_| None));
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    // b joined: half of a's checkers are drained towards it.
+    let drained: HashSet<String> = decide(&b, &live, &[])
+        .iter()
+        .filter_map(|a| match a {
+            Action::SetDrain { key, to } if to == "b" => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(drained.len() >= 4, "{drained:?}");
+    let is_drained = |n: &str| drained.contains(&format!("ns/{n}")).then_some("b");
+    for m in owned("2", &is_drained) {
+        b.applied(&m, t0);
+    }
+    let none = HashSet::new();
+    let m = Roster {
+        members: &live,
+        suspects: &none,
+    };
+    assert!(
+        b.stuck_drains(&m, t0 + 9 * s, 10 * s).is_empty(),
+        "within the bound"
+    );
+    // Never acknowledged: every one withdrawn, back to its owner.
+    let withdrawn: HashSet<String> = b
+        .stuck_drains(&m, t0 + 11 * s, 10 * s)
+        .into_iter()
+        .map(|a| {
+            assert!(
+                matches!(&a, Action::ClearDrain { owner, .. } if owner == "a"),
+                "{a:?}"
+            );
+            a.key().to_string()
+        })
+        .collect();
+    assert_eq!(withdrawn, drained);
+    for m in owned("3", &|_| None) {
+        b.applied(&m, t0 + 12 * s);
+    }
+    let again = |b: &Book| {
+        decide(b, &live, &[])
+            .iter()
+            .filter(|a| matches!(a, Action::SetDrain { .. }))
+            .count()
+    };
+    assert_eq!(again(&b), 0, "held back: not drained again at once");
+    // After the hold they may be drained again.
+    let later = t0 + 12 * s + 10 * s * STUCK_HOLD_FACTOR;
+    assert!(b.stuck_drains(&m, later, 10 * s).is_empty());
+    assert_eq!(again(&b), drained.len());
+}
+
+/// A drain the owner is still working on (not yet past the bound), one whose
+/// target left, or one whose owner is no longer valid is not withdrawn here.
+#[test]
+fn only_drains_stuck_on_a_valid_owner_towards_a_live_target_are_withdrawn() {
+    let s = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let mut b = Book::default();
+    b.list_begin();
+    b.list_item(&meta("gone", "1", Some("a"), Some("ua"), Some("left")), t0);
+    b.list_item(&meta("acked", "1", None, None, Some("b")), t0);
+    b.list_item(&meta("stale", "1", Some("a"), Some("old"), Some("b")), t0);
+    b.list_done();
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let none = HashSet::new();
+    let m = Roster {
+        members: &live,
+        suspects: &none,
+    };
+    assert!(b.stuck_drains(&m, t0 + 60 * s, 10 * s).is_empty());
+}
