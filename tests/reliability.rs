@@ -329,3 +329,85 @@ async fn no_replica_exits_at_start_up_on_a_busy_api_server() {
         );
     }
 }
+
+/// Failover on a busy API server: every replica's requests are answered 429
+/// at a share (30%, then 50%), and the leader falls silent (SIGSTOP: its
+/// port neither answers nor refuses, so no peer has evidence; it is judged
+/// by its Leases alone). A new leader must be elected and the silent one's
+/// checkers moved while a share of every call fails. Before, each failed
+/// call restarted the judge's and the elector's clocks (a lease of clean
+/// calls in a row was needed: minutes at 50%). Liveness: every checker of
+/// the silent replica probed by another within the bound; safety: after it
+/// resumes, no two replicas probed one checker at overlapping times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_leader_is_replaced_while_a_share_of_calls_fails() {
+    use support::faults::{FaultProxy, ProxyMode, pause, resume};
+    let cluster = Cluster::shared("reliability");
+    for (round, share) in [(0, 0.3), (1, 0.5)] {
+        let ns = cluster.namespace(&format!("busy-failover-{round}"));
+        let mut proxies = Vec::new();
+        let mut ops = Vec::new();
+        for i in 0..3 {
+            let id = format!("bf{round}-r{i}");
+            let p = FaultProxy::for_cluster(cluster, &id, 30 + 3 * round + i).await;
+            ops.push(Operator::spawn_with_kubeconfig(
+                cluster,
+                &id,
+                &ns,
+                FAST_LEASES,
+                &p.kubeconfig,
+            ));
+            proxies.push(p);
+        }
+        let witness = Witness::start().await;
+        let fleet =
+            Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 60, INTERVAL).await;
+        for p in &proxies {
+            p.set_mode(ProxyMode::Errors {
+                share,
+                codes: vec![429],
+            });
+        }
+        let victim = fleet.victim(true).await;
+        let stopped_at = Instant::now();
+        pause(&fleet.ops[victim.index]);
+        let moved_in = eventually(
+            12 * LEASE,
+            "every checker of the silent leader probed by another replica",
+            || async {
+                let hits = fleet.witness.hits_between(stopped_at, Instant::now());
+                victim
+                    .checkers
+                    .iter()
+                    .all(|c| {
+                        hits.iter()
+                            .any(|h| &h.checker == c && h.replica != victim.identity)
+                    })
+                    .then_some(stopped_at.elapsed())
+            },
+        )
+        .await;
+        let leader = fleet.leader().await;
+        println!(
+            "busy API server ({:.0}% 429): the silent leader's {} checkers probed elsewhere {moved_in:?} \
+             after it stopped (lease {LEASE:?}); new leader {leader:?}",
+            share * 100.0,
+            victim.checkers.len()
+        );
+        resume(&fleet.ops[victim.index]);
+        // Resumed, it holds its probes until a renewal answers: 404, fenced.
+        eventually(8 * LEASE, "the resumed leader fenced itself", || async {
+            (fleet
+                .counter(&victim.identity, "webchecker_self_fences_total", &[])
+                .await
+                > 0.0)
+                .then_some(())
+        })
+        .await;
+        assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
+        assert!(
+            leader.is_some_and(|l| l != victim.identity),
+            "a new leader while the old one is silent"
+        );
+    }
+}

@@ -46,6 +46,12 @@ impl Asker {
         })
     }
 
+    /// Makes the token now, so the first failures after a cut do not wait
+    /// for one (errors are remembered and retried at the first ask).
+    pub async fn warm(&self) {
+        let _ = self.tokens.token().await;
+    }
+
     /// Where this replica runs.
     pub fn place(&self) -> Place {
         Place {

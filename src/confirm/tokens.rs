@@ -41,6 +41,10 @@ pub struct TokenSource {
     pod: Option<(String, String)>,
     /// The token, or why none could be made, and until when that holds.
     cached: Mutex<Option<(Result<String, String>, Instant)>>,
+    /// Held while a token is made: a burst of asks (a cut's first failures,
+    /// before any token exists) makes one token, not one each, which the
+    /// confirmers would each have to review.
+    making: tokio::sync::Mutex<()>,
 }
 
 /// How long a failure to make a token is remembered (no API call per
@@ -60,17 +64,16 @@ impl TokenSource {
             service_account: service_account.to_string(),
             pod,
             cached: Mutex::new(None),
+            making: tokio::sync::Mutex::new(()),
         }
     }
 
     pub async fn token(&self) -> Result<String, String> {
-        if let Some((t, until)) = self
-            .cached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            && Instant::now() < until
-        {
+        if let Some(t) = self.fresh() {
+            return t;
+        }
+        let _making = self.making.lock().await;
+        if let Some(t) = self.fresh() {
             return t;
         }
         let made = self.make().await;
@@ -82,6 +85,15 @@ impl TokenSource {
             };
         *self.cached.lock().unwrap_or_else(|p| p.into_inner()) = Some((made.clone(), until));
         made
+    }
+
+    /// The cached token (or failure) while it holds.
+    fn fresh(&self) -> Option<Result<String, String>> {
+        let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        cached
+            .as_ref()
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(t, _)| t.clone())
     }
 
     async fn make(&self) -> Result<String, String> {
@@ -327,6 +339,40 @@ mod tests {
         drop(reviewer);
         assert_eq!(api.await.unwrap(), 5);
         assert_eq!(refused_here, 15);
+    }
+
+    /// A replica's first failures after a cut ask at once, before it has a
+    /// token: one TokenRequest serves them all.
+    #[tokio::test]
+    async fn a_burst_of_asks_makes_one_token() {
+        let (client, mut handle) = client();
+        let source =
+            std::sync::Arc::new(TokenSource::new(client, "ops", "webchecker-operator", None));
+        let api = tokio::spawn(async move {
+            let mut served = 0;
+            while let Some((req, send)) = handle.next_request().await {
+                assert!(req.uri().path().ends_with("/token"), "{}", req.uri());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                send.send_response(ok(serde_json::json!({
+                    "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"audiences": [AUDIENCE]},
+                    "status": {"token": "t1", "expirationTimestamp": "2030-01-01T00:00:00Z"},
+                })));
+                served += 1;
+            }
+            served
+        });
+        let asks: Vec<_> = (0..50)
+            .map(|_| {
+                let s = source.clone();
+                tokio::spawn(async move { s.token().await })
+            })
+            .collect();
+        for a in asks {
+            assert_eq!(a.await.unwrap(), Ok("t1".to_string()));
+        }
+        drop(source);
+        assert_eq!(api.await.unwrap(), 1, "one token for the burst");
     }
 
     /// A replica's first failures after a cut arrive at once, all with its

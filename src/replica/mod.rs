@@ -419,7 +419,12 @@ fn confirmation(
             .clone()
             .map(|uid| (basics.identity.clone(), uid));
         let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
-        Asker::new(me, view.clone(), tokens)
+        let asker = Asker::new(me, view.clone(), tokens);
+        tokio::spawn({
+            let asker = asker.clone();
+            async move { asker.warm().await }
+        });
+        asker
     }
 }
 

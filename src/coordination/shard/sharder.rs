@@ -129,6 +129,52 @@ pub struct Sharder {
     pub write_limit: Arc<tokio::sync::Semaphore>,
 }
 
+/// Proves a member gone by deleting its Lease, only if it is still the very
+/// Lease (UID and resourceVersion) we saw go stale. Runs as a task of its own
+/// (up to two calls of [`CALL_DEADLINE`]): the sharder decides meanwhile.
+async fn prove_gone(
+    api: Api<Lease>,
+    leader: Arc<LeaderGate>,
+    membership: Arc<Membership>,
+    lease: ObservedLease,
+) -> Proof {
+    if !leader.valid() || membership.judge_since().is_none() {
+        return Proof::Unknown;
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(lease.uid.clone()),
+            resource_version: Some(lease.resource_version.clone()),
+        }),
+        ..Default::default()
+    };
+    match tokio::time::timeout(CALL_DEADLINE, api.delete(&lease.name, &dp)).await {
+        Ok(Ok(_)) => Proof::Proven,
+        Ok(Err(e)) if api_code(&e) == Some(404) => Proof::Proven,
+        Ok(Err(e)) if api_code(&e) == Some(409) => {
+            debug!(lease = %lease.name, "member Lease changed meanwhile: member alive");
+            match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&lease.name)).await {
+                Ok(Ok(Some(l))) if l.metadata.uid.as_deref() != Some(lease.uid.as_str()) => {
+                    Proof::Replaced
+                }
+                _ => Proof::Refuted,
+            }
+        }
+        Ok(Err(e)) => {
+            warn!(lease = %lease.name, error = %e, "could not prove a stale member gone; will retry");
+            Proof::Unknown
+        }
+        Err(_) => Proof::Unknown,
+    }
+}
+
+/// Proofs under way: one task per suspect at most.
+#[derive(Default)]
+struct Proofs {
+    set: tokio::task::JoinSet<(String, ObservedLease, bool, Proof)>,
+    proving: HashSet<String>,
+}
+
 impl Sharder {
     fn checkers(&self) -> Api<PartialObjectMeta<WebChecker>> {
         match &self.watch_namespace {
@@ -190,40 +236,6 @@ impl Sharder {
         }
     }
 
-    /// Proves a member gone by deleting its Lease, only if it is still the very
-    /// Lease (UID and resourceVersion) we saw go stale.
-    async fn prove_gone(&self, lease: &ObservedLease) -> Proof {
-        if !self.leader.valid() || self.membership.judge_since().is_none() {
-            return Proof::Unknown;
-        }
-        let api: Api<Lease> = Api::namespaced(self.clients.requests.clone(), &self.lease_namespace);
-        let dp = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(lease.uid.clone()),
-                resource_version: Some(lease.resource_version.clone()),
-            }),
-            ..Default::default()
-        };
-        match tokio::time::timeout(CALL_DEADLINE, api.delete(&lease.name, &dp)).await {
-            Ok(Ok(_)) => Proof::Proven,
-            Ok(Err(e)) if api_code(&e) == Some(404) => Proof::Proven,
-            Ok(Err(e)) if api_code(&e) == Some(409) => {
-                debug!(lease = %lease.name, "member Lease changed meanwhile: member alive");
-                match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&lease.name)).await {
-                    Ok(Ok(Some(l))) if l.metadata.uid.as_deref() != Some(lease.uid.as_str()) => {
-                        Proof::Replaced
-                    }
-                    _ => Proof::Refuted,
-                }
-            }
-            Ok(Err(e)) => {
-                warn!(lease = %lease.name, error = %e, "could not prove a stale member gone; will retry");
-                Proof::Unknown
-            }
-            Err(_) => Proof::Unknown,
-        }
-    }
-
     /// Suspects: members whose Lease stood still for a lease of time we could
     /// count, and members whose process their peers found gone (the second
     /// set). Nobody while we cannot write ourselves.
@@ -247,56 +259,82 @@ impl Sharder {
         (stale, evidenced)
     }
 
-    /// Proves stale members gone. Returns whether any was.
-    async fn judge(
+    /// Starts a proof for each suspect whose proof is due and not under way.
+    fn start_proofs(
         &self,
-        book: &mut Book,
+        book: &Book,
         suspects: &[(String, ObservedLease)],
         evidenced: &HashSet<String>,
-    ) -> bool {
-        let mut any = false;
+        proofs: &mut Proofs,
+    ) {
         let now = Instant::now();
         for (id, lease) in suspects {
-            if !book.proof_due(id, now) {
+            if proofs.proving.contains(id) || !book.proof_due(id, now) {
                 continue;
             }
-            match self.prove_gone(lease).await {
-                Proof::Proven if evidenced.contains(id) => {
-                    warn!(member = %id, "member's process gone (its address refuses connections): Lease deleted, moving its checkers");
+            proofs.proving.insert(id.clone());
+            let api: Api<Lease> =
+                Api::namespaced(self.clients.requests.clone(), &self.lease_namespace);
+            let (leader, membership) = (self.leader.clone(), self.membership.clone());
+            let (id, lease, evidenced) = (id.clone(), lease.clone(), evidenced.contains(id));
+            proofs.set.spawn(async move {
+                let proof = prove_gone(api, leader, membership, lease.clone()).await;
+                (id, lease, evidenced, proof)
+            });
+        }
+    }
+
+    /// Folds a proof's verdict into the book; whether a member was proven gone.
+    fn settled(
+        &self,
+        book: &mut Book,
+        id: &str,
+        lease: &ObservedLease,
+        evidenced: bool,
+        proof: Proof,
+    ) -> bool {
+        match proof {
+            Proof::Proven if evidenced => {
+                warn!(member = %id, "member's process gone (its address refuses connections): Lease deleted, moving its checkers");
+                self.metrics
+                    .peer_proofs
+                    .with_label_values(&["proven"])
+                    .inc();
+                book.proven(id);
+                self.view.forget(&lease.uid);
+                true
+            }
+            Proof::Proven => {
+                warn!(member = %id, "member Lease expired: member proven gone, moving its checkers");
+                book.proven(id);
+                self.view.forget(&lease.uid);
+                true
+            }
+            Proof::Refuted => {
+                if evidenced {
                     self.metrics
                         .peer_proofs
-                        .with_label_values(&["proven"])
+                        .with_label_values(&["refuted"])
                         .inc();
-                    book.proven(id);
-                    self.view.forget(&lease.uid);
-                    any = true;
+                    self.peers.distrust(lease);
                 }
-                Proof::Proven => {
-                    warn!(member = %id, "member Lease expired: member proven gone, moving its checkers");
-                    book.proven(id);
-                    self.view.forget(&lease.uid);
-                    any = true;
-                }
-                Proof::Refuted => {
-                    if evidenced.contains(id) {
-                        self.metrics
-                            .peer_proofs
-                            .with_label_values(&["refuted"])
-                            .inc();
-                        self.peers.distrust(lease);
-                    }
-                    book.proof_refuted(id)
-                }
-                Proof::Replaced => book.proof_refuted(id),
-                Proof::Unknown => book.proof_failed(
+                book.proof_refuted(id);
+                false
+            }
+            Proof::Replaced => {
+                book.proof_refuted(id);
+                false
+            }
+            Proof::Unknown => {
+                book.proof_failed(
                     id,
                     Instant::now(),
                     self.retry_period,
                     self.view.lease_duration,
-                ),
+                );
+                false
             }
         }
-        any
     }
 
     pub async fn run(self) -> Result<(), Error> {
@@ -307,6 +345,7 @@ impl Sharder {
             .boxed();
         let mut book = Book::default();
         let mut writes = Writes::default();
+        let mut proofs = Proofs::default();
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
@@ -328,6 +367,16 @@ impl Sharder {
                     writes.finished(&self, &mut book, done);
                     continue;
                 }
+                Some(done) = proofs.set.join_next(), if !proofs.set.is_empty() => {
+                    match done {
+                        Ok((id, lease, evidenced, proof)) => {
+                            proofs.proving.remove(&id);
+                            dirty |= self.settled(&mut book, &id, &lease, evidenced, proof);
+                        }
+                        // A proof's task died: let every proof start again.
+                        Err(_) => proofs.proving.clear(),
+                    }
+                }
                 _ = self.view.changed.notified() => { dirty = true; }
                 _ = self.peers.changed.notified() => {}
                 _ = tick.tick() => {}
@@ -343,10 +392,7 @@ impl Sharder {
                 continue;
             }
             let (stale, evidenced) = self.suspects();
-            if !stale.is_empty() && self.judge(&mut book, &stale, &evidenced).await {
-                dirty = true;
-                continue;
-            }
+            self.start_proofs(&book, &stale, &evidenced, &mut proofs);
             let suspects: HashSet<String> = stale.into_iter().map(|(id, _)| id).collect();
             let seen = Roster {
                 members: &members,
