@@ -259,6 +259,23 @@ impl Sharder {
         (stale, evidenced)
     }
 
+    /// What to write now: stuck drains withdrawn, then the book's decisions
+    /// for every other checker.
+    fn decisions(&self, book: &mut Book, seen: &Roster<'_>, now: Instant) -> Vec<Action> {
+        let bound = self.view.lease_duration * STUCK_LEASES;
+        let mut actions = book.stuck_drains(seen, now, bound);
+        for a in &actions {
+            warn!(checker = %a.key(), owner = %a.target(), "its owner did not acknowledge the drain within {STUCK_LEASES} leases (its write refused?): drain withdrawn, the owner probes it again");
+        }
+        let stuck: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
+        actions.extend(
+            book.decide(seen)
+                .into_iter()
+                .filter(|a| !stuck.contains(a.key())),
+        );
+        actions
+    }
+
     /// Starts a proof for each suspect whose proof is due and not under way.
     fn start_proofs(
         &self,
@@ -417,20 +434,7 @@ impl Sharder {
             }
             last_decision = Instant::now();
             dirty = false;
-            let mut actions = book.stuck_drains(
-                &seen,
-                last_decision,
-                self.view.lease_duration * STUCK_LEASES,
-            );
-            for a in &actions {
-                warn!(checker = %a.key(), owner = %a.target(), "its owner did not acknowledge the drain within {STUCK_LEASES} leases (its write refused?): drain withdrawn, the owner probes it again");
-            }
-            let stuck: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
-            actions.extend(
-                book.decide(&seen)
-                    .into_iter()
-                    .filter(|a| !stuck.contains(a.key())),
-            );
+            let actions = self.decisions(&mut book, &seen, last_decision);
             if actions.is_empty() {
                 continue;
             }
