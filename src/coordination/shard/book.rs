@@ -196,6 +196,10 @@ pub struct Book {
     /// Checkers whose stuck drain was withdrawn, and until when they are
     /// not drained again.
     held_back: HashMap<String, Instant>,
+    /// Members whose proof is under way: their checkers wait for its
+    /// verdict (the Lease's deletion, our own proof's, may be seen by the
+    /// view before the verdict comes back).
+    proving: HashSet<String>,
 }
 
 impl Book {
@@ -313,6 +317,7 @@ impl Book {
 
     /// A proof got no verdict (429, 5xx, timeout): back off, from `base` doubling to `max`.
     pub fn proof_failed(&mut self, id: &str, now: Instant, base: Duration, max: Duration) {
+        self.proving.remove(id);
         let delay = self.proofs.get(id).map_or(base, |p| (p.delay * 2).min(max));
         self.proofs.insert(
             id.to_string(),
@@ -326,11 +331,28 @@ impl Book {
     /// The member renewed meanwhile (409 on the proof): it is alive.
     pub fn proof_refuted(&mut self, id: &str) {
         self.proofs.remove(id);
+        self.proving.remove(id);
     }
 
     pub fn proven(&mut self, id: &str) {
         self.proofs.remove(id);
+        self.proving.remove(id);
         self.dead.insert(id.to_string());
+    }
+
+    /// A proof of `id` started: its checkers wait for the verdict.
+    pub fn proof_started(&mut self, id: &str) {
+        self.proving.insert(id.to_string());
+    }
+
+    /// Whether a proof of `id` is under way.
+    pub fn proving(&self, id: &str) -> bool {
+        self.proving.contains(id)
+    }
+
+    /// Every proof's task died: none is under way any more.
+    pub fn proofs_abandoned(&mut self) {
+        self.proving.clear();
     }
 
     /// Forgets bookkeeping of members that no checker names any more.
@@ -375,6 +397,12 @@ impl Book {
             }
             let valid = m.valid_owner(o);
             if valid && o.owner.as_deref().is_some_and(|id| m.suspects.contains(id)) {
+                continue;
+            }
+            if o.owner
+                .as_deref()
+                .is_some_and(|id| self.proving.contains(id))
+            {
                 continue;
             }
             let target_fresh = o.drain.as_ref().filter(|t| m.fresh(t));

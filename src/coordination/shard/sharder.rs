@@ -168,11 +168,10 @@ async fn prove_gone(
     }
 }
 
-/// Proofs under way: one task per suspect at most.
+/// Proofs under way (one task per suspect at most: the book knows which).
 #[derive(Default)]
 struct Proofs {
     set: tokio::task::JoinSet<(String, ObservedLease, bool, Proof)>,
-    proving: HashSet<String>,
 }
 
 impl Sharder {
@@ -279,17 +278,17 @@ impl Sharder {
     /// Starts a proof for each suspect whose proof is due and not under way.
     fn start_proofs(
         &self,
-        book: &Book,
+        book: &mut Book,
         suspects: &[(String, ObservedLease)],
         evidenced: &HashSet<String>,
         proofs: &mut Proofs,
     ) {
         let now = Instant::now();
         for (id, lease) in suspects {
-            if proofs.proving.contains(id) || !book.proof_due(id, now) {
+            if book.proving(id) || !book.proof_due(id, now) {
                 continue;
             }
-            proofs.proving.insert(id.clone());
+            book.proof_started(id);
             let api: Api<Lease> =
                 Api::namespaced(self.clients.requests.clone(), &self.lease_namespace);
             let (leader, membership) = (self.leader.clone(), self.membership.clone());
@@ -387,11 +386,10 @@ impl Sharder {
                 Some(done) = proofs.set.join_next(), if !proofs.set.is_empty() => {
                     match done {
                         Ok((id, lease, evidenced, proof)) => {
-                            proofs.proving.remove(&id);
                             dirty |= self.settled(&mut book, &id, &lease, evidenced, proof);
                         }
                         // A proof's task died: let every proof start again.
-                        Err(_) => proofs.proving.clear(),
+                        Err(_) => book.proofs_abandoned(),
                     }
                 }
                 _ = self.view.changed.notified() => { dirty = true; }
@@ -409,7 +407,7 @@ impl Sharder {
                 continue;
             }
             let (stale, evidenced) = self.suspects();
-            self.start_proofs(&book, &stale, &evidenced, &mut proofs);
+            self.start_proofs(&mut book, &stale, &evidenced, &mut proofs);
             let suspects: HashSet<String> = stale.into_iter().map(|(id, _)| id).collect();
             let seen = Roster {
                 members: &members,

@@ -417,3 +417,16 @@ fn only_drains_stuck_on_a_valid_owner_towards_a_live_target_are_withdrawn() {
     };
     assert!(b.stuck_drains(&m, t0 + 60 * s, 10 * s).is_empty());
 }
+
+/// Our own proof deletes the member's Lease; the view may drop the member
+/// before the proof's verdict comes back. Its checkers wait for the verdict
+/// (then move with cause dead), instead of moving at once as departed.
+#[test]
+fn a_members_checkers_wait_for_the_verdict_of_its_proof_under_way() {
+    let mut b = book(&[meta("x", "1", Some("gone"), Some("ug"), None)]);
+    let live = members(&[("a", "ua")]);
+    b.proof_started("gone");
+    assert!(decide(&b, &live, &[]).is_empty());
+    b.proven("gone");
+    assert_eq!(decide(&b, &live, &[]), [assign("ns/x", "a", Cause::Dead)]);
+}
