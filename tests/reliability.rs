@@ -343,7 +343,10 @@ async fn no_replica_exits_at_start_up_on_a_busy_api_server() {
 async fn a_silent_leader_is_replaced_while_a_share_of_calls_fails() {
     use support::faults::{FaultProxy, ProxyMode, pause, resume};
     let cluster = Cluster::shared("reliability");
-    for (round, share) in [(0, 0.3), (1, 0.5)] {
+    // The bounds grow with the share: each call of the election, the
+    // judge's view and the proof fails that often (measured 4.2 s at 30%
+    // and 32 s at 50% on 2 cores with a 3 s lease).
+    for (round, share, bound) in [(0, 0.3, 10 * LEASE), (1, 0.5, 20 * LEASE)] {
         let ns = cluster.namespace(&format!("busy-failover-{round}"));
         let mut proxies = Vec::new();
         let mut ops = Vec::new();
@@ -372,7 +375,7 @@ async fn a_silent_leader_is_replaced_while_a_share_of_calls_fails() {
         let stopped_at = Instant::now();
         pause(&fleet.ops[victim.index]);
         let moved_in = eventually(
-            12 * LEASE,
+            bound,
             "every checker of the silent leader probed by another replica",
             || async {
                 let hits = fleet.witness.hits_between(stopped_at, Instant::now());
