@@ -168,11 +168,10 @@ async fn prove_gone(
     }
 }
 
-/// Proofs under way (one task per suspect at most: the book knows which).
-#[derive(Default)]
-struct Proofs {
-    set: tokio::task::JoinSet<(String, ObservedLease, bool, Proof)>,
-}
+/// Proofs under way: a task per suspect at most (the book knows which),
+/// each ending with the member, its Lease, whether peers had evidence, and
+/// the verdict.
+type Proofs = tokio::task::JoinSet<(String, ObservedLease, bool, Proof)>;
 
 impl Sharder {
     fn checkers(&self) -> Api<PartialObjectMeta<WebChecker>> {
@@ -293,7 +292,7 @@ impl Sharder {
                 Api::namespaced(self.clients.requests.clone(), &self.lease_namespace);
             let (leader, membership) = (self.leader.clone(), self.membership.clone());
             let (id, lease, evidenced) = (id.clone(), lease.clone(), evidenced.contains(id));
-            proofs.set.spawn(async move {
+            proofs.spawn(async move {
                 let proof = prove_gone(api, leader, membership, lease.clone()).await;
                 (id, lease, evidenced, proof)
             });
@@ -383,7 +382,7 @@ impl Sharder {
                     writes.finished(&self, &mut book, done);
                     continue;
                 }
-                Some(done) = proofs.set.join_next(), if !proofs.set.is_empty() => {
+                Some(done) = proofs.join_next(), if !proofs.is_empty() => {
                     match done {
                         Ok((id, lease, evidenced, proof)) => {
                             dirty |= self.settled(&mut book, &id, &lease, evidenced, proof);

@@ -72,6 +72,16 @@ const Q: ZoneQuorum = ZoneQuorum {
     quorum: 2,
 };
 
+/// A checker never probed, and the rounds' clock (`failureThreshold` = `ft`).
+fn fresh(ft: u32) -> (CheckerStatus, Round) {
+    let r = Round {
+        start: Instant::now(),
+        n: 0,
+        failure_threshold: ft,
+    };
+    (CheckerStatus::from_existing(None), r)
+}
+
 /// One round: the owner's probe, then the other zones' answers.
 fn round(
     s: &mut CheckerStatus,
@@ -98,12 +108,7 @@ fn zones(w: &crate::api::WebCheckerStatus) -> Vec<(String, String)> {
 
 #[test]
 fn one_failing_zone_is_degraded_and_the_quorum_turns_ready_false() {
-    let mut r = Round {
-        start: Instant::now(),
-        n: 0,
-        failure_threshold: 1,
-    };
-    let mut s = CheckerStatus::from_existing(None);
+    let (mut s, mut r) = fresh(1);
     let fx = round(
         &mut s,
         &mut r,
@@ -192,12 +197,7 @@ fn one_failing_zone_is_degraded_and_the_quorum_turns_ready_false() {
 
 #[test]
 fn each_zone_keeps_its_own_failure_threshold() {
-    let mut r = Round {
-        start: Instant::now(),
-        n: 0,
-        failure_threshold: 3,
-    };
-    let mut s = CheckerStatus::from_existing(None);
+    let (mut s, mut r) = fresh(3);
     round(
         &mut s,
         &mut r,
@@ -231,12 +231,7 @@ fn each_zone_keeps_its_own_failure_threshold() {
 
 #[test]
 fn zones_that_do_not_answer_leave_the_verdict_to_those_that_do() {
-    let mut r = Round {
-        start: Instant::now(),
-        n: 0,
-        failure_threshold: 1,
-    };
-    let mut s = CheckerStatus::from_existing(None);
+    let (mut s, mut r) = fresh(1);
     round(
         &mut s,
         &mut r,
@@ -261,12 +256,7 @@ fn zones_that_do_not_answer_leave_the_verdict_to_those_that_do() {
 
 #[test]
 fn without_other_zones_the_owner_decides_alone_and_a_zone_no_longer_asked_leaves() {
-    let mut r = Round {
-        start: Instant::now(),
-        n: 0,
-        failure_threshold: 1,
-    };
-    let mut s = CheckerStatus::from_existing(None);
+    let (mut s, mut r) = fresh(1);
     round(
         &mut s,
         &mut r,
@@ -284,12 +274,7 @@ fn without_other_zones_the_owner_decides_alone_and_a_zone_no_longer_asked_leaves
 
 #[test]
 fn a_later_probe_of_the_owner_while_the_zones_are_out_is_the_one_decided_on() {
-    let mut r = Round {
-        start: Instant::now(),
-        n: 0,
-        failure_threshold: 1,
-    };
-    let mut s = CheckerStatus::from_existing(None);
+    let (mut s, mut r) = fresh(1);
     let ctx = r.ctx();
     assert!(s.observe_zone(&probe(true), Q, true, &ctx).write.is_none());
     assert!(s.observe_zone(&probe(false), Q, true, &ctx).write.is_none());
