@@ -83,6 +83,7 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
     let host = netns.host_ip.clone();
     let cut_one = "cf-c";
     let witness = Witness::start_on(&host).await;
+    witness.set_hold(support::HOLD.0, support::HOLD.1);
     let mut fleet =
         Fleet::start_with_witness(cluster, ns.clone(), ops, witness, CHECKERS, INTERVAL).await;
     let interval = Duration::from_secs(INTERVAL.into());

@@ -113,6 +113,7 @@ impl Suite {
         println!("$ kubectl get pods -o wide -n {ns}\n{wide}");
         // The user's checkers, once the chart has installed the CRD.
         let witness = Witness::start_on(&node.ip).await;
+        witness.set_hold(support::HOLD.0, support::HOLD.1);
         let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i:02}")).collect();
         let t0 = Instant::now();
         create_checkers(&client, &checks, &witness.url(), &names, INTERVAL).await;

@@ -301,6 +301,7 @@ async fn no_replica_exits_at_start_up_on_a_busy_api_server() {
         o.wait_ready(Duration::from_secs(90)).await;
     }
     let witness = Witness::start().await;
+    witness.set_hold(support::HOLD.0, support::HOLD.1);
     let client = cluster.client().await;
     let names: Vec<String> = (0..30).map(|i| format!("busy{i}")).collect();
     create_checkers(&client, &ns, &witness.url(), &names, 2).await;
@@ -363,6 +364,7 @@ async fn a_silent_leader_is_replaced_while_a_share_of_calls_fails() {
             proxies.push(p);
         }
         let witness = Witness::start().await;
+        witness.set_hold(support::HOLD.0, support::HOLD.1);
         let fleet =
             Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 60, INTERVAL).await;
         for p in &proxies {

@@ -75,6 +75,7 @@ impl Fleet {
         interval_s: u32,
     ) -> Fleet {
         let witness = Witness::start().await;
+        witness.set_hold(crate::witness::HOLD.0, crate::witness::HOLD.1);
         Self::start_with_witness(cluster, ns, ops, witness, checkers, interval_s).await
     }
 
@@ -222,12 +223,19 @@ impl Fleet {
         None
     }
 
+    /// A counter of one replica (0 while the series has not been exported).
+    /// Panics if the replica does not answer: a silent 0 would let an
+    /// equality between two readings hold vacuously.
     pub async fn counter(&self, identity: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let m = self.op(identity).metrics().await.unwrap_or_default();
+        let m = self
+            .op(identity)
+            .metrics()
+            .await
+            .unwrap_or_else(|| panic!("{identity} does not serve its metrics"));
         metric(&m, name, labels).unwrap_or(0.0)
     }
 
-    /// A metric summed over every replica (0 for one that does not answer).
+    /// A metric summed over every replica; each must answer.
     pub async fn sum(&self, name: &str) -> f64 {
         let mut total = 0.0;
         for o in &self.ops {

@@ -61,6 +61,10 @@ struct WitnessState {
     /// probing every interval for the owner of a checker with
     /// `spec.locations`; kept apart like confirmations.
     zone_probes: Vec<Hit>,
+    /// Each answer waits a random time in this range, so that two replicas
+    /// probing one checker show as overlapping exchanges (an instant answer
+    /// hides all but exact coincidences).
+    hold: Option<(Duration, Duration)>,
 }
 
 /// Counts an exchange as open while it lives, and records it as abandoned if
@@ -164,10 +168,13 @@ impl Witness {
                                         // Not an owner's probe: never among the abandoned ones either.
                                         guard.hit = None;
                                     }
-                                    let mode = {
+                                    let (mode, hold) = {
                                         let s = state.lock().unwrap();
-                                        s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok)
+                                        (s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok), s.hold)
                                     };
+                                    if let Some((min, max)) = hold {
+                                        tokio::time::sleep(min + (max - min).mul_f64(rand::random::<f64>())).await;
+                                    }
                                     let code = match mode {
                                         Mode::Ok => 200,
                                         Mode::Status(c) => c,
@@ -209,6 +216,11 @@ impl Witness {
     /// Stop logging hits (only count them), for load scenarios.
     pub fn set_quiet(&self) {
         self.state.lock().unwrap().quiet = true;
+    }
+
+    /// Hold each answer a random time in [min, max] (see `hold`).
+    pub fn set_hold(&self, min: Duration, max: Duration) {
+        self.state.lock().unwrap().hold = Some((min, max));
     }
 
     /// Log probes without their headers (see `lean`).
@@ -326,26 +338,92 @@ impl Witness {
     }
 }
 
+/// How long the witness holds answers in the tests that judge exclusivity
+/// from its log: long enough that two probers of one checker overlap now and
+/// then, short against any probe timeout or interval.
+pub const HOLD: (Duration, Duration) = (Duration::from_millis(10), Duration::from_millis(60));
+
 /// Checks exclusivity from the witness log: no two replicas probe one checker
-/// at overlapping times, and once a new owner started, the old one never
-/// probes again. Returns a description of the first violation.
+/// at overlapping times, and no replica probes a checker in between two
+/// consecutive probes of another (A, B, A within one cadence: two probers on
+/// their own timers, which need not ever overlap). A handover keeps the
+/// checker's cadence, so A's probes around a legitimate run of B's are at
+/// least two cadences apart; the cadence is the median spacing of one
+/// replica's consecutive probes of the checker. Returns the first violation.
 pub fn exclusivity_violation(hits: &[Hit]) -> Option<String> {
     let mut by: HashMap<&str, Vec<&Hit>> = HashMap::new();
     for h in hits {
         by.entry(&h.checker).or_default().push(h);
     }
-    for (checker, mut hs) in by {
+    let mut checkers: Vec<&str> = by.keys().copied().collect();
+    checkers.sort();
+    checkers.into_iter().find_map(|c| {
+        let hs = by.get_mut(c).expect("grouped");
         hs.sort_by_key(|h| h.start);
-        for w in hs.windows(2) {
-            if w[0].replica != w[1].replica && w[1].start < w[0].end {
+        overlap_in(c, hs).or_else(|| interleaving_in(c, hs))
+    })
+}
+
+/// Two replicas' exchanges of one checker open at once (`hs` by start).
+fn overlap_in(checker: &str, hs: &[&Hit]) -> Option<String> {
+    let mut last_end: HashMap<&str, (Instant, Instant)> = HashMap::new();
+    for h in hs {
+        for (r, (start, end)) in &last_end {
+            if *r != h.replica && *end > h.start {
                 return Some(format!(
-                    "{checker}: {} and {} overlapped",
-                    w[0].replica, w[1].replica
+                    "{checker}: {r} probed it {:?} .. {:?} and {} from {:?}: overlapped",
+                    *start - hs[0].start,
+                    *end - hs[0].start,
+                    h.replica,
+                    h.start - hs[0].start,
                 ));
             }
         }
+        let e = last_end.entry(&h.replica).or_insert((h.start, h.end));
+        if h.end >= e.1 {
+            *e = (h.start, h.end);
+        }
     }
     None
+}
+
+/// A, B, A within one cadence (`hs` by start).
+fn interleaving_in(checker: &str, hs: &[&Hit]) -> Option<String> {
+    let cadence = cadence(hs)?;
+    let mut latest: HashMap<&str, Instant> = HashMap::new();
+    for h in hs {
+        if let Some(prev) = latest.get(h.replica.as_str()).copied() {
+            let between = latest
+                .iter()
+                .find(|(r, at)| **r != h.replica && **at > prev);
+            if let Some((other, at)) = between
+                && h.start - prev <= cadence.mul_f64(1.5)
+            {
+                return Some(format!(
+                    "{checker}: {} probed it at {:?} and {:?}, {other} at {:?} in between (cadence {cadence:?}): two probers",
+                    h.replica,
+                    prev - hs[0].start,
+                    h.start - hs[0].start,
+                    *at - hs[0].start,
+                ));
+            }
+        }
+        latest.insert(&h.replica, h.start);
+    }
+    None
+}
+
+/// The median spacing of one replica's consecutive probes of a checker.
+fn cadence(hs: &[&Hit]) -> Option<Duration> {
+    let mut latest: HashMap<&str, Instant> = HashMap::new();
+    let mut spacings = Vec::new();
+    for h in hs {
+        if let Some(prev) = latest.insert(&h.replica, h.start) {
+            spacings.push(h.start - prev);
+        }
+    }
+    spacings.sort();
+    spacings.get(spacings.len() / 2).copied()
 }
 
 /// Strict form of the second half of invariant 2, for scenarios where no
@@ -373,4 +451,72 @@ pub fn reappearance(hits: &[Hit]) -> Option<String> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Probes (replica, start ms, length ms) of one checker.
+    fn log(probes: &[(&str, u64, u64)]) -> Vec<Hit> {
+        let t0 = Instant::now();
+        probes
+            .iter()
+            .map(|(r, at, len)| Hit {
+                checker: "c".into(),
+                replica: r.to_string(),
+                start: t0 + Duration::from_millis(*at),
+                end: t0 + Duration::from_millis(at + len),
+                headers: HashMap::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_handover_keeps_the_cadence_and_passes() {
+        let hits = log(&[
+            ("a", 0, 30),
+            ("a", 1000, 30),
+            ("a", 2000, 30),
+            ("b", 3000, 30),
+            ("b", 4000, 30),
+            ("b", 5000, 30),
+        ]);
+        assert_eq!(exclusivity_violation(&hits), None);
+    }
+
+    #[test]
+    fn a_move_back_after_a_while_passes() {
+        let hits = log(&[
+            ("a", 0, 30),
+            ("a", 1000, 30),
+            ("b", 2000, 30),
+            ("b", 3000, 30),
+            ("a", 4000, 30),
+            ("a", 5000, 30),
+        ]);
+        assert_eq!(exclusivity_violation(&hits), None);
+    }
+
+    #[test]
+    fn an_overlap_with_an_earlier_long_exchange_is_found() {
+        // b's exchange lies inside a's long one, with a shorter one of a's
+        // between them in start order: adjacent pairs alone miss it.
+        let hits = log(&[("a", 0, 900), ("a", 100, 10), ("b", 500, 10)]);
+        let v = exclusivity_violation(&hits).expect("an overlap");
+        assert!(v.contains("overlapped"), "{v}");
+    }
+
+    #[test]
+    fn two_probers_on_their_own_timers_are_found_though_they_never_overlap() {
+        let hits = log(&[
+            ("a", 0, 30),
+            ("b", 500, 30),
+            ("a", 1000, 30),
+            ("b", 1500, 30),
+            ("a", 2000, 30),
+        ]);
+        let v = exclusivity_violation(&hits).expect("interleaving");
+        assert!(v.contains("two probers"), "{v}");
+    }
 }

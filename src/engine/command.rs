@@ -67,6 +67,7 @@ pub enum Command {
         namespace: String,
         name: String,
         resource_version: String,
+        uid: String,
         /// The epoch of the assignment it was found under.
         epoch: Option<String>,
     },
@@ -112,6 +113,7 @@ mod tests {
             namespace: "ns".into(),
             name: "a".into(),
             resource_version: "1".into(),
+            uid: "u1".into(),
             epoch: Some(epoch.into()),
         };
         assert!(drain("e2").current(Some("e2")));

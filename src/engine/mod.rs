@@ -217,12 +217,14 @@ impl Engine {
                 namespace,
                 name,
                 resource_version,
+                uid,
                 ..
             } => Input::Drain {
                 key,
                 namespace,
                 name,
                 resource_version,
+                uid,
             },
             Command::Remove { key } => Input::Remove { key },
             Command::Refresh { key, resolved } => Input::Refresh { key, resolved },
@@ -408,7 +410,8 @@ impl Engine {
             ToWriter::Observe {
                 key,
                 resource_version,
-            } => self.writer.observe_version(&key, &resource_version),
+                uid,
+            } => self.writer.observe_version(&key, &resource_version, &uid),
             ToWriter::Submit {
                 key,
                 namespace,

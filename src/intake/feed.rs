@@ -62,6 +62,7 @@ fn classify(
                 namespace,
                 name,
                 resource_version,
+                uid: obj.metadata.uid.clone().unwrap_or_default(),
                 epoch: ann.get(EPOCH_ANNOTATION).cloned(),
             })),
         );

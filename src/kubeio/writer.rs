@@ -90,11 +90,20 @@ fn verdict(code: Option<u16>) -> Verdict {
     }
 }
 
+/// What a write is fenced with: the resourceVersion, and the UID of the
+/// object it belongs to (one deleted and recreated under the same name is
+/// another checker; a conflict's re-read must not hand it the old status).
+#[derive(Clone, Debug)]
+struct Version {
+    rv: String,
+    uid: String,
+}
+
 #[derive(Default)]
 struct Inner {
     pending: HashMap<String, Pending>,
     /// Last resourceVersion seen per checker (from the watch or our writes).
-    versions: HashMap<String, String>,
+    versions: HashMap<String, Version>,
     /// Keys whose pending op is a drain ack: they jump every queue.
     acks: HashSet<String>,
     /// Writes taken out of `pending` and not finished yet (graceful
@@ -135,8 +144,14 @@ impl StatusWriter {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn observe_version(&self, key: &str, rv: &str) {
-        self.lock().versions.insert(key.to_string(), rv.to_string());
+    pub fn observe_version(&self, key: &str, rv: &str, uid: &str) {
+        self.lock().versions.insert(
+            key.to_string(),
+            Version {
+                rv: rv.to_string(),
+                uid: uid.to_string(),
+            },
+        );
     }
 
     pub fn submit(&self, key: &str, namespace: &str, name: &str, op: Op) {
@@ -318,7 +333,7 @@ impl StatusWriter {
     async fn write(&self, client: &Client, key: String, mut p: Pending) {
         // Fencing needs the resourceVersion we last saw; a checker forgotten
         // meanwhile (moved away) has none and is not ours to write.
-        let Some(rv) = self.lock().versions.get(&key).cloned() else {
+        let Some(Version { rv, uid }) = self.lock().versions.get(&key).cloned() else {
             return;
         };
         let mut result = self.attempt(client, &key, &p, Some(rv)).await;
@@ -329,7 +344,10 @@ impl StatusWriter {
             // Fencing: re-read and retry only if the checker is still ours.
             let api = Self::api(client, &p.namespace);
             result = match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&p.name)).await {
-                Ok(Ok(Some(obj))) if self.still_ours(&obj, &p.op) => {
+                Ok(Ok(Some(obj)))
+                    if obj.metadata.uid.as_deref() == Some(uid.as_str())
+                        && self.still_ours(&obj, &p.op) =>
+                {
                     self.attempt(client, &key, &p, obj.metadata.resource_version.clone())
                         .await
                 }
@@ -351,9 +369,11 @@ impl StatusWriter {
                     g.versions.remove(&key);
                     g.pending.remove(&key);
                     g.acks.remove(&key);
-                } else if let Some(v) = g.versions.get_mut(&key) {
+                } else if let Some(v) = g.versions.get_mut(&key)
+                    && v.uid == uid
+                {
                     // Only if still ours: `forget` may have run while we wrote.
-                    *v = rv;
+                    v.rv = rv;
                 }
             }
             Err(Verdict::Done) => unreachable!("an error is never a success"),

@@ -232,6 +232,7 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         .map(|s| format!("{FULLNAME}-5c9f7d8b6-{s}"))
         .collect();
     let witness = Witness::start().await;
+    witness.set_hold(support::HOLD.0, support::HOLD.1);
     let mut ops: Vec<Replica> = ids
         .iter()
         .map(|id| pod(cluster, &sa_kc, &env, id))

@@ -165,6 +165,7 @@ async fn a_replica_cut_off_alone_stops_within_a_retry_period_of_reconnecting() {
     let ns = cluster.namespace("cut");
     let client = cluster.client().await;
     let witness = Witness::start().await;
+    witness.set_hold(support::HOLD.0, support::HOLD.1);
     let proxy = TcpProxy::start(&cluster.kubeconfig).await;
     let log = ObjectLog::start(client.clone(), &ns).await;
     let log_from = Instant::now();

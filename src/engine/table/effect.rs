@@ -41,6 +41,7 @@ pub enum Input {
         namespace: String,
         name: String,
         resource_version: String,
+        uid: String,
     },
     /// Deleted, or no longer ours.
     Remove { key: String },
@@ -139,6 +140,7 @@ pub enum ToWriter {
     Observe {
         key: String,
         resource_version: String,
+        uid: String,
     },
     Submit {
         key: String,

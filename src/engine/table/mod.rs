@@ -172,7 +172,8 @@ impl Table {
                 namespace,
                 name,
                 resource_version,
-            } => self.drain(key, namespace, name, resource_version),
+                uid,
+            } => self.drain(key, namespace, name, resource_version, uid),
             Input::Remove { key } => {
                 self.remove(&key);
                 self.shrink_if_sparse();
@@ -416,8 +417,16 @@ impl Table {
         self.status_effects(&key, fx);
     }
 
-    fn drain(&mut self, key: String, namespace: String, name: String, resource_version: String) {
-        self.observe_version(&key, resource_version);
+    fn drain(
+        &mut self,
+        key: String,
+        namespace: String,
+        name: String,
+        resource_version: String,
+        uid: String,
+    ) {
+        self.forget_if_recreated(&key, &uid);
+        self.observe_version(&key, resource_version, uid);
         let (inflight, last) = match self.entries.get_mut(&key) {
             Some(e) => {
                 e.draining = true;
@@ -514,11 +523,27 @@ impl Table {
         }
     }
 
-    fn observe_version(&mut self, key: &str, resource_version: String) {
+    fn observe_version(&mut self, key: &str, resource_version: String, uid: String) {
         self.out.push(Effect::Writer(ToWriter::Observe {
             key: key.into(),
             resource_version,
+            uid,
         }));
+    }
+
+    /// An object deleted and created again under the same name (the delete
+    /// unseen, across a re-list) is another checker: nothing of the old one's
+    /// (status, cadence, queued writes, series) carries over.
+    pub(super) fn forget_if_recreated(&mut self, key: &str, uid: &str) {
+        let recreated = !uid.is_empty()
+            && self
+                .entries
+                .get(key)
+                .is_some_and(|e| e.object_ref.uid.as_deref().is_some_and(|old| old != uid));
+        if recreated {
+            self.remove(key);
+            self.owned();
+        }
     }
 
     fn submit(&mut self, key: String, namespace: String, name: String, op: Op) {

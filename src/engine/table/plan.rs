@@ -50,9 +50,12 @@ fn same(a: Option<&Definition>, b: Option<&Definition>) -> bool {
 impl Table {
     pub(super) fn upsert(&mut self, c: Checker, initial: bool, seen: Instant, clock: Clock) {
         let key = c.key.clone();
+        let uid = c.object_ref.uid.clone().unwrap_or_default();
+        self.forget_if_recreated(&key, &uid);
         self.out.push(Effect::Writer(ToWriter::Observe {
             key: key.clone(),
             resource_version: c.resource_version.clone(),
+            uid,
         }));
         let (definition, malformed) = match c.definition {
             Ok(def) => (Some(def), None),

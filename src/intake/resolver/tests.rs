@@ -215,6 +215,7 @@ fn the_newest_command_for_a_checker_wins() {
             namespace: "ns".into(),
             name: "c".into(),
             resource_version: "2".into(),
+            uid: "u1".into(),
             epoch: None,
         }),
         cmd(crate::intake::found::malformed(

@@ -78,7 +78,7 @@ fn checker_json(owner: &str, epoch: &str, rv: &str) -> serde_json::Value {
         "apiVersion": "test.network.io/v1alpha1",
         "kind": "WebChecker",
         "metadata": {
-            "name": "a", "namespace": "ns", "resourceVersion": rv,
+            "name": "a", "namespace": "ns", "resourceVersion": rv, "uid": "u1",
             "labels": { OWNER_LABEL: owner },
             "annotations": { EPOCH_ANNOTATION: epoch },
         },
@@ -97,7 +97,7 @@ fn count(w: &StatusWriter, result: &str) -> u64 {
 #[tokio::test]
 async fn a_conflict_on_a_checker_that_moved_is_fenced_and_never_retried() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let p = w.lock().pending.remove("ns/a").unwrap();
     let api = tokio::spawn(async move {
@@ -117,7 +117,7 @@ async fn a_conflict_on_a_checker_that_moved_is_fenced_and_never_retried() {
 #[tokio::test]
 async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let p = w.lock().pending.remove("ns/a").unwrap();
     let api = tokio::spawn(async move {
@@ -134,7 +134,29 @@ async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
     w.write(&client, "ns/a".into(), p).await;
     api.await.unwrap();
     assert_eq!(count(&w, "ok"), 1);
-    assert_eq!(w.lock().versions.get("ns/a").map(String::as_str), Some("7"));
+    assert_eq!(w.lock().versions.get("ns/a").map(|v| v.rv.as_str()), Some("7"));
+}
+
+/// The checker was deleted and created again under its name, and the new
+/// object is ours too: the old object's status must not land on it.
+#[tokio::test]
+async fn a_conflict_on_a_checker_recreated_under_its_name_is_fenced() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5", "u1");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(409)).await;
+        let mut recreated = checker_json("r1", "uid-r1", "8");
+        recreated["metadata"]["uid"] = json!("u2");
+        answer(&mut h, "GET", None, ok(recreated)).await;
+        h
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    let mut h = api.await.unwrap();
+    assert_eq!(count(&w, "fenced"), 1);
+    drop(client);
+    assert!(h.next_request().await.is_none());
 }
 
 /// A write that failed with a 5xx after its checker was
@@ -143,7 +165,7 @@ async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
 #[tokio::test]
 async fn a_failed_write_of_a_checker_forgotten_meanwhile_is_not_retried() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let p = w.lock().pending.remove("ns/a").unwrap();
     let w2 = w.clone();
@@ -160,7 +182,7 @@ async fn a_failed_write_of_a_checker_forgotten_meanwhile_is_not_retried() {
 #[tokio::test]
 async fn a_failure_without_verdict_is_retried_later_with_backoff() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let p = w.lock().pending.remove("ns/a").unwrap();
     let api = tokio::spawn(async move {
@@ -182,7 +204,7 @@ async fn a_failure_without_verdict_is_retried_later_with_backoff() {
 #[tokio::test]
 async fn a_refused_write_is_dropped_and_counted() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let p = w.lock().pending.remove("ns/a").unwrap();
     let api = tokio::spawn(async move {
@@ -231,7 +253,7 @@ fn a_drain_ack_jumps_a_batch_already_taken() {
     let w = writer();
     for i in 0..10 {
         let k = format!("ns/s{i}");
-        w.observe_version(&k, "1");
+        w.observe_version(&k, "1", "u1");
         w.submit(&k, "ns", &format!("s{i}"), Op::Status(Box::default()));
     }
     let (batch, _) = w.take_batch(256, Instant::now());
@@ -255,7 +277,7 @@ fn a_drain_ack_jumps_a_batch_already_taken() {
 #[tokio::test]
 async fn nothing_is_written_after_our_drain_ack_landed() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit(
         "ns/a",
         "ns",
@@ -320,7 +342,7 @@ fn a_flooding_namespace_delays_another_by_one_turn_and_nothing_waits_forever() {
 #[tokio::test]
 async fn a_flush_waits_for_writes_in_flight_and_the_gate_is_asked_before_each_write() {
     let (w, client, mut h) = mocked();
-    w.observe_version("ns/a", "5");
+    w.observe_version("ns/a", "5", "u1");
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     let (mut batch, _) = w.take_batch(10, Instant::now());
     assert_eq!(w.pending_len(), 0);

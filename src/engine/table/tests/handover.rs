@@ -10,6 +10,7 @@ fn drain(key: &str, rv: &str) -> Input {
         namespace: namespace.into(),
         name: name.into(),
         resource_version: rv.into(),
+        uid: format!("uid-{name}"),
     }
 }
 

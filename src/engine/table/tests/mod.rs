@@ -44,6 +44,7 @@ fn checker(name: &str, spec: WebCheckerSpec) -> Checker {
         object_ref: ObjectReference {
             namespace: Some("ns".into()),
             name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
             ..Default::default()
         },
         definition: Ok(Definition {
@@ -209,6 +210,7 @@ impl Sim {
                 ToWriter::Observe {
                     key,
                     resource_version,
+                    ..
                 } => format!("observe {key} rv={resource_version}"),
                 ToWriter::Submit { key, op, .. } => match op {
                     Op::Status(s) => {

@@ -247,3 +247,38 @@ fn rotated_values_are_used_by_the_next_probe_on_the_same_cadence() {
         .collect();
     assert_eq!(sent, [b"v2".to_vec()]);
 }
+
+/// Deleted and created again under its name while the watch was away: the
+/// re-list shows the new object (another UID) and no deletion. It is another
+/// checker: the old one's queued writes and series go, the new one is probed
+/// as new and gets a status of its own.
+#[test]
+fn a_checker_recreated_under_its_name_starts_afresh() {
+    let mut sim = Sim::warm();
+    probed_once(&mut sim, "a");
+    let mut again = checker("a", spec("/", 10, ""));
+    again.object_ref.uid = Some("uid-a-2".into());
+    again.resource_version = "9".into();
+    let lines = sim.upsert(again, false);
+    assert_eq!(
+        lines,
+        [
+            "cancel ns/a",
+            "forget ns/a",
+            "observe ns/a rv=9",
+            "schedule ns/a in 50ms",
+            "metric forget ns/a",
+            "metric owned 0",
+            "metric owned 1"
+        ]
+    );
+    let seq = sim.start("ns/a", sim.now + Duration::from_millis(50));
+    let fx = sim.step(Input::Done {
+        key: "ns/a".into(),
+        seq,
+        outcome: Some(ok()),
+        finished: sim.wall,
+    });
+    let status = written(&fx).expect("the new object's first result is written");
+    assert_eq!(status.condition("Ready").unwrap().status, "True");
+}
