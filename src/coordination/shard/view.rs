@@ -7,7 +7,10 @@
 //! duration counted from the latest of: when the change was observed, when
 //! this replica's own current run of successful renewals began
 //! ([`crate::coordination::membership::Membership::judge_since`]), and when this view last
-//! (re)started from a list or recovered from a watch error. An etcd stall
+//! (re)started from a list; time while this view's watch was failing does
+//! not count (the clocks pause and go on when it delivers again: a resumed
+//! watch replays what it missed, so a failure is a pause, not a reason to
+//! start over, which a share of failed calls would make endless). An etcd stall
 //! lets every API call fail while watches stay open and no Lease changes:
 //! without the second term every member looks dead the moment it ends. A
 //! replica never judges itself. A suspect is only suspected: its checkers move
@@ -88,8 +91,10 @@ pub struct Members {
     synced: bool,
     /// False from a watch error until the next event: changes may be missing.
     watch_ok: bool,
-    /// Clocks count from no earlier than this (last list, last recovery).
+    /// Clocks count from no earlier than this (the last list).
     fresh_since: Instant,
+    /// Since when the watch has been failing (the clocks are paused).
+    blind_since: Option<Instant>,
 }
 
 impl Members {
@@ -99,14 +104,22 @@ impl Members {
             synced: false,
             watch_ok: false,
             fresh_since: now,
+            blind_since: None,
         }
     }
 
-    /// A watch event other than an error arrived at `now`.
+    /// A watch event other than an error arrived at `now`: the clocks go on
+    /// from where they paused.
     fn watch_healthy(&mut self, now: Instant) {
         if !self.watch_ok {
             self.watch_ok = true;
-            self.fresh_since = now;
+            if let Some(since) = self.blind_since.take() {
+                let gap = now.saturating_duration_since(since);
+                for l in self.leases.values_mut() {
+                    l.observed_at = (l.observed_at + gap).min(now);
+                }
+                self.fresh_since = (self.fresh_since + gap).min(now);
+            }
         }
     }
 
@@ -115,6 +128,7 @@ impl Members {
         self.leases.clear();
         self.synced = true;
         self.watch_ok = true;
+        self.blind_since = None;
         // Fresh clocks for everyone: we may have been the one cut off.
         self.fresh_since = now;
         for l in leases {
@@ -158,9 +172,13 @@ impl Members {
         self.leases.retain(|_, l| l.uid != uid);
     }
 
-    /// The watch failed: keep what we know (a resumed watch replays what we
-    /// missed), but judge nobody until it delivers again.
-    pub fn watch_failed(&mut self) {
+    /// The watch failed at `now`: keep what we know (a resumed watch replays
+    /// what we missed), judge nobody and pause the clocks until it delivers
+    /// again.
+    pub fn watch_failed(&mut self, now: Instant) {
+        if self.watch_ok || self.blind_since.is_none() {
+            self.blind_since.get_or_insert(now);
+        }
         self.watch_ok = false;
     }
 
@@ -306,7 +324,7 @@ impl MemberView {
                 Err(e) => {
                     metrics.watch_failed("leases", &e);
                     warn!(error = %e, "membership Lease watch failed; nobody is judged until it delivers again");
-                    self.lock().watch_failed();
+                    self.lock().watch_failed(now);
                 }
             }
             if let Some(m) = self.members() {
@@ -390,21 +408,44 @@ mod tests {
     }
 
     #[test]
-    fn a_watch_error_keeps_the_view_and_restarts_the_clocks() {
+    fn a_watch_error_keeps_the_view_and_pauses_the_clocks() {
         let t0 = Instant::now();
+        let ms = Duration::from_millis;
         let mut m = Members::new(t0);
         m.listed(&[lease("a", "1"), lease("b", "1")], t0);
-        m.watch_failed();
+        // b has been silent for 2 s when the watch fails.
+        m.watch_failed(t0 + ms(2000));
         // The view stays usable for decisions (the sharder must not freeze)...
         assert_eq!(m.members().map(|x| x.len()), Some(2));
         // ...but nobody is judged while changes may be missing.
         let late = t0 + Duration::from_secs(10);
         assert!(m.suspects("a", LEASE, Some(t0), late).is_empty());
-        // The resumed watch delivers a (replayed) renewal of a; b stays silent.
+        // The resumed watch delivers a (replayed) renewal of a; b stays
+        // silent: the 2 s before the failure count, the 8 s blind do not.
         m.apply(&lease("a", "2"), late);
-        assert!(m.suspects("a", LEASE, Some(t0), late).is_empty());
-        let later = late + LEASE + Duration::from_millis(1);
-        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), later)), ["b"]);
+        assert!(m.suspects("a", LEASE, Some(t0), late + ms(900)).is_empty());
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), late + ms(1100))), ["b"]);
+    }
+
+    #[test]
+    fn a_watch_failing_often_delays_a_verdict_only_by_its_blind_time() {
+        // A busy API server: the watch fails every 500 ms and resumes 100 ms
+        // later. Were the clocks restarted on each, b would never be judged.
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1")], t0);
+        let mut at = t0;
+        let mut renewals = 1;
+        while at < t0 + ms(3000) {
+            m.watch_failed(at + ms(400));
+            renewals += 1;
+            m.apply(&lease("a", &renewals.to_string()), at + ms(500));
+            at += ms(500);
+        }
+        // 6 spans of 100 ms blind: b is suspect after 3 s + 0.6 s.
+        assert!(m.suspects("a", LEASE, Some(t0), t0 + ms(3500)).is_empty());
+        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), t0 + ms(3700))), ["b"]);
     }
 
     #[test]
