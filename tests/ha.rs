@@ -23,7 +23,10 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
     let sizes = shard_sizes(&owners);
     let largest = *sizes.values().max().unwrap();
     // Tight targets: every member holds floor or ceil of M/N.
-    println!("shard sizes: {sizes:?} (design: at most {})", 3000usize.div_ceil(3));
+    println!(
+        "shard sizes: {sizes:?} (design: at most {})",
+        3000usize.div_ceil(3)
+    );
     assert!(largest <= 3000usize.div_ceil(3), "largest shard {largest}");
     // Let every checker run a few intervals, then check the witness.
     let from = Instant::now();
@@ -275,11 +278,21 @@ async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
 async fn the_oracle_sees_two_installs_probe_one_namespace() {
     let cluster = Cluster::shared("ha");
     let watched = cluster.namespace("twice");
-    let (lease_a, lease_b) = (cluster.namespace("install-a"), cluster.namespace("install-b"));
+    let (lease_a, lease_b) = (
+        cluster.namespace("install-a"),
+        cluster.namespace("install-b"),
+    );
     let witness = Witness::start().await;
     witness.set_hold(HOLD.0, HOLD.1);
     let spawn = |id: &str, lease_ns: &str| {
-        Operator::spawn_scoped(cluster, id, lease_ns, &watched, FAST_LEASES, &cluster.kubeconfig)
+        Operator::spawn_scoped(
+            cluster,
+            id,
+            lease_ns,
+            &watched,
+            FAST_LEASES,
+            &cluster.kubeconfig,
+        )
     };
     let ops = [spawn("twice-a", &lease_a), spawn("twice-b", &lease_b)];
     for o in &ops {
@@ -293,7 +306,10 @@ async fn the_oracle_sees_two_installs_probe_one_namespace() {
         exclusivity_violation(&witness.hits_since(from))
     })
     .await;
-    let probers: std::collections::HashSet<String> =
-        witness.hits_since(from).into_iter().map(|h| h.replica).collect();
+    let probers: std::collections::HashSet<String> = witness
+        .hits_since(from)
+        .into_iter()
+        .map(|h| h.replica)
+        .collect();
     println!("two installs: {found} (probers {probers:?})");
 }

@@ -424,7 +424,10 @@ mod tests {
         // silent: the 2 s before the failure count, the 8 s blind do not.
         m.apply(&lease("a", "2"), late);
         assert!(m.suspects("a", LEASE, Some(t0), late + ms(900)).is_empty());
-        assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), late + ms(1100))), ["b"]);
+        assert_eq!(
+            ids(&m.suspects("a", LEASE, Some(t0), late + ms(1100))),
+            ["b"]
+        );
     }
 
     #[test]

@@ -134,7 +134,10 @@ async fn a_conflict_on_a_checker_still_ours_retries_with_the_new_version() {
     w.write(&client, "ns/a".into(), p).await;
     api.await.unwrap();
     assert_eq!(count(&w, "ok"), 1);
-    assert_eq!(w.lock().versions.get("ns/a").map(|v| v.rv.as_str()), Some("7"));
+    assert_eq!(
+        w.lock().versions.get("ns/a").map(|v| v.rv.as_str()),
+        Some("7")
+    );
 }
 
 /// The checker was deleted and created again under its name, and the new
