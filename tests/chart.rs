@@ -11,6 +11,10 @@
 //!   back by the operator's own flag parser (`rendered`: reading a render),
 //!   and the chart's operator defaults are the operator's own;
 //! - `rbac`, `admission`: the permissions and the admission policy rendered;
+//! - `flow_schema`: the FlowSchema that serves the operator's Lease requests
+//!   at the `leader-election` priority level, rendered and proven on a real
+//!   API server (response headers; a renewal under a burst that fills
+//!   `workload-low`);
 //! - the knobs of a platform team, each off by default and rendered as
 //!   documented: `network_policy`, `dns_and_volumes`, `pod_monitor`,
 //!   `ca_bundle` (the operator's `--ca-bundle`);
@@ -27,6 +31,8 @@ mod admission;
 mod ca_bundle;
 #[path = "chart/dns_and_volumes.rs"]
 mod dns_and_volumes;
+#[path = "chart/flow_schema.rs"]
+mod flow_schema;
 #[path = "chart/install.rs"]
 mod install;
 #[path = "chart/lint.rs"]

@@ -48,6 +48,7 @@ const RELEASE_OBJECTS: &[(&str, bool, &str)] = &[
     ("clusterrolebinding", false, ""),
     ("validatingadmissionpolicy", false, "-references"),
     ("validatingadmissionpolicybinding", false, "-references"),
+    ("flowschema", false, "-leases"),
 ];
 
 async fn object_exists(cluster: &Cluster, kind: &str, namespaced: bool, suffix: &str) -> bool {
