@@ -56,9 +56,18 @@ struct Pending {
     attempts: u32,
     /// Not before this instant (backoff after a failure without a verdict).
     not_before: Option<Instant>,
+    /// When that failure was: a write answered since ends the backoff.
+    failed_at: Option<Instant>,
     /// When the checker's first unwritten op was submitted: a newer op for
     /// the same checker keeps its place in the queue.
     since: Instant,
+}
+
+impl Pending {
+    /// A write succeeded after this one failed.
+    fn backoff_over(&self, answered_at: Option<Instant>) -> bool {
+        matches!((self.failed_at, answered_at), (Some(f), Some(a)) if a > f)
+    }
 }
 
 /// Backoff after the `attempts`-th failure without a verdict.
@@ -109,6 +118,10 @@ struct Inner {
     /// Writes taken out of `pending` and not finished yet (graceful
     /// shutdown waits for them too).
     inflight: usize,
+    /// When a write last succeeded: the API server answers again, so the
+    /// backoffs of writes that failed before are over (else a checker's
+    /// backoff, up to 30 s, outlived the trouble by as much).
+    answered_at: Option<Instant>,
 }
 
 pub struct StatusWriter {
@@ -177,6 +190,7 @@ impl StatusWriter {
                 op,
                 attempts: 0,
                 not_before: None,
+                failed_at: None,
                 since,
             },
         );
@@ -360,6 +374,7 @@ impl StatusWriter {
             Ok(rv) => {
                 self.count("ok");
                 let mut g = self.lock();
+                g.answered_at = Some(Instant::now());
                 if matches!(p.op, Op::AckDrain { .. }) {
                     self.metrics.drains.inc();
                     debug!(checker = %key, "drain acknowledged");
@@ -389,7 +404,9 @@ impl StatusWriter {
             Err(Verdict::Retry) => {
                 self.count("error");
                 p.attempts += 1;
-                p.not_before = Some(Instant::now() + backoff(p.attempts));
+                let now = Instant::now();
+                p.not_before = Some(now + backoff(p.attempts));
+                p.failed_at = Some(now);
                 let mut g = self.lock();
                 // Re-queue only if still ours and nothing newer was queued.
                 if g.versions.contains_key(&key) {
@@ -421,7 +438,9 @@ impl StatusWriter {
         let mut next: Option<Instant> = None;
         for (k, p) in &g.pending {
             match p.not_before {
-                Some(t) if t > now => next = Some(next.map_or(t, |n| n.min(t))),
+                Some(t) if t > now && !p.backoff_over(g.answered_at) => {
+                    next = Some(next.map_or(t, |n| n.min(t)))
+                }
                 _ if matches!(p.op, Op::AckDrain { .. }) => acks.push(k),
                 _ => spaces
                     .entry(p.namespace.as_str())
@@ -465,9 +484,9 @@ impl StatusWriter {
             .acks
             .iter()
             .find(|k| {
-                g.pending
-                    .get(*k)
-                    .is_some_and(|p| p.not_before.is_none_or(|t| t <= now))
+                g.pending.get(*k).is_some_and(|p| {
+                    p.not_before.is_none_or(|t| t <= now) || p.backoff_over(g.answered_at)
+                })
             })?
             .clone();
         g.acks.remove(&key);

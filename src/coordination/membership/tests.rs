@@ -207,6 +207,29 @@ async fn a_loss_is_heard_within_a_retry_period_while_an_earlier_attempt_hangs() 
     run.abort();
 }
 
+/// A busy API server: a renewal answered 429 is tried again a quarter retry
+/// period later, not a whole one (six attempts per lease of 3 s all failing
+/// at a 50% share proved live members gone).
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_429_is_tried_again_soon() {
+    let retry = Duration::from_secs(1);
+    let (m, client, mut h) = membership(retry);
+    let run = tokio::spawn(m.clone().run(client, || std::future::ready(())));
+    let (req, send) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    send.send_response(status(429));
+    let failed_at = tokio::time::Instant::now();
+    let (req, send) = h.next_request().await.unwrap();
+    assert_eq!(req.method(), "PUT");
+    assert!(
+        failed_at.elapsed() <= retry / 4,
+        "the next attempt came {:?} after the 429",
+        failed_at.elapsed()
+    );
+    send.send_response(lease("uid-r1", "2"));
+    run.abort();
+}
+
 /// Overlapping attempts renew one Lease: each may find that another of ours
 /// renewed it first, more than once. That is not a loss (campaign seed
 /// 874556080: after etcd came back, every replica fenced itself).

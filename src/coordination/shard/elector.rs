@@ -90,6 +90,19 @@ impl LeaderGate {
             (t + self.renew_deadline).saturating_duration_since(now)
         })
     }
+
+    /// How long one call of an election step may take. A leader may spend
+    /// until its renew deadline (a busy API server is not a lost Lease); a
+    /// candidate, or a leader close to its deadline, at least a renew
+    /// deadline too: with the retry period alone, an API server slower than
+    /// that (steady latency above 500 ms with fast leases) let no call of any
+    /// candidate finish, and nobody led while it lasted. Waiting longer is
+    /// safe: leadership counts from the start of the call that won it.
+    fn call_budget(&self, now: Instant) -> Duration {
+        self.remaining(now)
+            .max(self.renew_deadline)
+            .min(crate::kubeio::client::CALL_DEADLINE)
+    }
 }
 
 /// Our observation of another holder's Lease: its resourceVersion and for
@@ -171,13 +184,7 @@ impl LeaderElector {
     /// false when the Lease is someone else's.
     async fn step(&self, api: &Api<Lease>, observed: &mut Observed) -> bool {
         let started = Instant::now();
-        // A leader may spend until its renew deadline on a renewal (a busy API
-        // server is not a lost Lease); a candidate tries again soon.
-        let budget = self
-            .gate
-            .remaining(started)
-            .max(self.retry_period)
-            .min(CALL_DEADLINE);
+        let budget = self.gate.call_budget(started);
         let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
             Ok(Ok(l)) => l,
             _ => {
@@ -196,7 +203,7 @@ impl LeaderElector {
                 spec: Some(self.desired(0, None)),
             };
             let created = tokio::time::timeout(
-                self.retry_period,
+                self.gate.call_budget(Instant::now()),
                 api.create(&PostParams::default(), &lease),
             )
             .await;
@@ -225,11 +232,7 @@ impl LeaderElector {
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
         lease.spec = Some(self.desired(transitions, if ours { spec.acquire_time } else { None }));
-        let budget = self
-            .gate
-            .remaining(Instant::now())
-            .max(self.retry_period)
-            .min(CALL_DEADLINE);
+        let budget = self.gate.call_budget(Instant::now());
         match tokio::time::timeout(
             budget,
             api.replace(LEADER_LEASE, &PostParams::default(), &lease),
@@ -366,6 +369,25 @@ impl LeaderElector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_candidate_waits_a_renew_deadline_for_an_answer() {
+        let g = LeaderGate::new(Duration::from_secs(2));
+        let t0 = Instant::now();
+        // Not leading: an API server answering in 800 ms must still elect.
+        assert_eq!(g.call_budget(t0), Duration::from_secs(2));
+        // Leading, 1.9 s left: the same.
+        g.renewed(t0);
+        assert_eq!(
+            g.call_budget(t0 + Duration::from_millis(100)),
+            Duration::from_secs(2)
+        );
+        // Leading, 0.3 s left: still a renew deadline for the call.
+        assert_eq!(
+            g.call_budget(t0 + Duration::from_millis(1700)),
+            Duration::from_secs(2)
+        );
+    }
 
     #[test]
     fn the_gate_counts_from_the_start_of_the_renewal() {

@@ -386,3 +386,40 @@ async fn a_flush_waits_for_writes_in_flight_and_the_gate_is_asked_before_each_wr
     assert_eq!((back.attempts, back.not_before), (0, None));
     assert!(!w.flush(Duration::from_millis(100)).await, "still pending");
 }
+
+/// A write that failed while the API server was in trouble waits out its
+/// backoff (up to 30 s) only while the trouble lasts: once another write is
+/// answered, it is due again.
+#[tokio::test]
+async fn a_backoff_ends_when_the_api_server_answers_again() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5", "u1");
+    w.observe_version("ns/b", "5", "u1");
+    w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", Some("5"), status(500)).await;
+        answer(
+            &mut h,
+            "PATCH",
+            Some("5"),
+            ok(checker_json("r1", "uid-r1", "6")),
+        )
+        .await;
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    // Many failures later: a long backoff.
+    let far = Instant::now() + Duration::from_secs(30);
+    w.lock().pending.get_mut("ns/a").unwrap().not_before = Some(far);
+    let (batch, next) = w.take_batch(10, Instant::now());
+    assert!(batch.is_empty());
+    assert_eq!(next, Some(far));
+    w.submit("ns/b", "ns", "b", Op::Status(Box::default()));
+    let (batch, _) = w.take_batch(10, Instant::now());
+    let (k, p) = batch.into_iter().next().expect("b is due");
+    w.write(&client, k, p).await;
+    api.await.unwrap();
+    let (batch, _) = w.take_batch(10, Instant::now());
+    assert_eq!(batch.len(), 1, "a's backoff is over");
+    assert_eq!(batch[0].0, "ns/a");
+}
