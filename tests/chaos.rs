@@ -9,8 +9,14 @@
 //! lets the system settle within a bound, then judges the window from the
 //! witness's probe log and the object log (a watch of every WebChecker and
 //! membership Lease): the invariants 1 to 7 of docs/invariants.md and liveness (new
-//! checkers get owners, a dead or cut-off replica's checkers move, within
-//! bounds). A window that leaves the system unsettled is healed (every replica
+//! checkers get owners, a dead or cut-off replica's checkers move, a
+//! restarted replica is back with checkers of its own, within bounds). The
+//! 20 kinds: the control plane's faults, the proxy's modes for one, two or
+//! every replica, the process faults, and a busy API server (a share of
+//! 429/503 or added latency on every proxy) while a replica is killed or
+//! stopped (`errors+sigkill`, `errors+leader-kill`, `errors+sigstop`,
+//! `latency+sigstop`), whose checkers must move within a bound that grows
+//! with the load. A window that leaves the system unsettled is healed (every replica
 //! restarted) so that later windows can still find other bugs; every
 //! violation is reported at the end, with the seed, in stdout and in
 //! target/chaos-report.md, and fails the test.
@@ -24,6 +30,8 @@
 
 #[path = "chaos/campaign.rs"]
 mod campaign;
+#[path = "chaos/judge.rs"]
+mod judge;
 #[path = "chaos/kit_tests.rs"]
 mod kit_tests;
 #[path = "chaos/proxy_tests.rs"]
@@ -34,7 +42,7 @@ mod support;
 #[path = "chaos/window.rs"]
 mod window;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -61,6 +69,8 @@ const RETRY: Duration = Duration::from_millis(500);
 const LOAD_SLACK: Duration = Duration::from_secs(3);
 /// New checkers created after each window (liveness of the sharder).
 const NEW_PER_WINDOW: usize = 3;
+/// The probes' timeout (`timeoutSeconds` of every checker).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How far the test's own watch may lag a replica's.
 const WATCH_SLACK: Duration = Duration::from_secs(2);
 
@@ -101,6 +111,63 @@ fn settle_bound() -> Duration {
     failover_bound() + INTERVAL * 3
 }
 
+/// Calls made one after another on the failover path of a dead leader, each
+/// delayed by a proxy's added latency: the candidate's read of the leader
+/// Lease and its acquisition, the new sharder's lists of checkers and
+/// members, the proof (a delete), two rounds of assignment writes (64 at a
+/// time) and a spare.
+const LATENCY_CALLS: u32 = 8;
+
+/// From a fault to every checker of a lost replica reassigned while every
+/// replica's calls meet `mode` (a busy API server; the bounds of the busy
+/// tests of tests/reliability, for a silent leader as for a non-leader):
+/// - a share of errors: up to 30%, the normal bound (the judges' clocks only
+///   pause while their own reads fail, and each call is tried again one
+///   retry period later); more, each step of the election, the judge rule,
+///   the proof and the writes takes on average 1 / (1 - share) attempts:
+///   twice the bound at 50%;
+/// - added latency: the normal bound plus the delay of each call of the path
+///   ([`LATENCY_CALLS`]).
+fn busy_failover_bound(mode: &ProxyMode) -> Duration {
+    match mode {
+        ProxyMode::Errors { share, .. } if *share > 0.3 => {
+            failover_bound().mul_f64(1.0 / (1.0 - share.min(0.9)))
+        }
+        ProxyMode::Latency(d) => failover_bound() + *d * LATENCY_CALLS,
+        _ => failover_bound(),
+    }
+}
+
+/// From a replica's (re)start to its being back: its new membership Lease
+/// created (the old one, a SIGKILL's, replaced once peers find its address
+/// refusing, or once it stood still for a lease), checkers assigned to it
+/// (its old ones at once, or others' through drain handshakes: a few retry
+/// periods of writes), and its first probe (within an interval).
+fn rejoin_bound() -> Duration {
+    LEASE + RETRY * 4 + INTERVAL + LOAD_SLACK
+}
+
+/// How soon after its membership Lease was deleted a replica behind a proxy
+/// in `mode` could hear so (a renewal answered 404), which ends the cut-off
+/// exception for it (docs/invariants.md); `None`: not before the fault ends.
+fn hear_bound(mode: &ProxyMode) -> Option<Duration> {
+    match mode {
+        // The proxy stalls only the connections open at the switch (watches
+        // spared), and the operator's Lease client pools no connection: every
+        // renewal, one per retry period, goes out on a fresh connection that
+        // passes, so the first one after the deletion hears 404.
+        ProxyMode::StallOpen => Some(cutoff_grace()),
+        // Each renewal (one per retry period) is answered with probability
+        // 1 - share, independently of the others: wait for as many renewals
+        // as make "every one of them failed" rarer than 1 in 1000 (10 at 50%).
+        ProxyMode::Errors { share, .. } if *share < 1.0 => {
+            let n = (1e-3f64.ln() / share.max(0.01).ln()).ceil().max(1.0) as u32;
+            Some(RETRY * n + cutoff_grace())
+        }
+        _ => None,
+    }
+}
+
 // ============================================================== schedule
 
 #[derive(Clone, Debug, PartialEq)]
@@ -131,6 +198,12 @@ enum Fault {
     Term(Target),
     /// SIGKILL and start again at once under the same identity.
     Restart(Target),
+    /// A busy API server, `mode` on every replica's proxy, while one replica
+    /// is lost (`lost`: `Kill` or `Stop`, a node gone or frozen).
+    Busy {
+        mode: ProxyMode,
+        lost: Box<Fault>,
+    },
     EtcdFreeze,
     EtcdRestart,
     ApiFreeze,
@@ -156,6 +229,10 @@ const KINDS: &[&str] = &[
     "sigstop",
     "sigterm",
     "restart",
+    "errors+sigkill",
+    "errors+sigstop",
+    "errors+leader-kill",
+    "latency+sigstop",
 ];
 
 impl Fault {
@@ -175,6 +252,12 @@ impl Fault {
             Fault::Stop(_) => "sigstop",
             Fault::Term(_) => "sigterm",
             Fault::Restart(_) => "restart",
+            Fault::Busy { mode, lost } => match (mode, lost.as_ref()) {
+                (ProxyMode::Latency(_), _) => "latency+sigstop",
+                (_, Fault::Stop(_)) => "errors+sigstop",
+                (_, Fault::Kill(Target::Leader)) => "errors+leader-kill",
+                _ => "errors+sigkill",
+            },
             Fault::EtcdFreeze => "etcd-freeze",
             Fault::EtcdRestart => "etcd-restart",
             Fault::ApiFreeze => "apiserver-freeze",
@@ -200,6 +283,19 @@ impl Fault {
                 | Fault::Blip(Targets::All)
         )
     }
+
+    /// From the fault to every checker of a lost replica reassigned.
+    fn failover_bound(&self) -> Duration {
+        match self {
+            Fault::Busy { mode, .. } => busy_failover_bound(mode),
+            _ => failover_bound(),
+        }
+    }
+
+    /// Invariant 1 for the stretch of this fault.
+    fn coverage_bound(&self) -> Duration {
+        INTERVAL + self.failover_bound()
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -209,33 +305,41 @@ struct Window {
     hold: Duration,
 }
 
+fn describe_fault(fault: &Fault) -> String {
+    let t = |t: &Target| match t {
+        Target::Leader => "the leader".to_string(),
+        Target::Other(k) => format!("non-leader #{}", k % 2),
+    };
+    let ts = |ts: &Targets| match ts {
+        Targets::All => "every replica".to_string(),
+        Targets::One(x) => t(x),
+        Targets::AllBut(x) => format!("every replica but {}", t(x)),
+    };
+    match fault {
+        Fault::Proxy { mode, targets } => format!("proxy {mode} for {}", ts(targets)),
+        Fault::Blip(targets) => format!(
+            "proxy blip (every connection reset once) for {}",
+            ts(targets)
+        ),
+        Fault::Kill(x) => format!("SIGKILL {}", t(x)),
+        Fault::Stop(x) => format!("SIGSTOP {}", t(x)),
+        Fault::Term(x) => format!("SIGTERM {}", t(x)),
+        Fault::Restart(x) => format!("restart {} under the same identity", t(x)),
+        Fault::Busy { mode, lost } => format!(
+            "busy API server (proxy {mode} for every replica) and {}",
+            describe_fault(lost)
+        ),
+        Fault::EtcdFreeze => "etcd frozen (SIGSTOP)".into(),
+        Fault::EtcdRestart => "etcd restarted".into(),
+        Fault::ApiFreeze => "kube-apiserver frozen (SIGSTOP)".into(),
+        Fault::ApiDown => "kube-apiserver stopped".into(),
+        Fault::Compaction => "etcd compacted".into(),
+    }
+}
+
 impl Window {
     fn describe(&self) -> String {
-        let t = |t: &Target| match t {
-            Target::Leader => "the leader".to_string(),
-            Target::Other(k) => format!("non-leader #{}", k % 2),
-        };
-        let ts = |ts: &Targets| match ts {
-            Targets::All => "every replica".to_string(),
-            Targets::One(x) => t(x),
-            Targets::AllBut(x) => format!("every replica but {}", t(x)),
-        };
-        let what = match &self.fault {
-            Fault::Proxy { mode, targets } => format!("proxy {mode} for {}", ts(targets)),
-            Fault::Blip(targets) => format!(
-                "proxy blip (every connection reset once) for {}",
-                ts(targets)
-            ),
-            Fault::Kill(x) => format!("SIGKILL {}", t(x)),
-            Fault::Stop(x) => format!("SIGSTOP {}", t(x)),
-            Fault::Term(x) => format!("SIGTERM {}", t(x)),
-            Fault::Restart(x) => format!("restart {} under the same identity", t(x)),
-            Fault::EtcdFreeze => "etcd frozen (SIGSTOP)".into(),
-            Fault::EtcdRestart => "etcd restarted".into(),
-            Fault::ApiFreeze => "kube-apiserver frozen (SIGSTOP)".into(),
-            Fault::ApiDown => "kube-apiserver stopped".into(),
-            Fault::Compaction => "etcd compacted".into(),
-        };
+        let what = describe_fault(&self.fault);
         format!(
             "#{} {what}, held {:.1}s",
             self.index,
@@ -368,6 +472,9 @@ impl Schedule {
                 let hold = r.between(s(3), s(10));
                 (Fault::Restart(self.target()), hold)
             }
+            "errors+sigkill" | "errors+sigstop" | "errors+leader-kill" | "latency+sigstop" => {
+                self.busy(kind)
+            }
             other => panic!("unknown fault kind {other}"),
         };
         let w = Window {
@@ -377,6 +484,49 @@ impl Schedule {
         };
         self.next += 1;
         w
+    }
+}
+
+impl Schedule {
+    /// A busy API server and a lost replica: errors (30% or 50%, 429 or
+    /// 429/503) or latency (50-800 ms) on every proxy, and a non-leader
+    /// killed (`errors+sigkill`), the leader killed (`errors+leader-kill`) or
+    /// any replica stopped. A kill is held past its failover bound (the
+    /// victim's checkers must move while the API server is busy); a stop too
+    /// in a deck, and otherwise 70% of the time (shorter: safety only).
+    fn busy(&mut self, kind: &str) -> (Fault, Duration) {
+        let s = Duration::from_secs;
+        let mode = if kind.starts_with("latency") {
+            ProxyMode::Latency(
+                self.rng
+                    .between(Duration::from_millis(50), Duration::from_millis(800)),
+            )
+        } else {
+            ProxyMode::Errors {
+                share: *self.rng.pick(&[0.3, 0.5]),
+                codes: self.rng.pick(&[&[429u16][..], &[429, 503]]).to_vec(),
+            }
+        };
+        let lost = match kind {
+            "errors+sigkill" => Fault::Kill(Target::Other(self.rng.below(2))),
+            "errors+leader-kill" => Fault::Kill(Target::Leader),
+            _ => Fault::Stop(self.target()),
+        };
+        let kill = matches!(lost, Fault::Kill(_));
+        let fault = Fault::Busy {
+            mode,
+            lost: Box::new(lost),
+        };
+        let bound = fault.failover_bound();
+        let extra = if self.deck_only { s(4) } else { s(10) };
+        let hold = if kill {
+            self.rng.between(bound + INTERVAL, bound + INTERVAL + extra)
+        } else if self.deck_only || self.rng.chance(0.7) {
+            self.rng.between(bound + RETRY, bound + RETRY + extra)
+        } else {
+            self.rng.between(s(1), bound)
+        };
+        (fault, hold)
     }
 }
 
@@ -416,6 +566,8 @@ struct WindowRecord {
     all_probed: Option<Duration>,
     /// Fault start -> every checker of the victims validly owned by others.
     failover: Option<Duration>,
+    /// A replica's (re)start -> back: Lease, checkers and a probe of its own.
+    rejoined: Option<Duration>,
     largest_gap: Option<(Duration, String)>,
     gap_during_fault: Option<(Duration, String)>,
     moved_after: usize,
@@ -558,9 +710,10 @@ async fn randomized_fault_campaign() {
             );
         }
         println!(
-            "chaos: window {} done: failover {}, new owned {}, all probed {}, largest gap {}, {} violations",
+            "chaos: window {} done: failover {}, rejoined {}, new owned {}, all probed {}, largest gap {}, {} violations",
             w.index,
             fmt_d(rec.failover),
+            fmt_d(rec.rejoined),
             fmt_d(rec.new_assigned),
             fmt_d(rec.all_probed),
             rec.largest_gap

@@ -112,6 +112,19 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
         cutoff_grace().as_secs_f64(),
         WATCH_SLACK.as_secs_f64()
     );
+    let errors = |share| ProxyMode::Errors {
+        share,
+        codes: vec![429],
+    };
+    let _ = writeln!(
+        r,
+        "Under a busy API server (every proxy): failover {:.1}s at 30% errors, {:.1}s at 50%, {:.1}s + {LATENCY_CALLS} x the added latency; a (re)started replica back (Lease, checkers, a probe) within {:.1}s; a replica a share of whose calls fails stops probing what moved {:.1}s after its Lease's deletion at 50% errors.\n",
+        busy_failover_bound(&errors(0.3)).as_secs_f64(),
+        busy_failover_bound(&errors(0.5)).as_secs_f64(),
+        failover_bound().as_secs_f64(),
+        rejoin_bound().as_secs_f64(),
+        hear_bound(&errors(0.5)).unwrap_or_default().as_secs_f64()
+    );
     if let Some(a) = &c.aborted {
         let _ = writeln!(r, "**Campaign aborted**: {a}\n");
     }

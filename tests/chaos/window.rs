@@ -30,98 +30,14 @@ impl Campaign {
             rec.violations
                 .push(Violation::new(inv, checker, reps, at, d));
         };
-        // Replicas whose checkers must move during the hold.
-        let mut victims: Vec<usize> = Vec::new();
-        let mut proxied: Vec<usize> = Vec::new();
-        let mut victim = None;
-        match &w.fault {
-            Fault::Proxy { mode, targets } => {
-                proxied = self.resolve_all(targets, &leader);
-                for i in &proxied {
-                    self.proxies[*i].set_mode(mode.clone());
-                }
-                if mode.cuts_off()
-                    && proxied.len() < self.ops.len()
-                    && w.hold >= failover_bound() + RETRY
-                {
-                    victims = proxied.clone();
-                }
-            }
-            Fault::Blip(targets) => {
-                proxied = self.resolve_all(targets, &leader);
-                for i in &proxied {
-                    self.proxies[*i].reset_connections();
-                }
-            }
-            Fault::Kill(t) => {
-                let i = self.resolve(t, &leader);
-                sigkill(&mut self.ops[i]);
-                victims = vec![i];
-                victim = Some(i);
-            }
-            Fault::Stop(t) => {
-                let i = self.resolve(t, &leader);
-                pause(&self.ops[i]);
-                self.paused.insert(i);
-                if w.hold >= failover_bound() + RETRY {
-                    victims = vec![i];
-                }
-                victim = Some(i);
-            }
-            Fault::Term(t) => {
-                let i = self.resolve(t, &leader);
-                let id = self.ops[i].identity.clone();
-                match sigterm(&mut self.ops[i], Duration::from_secs(25)).await {
-                    Ok((st, took)) => {
-                        rec.notes.push(format!(
-                            "{id} exited {st} {:.1}s after SIGTERM",
-                            took.as_secs_f64()
-                        ));
-                        if !st.success() {
-                            v(
-                                &mut rec,
-                                Inv::Liveness,
-                                None,
-                                &[&id],
-                                t0,
-                                format!("{id} exited with {st} after SIGTERM"),
-                            );
-                        }
-                    }
-                    Err(e) => v(&mut rec, Inv::Liveness, None, &[&id], t0, e),
-                }
-                self.graceful
-                    .push((id, t0, Instant::now() + Duration::from_secs(2)));
-                victims = vec![i];
-                victim = Some(i);
-            }
-            Fault::Restart(t) => {
-                let i = self.resolve(t, &leader);
-                restart(&mut self.ops[i]);
-                self.started.insert(i, Instant::now());
-                victim = Some(i);
-            }
-            Fault::EtcdFreeze => self.cp.freeze(Part::Etcd).expect("freeze etcd"),
-            Fault::ApiFreeze => self
-                .cp
-                .freeze(Part::ApiServer)
-                .expect("freeze kube-apiserver"),
-            Fault::EtcdRestart => {
-                if let Err(e) = self.cp.restart_etcd().await {
-                    rec.notes.push(e);
-                }
-            }
-            Fault::ApiDown => {
-                if let Err(e) = self.cp.stop_apiserver().await {
-                    rec.notes.push(e);
-                }
-            }
-            Fault::Compaction => {
-                if let Err(e) = self.cp.compact().await {
-                    rec.notes.push(e);
-                }
-            }
-        }
+        let Injected {
+            victims,
+            judged,
+            proxied,
+            victim,
+            restarted,
+        } = self.inject(w, &leader, &mut rec, t0).await;
+        let mut returning = restarted.map(|i| self.returning(i));
         if let Some(i) = victim {
             let was_leader = leader.as_deref() == Some(self.ops[i].identity.as_str());
             rec.notes.push(format!(
@@ -193,45 +109,37 @@ impl Campaign {
         }
 
         // End the fault.
-        match &w.fault {
-            Fault::Proxy { .. } | Fault::Blip(_) => {
-                for p in &self.proxies {
-                    p.set_mode(ProxyMode::Pass);
-                }
-            }
-            Fault::Kill(_) | Fault::Term(_) => {
-                let i = victim.expect("victim");
-                self.ops[i].start();
-                self.started.insert(i, Instant::now());
-            }
-            Fault::Stop(_) => {
-                let i = victim.expect("victim");
-                resume(&self.ops[i]);
-                self.paused.remove(&i);
-            }
-            Fault::EtcdFreeze => self.cp.thaw(Part::Etcd).expect("thaw etcd"),
-            Fault::ApiFreeze => self.cp.thaw(Part::ApiServer).expect("thaw kube-apiserver"),
-            Fault::ApiDown => {
-                if let Err(e) = self.cp.start_apiserver().await {
-                    panic!("seed {}: kube-apiserver does not come back: {e}", self.seed);
-                }
-            }
-            Fault::Restart(_) | Fault::EtcdRestart | Fault::Compaction => {}
+        if let Some(i) = self.end_fault(&w.fault, victim).await {
+            returning = Some(self.returning(i));
         }
         let t1 = Instant::now();
         rec.ended = Some(t1);
-        if let Fault::Proxy { mode, .. } = &w.fault
-            && mode.isolates()
-            && proxied.len() < self.ops.len()
-        {
-            for i in &proxied {
-                self.isolations
-                    .push((self.ops[*i].identity.clone(), t0, t1 + cutoff_grace()));
+        // Replicas that may not hear at once that their Lease is gone: the
+        // cut-off exception, judged once the log holds the deletions.
+        let unhearing: Vec<(String, Option<Duration>)> = match &w.fault {
+            Fault::Proxy { mode, .. } if mode.isolates() && proxied.len() < self.ops.len() => {
+                proxied
+                    .iter()
+                    .map(|i| (self.ops[*i].identity.clone(), hear_bound(mode)))
+                    .collect()
             }
+            // The lost replica is no exception: a killed one is gone, a
+            // stopped one holds its probes after a pause until a renewal
+            // answers (its own gate); the survivors may be judged gone.
+            Fault::Busy { mode, .. } if mode.isolates() => proxied
+                .iter()
+                .filter(|i| Some(**i) != victim)
+                .map(|i| (self.ops[*i].identity.clone(), hear_bound(mode)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        if matches!(w.fault, Fault::Busy { .. }) {
+            self.note_survivors_moved(&mut rec, (t0, t1), &victim_checkers);
         }
-        if !victim_ids.is_empty() {
+        let bound = w.fault.failover_bound();
+        if judged && !victim_ids.is_empty() {
             match rec.failover {
-                Some(d) if d <= failover_bound() => {}
+                Some(d) if d <= bound => {}
                 Some(d) => v(
                     &mut rec,
                     Inv::Liveness,
@@ -242,7 +150,7 @@ impl Campaign {
                         "the checkers of {} moved only {:.1}s after the fault began (bound {:.1}s)",
                         victim_ids.join(","),
                         d.as_secs_f64(),
-                        failover_bound().as_secs_f64()
+                        bound.as_secs_f64()
                     ),
                 ),
                 None => {
@@ -271,7 +179,7 @@ impl Campaign {
                             victim_checkers.len(),
                             victim_ids.join(","),
                             w.hold.as_secs_f64(),
-                            failover_bound().as_secs_f64()
+                            bound.as_secs_f64()
                         ),
                     );
                 }
@@ -461,6 +369,11 @@ impl Campaign {
         let t2 = Instant::now();
         rec.checked = Some(t2);
 
+        if let Some((i, since, old)) = returning.take() {
+            self.judge_return(&mut rec, i, since, &old);
+        }
+        self.cut_off_exceptions(&mut rec, &unhearing, (t0, t1));
+
         // Judge the whole stretch since the last check.
         let from = self.prev_check;
         let isolations = self.isolations.clone();
@@ -481,7 +394,8 @@ impl Campaign {
             .filter(|(n, _)| !new_names.contains(n))
             .cloned()
             .collect();
-        let (gaps, largest) = coverage(&self.probes, &old, from, t2, coverage_bound(), &clk);
+        let (gaps, largest) =
+            coverage(&self.probes, &old, from, t2, w.fault.coverage_bound(), &clk);
         rec.largest_gap = largest;
         rec.violations.extend(gaps);
         if w.fault.alike() && t1 > t0 + INTERVAL {
@@ -619,5 +533,310 @@ impl Campaign {
             }
         }
         rec
+    }
+}
+
+/// What a fault put in place.
+#[derive(Default)]
+struct Injected {
+    /// Replicas whose checkers move away during the hold (failover measured).
+    victims: Vec<usize>,
+    /// The hold is long enough for them to have to (failover judged).
+    judged: bool,
+    /// Replicas whose proxy the fault switched.
+    proxied: Vec<usize>,
+    /// The replica a process fault hit.
+    victim: Option<usize>,
+    /// A replica started again by the fault itself (restart).
+    restarted: Option<usize>,
+}
+
+impl Campaign {
+    /// Puts the fault of `w` in place.
+    async fn inject(
+        &mut self,
+        w: &Window,
+        leader: &Option<String>,
+        rec: &mut WindowRecord,
+        t0: Instant,
+    ) -> Injected {
+        let mut x = Injected::default();
+        match &w.fault {
+            Fault::Proxy { mode, targets } => {
+                x.proxied = self.resolve_all(targets, leader);
+                for i in &x.proxied {
+                    self.proxies[*i].set_mode(mode.clone());
+                }
+                if mode.cuts_off() && x.proxied.len() < self.ops.len() {
+                    x.victims = x.proxied.clone();
+                    x.judged = w.hold >= failover_bound() + RETRY;
+                }
+            }
+            Fault::Blip(targets) => {
+                x.proxied = self.resolve_all(targets, leader);
+                for i in &x.proxied {
+                    self.proxies[*i].reset_connections();
+                }
+            }
+            Fault::Kill(_) | Fault::Stop(_) => {
+                let i = self.lose(&w.fault, leader);
+                x.victim = Some(i);
+                x.victims = vec![i];
+                x.judged = matches!(w.fault, Fault::Kill(_)) || w.hold >= failover_bound() + RETRY;
+            }
+            Fault::Busy { mode, lost } => {
+                // The API server is busy first, then a replica is lost.
+                x.proxied = (0..self.ops.len()).collect();
+                for p in &self.proxies {
+                    p.set_mode(mode.clone());
+                }
+                let i = self.lose(lost, leader);
+                x.victim = Some(i);
+                x.victims = vec![i];
+                x.judged =
+                    matches!(**lost, Fault::Kill(_)) || w.hold >= w.fault.failover_bound() + RETRY;
+            }
+            Fault::Term(t) => {
+                let i = self.resolve(t, leader);
+                self.terminate(i, rec, t0).await;
+                x.victims = vec![i];
+                x.judged = true;
+                x.victim = Some(i);
+            }
+            Fault::Restart(t) => {
+                let i = self.resolve(t, leader);
+                restart(&mut self.ops[i]);
+                self.started.insert(i, Instant::now());
+                x.victim = Some(i);
+                x.restarted = Some(i);
+            }
+            Fault::EtcdFreeze => self.cp.freeze(Part::Etcd).expect("freeze etcd"),
+            Fault::ApiFreeze => self
+                .cp
+                .freeze(Part::ApiServer)
+                .expect("freeze kube-apiserver"),
+            Fault::EtcdRestart => {
+                if let Err(e) = self.cp.restart_etcd().await {
+                    rec.notes.push(e);
+                }
+            }
+            Fault::ApiDown => {
+                if let Err(e) = self.cp.stop_apiserver().await {
+                    rec.notes.push(e);
+                }
+            }
+            Fault::Compaction => {
+                if let Err(e) = self.cp.compact().await {
+                    rec.notes.push(e);
+                }
+            }
+        }
+        x
+    }
+
+    /// SIGKILL or SIGSTOP one replica (`lost`: `Kill` or `Stop`); its index.
+    fn lose(&mut self, lost: &Fault, leader: &Option<String>) -> usize {
+        match lost {
+            Fault::Kill(t) => {
+                let i = self.resolve(t, leader);
+                sigkill(&mut self.ops[i]);
+                i
+            }
+            Fault::Stop(t) => {
+                let i = self.resolve(t, leader);
+                pause(&self.ops[i]);
+                self.paused.insert(i);
+                i
+            }
+            other => panic!("{other:?} is not a lost replica"),
+        }
+    }
+
+    /// SIGTERM replica `i`: it must exit cleanly, and may flush its status
+    /// writes for a moment after releasing its Lease.
+    async fn terminate(&mut self, i: usize, rec: &mut WindowRecord, t0: Instant) {
+        let id = self.ops[i].identity.clone();
+        match sigterm(&mut self.ops[i], Duration::from_secs(25)).await {
+            Ok((st, took)) => {
+                rec.notes.push(format!(
+                    "{id} exited {st} {:.1}s after SIGTERM",
+                    took.as_secs_f64()
+                ));
+                if !st.success() {
+                    rec.violations.push(Violation::new(
+                        Inv::Liveness,
+                        None,
+                        &[&id],
+                        t0,
+                        format!("{id} exited with {st} after SIGTERM"),
+                    ));
+                }
+            }
+            Err(e) => rec
+                .violations
+                .push(Violation::new(Inv::Liveness, None, &[&id], t0, e)),
+        }
+        self.graceful
+            .push((id, t0, Instant::now() + Duration::from_secs(2)));
+    }
+
+    /// Ends `fault`; returns the replica it started again, if any.
+    async fn end_fault(&mut self, fault: &Fault, victim: Option<usize>) -> Option<usize> {
+        match fault {
+            Fault::Proxy { .. } | Fault::Blip(_) => {
+                for p in &self.proxies {
+                    p.set_mode(ProxyMode::Pass);
+                }
+            }
+            Fault::Busy { lost, .. } => {
+                for p in &self.proxies {
+                    p.set_mode(ProxyMode::Pass);
+                }
+                return Box::pin(self.end_fault(lost, victim)).await;
+            }
+            Fault::Kill(_) | Fault::Term(_) => {
+                let i = victim.expect("victim");
+                self.ops[i].start();
+                self.started.insert(i, Instant::now());
+                return Some(i);
+            }
+            Fault::Stop(_) => {
+                let i = victim.expect("victim");
+                resume(&self.ops[i]);
+                self.paused.remove(&i);
+            }
+            Fault::EtcdFreeze => self.cp.thaw(Part::Etcd).expect("thaw etcd"),
+            Fault::ApiFreeze => self.cp.thaw(Part::ApiServer).expect("thaw kube-apiserver"),
+            Fault::ApiDown => {
+                if let Err(e) = self.cp.start_apiserver().await {
+                    panic!("seed {}: kube-apiserver does not come back: {e}", self.seed);
+                }
+            }
+            Fault::Restart(_) | Fault::EtcdRestart | Fault::Compaction => {}
+        }
+        None
+    }
+
+    /// A busy API server may make a live replica's renewals fail for a
+    /// whole lease, and it is then proven gone: noted, no invariant says
+    /// otherwise for a share of errors (7 covers an outage).
+    fn note_survivors_moved(
+        &self,
+        rec: &mut WindowRecord,
+        (t0, t1): (Instant, Instant),
+        victim_checkers: &[String],
+    ) {
+        let clk = self.clk;
+        let (moved, deleted) = self.objs.with(|s| {
+            let moved = moves(&s.objs, t0, t1, &clk)
+                .into_iter()
+                .filter_map(|m| m.checker)
+                .filter(|c| !victim_checkers.contains(c))
+                .count();
+            let deleted: BTreeSet<String> = s
+                .leases
+                .iter()
+                .filter(|l| l.kind == RecKind::Deleted && l.at >= t0 && l.at <= t1)
+                .filter_map(|l| l.holder.clone())
+                .collect();
+            (moved, deleted)
+        });
+        if moved > 0 {
+            rec.notes.push(format!(
+                "{moved} checkers of live replicas moved during the fault (Leases deleted: {})",
+                deleted.into_iter().collect::<Vec<_>>().join(",")
+            ));
+        }
+    }
+
+    /// Replica `i` was (re)started just now: what to judge its return by.
+    fn returning(&self, i: usize) -> (usize, Instant, HashSet<String>) {
+        let old = self
+            .objs
+            .with(|s| judge::lease_uids(&s.leases, &self.ops[i].identity));
+        (i, Instant::now(), old)
+    }
+
+    /// Liveness: replica `i`, (re)started at `since`, is back within
+    /// [`rejoin_bound`]: a new membership Lease, checkers assigned to it, a
+    /// probe of its own. A restart that leaves it out is a violation.
+    fn judge_return(
+        &self,
+        rec: &mut WindowRecord,
+        i: usize,
+        since: Instant,
+        old: &HashSet<String>,
+    ) {
+        let id = &self.ops[i].identity;
+        let clk = self.clk;
+        let r = self
+            .objs
+            .with(|s| judge::rejoin(s, &self.probes, id, since, old));
+        let at = |t: Option<Instant>| {
+            t.map(|t| format!("+{:.1}s", (t - since).as_secs_f64()))
+                .unwrap_or_else(|| "-".into())
+        };
+        let seen = format!(
+            "new Lease {}, first checker {}, first probe {}",
+            at(r.lease),
+            at(r.assigned),
+            at(r.probed)
+        );
+        let took = r.back().map(|b| b - since);
+        rec.rejoined = took;
+        rec.notes
+            .push(format!("{id} (re)started at {}: {seen}", clk.t(since)));
+        let late = match took {
+            Some(d) if d <= rejoin_bound() => return,
+            Some(d) => format!("back only {:.1}s after", d.as_secs_f64()),
+            None => format!(
+                "not back {:.1}s after ({})",
+                since.elapsed().as_secs_f64(),
+                r.missing()
+            ),
+        };
+        rec.violations.push(Violation::new(
+            Inv::Liveness,
+            None,
+            &[id],
+            since,
+            format!(
+                "{id} {late} its (re)start at {} (bound {:.1}s): {seen}",
+                clk.t(since),
+                rejoin_bound().as_secs_f64()
+            ),
+        ));
+    }
+
+    /// The cut-off exception of the fault held `t0..t1`: replicas whose path
+    /// answered nothing are exempt for the whole fault and `cutoff_grace`
+    /// after it; replicas whose path answered part of their calls, from the
+    /// deletion of their Lease until they could hear of it
+    /// ([`hear_bound`], [`judge::unheard`]).
+    fn cut_off_exceptions(
+        &mut self,
+        rec: &mut WindowRecord,
+        unhearing: &[(String, Option<Duration>)],
+        (t0, t1): (Instant, Instant),
+    ) {
+        let clk = self.clk;
+        for (id, hear) in unhearing {
+            let spans = match hear {
+                None => vec![(t0, t1 + cutoff_grace())],
+                Some(h) => self
+                    .objs
+                    .with(|s| judge::unheard(&s.leases, id, (t0, t1), *h)),
+            };
+            if hear.is_some() && !spans.is_empty() {
+                let list: Vec<String> = spans
+                    .iter()
+                    .map(|(a, b)| format!("{} .. {}", clk.t(*a), clk.t(*b)))
+                    .collect();
+                rec.notes
+                    .push(format!("{id} exempt (cut off) {}", list.join(", ")));
+            }
+            self.isolations
+                .extend(spans.into_iter().map(|(a, b)| (id.clone(), a, b)));
+        }
     }
 }
