@@ -88,6 +88,8 @@ struct Attempt {
     /// The incarnation it renewed.
     epoch: String,
     answer: Answer,
+    /// The API server shed it (429, 503: busy, not down).
+    shed: bool,
 }
 
 /// Classifies the outcome of a renewal request.
@@ -436,6 +438,7 @@ impl Membership {
         lease.metadata.uid = Some(epoch.clone());
         let started = clock::now();
         Some(async move {
+            let mut shed = false;
             let call = tokio::time::timeout(deadline, async {
                 let mut conflicts = 0;
                 loop {
@@ -468,6 +471,7 @@ impl Membership {
                         }
                         other => {
                             if let Err(e) = &other {
+                                shed = matches!(api_code(e), Some(429 | 503));
                                 warn!(error = %e, "membership Lease renewal failed");
                             }
                             return answer_of(other);
@@ -484,6 +488,7 @@ impl Membership {
                 started,
                 epoch,
                 answer,
+                shed,
             }
         })
     }
@@ -566,18 +571,20 @@ impl Membership {
                 _ = self.kick.notified() => {}
                 Some(a) = futures::StreamExt::next(&mut attempts), if !attempts.is_empty() => {
                     let a: Attempt = a;
-                    let failed = matches!(a.answer, Answer::Unanswered);
+                    let shed = a.shed;
                     if self.record(a) {
                         attempts.clear();
                         on_lost().await;
                         self.join(&client).await?;
                         tick.reset();
-                    } else if failed {
-                        // A busy API server answers a share of calls 429: try
-                        // again soon rather than a whole retry period later,
-                        // so that a lease's worth of attempts all failing
-                        // (the member proven gone while alive) becomes rare
-                        // (at 50%: 1 in 2^24 instead of 1 in 2^6).
+                    } else if shed {
+                        // A busy API server sheds a share of calls (429,
+                        // 503): try again soon rather than a whole retry
+                        // period later, so that a lease's worth of attempts
+                        // all failing (the member proven gone while alive)
+                        // becomes rare (at 50%: 1 in 2^24 instead of 1 in
+                        // 2^6). Not when it does not answer at all: an outage
+                        // is not helped by asking eight times a second.
                         tick.reset_after(retry / 4);
                     }
                     continue;
