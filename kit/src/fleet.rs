@@ -115,7 +115,8 @@ impl Fleet {
     /// index, identity and the checkers it owns once every checker is owned.
     pub async fn victim(&self, leader: bool) -> Victim {
         let owners = self.wait_all_assigned(Duration::from_secs(60)).await;
-        let leader_id = self.leader().await.expect("a leader");
+        // On a busy API server leadership can lapse for a moment.
+        let leader_id = eventually(Duration::from_secs(30), "a leader", || self.leader()).await;
         let index = self
             .ops
             .iter()

@@ -199,18 +199,19 @@ async fn silent_replica_replaced(fleet: &Fleet, leader: bool, pct: f64, bound: D
         },
     )
     .await;
-    let new_leader = fleet.leader().await;
+    // Leadership can lapse for a moment at a share of 429s: the new leader
+    // is the one seen first while the old one is silent.
+    let new_leader = eventually(
+        bound,
+        "a leader while the silent one is stopped",
+        || async { fleet.leader().await.filter(|l| *l != victim.identity) },
+    )
+    .await;
     println!(
-        "busy API server ({pct:.0}% 429): SIGSTOP of {what} {}: its {} checkers probed elsewhere {moved_in:?} after (bound {bound:?}); leader now {new_leader:?}",
+        "busy API server ({pct:.0}% 429): SIGSTOP of {what} {}: its {} checkers probed elsewhere {moved_in:?} after (bound {bound:?}); leader {new_leader}",
         victim.identity,
         victim.checkers.len()
     );
-    if leader {
-        assert!(
-            new_leader.is_some_and(|l| l != victim.identity),
-            "a new leader while the old one is silent"
-        );
-    }
     resume(&fleet.ops[victim.index]);
     // Resumed, it holds its probes until a renewal answers: 404, fenced.
     eventually(8 * LEASE, "the resumed replica fenced itself", || async {
