@@ -91,3 +91,11 @@ async fn cluster_helm(cluster: &Cluster, args: &[&str]) -> Output {
     c.args(args);
     run(c).await
 }
+
+/// `helm install <release> <chart> -n <ns> --create-namespace <extra>`; fails
+/// the test if helm does.
+async fn helm_install(cluster: &Cluster, release: &str, ns: &str, extra: &[&str]) {
+    let mut args = vec!["install", release, CHART, "-n", ns, "--create-namespace"];
+    args.extend_from_slice(extra);
+    ok(cluster_helm(cluster, &args).await, "helm install");
+}

@@ -311,14 +311,7 @@ async fn the_operators_lease_requests_are_served_at_leader_election() {
     let (release, ns) = ("apf", "apf");
     let fullname = format!("{release}-webchecker-operator");
     let flow_schema = format!("{fullname}-leases");
-    ok(
-        cluster_helm(
-            cluster,
-            &["install", release, CHART, "-n", ns, "--create-namespace"],
-        )
-        .await,
-        "helm install",
-    );
+    helm_install(cluster, release, ns, &[]).await;
     let uids = Uids::of_release(cluster, &flow_schema).await;
     let (kubeconfig, _) = service_account(cluster, ns, &fullname).await;
     let operator = client_without_retries(&kubeconfig).await;
@@ -525,21 +518,7 @@ async fn saturated_with(admin: &Client, n: usize, what: &str) -> Level {
 async fn a_renewal_is_answered_while_the_operators_own_burst_fills_workload_low() {
     let cluster: &'static Cluster =
         Box::leak(Box::new(Cluster::start_with("chart-apf", SMALL_API_SERVER)));
-    ok(
-        cluster_helm(
-            cluster,
-            &[
-                "install",
-                RELEASE,
-                CHART,
-                "-n",
-                RELEASE_NS,
-                "--create-namespace",
-            ],
-        )
-        .await,
-        "helm install",
-    );
+    helm_install(cluster, RELEASE, RELEASE_NS, &[]).await;
     let uids = Uids::of_release(cluster, &format!("{FULLNAME}-leases")).await;
     let checker = support::checker_yaml("burst", "http://127.0.0.1:9", "/", 30, "");
     ok(

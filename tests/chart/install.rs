@@ -71,21 +71,7 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
     let cluster = Cluster::shared("chart");
     // The README's commands, as they are written there.
     let t = Instant::now();
-    ok(
-        cluster_helm(
-            cluster,
-            &[
-                "install",
-                RELEASE,
-                CHART,
-                "-n",
-                RELEASE_NS,
-                "--create-namespace",
-            ],
-        )
-        .await,
-        "helm install",
-    );
+    helm_install(cluster, RELEASE, RELEASE_NS, &[]).await;
     println!("helm install: {:?}", t.elapsed());
     let rel = helm_release(cluster).await;
     assert_eq!(rel.len(), 1, "{rel:?}");

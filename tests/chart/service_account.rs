@@ -95,26 +95,19 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         .await,
         "kubectl delete crd",
     );
-    ok(
-        cluster_helm(
-            cluster,
-            &[
-                "install",
-                RELEASE,
-                CHART,
-                "-n",
-                RELEASE_NS,
-                "--create-namespace",
-                "--set",
-                "rbac.readSecrets=false",
-                // The test's targets listen on loopback.
-                "--set",
-                "operator.allowLoopback=true",
-            ],
-        )
-        .await,
-        "helm install",
-    );
+    helm_install(
+        cluster,
+        RELEASE,
+        RELEASE_NS,
+        &[
+            "--set",
+            "rbac.readSecrets=false",
+            // The test's targets listen on loopback.
+            "--set",
+            "operator.allowLoopback=true",
+        ],
+    )
+    .await;
     ok(
         kubectl(
             cluster,
