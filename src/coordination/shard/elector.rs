@@ -84,23 +84,14 @@ impl LeaderGate {
         self.valid_at(Instant::now())
     }
 
-    /// Time left before the renew deadline (zero when not leading).
-    fn remaining(&self, now: Instant) -> Duration {
-        self.lock().map_or(Duration::ZERO, |t| {
-            (t + self.renew_deadline).saturating_duration_since(now)
-        })
-    }
-
-    /// How long one call of an election step may take. A leader may spend
-    /// until its renew deadline (a busy API server is not a lost Lease); a
-    /// candidate, or a leader close to its deadline, at least a renew
-    /// deadline too: with the retry period alone, an API server slower than
-    /// that (steady latency above 500 ms with fast leases) let no call of any
+    /// How long one call of an election step may take: a renew deadline,
+    /// for the leader (a busy API server is not a lost Lease) and a candidate
+    /// alike. With the retry period alone, an API server slower than that
+    /// (steady latency above 500 ms with fast leases) let no call of any
     /// candidate finish, and nobody led while it lasted. Waiting longer is
     /// safe: leadership counts from the start of the call that won it.
-    fn call_budget(&self, now: Instant) -> Duration {
-        self.remaining(now)
-            .max(self.renew_deadline)
+    fn call_budget(&self) -> Duration {
+        self.renew_deadline
             .min(crate::kubeio::client::CALL_DEADLINE)
     }
 }
@@ -184,7 +175,7 @@ impl LeaderElector {
     /// false when the Lease is someone else's.
     async fn step(&self, api: &Api<Lease>, observed: &mut Observed) -> bool {
         let started = Instant::now();
-        let budget = self.gate.call_budget(started);
+        let budget = self.gate.call_budget();
         let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
             Ok(Ok(l)) => l,
             _ => {
@@ -203,7 +194,7 @@ impl LeaderElector {
                 spec: Some(self.desired(0, None)),
             };
             let created = tokio::time::timeout(
-                self.gate.call_budget(Instant::now()),
+                self.gate.call_budget(),
                 api.create(&PostParams::default(), &lease),
             )
             .await;
@@ -232,7 +223,7 @@ impl LeaderElector {
         }
         let transitions = spec.lease_transitions.unwrap_or(0) + if ours { 0 } else { 1 };
         lease.spec = Some(self.desired(transitions, if ours { spec.acquire_time } else { None }));
-        let budget = self.gate.call_budget(Instant::now());
+        let budget = self.gate.call_budget();
         match tokio::time::timeout(
             budget,
             api.replace(LEADER_LEASE, &PostParams::default(), &lease),
@@ -375,18 +366,12 @@ mod tests {
         let g = LeaderGate::new(Duration::from_secs(2));
         let t0 = Instant::now();
         // Not leading: an API server answering in 800 ms must still elect.
-        assert_eq!(g.call_budget(t0), Duration::from_secs(2));
+        assert_eq!(g.call_budget(), Duration::from_secs(2));
         // Leading, 1.9 s left: the same.
         g.renewed(t0);
-        assert_eq!(
-            g.call_budget(t0 + Duration::from_millis(100)),
-            Duration::from_secs(2)
-        );
+        assert_eq!(g.call_budget(), Duration::from_secs(2));
         // Leading, 0.3 s left: still a renew deadline for the call.
-        assert_eq!(
-            g.call_budget(t0 + Duration::from_millis(1700)),
-            Duration::from_secs(2)
-        );
+        assert_eq!(g.call_budget(), Duration::from_secs(2));
     }
 
     #[test]
