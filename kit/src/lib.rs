@@ -10,6 +10,7 @@
 pub mod checkers;
 pub mod cluster;
 pub mod dns;
+pub mod etcdlog;
 pub mod faults;
 pub mod fleet;
 pub mod gaps;

@@ -186,25 +186,160 @@ fn lease_rec(l: &Lease, kind: RecKind, at: Instant) -> LeaseRec {
     }
 }
 
-enum Seen<'a, K> {
-    Listed { items: &'a [K], list_rv: u64 },
-    Change(RecKind, &'a K),
-    Error(String),
+/// A kind of object the log records, and how: the API watch and the etcd
+/// source (etcdlog.rs) feed the log through these alone.
+pub(crate) trait Logged:
+    Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+    /// The key of `LogState::last_rv` and of gaps.
+    const WHAT: &'static str;
+    /// The API watch's label selector; `kept` is the same test on an object.
+    fn selector() -> Option<String>;
+    fn kept(&self) -> bool;
+    /// A (re-)list at `list_rv`: every object that exists then.
+    fn listed(s: &mut LogState, at: Instant, items: &[Self], list_rv: u64);
+    /// One change, in order.
+    fn changed(s: &mut LogState, at: Instant, kind: RecKind, o: &Self);
 }
 
-type Handler<K> = Arc<dyn Fn(&mut LogState, Instant, Seen<'_, K>) + Send + Sync>;
+impl LogState {
+    /// After the first list of `what`, a re-list is a gap: the changes since
+    /// the last version seen are lost.
+    fn note_relist(&mut self, what: &'static str, at: Instant, list_rv: u64) {
+        if let Some(after_rv) = self.last_rv.insert(what, list_rv) {
+            self.gaps.push(Gap {
+                at,
+                what,
+                after_rv,
+                list_rv,
+            });
+        }
+    }
+
+    /// A change of `what` at `rv` that could not be read: the log is blind
+    /// to it, a gap.
+    pub(crate) fn blind(&mut self, at: Instant, what: &'static str, rv: u64, why: String) {
+        let after_rv = self.last_rv.get(what).copied().unwrap_or(0);
+        self.gaps.push(Gap {
+            at,
+            what,
+            after_rv,
+            list_rv: rv,
+        });
+        self.watch_error(at, what, why);
+    }
+
+    pub(crate) fn watch_error(&mut self, at: Instant, what: &'static str, e: String) {
+        self.watch_errors.push((at, what, e));
+    }
+
+    /// Has `what` had its first list?
+    pub(crate) fn listed_once(&self, what: &str) -> bool {
+        self.last_rv.contains_key(what)
+    }
+}
+
+impl Logged for DynamicObject {
+    const WHAT: &'static str = "checkers";
+
+    fn selector() -> Option<String> {
+        None
+    }
+
+    fn kept(&self) -> bool {
+        true
+    }
+
+    fn listed(s: &mut LogState, at: Instant, items: &[Self], list_rv: u64) {
+        s.note_relist(Self::WHAT, at, list_rv);
+        let listed: BTreeMap<String, ObjRec> = items
+            .iter()
+            .map(|o| {
+                let r = obj_rec(o, RecKind::Listed, at);
+                (r.name.clone(), r)
+            })
+            .collect();
+        for (name, old) in std::mem::take(&mut s.current) {
+            if !listed.contains_key(&name) {
+                let mut r = old.clone();
+                r.kind = RecKind::Deleted;
+                r.rv = list_rv;
+                r.at = at;
+                s.objs.push(r);
+            }
+        }
+        s.objs.extend(listed.values().cloned());
+        s.current = listed;
+    }
+
+    fn changed(s: &mut LogState, at: Instant, kind: RecKind, o: &Self) {
+        let r = obj_rec(o, kind, at);
+        s.last_rv.insert(Self::WHAT, r.rv);
+        if kind == RecKind::Deleted {
+            s.current.remove(&r.name);
+        } else {
+            s.current.insert(r.name.clone(), r.clone());
+        }
+        s.objs.push(r);
+    }
+}
+
+impl Logged for Lease {
+    const WHAT: &'static str = "leases";
+
+    fn selector() -> Option<String> {
+        Some(format!("{MEMBER_LABEL}=true"))
+    }
+
+    fn kept(&self) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MEMBER_LABEL))
+            .is_some_and(|v| v == "true")
+    }
+
+    fn listed(s: &mut LogState, at: Instant, items: &[Self], list_rv: u64) {
+        s.note_relist(Self::WHAT, at, list_rv);
+        let listed: BTreeMap<String, LeaseRec> = items
+            .iter()
+            .map(|l| {
+                let r = lease_rec(l, RecKind::Listed, at);
+                (r.name.clone(), r)
+            })
+            .collect();
+        for (name, old) in std::mem::take(&mut s.leases_now) {
+            // Gone, or replaced by a Lease of the same name.
+            if listed.get(&name).is_none_or(|l| l.uid != old.uid) {
+                let mut r = old.clone();
+                r.kind = RecKind::Deleted;
+                r.rv = list_rv;
+                r.at = at;
+                r.inferred = true;
+                s.leases.push(r);
+            }
+        }
+        s.leases.extend(listed.values().cloned());
+        s.leases_now = listed;
+    }
+
+    fn changed(s: &mut LogState, at: Instant, kind: RecKind, l: &Self) {
+        let r = lease_rec(l, kind, at);
+        s.last_rv.insert(Self::WHAT, r.rv);
+        if kind == RecKind::Deleted {
+            s.leases_now.remove(&r.name);
+        } else {
+            s.leases_now.insert(r.name.clone(), r.clone());
+        }
+        s.leases.push(r);
+    }
+}
 
 /// List, then watch from the list's resourceVersion; resume after errors from
 /// the last version seen; re-list only on 410 Gone. Retries are bounded in
 /// time (a few hundred ms), never given up.
-async fn watch_loop<K>(
-    api: Api<K>,
-    labels: Option<String>,
-    state: Arc<Mutex<LogState>>,
-    handler: Handler<K>,
-) where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
+async fn watch_loop<K: Logged>(api: Api<K>, state: Arc<Mutex<LogState>>) {
+    let error = |e: String| state.lock().unwrap().watch_error(Instant::now(), K::WHAT, e);
     let mut resume: Option<String> = None;
     let call = Duration::from_secs(15);
     loop {
@@ -212,38 +347,23 @@ async fn watch_loop<K>(
             Some(rv) => rv,
             None => {
                 let mut lp = ListParams::default();
-                if let Some(l) = &labels {
-                    lp = lp.labels(l);
+                if let Some(l) = K::selector() {
+                    lp = lp.labels(&l);
                 }
                 match tokio::time::timeout(call, api.list(&lp)).await {
                     Ok(Ok(list)) => {
                         let rv = list.metadata.resource_version.clone().unwrap_or_default();
-                        let mut s = state.lock().unwrap();
-                        handler(
-                            &mut s,
-                            Instant::now(),
-                            Seen::Listed {
-                                items: &list.items,
-                                list_rv: rv.parse().unwrap_or(0),
-                            },
-                        );
+                        let list_rv = rv.parse().unwrap_or(0);
+                        K::listed(&mut state.lock().unwrap(), Instant::now(), &list.items, list_rv);
                         rv
                     }
                     Ok(Err(e)) => {
-                        handler(
-                            &mut state.lock().unwrap(),
-                            Instant::now(),
-                            Seen::Error(format!("list: {e}")),
-                        );
+                        error(format!("list: {e}"));
                         tokio::time::sleep(Duration::from_millis(250)).await;
                         continue;
                     }
                     Err(_) => {
-                        handler(
-                            &mut state.lock().unwrap(),
-                            Instant::now(),
-                            Seen::Error("list: no answer in 15s".into()),
-                        );
+                        error("list: no answer in 15s".into());
                         continue;
                     }
                 }
@@ -251,35 +371,23 @@ async fn watch_loop<K>(
         };
         resume = Some(rv.clone());
         let mut wp = WatchParams::default().timeout(50);
-        if let Some(l) = &labels {
-            wp = wp.labels(l);
+        if let Some(l) = K::selector() {
+            wp = wp.labels(&l);
         }
         let stream = match tokio::time::timeout(call, api.watch(&wp, &rv)).await {
             Ok(Ok(s)) => s,
             Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
-                handler(
-                    &mut state.lock().unwrap(),
-                    Instant::now(),
-                    Seen::Error("watch: 410 Gone".into()),
-                );
+                error("watch: 410 Gone".into());
                 resume = None;
                 continue;
             }
             Ok(Err(e)) => {
-                handler(
-                    &mut state.lock().unwrap(),
-                    Instant::now(),
-                    Seen::Error(format!("watch: {e}")),
-                );
+                error(format!("watch: {e}"));
                 tokio::time::sleep(Duration::from_millis(250)).await;
                 continue;
             }
             Err(_) => {
-                handler(
-                    &mut state.lock().unwrap(),
-                    Instant::now(),
-                    Seen::Error("watch: no answer in 15s".into()),
-                );
+                error("watch: no answer in 15s".into());
                 continue;
             }
         };
@@ -291,15 +399,10 @@ async fn watch_loop<K>(
                 Ok(Some(ev)) => ev,
                 Ok(None) => break,
                 Err(_) => {
-                    handler(
-                        &mut state.lock().unwrap(),
-                        Instant::now(),
-                        Seen::Error("watch: silent for 70s".into()),
-                    );
+                    error("watch: silent for 70s".into());
                     break;
                 }
             };
-            let at = Instant::now();
             let (kind, obj) = match ev {
                 Ok(WatchEvent::Added(o)) => (RecKind::Added, o),
                 Ok(WatchEvent::Modified(o)) => (RecKind::Modified, o),
@@ -309,22 +412,14 @@ async fn watch_loop<K>(
                     continue;
                 }
                 Ok(WatchEvent::Error(s)) => {
-                    handler(
-                        &mut state.lock().unwrap(),
-                        at,
-                        Seen::Error(format!("watch event: {} {}", s.code, s.message)),
-                    );
+                    error(format!("watch event: {} {}", s.code, s.message));
                     if s.code == 410 {
                         resume = None;
                     }
                     break;
                 }
                 Err(e) => {
-                    handler(
-                        &mut state.lock().unwrap(),
-                        at,
-                        Seen::Error(format!("watch stream: {e}")),
-                    );
+                    error(format!("watch stream: {e}"));
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     break;
                 }
@@ -332,7 +427,7 @@ async fn watch_loop<K>(
             if let Some(rv) = obj.meta().resource_version.clone() {
                 resume = Some(rv);
             }
-            handler(&mut state.lock().unwrap(), at, Seen::Change(kind, &obj));
+            K::changed(&mut state.lock().unwrap(), Instant::now(), kind, &obj);
         }
     }
 }
@@ -344,116 +439,25 @@ impl ObjectLog {
         let state = Arc::new(Mutex::new(LogState::default()));
         let checkers = crate::checkers_api(&client, namespace);
         let leases: Api<Lease> = Api::namespaced(client, namespace);
-        let on_checker: Handler<DynamicObject> = Arc::new(|s, at, seen| match seen {
-            Seen::Listed { items, list_rv } => {
-                let before = s.last_rv.get("checkers").copied();
-                if let Some(after_rv) = before {
-                    s.gaps.push(Gap {
-                        at,
-                        what: "checkers",
-                        after_rv,
-                        list_rv,
-                    });
-                }
-                let listed: BTreeMap<String, ObjRec> = items
-                    .iter()
-                    .map(|o| {
-                        let r = obj_rec(o, RecKind::Listed, at);
-                        (r.name.clone(), r)
-                    })
-                    .collect();
-                for (name, old) in std::mem::take(&mut s.current) {
-                    if !listed.contains_key(&name) {
-                        let mut r = old.clone();
-                        r.kind = RecKind::Deleted;
-                        r.rv = list_rv;
-                        r.at = at;
-                        s.objs.push(r);
-                    }
-                }
-                for r in listed.values() {
-                    s.objs.push(r.clone());
-                }
-                s.current = listed;
-                s.last_rv.insert("checkers", list_rv);
-            }
-            Seen::Change(kind, o) => {
-                let r = obj_rec(o, kind, at);
-                s.last_rv.insert("checkers", r.rv);
-                if kind == RecKind::Deleted {
-                    s.current.remove(&r.name);
-                } else {
-                    s.current.insert(r.name.clone(), r.clone());
-                }
-                s.objs.push(r);
-            }
-            Seen::Error(e) => s.watch_errors.push((at, "checkers", e)),
-        });
-        let on_lease: Handler<Lease> = Arc::new(|s, at, seen| match seen {
-            Seen::Listed { items, list_rv } => {
-                if let Some(after_rv) = s.last_rv.get("leases").copied() {
-                    s.gaps.push(Gap {
-                        at,
-                        what: "leases",
-                        after_rv,
-                        list_rv,
-                    });
-                }
-                let listed: BTreeMap<String, LeaseRec> = items
-                    .iter()
-                    .map(|l| {
-                        let r = lease_rec(l, RecKind::Listed, at);
-                        (r.name.clone(), r)
-                    })
-                    .collect();
-                for (name, old) in std::mem::take(&mut s.leases_now) {
-                    // Gone, or replaced by a Lease of the same name.
-                    if listed.get(&name).is_none_or(|l| l.uid != old.uid) {
-                        let mut r = old.clone();
-                        r.kind = RecKind::Deleted;
-                        r.rv = list_rv;
-                        r.at = at;
-                        r.inferred = true;
-                        s.leases.push(r);
-                    }
-                }
-                for r in listed.values() {
-                    s.leases.push(r.clone());
-                }
-                s.leases_now = listed;
-                s.last_rv.insert("leases", list_rv);
-            }
-            Seen::Change(kind, l) => {
-                let r = lease_rec(l, kind, at);
-                s.last_rv.insert("leases", r.rv);
-                if kind == RecKind::Deleted {
-                    s.leases_now.remove(&r.name);
-                } else {
-                    s.leases_now.insert(r.name.clone(), r.clone());
-                }
-                s.leases.push(r);
-            }
-            Seen::Error(e) => s.watch_errors.push((at, "leases", e)),
-        });
         let tasks = vec![
-            tokio::spawn(watch_loop(checkers, None, state.clone(), on_checker)),
-            tokio::spawn(watch_loop(
-                leases,
-                Some(format!("{MEMBER_LABEL}=true")),
-                state.clone(),
-                on_lease,
-            )),
+            tokio::spawn(watch_loop(checkers, state.clone())),
+            tokio::spawn(watch_loop(leases, state.clone())),
         ];
+        ObjectLog::started(state, tasks, "the object log's first lists").await
+    }
+
+    /// The log fed by `tasks`, once both kinds had their first list (up to
+    /// 30 s).
+    pub(crate) async fn started(
+        state: Arc<Mutex<LogState>>,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+        what: &str,
+    ) -> ObjectLog {
         let log = ObjectLog { state, tasks };
-        super::eventually(
-            Duration::from_secs(30),
-            "the object log's first lists",
-            || async {
-                let s = log.state.lock().unwrap();
-                (s.last_rv.contains_key("checkers") && s.last_rv.contains_key("leases"))
-                    .then_some(())
-            },
-        )
+        super::eventually(Duration::from_secs(30), what, || async {
+            let s = log.state.lock().unwrap();
+            (s.listed_once(DynamicObject::WHAT) && s.listed_once(Lease::WHAT)).then_some(())
+        })
         .await;
         log
     }

@@ -131,6 +131,40 @@ impl Observed {
     }
 }
 
+/// What one election step found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Step {
+    /// False when the Lease is someone else's.
+    ours: bool,
+    /// The API server shed a call (429, 503): busy, not down. A leader
+    /// tries again after a quarter of the retry period, so a share of shed
+    /// calls does not let its renew deadline pass.
+    shed: bool,
+}
+
+impl Step {
+    fn ours() -> Step {
+        Step {
+            ours: true,
+            shed: false,
+        }
+    }
+
+    fn theirs() -> Step {
+        Step {
+            ours: false,
+            shed: false,
+        }
+    }
+
+    fn failed(e: &kube::Error) -> Step {
+        Step {
+            ours: true,
+            shed: matches!(api_code(e), Some(429 | 503)),
+        }
+    }
+}
+
 pub struct LeaderElector {
     pub identity: String,
     pub namespace: String,
@@ -171,17 +205,65 @@ impl LeaderElector {
             .inc();
     }
 
-    /// One election step; afterwards the gate says whether we lead. Returns
-    /// false when the Lease is someone else's.
-    async fn step(&self, api: &Api<Lease>, observed: &mut Observed) -> bool {
+    /// The leader's renewal without a read (client-go's optimistic path): a
+    /// replace of the Lease it last wrote. Half the calls a busy API server
+    /// can shed; a 409 means someone else wrote it, and the full step reads.
+    async fn renew_written(&self, api: &Api<Lease>, written: &mut Option<Lease>) -> Option<Step> {
+        let mut lease = written.take()?;
+        if !self.gate.valid() {
+            return None;
+        }
+        let started = Instant::now();
+        let spec = lease.spec.clone().unwrap_or_default();
+        lease.spec = Some(self.desired(spec.lease_transitions.unwrap_or(0), spec.acquire_time));
+        let sent = tokio::time::timeout(
+            self.gate.call_budget(),
+            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+        )
+        .await;
+        match sent {
+            Ok(Ok(l)) => {
+                self.gate.renewed(started);
+                *written = Some(l);
+                Some(Step::ours())
+            }
+            Ok(Err(e)) if api_code(&e) == Some(409) => None,
+            Ok(Err(e)) => {
+                self.unanswered();
+                *written = Some(lease);
+                Some(Step::failed(&e))
+            }
+            Err(_) => {
+                self.unanswered();
+                *written = Some(lease);
+                Some(Step::ours())
+            }
+        }
+    }
+
+    /// One election step; afterwards the gate says whether we lead.
+    async fn step(
+        &self,
+        api: &Api<Lease>,
+        observed: &mut Observed,
+        written: &mut Option<Lease>,
+    ) -> Step {
+        if let Some(step) = self.renew_written(api, written).await {
+            return step;
+        }
         let started = Instant::now();
         let budget = self.gate.call_budget();
         let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
             Ok(Ok(l)) => l,
-            _ => {
+            Ok(Err(e)) => {
                 observed.read_failed(Instant::now());
                 self.unanswered();
-                return true;
+                return Step::failed(&e);
+            }
+            Err(_) => {
+                observed.read_failed(Instant::now());
+                self.unanswered();
+                return Step::ours();
             }
         };
         let Some(mut lease) = current else {
@@ -198,12 +280,13 @@ impl LeaderElector {
                 api.create(&PostParams::default(), &lease),
             )
             .await;
-            if let Ok(Ok(_)) = created {
+            if let Ok(Ok(l)) = created {
                 info!(replica = %self.identity, "became leader (sharder)");
                 self.gate.renewed(started);
                 self.peers.set_leader(Some(&self.identity), true);
+                *written = Some(l);
             }
-            return true;
+            return Step::ours();
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
@@ -215,7 +298,7 @@ impl LeaderElector {
             let stale = observed.saw(&rv, Instant::now(), self.lease_duration);
             let gone = !holder.is_empty() && !stale && self.holder_gone(&holder);
             if !holder.is_empty() && !stale && !gone {
-                return false;
+                return Step::theirs();
             }
             if gone {
                 info!(replica = %self.identity, leader = %holder, "the leader's process is gone (its address refuses connections): taking the leader Lease now");
@@ -230,23 +313,30 @@ impl LeaderElector {
         )
         .await
         {
-            Ok(Ok(_)) => {
+            Ok(Ok(l)) => {
                 if !ours {
                     info!(replica = %self.identity, "became leader (sharder)");
                 }
                 self.gate.renewed(started);
                 self.peers.set_leader(Some(&self.identity), true);
+                *written = Some(l);
+                Step::ours()
             }
             Ok(Err(e)) if api_code(&e) == Some(409) => {
                 self.gate.lost();
-                return false;
+                Step::theirs()
             }
-            _ => {
+            Ok(Err(e)) => {
                 observed.read_failed(Instant::now());
                 self.unanswered();
+                Step::failed(&e)
+            }
+            Err(_) => {
+                observed.read_failed(Instant::now());
+                self.unanswered();
+                Step::ours()
             }
         }
-        true
     }
 
     pub async fn run<F, Fut>(
@@ -263,8 +353,13 @@ impl LeaderElector {
         let mut observed = Observed::default();
         let mut task: Option<(tokio::task::JoinHandle<Result<(), Error>>, AbortOnDrop)> = None;
         let mut lapsed_since: Option<Instant> = None;
+        let mut written: Option<Lease> = None;
         loop {
-            let ours = self.step(&api, &mut observed).await;
+            let step = self.step(&api, &mut observed, &mut written).await;
+            let ours = step.ours;
+            if !ours {
+                written = None;
+            }
             let standing = match (self.gate.valid(), ours) {
                 (true, _) => Standing::Leading,
                 (false, true) if task.is_some() => Standing::Lapsed,
@@ -310,7 +405,7 @@ impl LeaderElector {
                 };
             }
             tokio::select! {
-                _ = tokio::time::sleep(if leading { self.retry_period } else { self.retry_period / 2 }) => {}
+                _ = tokio::time::sleep(pause(standing, step.shed, self.retry_period)) => {}
                 _ = self.peers.changed.notified(), if !leading => {}
                 _ = shutdown.changed() => {
                     let held = leading || task.is_some();
@@ -357,9 +452,99 @@ impl LeaderElector {
     }
 }
 
+/// The wait before the next election step: a retry period for the leader,
+/// half of it for candidates. A leader whose call was shed (or a lapsed one,
+/// still holding the Lease) tries again after a quarter, so a share of shed
+/// calls does not let its renew deadline pass; candidates add no load to a
+/// busy API server.
+fn pause(standing: Standing, shed: bool, retry: Duration) -> Duration {
+    match (standing, shed) {
+        (Standing::Leading | Standing::Lapsed, true) => retry / 4,
+        (Standing::Leading, false) => retry,
+        _ => retry / 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kubeio::mock_api::{self, ApiHandle, ok, status};
+
+    fn elector() -> LeaderElector {
+        let lease = Duration::from_secs(3);
+        LeaderElector {
+            identity: "me".into(),
+            namespace: "ns".into(),
+            lease_duration: lease,
+            retry_period: Duration::from_millis(500),
+            metrics: Arc::new(Metrics::new("me", false)),
+            gate: LeaderGate::new(Duration::from_secs(2)),
+            view: MemberView::new(lease),
+            peers: Peers::new("me", false),
+        }
+    }
+
+    fn lease_json(holder: &str, rv: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": LEADER_LEASE, "namespace": "ns", "resourceVersion": rv},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3, "leaseTransitions": 1},
+        })
+    }
+
+    async fn next(
+        h: &mut ApiHandle,
+        method: &str,
+        rv: Option<&str>,
+        resp: http::Response<kube::client::Body>,
+    ) {
+        mock_api::answer(h, method, rv, resp).await
+    }
+
+    /// A busy API server sheds a share of calls: the leader renews with one
+    /// call (a replace of what it last wrote, no read), and a shed renewal is
+    /// tried again after a quarter of the retry period.
+    #[tokio::test]
+    async fn the_leader_renews_with_one_call_and_retries_a_shed_one_soon() {
+        let (client, mut h) = mock_api::client();
+        let api: Api<Lease> = Api::namespaced(client, "ns");
+        let e = elector();
+        let (mut observed, mut written) = (Observed::default(), None);
+        let server = tokio::spawn(async move {
+            // Acquisition: read, then replace with the version read.
+            next(&mut h, "GET", None, ok(lease_json("", "5"))).await;
+            next(&mut h, "PUT", Some("5"), ok(lease_json("me", "6"))).await;
+            // Renewals: a replace of version 6, shed once, then accepted.
+            next(&mut h, "PUT", Some("6"), status(429)).await;
+            next(&mut h, "PUT", Some("6"), ok(lease_json("me", "7"))).await;
+            // Someone else wrote it: 409, then the full step reads.
+            next(&mut h, "PUT", Some("7"), status(409)).await;
+            next(&mut h, "GET", None, ok(lease_json("other", "9"))).await;
+        });
+        let first = e.step(&api, &mut observed, &mut written).await;
+        assert_eq!(first, Step::ours());
+        assert!(e.gate.valid());
+        let shed = e.step(&api, &mut observed, &mut written).await;
+        assert!(shed.ours && shed.shed, "{shed:?}");
+        let retry = e.retry_period;
+        assert_eq!(pause(Standing::Leading, shed.shed, retry), retry / 4);
+        assert_eq!(pause(Standing::Lapsed, true, retry), retry / 4);
+        assert_eq!(
+            pause(Standing::Follower, true, retry),
+            retry / 2,
+            "candidates add no load"
+        );
+        assert_eq!(
+            e.step(&api, &mut observed, &mut written).await,
+            Step::ours()
+        );
+        assert_eq!(
+            e.step(&api, &mut observed, &mut written).await,
+            Step::theirs()
+        );
+        assert!(!e.gate.valid());
+        server.await.unwrap();
+    }
 
     #[test]
     fn a_candidate_waits_a_renew_deadline_for_an_answer() {
