@@ -328,6 +328,21 @@ impl Book {
         );
     }
 
+    /// The API server shed the proof (429, 503): busy, not down. Try again
+    /// `soon` without growing the backoff, so a busy API server delays a
+    /// dead member's checkers by a few shed calls, not by a doubled backoff.
+    pub fn proof_shed(&mut self, id: &str, now: Instant, soon: Duration) {
+        self.proving.remove(id);
+        let delay = self.proofs.get(id).map_or(soon, |p| p.delay);
+        self.proofs.insert(
+            id.to_string(),
+            ProofRetry {
+                next_at: now + soon,
+                delay,
+            },
+        );
+    }
+
     /// The member renewed meanwhile (409 on the proof): it is alive.
     pub fn proof_refuted(&mut self, id: &str) {
         self.proofs.remove(id);

@@ -48,7 +48,9 @@ enum Proof {
     /// The Lease was replaced by a new incarnation of the member (409, a new
     /// UID): the old process is gone, the new one is alive.
     Replaced,
-    /// No verdict (429, 5xx, timeout, not leader).
+    /// Shed by a busy API server (429, 503): no verdict, retried soon.
+    Shed,
+    /// No verdict (5xx, timeout, not leader).
     Unknown,
 }
 
@@ -162,7 +164,11 @@ async fn prove_gone(
         }
         Ok(Err(e)) => {
             warn!(lease = %lease.name, error = %e, "could not prove a stale member gone; will retry");
-            Proof::Unknown
+            if matches!(api_code(&e), Some(429 | 503)) {
+                Proof::Shed
+            } else {
+                Proof::Unknown
+            }
         }
         Err(_) => Proof::Unknown,
     }
@@ -338,6 +344,10 @@ impl Sharder {
             }
             Proof::Replaced => {
                 book.proof_refuted(id);
+                false
+            }
+            Proof::Shed => {
+                book.proof_shed(id, Instant::now(), self.retry_period / 4);
                 false
             }
             Proof::Unknown => {

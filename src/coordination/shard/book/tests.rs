@@ -192,6 +192,23 @@ fn proofs_back_off_and_a_refutation_resets_them() {
 }
 
 #[test]
+fn a_shed_proof_is_retried_soon_and_leaves_the_backoff_as_it_was() {
+    let t0 = Instant::now();
+    let s = Duration::from_secs(1);
+    let mut b = Book::default();
+    b.proof_failed("a", t0, s, 8 * s);
+    b.proof_failed("a", t0, s, 8 * s);
+    for i in 0..5 {
+        b.proof_shed("a", t0, s / 4);
+        assert!(b.proof_due("a", t0 + s / 4), "shed {i} times");
+    }
+    // A failure with no answer after that doubles from where it was (2 s).
+    b.proof_failed("a", t0, s, 8 * s);
+    assert!(!b.proof_due("a", t0 + 3 * s));
+    assert!(b.proof_due("a", t0 + 4 * s));
+}
+
+#[test]
 fn the_dead_set_is_pruned_once_no_checker_names_the_member() {
     let now = Instant::now();
     let mut b = book(&[meta("x", "1", Some("a"), Some("ua"), None)]);
