@@ -664,17 +664,17 @@ pub fn shard_sizes<'a>(owners: impl Iterator<Item = &'a str>) -> BTreeMap<String
     m
 }
 
-/// Invariant 4's bound: the largest shard holds at most this many.
+/// Invariant 4's bound: the largest shard holds at most this many, what the
+/// ring's tight targets give (`src/coordination/ring.rs`).
 pub fn balance_bound(m: usize, n: usize) -> usize {
-    if n == 0 {
-        return m;
-    }
-    ((1.10 * m as f64 / n as f64).ceil() as usize).max(m.div_ceil(n))
+    m.div_ceil(n.max(1))
 }
 
-/// Invariant 5's bound for one N -> N+1 step (n_after = N+1).
+/// Invariant 5's bound for one N -> N+1 step (n_after = N+1): the newcomer's
+/// share, which the ring moves exactly (`floor`; `ceil` for the checkers
+/// created while the step settles).
 pub fn movement_bound(m: usize, n_after: usize) -> usize {
-    (1.1 * m as f64 / n_after.max(1) as f64).ceil() as usize
+    m.div_ceil(n_after.max(1))
 }
 
 /// Gaps of the object log in [from, to], for reports.
