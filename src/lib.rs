@@ -38,6 +38,9 @@ pub async fn run(cfg: config::Config) -> Result<(), error::Error> {
 }
 /// Name of the leader Lease (tests and tools read it).
 pub use coordination::shard::elector::LEADER_LEASE;
+/// How long a watch may stay silent before it is replaced (the chaos oracle's
+/// bound for a stalled connection).
+pub use kubeio::client::WATCH_IDLE_LIMIT;
 
 /// Gives a map's memory back once it holds less than a quarter of its
 /// capacity (a shard that shrank: load dropped, checkers moved away); maps

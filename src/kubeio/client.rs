@@ -127,7 +127,7 @@ pub const WATCH_TIMEOUT_SECS: u32 = 20;
 
 /// A watch body silent for this long is dead (the server would have ended it):
 /// a stalled connection is replaced within this bound.
-const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 10);
+pub const WATCH_IDLE_LIMIT: Duration = Duration::from_secs(WATCH_TIMEOUT_SECS as u64 + 10);
 
 /// Backoff of every watch after an error: from 200 ms doubling to 2 s, with
 /// jitter, reset by the first event. kube's default grows to 30 s, which
