@@ -7,8 +7,10 @@
 //! and in `make test`, one deck: every fault kind exactly once. Each
 //! window injects one fault, holds it, ends it, creates a few new checkers,
 //! lets the system settle within a bound, then judges the window from the
-//! witness's probe log and the object log (a watch of every WebChecker and
-//! membership Lease): the invariants 1 to 7 of docs/invariants.md and liveness (new
+//! witness's probe log and the object log (etcd's own history of every
+//! WebChecker and membership Lease, read from etcd: every write, in revision
+//! order, across the control plane's faults; a gap in it is a violation):
+//! the invariants 1 to 7 of docs/invariants.md and liveness (new
 //! checkers get owners, a dead or cut-off replica's checkers move, a
 //! restarted replica is back with checkers of its own, within bounds). The
 //! 20 kinds: the control plane's faults, the proxy's modes for one, two or
@@ -25,8 +27,10 @@
 //! focused runs); `CHAOS_APISERVER_ARGS` passes extra kube-apiserver flags
 //! (for example `--watch-cache=false`).
 //!
-//! The other tests of this file check the kit itself (the proxy's modes, the
-//! schedule, the oracle on made-up histories) in seconds, without a cluster.
+//! The other tests of this file check the kit itself: the proxy's modes, the
+//! schedule, the oracle on made-up histories (in seconds, without a
+//! cluster), and the object log read from etcd against the API server's
+//! watch across compactions and restarts (a control plane of its own, ~40 s).
 
 #[path = "chaos/campaign.rs"]
 mod campaign;
@@ -55,6 +59,7 @@ use support::objlog::*;
 use support::oracle::*;
 use support::*;
 use webchecker::WATCH_IDLE_LIMIT;
+use webchecker::api::MEMBER_LABEL;
 
 // ============================================================== settings
 
@@ -74,6 +79,9 @@ const NEW_PER_WINDOW: usize = 3;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How far the test's own watch may lag a replica's.
 const WATCH_SLACK: Duration = Duration::from_secs(2);
+/// The kube-apiserver flag that stores every object as JSON in etcd, where
+/// the object log reads them (Leases are protobuf otherwise).
+const JSON_STORAGE: &str = "--storage-media-type=application/json";
 
 /// From a fault to every checker of a dead (or cut-off) replica reassigned:
 /// the judge's clock may have to start afresh (a new leader, or the judge's
@@ -632,11 +640,12 @@ async fn randomized_fault_campaign() {
         length.arg()
     );
     let args = std::env::var("CHAOS_APISERVER_ARGS").unwrap_or_default();
+    let args = format!("{args} {JSON_STORAGE}");
     let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_with("chaos", &args)));
     let ns = cluster.namespace("chaos");
     let client = cluster.client().await;
     let witness = Witness::start().await;
-    let objs = ObjectLog::start(client.clone(), &ns).await;
+    let objs = ObjectLog::from_etcd(cluster, &ns).await;
     let mut proxies = Vec::new();
     for i in 0..REPLICAS {
         proxies

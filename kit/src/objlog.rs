@@ -1,15 +1,19 @@
-//! The oracle's view of the objects: a watch of every WebChecker and every
-//! membership Lease in a namespace, straight to the API server (no fault
-//! proxy), recording every change in order: when the test saw it, its
+//! The oracle's view of the objects: every WebChecker and every membership
+//! Lease of a namespace, every change in order: when the test saw it, its
 //! resourceVersion, the owner label, epoch and drain annotations, and the
 //! status (with the replica that wrote it). Tests can then check every write,
 //! not only the last one.
 //!
+//! Two sources feed it. `ObjectLog::start` watches through the API server
+//! (straight, no fault proxy): when that watch must re-list (410 Gone after
+//! a compaction or an API server restart), the changes in between are lost;
+//! such a gap is recorded, and the list's items come in as `Listed`
+//! baselines rather than changes. `ObjectLog::from_etcd` (etcdlog.rs) reads
+//! etcd's own history and has a gap only where etcd compacted what it had
+//! not read yet.
+//!
 //! resourceVersions of one etcd are revisions, comparable across kinds: a
-//! status write and a Lease deletion can be ordered exactly. When the watch
-//! must re-list (410 Gone after a compaction or an API server restart), the
-//! changes in between are lost; such a gap is recorded, and the list's items
-//! come in as `Listed` baselines rather than changes.
+//! status write and a Lease deletion can be ordered exactly.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -339,7 +343,12 @@ impl Logged for Lease {
 /// the last version seen; re-list only on 410 Gone. Retries are bounded in
 /// time (a few hundred ms), never given up.
 async fn watch_loop<K: Logged>(api: Api<K>, state: Arc<Mutex<LogState>>) {
-    let error = |e: String| state.lock().unwrap().watch_error(Instant::now(), K::WHAT, e);
+    let error = |e: String| {
+        state
+            .lock()
+            .unwrap()
+            .watch_error(Instant::now(), K::WHAT, e)
+    };
     let mut resume: Option<String> = None;
     let call = Duration::from_secs(15);
     loop {
@@ -354,7 +363,12 @@ async fn watch_loop<K: Logged>(api: Api<K>, state: Arc<Mutex<LogState>>) {
                     Ok(Ok(list)) => {
                         let rv = list.metadata.resource_version.clone().unwrap_or_default();
                         let list_rv = rv.parse().unwrap_or(0);
-                        K::listed(&mut state.lock().unwrap(), Instant::now(), &list.items, list_rv);
+                        K::listed(
+                            &mut state.lock().unwrap(),
+                            Instant::now(),
+                            &list.items,
+                            list_rv,
+                        );
                         rv
                     }
                     Ok(Err(e)) => {
