@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests and benchmarks need on a fresh Debian
 # machine, only those that are missing: openssl, curl, python3, promtool
-# (Debian package prometheus), prometheus-blackbox-exporter, and what the real
-# node of hack/node.sh needs (runc, the CNI plugins, nft). Go and Rust are
+# (Debian package prometheus), prometheus-blackbox-exporter, exim (the SMTP
+# server with STARTTLS of the TCP-check tests, kit/src/peers.rs), and what the
+# real node of hack/node.sh needs (runc, the CNI plugins, nft). Go and Rust are
 # expected to be preinstalled: they are only checked.
 #
 #   hack/install-deps.sh           all of it
@@ -46,6 +47,14 @@ if [ -z "$node_only" ]; then
   else
     missing+=(prometheus-blackbox-exporter)
   fi
+  # The TCP checks' SMTP peer: the tests run exim4 themselves, unprivileged
+  # ports on loopback, a config of their own (kit/src/peers.rs). The daemon
+  # is in /usr/sbin, which a user's PATH may lack.
+  if [ -x /usr/sbin/exim4 ]; then
+    echo "install-deps: exim4 found (/usr/sbin/exim4)"
+  else
+    missing+=(exim4-daemon-light)
+  fi
   # The bench's PNG plots need a TrueType font.
   if [ -d /usr/share/fonts/truetype/dejavu ]; then
     echo "install-deps: DejaVu fonts found"
@@ -60,13 +69,26 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-  # The Debian packages start their daemons where systemd runs; the tests start
-  # their own instances, so stop those services if any.
+  # The Debian packages start their daemons (exim4 on port 25); the tests
+  # start their own instances, so stop and disable those services if any.
+  services=(prometheus prometheus-blackbox-exporter prometheus-node-exporter exim4)
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    for s in prometheus prometheus-blackbox-exporter prometheus-node-exporter; do
+    for s in "${services[@]}"; do
       $SUDO systemctl disable --now "$s" >/dev/null 2>&1 || true
     done
+  else
+    for s in "${services[@]}"; do
+      [ -x "/etc/init.d/$s" ] || continue
+      $SUDO "/etc/init.d/$s" stop >/dev/null 2>&1 || true
+      $SUDO update-rc.d "$s" disable >/dev/null 2>&1 || true
+    done
   fi
+fi
+# No exim left listening as a system service (a package started before this
+# script knew of it, or an init system that ignored the stop above).
+if [ -f /run/exim4/exim.pid ] && kill -0 "$(cat /run/exim4/exim.pid)" 2>/dev/null; then
+  echo "install-deps: stopping the system exim4 daemon (pid $(cat /run/exim4/exim.pid)): the tests run their own"
+  $SUDO kill "$(cat /run/exim4/exim.pid)" || true
 fi
 
 fail=0
