@@ -20,6 +20,7 @@ pub mod objlog;
 pub mod oci;
 pub mod operator;
 pub mod oracle;
+pub mod peers;
 pub mod ports;
 pub mod proxy;
 pub mod release;
