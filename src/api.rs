@@ -5,6 +5,7 @@
 //! every field added here is optional with a default that reproduces its
 //! behaviour (10 s interval, 1 s timeout, 2xx/3xx success).
 
+use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -117,10 +118,29 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
 )]
 #[x_kube(validation = Rule::new("!has(self.timeoutSeconds) || double(self.timeoutSeconds) < double(self.intervalSeconds)").message("spec.timeoutSeconds must be below spec.intervalSeconds, so that one probe ends before the next is due"))]
 #[x_kube(validation = Rule::new("!has(self.auth) || !has(self.headers) || !self.headers.exists(h, h.name.lowerAscii() == 'authorization')").message("spec.auth and a header named Authorization cannot be combined; use one of them"))]
+#[x_kube(validation = http_only("method"))]
+#[x_kube(validation = http_only("body"))]
+#[x_kube(validation = http_only("bodyMatch"))]
+#[x_kube(validation = http_only("jsonChecks"))]
+#[x_kube(validation = http_only("headerChecks"))]
+#[x_kube(validation = http_only("followRedirects"))]
+#[x_kube(validation = http_only("maxRedirects"))]
+#[x_kube(validation = http_only("proxy"))]
+#[x_kube(validation = http_only("compression"))]
+#[x_kube(validation = http_only("http2"))]
+#[x_kube(validation = http_only("httpVersions"))]
+#[x_kube(validation = only_for("headers", &["http", "https", "grpc", "grpcs"], "gRPC checks send them as request metadata; tcp:// and tls:// checks send no headers"))]
+#[x_kube(validation = only_for("auth", &["http", "https", "grpc", "grpcs"], "gRPC checks send it as authorization metadata; tcp:// and tls:// checks send no headers"))]
+#[x_kube(validation = only_for("grpc", &["grpc", "grpcs"], "use a grpc:// or grpcs:// host"))]
+#[x_kube(validation = only_for("tcp", &["tcp", "tls"], "use a tcp:// or tls:// host"))]
+#[x_kube(validation = Rule::new(format!("{HTTP_HOST} || self.path == '/'")).message("spec.path applies to http:// and https:// hosts only; a gRPC check calls grpc.health.v1.Health/Check (name a service in spec.grpc.service), tcp:// and tls:// checks have no path"))]
+#[x_kube(validation = Rule::new(format!("{HTTP_HOST} || self.expectedStatusCodes == ['2xx', '3xx']")).message("spec.expectedStatusCodes applies to http:// and https:// hosts only; a gRPC check needs SERVING, tcp:// and tls:// checks have no status code"))]
+#[x_kube(validation = Rule::new("!has(self.tcp) || !has(self.tcp.queryResponse) || !self.tcp.queryResponse.exists(s, has(s.startTls) && s.startTls) || (isURL(self.host) && url(self.host).getScheme() == 'tcp')").message("spec.tcp.queryResponse[].startTls upgrades a tcp:// connection to TLS; a tls:// host speaks TLS from the start"))]
 #[serde(rename_all = "camelCase")]
 pub struct WebCheckerSpec {
-    /// Base URL of the endpoint: scheme and host, optionally a port, for example `https://example.com` or `http://10.0.0.1:8080`. The path goes in `path`.
-    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https']").message("spec.host must be an http:// or https:// URL, for example https://example.com"))]
+    /// Base URL of the endpoint: scheme and host, optionally a port, for example `https://example.com` or `http://10.0.0.1:8080`. The path goes in `path`. The scheme says what the check speaks: `http`/`https` an HTTP request; `grpc`/`grpcs` the gRPC health check (grpc.health.v1.Health/Check, in the clear or over TLS; see `grpc`); `tcp` a TCP connection (optionally with the steps of `tcp`, STARTTLS among them); `tls` a TLS handshake and the server's certificate chain. The last four need a port: `tls://mail.example.com:465`.
+    #[x_kube(validation = Rule::new("isURL(self) && url(self).getScheme() in ['http', 'https', 'grpc', 'grpcs', 'tcp', 'tls']").message("spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL, for example https://example.com or tcp://mail.example.com:25"))]
+    #[x_kube(validation = Rule::new("!isURL(self) || url(self).getScheme() in ['http', 'https'] || url(self).getPort() != ''").message("spec.host needs a port with grpc://, grpcs://, tcp:// and tls://, for example grpc://api.example.com:50051 or tls://mail.example.com:465"))]
     #[x_kube(validation = Rule::new("!isURL(self) || url(self).getHostname() != ''").message("spec.host must name a host, for example https://example.com"))]
     #[x_kube(validation = Rule::new("!isURL(self) || url(self).getEscapedPath() in ['', '/']").message("spec.host must not contain a path; put it in spec.path"))]
     #[x_kube(validation = Rule::new("!self.contains('?') && !self.contains('#')").message("spec.host must not contain a query or fragment; put the query in spec.path"))]
@@ -253,6 +273,117 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 3))]
     pub http_versions: Option<Vec<HttpVersion>>,
+
+    /// The gRPC health check of a grpc:// or grpcs:// host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcSpec>,
+
+    /// What a tcp:// or tls:// check says and expects after it connects (and, on tls://, after the handshake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSpec>,
+}
+
+/// A CEL expression that holds when spec.host is http:// or https://.
+const HTTP_HOST: &str = "(isURL(self.host) && url(self.host).getScheme() in ['http', 'https'])";
+
+/// Refuses `field` unless spec.host has one of `schemes`; `hint` says what to do instead.
+fn only_for(field: &str, schemes: &[&str], hint: &str) -> Rule {
+    let list = schemes
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let names = schemes
+        .iter()
+        .map(|s| format!("{s}://"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Rule::new(format!(
+        "!has(self.{field}) || (isURL(self.host) && url(self.host).getScheme() in [{list}])"
+    ))
+    .message(Message::Message(format!(
+        "spec.{field} applies to {names} hosts only; {hint}"
+    )))
+}
+
+/// Refuses an HTTP-only `field` on the other kinds of checks.
+fn http_only(field: &str) -> Rule {
+    only_for(
+        field,
+        &["http", "https"],
+        "remove it for a grpc://, grpcs://, tcp:// or tls:// host",
+    )
+}
+
+/// What a checker speaks: the scheme of spec.host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CheckKind {
+    Http,
+    Grpc,
+    Tcp,
+    Tls,
+}
+
+impl CheckKind {
+    /// The kind of a spec.host; `None` for another scheme.
+    pub fn of_host(host: &str) -> Option<CheckKind> {
+        let scheme = host.trim().split_once("://")?.0.to_ascii_lowercase();
+        match scheme.as_str() {
+            "http" | "https" => Some(CheckKind::Http),
+            "grpc" | "grpcs" => Some(CheckKind::Grpc),
+            "tcp" => Some(CheckKind::Tcp),
+            "tls" => Some(CheckKind::Tls),
+            _ => None,
+        }
+    }
+
+    /// The `kind` label of the metrics: http, grpc, tcp or tls.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckKind::Http => "http",
+            CheckKind::Grpc => "grpc",
+            CheckKind::Tcp => "tcp",
+            CheckKind::Tls => "tls",
+        }
+    }
+}
+
+/// The gRPC health check (grpc.health.v1.Health/Check, one unary call).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcSpec {
+    /// The service whose health is asked, for example `grpc.health.v1.Health` or `mycompany.Orders`. Default: the empty name, the server as a whole. The answer must be SERVING; NOT_SERVING fails with reason NotServing, a service the server does not know with ServiceUnknown, another gRPC status with UnexpectedGRPCStatus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub service: Option<String>,
+}
+
+/// The conversation of a tcp:// or tls:// check.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpSpec {
+    /// Steps run in order after the connection opens, as blackbox_exporter's query_response: each may wait for a line matching `expect`, then `send` text, then (on tcp://) upgrade the connection to TLS with `startTls`. Without steps, connecting is the check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub query_response: Option<Vec<TcpStep>>,
+}
+
+/// One step of a TCP conversation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.expect) || has(self.send) || (has(self.startTls) && self.startTls)").message("a spec.tcp.queryResponse step needs at least one of expect, send or startTls: true"))]
+pub struct TcpStep {
+    /// Regular expression (Rust regex syntax) that a line the server sends must match; lines that do not match are skipped until one does (the first 64 KiB). A server that closes the connection or stays silent first fails the probe with reason UnexpectedResponse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub expect: Option<String>,
+    /// Text sent as is (write line ends yourself: "EHLO probe\r\n").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 4096))]
+    pub send: Option<String>,
+    /// After expect and send, start TLS on the connection (STARTTLS of SMTP, IMAP, POP3 and the like), with the options of spec.tls; the certificate is checked as on https.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_tls: Option<bool>,
 }
 
 /// Zones to probe from, and how many must fail (spec.locations).

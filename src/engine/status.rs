@@ -585,6 +585,7 @@ mod tests {
             tls: None,
             http_version: None,
             redirects: 0,
+            grpc: None,
         }
     }
 
@@ -599,6 +600,7 @@ mod tests {
             tls: None,
             http_version: None,
             redirects: 0,
+            grpc: None,
         }
     }
 

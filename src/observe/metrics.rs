@@ -13,8 +13,9 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::probe::{Outcome, Reason, TlsFacts};
+use crate::probe::{GrpcFacts, Outcome, Reason, TlsFacts};
 
+mod grpc;
 mod info;
 pub(crate) use info::configure as configure_label_allowlist;
 pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
@@ -44,6 +45,10 @@ const ALL_REASONS: &[Reason] = &[
     Reason::Forbidden,
     Reason::ProtocolError,
     Reason::InvalidSpec,
+    Reason::NotServing,
+    Reason::ServiceUnknown,
+    Reason::UnexpectedGrpcStatus,
+    Reason::UnexpectedResponse,
 ];
 
 /// Per-checker series of one owned checker. Kept as plain numbers and rendered
@@ -71,6 +76,8 @@ struct CheckerSeries {
     tls: Option<TlsFacts>,
     /// Of the last response: 10, 11 or 20; 0 when none came.
     http_version: u8,
+    /// The last gRPC health answer.
+    grpc: Option<GrpcFacts>,
     /// `webchecker_checker_info` (shared with the engine's entry).
     info: Option<Arc<CheckerInfo>>,
     /// With spec.locations: each zone's series, in the order of the last round.
@@ -463,6 +470,7 @@ impl Metrics {
                 Some(http::Version::HTTP_2) => 20,
                 _ => 0,
             };
+            c.grpc = o.grpc;
         });
     }
 
@@ -628,6 +636,7 @@ fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
         |c| c.probed.then_some(f64::from(c.http_version) / 10.0),
     );
     render_tls(out, checkers);
+    grpc::render(out, checkers);
     info::render_info(out, checkers);
     render_phases(out, checkers);
     render_zones(out, checkers);

@@ -51,7 +51,7 @@ pub(super) fn head(plan: &ProbePlan, resp: &Response) -> Result<(), HopError> {
 }
 
 /// The outcome of a probe whose response passed every check, after `duration`.
-pub(super) fn latency(plan: &ProbePlan, code: u16, duration: Duration) -> (Reason, String) {
+pub(super) fn latency(plan: &ProbePlan, said: String, duration: Duration) -> (Reason, String) {
     match plan.max_response_time {
         Some(max) if duration > max => (
             Reason::SlowResponse,
@@ -61,7 +61,7 @@ pub(super) fn latency(plan: &ProbePlan, code: u16, duration: Duration) -> (Reaso
                 max.as_millis()
             ),
         ),
-        _ => (Reason::ProbeSucceeded, format!("HTTP {code}")),
+        _ => (Reason::ProbeSucceeded, said),
     }
 }
 

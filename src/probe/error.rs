@@ -20,6 +20,14 @@ pub enum Reason {
     Forbidden,
     ProtocolError,
     InvalidSpec,
+    /// A gRPC health check answered NOT_SERVING (or UNKNOWN).
+    NotServing,
+    /// The gRPC server does not know the service asked for.
+    ServiceUnknown,
+    /// A gRPC call ended with a status other than OK (no health answer).
+    UnexpectedGrpcStatus,
+    /// A tcp check's `expect` found no matching line.
+    UnexpectedResponse,
 }
 
 impl Reason {
@@ -39,6 +47,10 @@ impl Reason {
             Reason::Forbidden => "Forbidden",
             Reason::ProtocolError => "ProtocolError",
             Reason::InvalidSpec => "InvalidSpec",
+            Reason::NotServing => "NotServing",
+            Reason::ServiceUnknown => "ServiceUnknown",
+            Reason::UnexpectedGrpcStatus => "UnexpectedGRPCStatus",
+            Reason::UnexpectedResponse => "UnexpectedResponse",
         }
     }
 }

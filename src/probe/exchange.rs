@@ -101,20 +101,7 @@ impl Probe<'_> {
             let resp = read_response(resp, max_body, want_body, compression).await?;
             Ok::<_, HopError>((resp, processing, t.elapsed()))
         };
-        // The connection future ends on its own after a `Connection: close`
-        // exchange, possibly before the body is taken.
-        let conn = async move {
-            let _ = conn.await;
-        };
-        let (resp, processing, transfer) = {
-            tokio::pin!(exchange);
-            tokio::pin!(conn);
-            tokio::select! {
-                biased;
-                r = &mut exchange => r?,
-                _ = &mut conn => exchange.await?,
-            }
-        };
+        let (resp, processing, transfer) = beside(exchange, conn).await?;
         self.phases.processing += processing;
         self.phases.transfer += transfer;
         Ok(resp)
@@ -152,6 +139,25 @@ impl Probe<'_> {
             req.headers_mut().insert(k.clone(), v.clone());
         }
         Ok(req)
+    }
+}
+
+/// Runs `exchange` while `conn` (hyper's connection future, which does the
+/// I/O) runs beside it. The connection future ends on its own after a
+/// `Connection: close` exchange, possibly before the body is taken.
+pub(super) async fn beside<T, C: Future>(
+    exchange: impl Future<Output = Result<T, HopError>>,
+    conn: C,
+) -> Result<T, HopError> {
+    let conn = async move {
+        let _ = conn.await;
+    };
+    tokio::pin!(exchange);
+    tokio::pin!(conn);
+    tokio::select! {
+        biased;
+        r = &mut exchange => r,
+        _ = &mut conn => exchange.await,
     }
 }
 

@@ -31,12 +31,12 @@ impl Probe<'_> {
         self.phase = Phase::Tls;
         let t = Instant::now();
         let tls = &self.plan.tls;
-        let http2 = self.plan.http2.index();
+        let alpn = self.plan.alpn.index();
         let config = match &tls.config {
-            _ if !own_origin => self.prober.verified[http2].clone(),
+            _ if !own_origin => self.prober.verified[alpn].clone(),
             Some(c) => c.0.clone(),
-            None if tls.insecure_skip_verify => self.prober.unverified[http2].clone(),
-            None => self.prober.verified[http2].clone(),
+            None if tls.insecure_skip_verify => self.prober.unverified[alpn].clone(),
+            None => self.prober.verified[alpn].clone(),
         };
         let sni = match &tls.server_name {
             Some(name) if own_origin => name.clone(),

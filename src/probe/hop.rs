@@ -55,6 +55,19 @@ impl Probe<'_> {
         self.speak(hop, stream, proxy.is_some()).await
     }
 
+    /// Connects straight to the plan's target, for the checks that are not
+    /// HTTP (no proxy): the forgery guard, then the gate, since for them
+    /// connecting is already probing.
+    pub(super) async fn dial(&mut self, hop: &Hop) -> Result<TcpStream, Stop> {
+        let name = hop.host_name();
+        let scope = Scope::Namespace(self.namespace);
+        let allowed = self
+            .allowed_addresses(&hop.target, &name, scope, false)
+            .await?;
+        self.pass_gate()?;
+        self.open(hop, &name, &allowed, None).await
+    }
+
     /// The addresses of `dial` the forgery guard allows in `scope`. Denied
     /// ones are skipped; when none is left, the first denial explains the
     /// refusal. `proxied`: `dial` is the hop's proxy.

@@ -1,4 +1,4 @@
-//! The HTTP prober.
+//! The prober: HTTP, and the gRPC health, tcp and tls checks.
 //!
 //! Built on hyper's connection API rather than a pooled client, because a
 //! monitoring probe must (a) open a fresh connection so connect and TLS times are
@@ -27,7 +27,9 @@
 //! - the steps of a probe: `hop` (one request: proxy choice, forgery guard),
 //!   `tunnel` (CONNECT through a proxy), `handshake` (TLS), `exchange`
 //!   (request and response over HTTP/1.1 or HTTP/2), `redirect`, `checks`
-//!   (status, HTTP version, headers, body, JSON, latency);
+//!   (status, HTTP version, headers, body, JSON, latency); `grpc` (the
+//!   health call; its bytes are `grpc_wire`) and `tcp` (connect, TLS, the
+//!   steps of `spec.tcp`), which use `hop`'s dial and `handshake`;
 //! - `run`: [`Prober::probe`] (deadline, redirect loop, outcome).
 
 mod certs;
@@ -37,6 +39,8 @@ mod dial;
 mod env_proxy;
 mod error;
 mod exchange;
+mod grpc;
+mod grpc_wire;
 mod handshake;
 mod hop;
 mod matcher;
@@ -52,6 +56,7 @@ mod roots;
 mod run;
 mod state;
 mod target;
+mod tcp;
 mod tls;
 mod tunnel;
 
@@ -61,9 +66,9 @@ pub use dial::CONNECTION_ATTEMPT_DELAY;
 pub use env_proxy::{EnvProxy, proxy_target};
 pub use error::Reason;
 pub use matcher::Matcher;
-pub use outcome::{Outcome, Phases, TlsFacts, human_duration, version_name};
+pub use outcome::{GrpcFacts, Outcome, Phases, Serving, TlsFacts, human_duration, version_name};
 pub use plan::{
-    AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
+    Alpn, GRPC_HEALTH_PATH, Protocol, TcpStepPlan, AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
     PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, PatternError, Patterns, ProbePlan, ProxyPlan,
     StatusSet, TlsConfig, TlsPlan, ValueRef, ZoneQuorum, base64, compile_patterns, pattern_sources,
     plan, plan_trusting, plan_with, references,

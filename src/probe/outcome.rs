@@ -16,6 +16,8 @@ pub(super) enum Phase {
     Transfer,
     /// The content checks, on the matching pool (matcher.rs).
     Checks,
+    /// The steps of a tcp check (`spec.tcp.queryResponse`).
+    Steps,
 }
 
 impl Phase {
@@ -27,6 +29,7 @@ impl Phase {
             Phase::Tls => "TLS handshake",
             Phase::Processing => "response headers",
             Phase::Transfer => "response body",
+            Phase::Steps => "the steps of spec.tcp.queryResponse (the server did not send a matching line)",
             Phase::Checks => {
                 "the response checks (headerChecks, bodyMatch, jsonChecks: their patterns are too slow for this response, or wait behind other checks of this namespace)"
             }
@@ -75,6 +78,46 @@ pub struct Outcome {
     /// The HTTP version of the final response; `None` when none came.
     pub http_version: Option<http::Version>,
     pub redirects: u32,
+    /// What a gRPC health check answered; `None` for other checks, and
+    /// when no gRPC answer came.
+    pub grpc: Option<GrpcFacts>,
+}
+
+/// The answer of a gRPC health check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GrpcFacts {
+    /// The call's grpc-status: 0 (OK) when the server answered the check.
+    pub status: u32,
+    /// The health status it answered; `None` when the call failed.
+    pub serving: Option<Serving>,
+}
+
+/// A `grpc.health.v1.HealthCheckResponse.ServingStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    Unknown,
+    Serving,
+    NotServing,
+    ServiceUnknown,
+}
+
+impl Serving {
+    pub const ALL: [Serving; 4] = [
+        Serving::Unknown,
+        Serving::Serving,
+        Serving::NotServing,
+        Serving::ServiceUnknown,
+    ];
+
+    /// The enum's name in the protocol (and blackbox_exporter's label value).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Serving::Unknown => "UNKNOWN",
+            Serving::Serving => "SERVING",
+            Serving::NotServing => "NOT_SERVING",
+            Serving::ServiceUnknown => "SERVICE_UNKNOWN",
+        }
+    }
 }
 
 /// What one TLS handshake showed.
@@ -104,6 +147,7 @@ impl Outcome {
             tls: None,
             http_version: None,
             redirects: 0,
+            grpc: None,
         }
     }
 }

@@ -10,7 +10,7 @@ use http::HeaderValue;
 use super::certs::ChainCache;
 use super::env_proxy::EnvProxy;
 use super::matcher::Matcher;
-use super::plan::{Http2, MinTlsVersion};
+use super::plan::{Alpn, MinTlsVersion};
 use super::policy::AddressPolicy;
 use super::resolve::Resolver;
 use super::roots::Roots;
@@ -33,9 +33,9 @@ pub struct Prober {
     pub resolver: Arc<Resolver>,
     /// The configurations of checkers without TLS options of their own,
     /// built once (building one per probe would cost more than the
-    /// handshake), one per `http2` mode (their ALPN), by [`Http2::index`].
-    pub(super) verified: [Arc<rustls::ClientConfig>; 3],
-    pub(super) unverified: [Arc<rustls::ClientConfig>; 3],
+    /// handshake), one per ALPN offer, by [`Alpn::index`].
+    pub(super) verified: [Arc<rustls::ClientConfig>; 4],
+    pub(super) unverified: [Arc<rustls::ClientConfig>; 4],
     /// The roots `verified` trusts (see [`Prober::set_roots`]).
     roots: Roots,
     /// Server certificate chains already parsed (certs.rs).
@@ -44,10 +44,8 @@ pub struct Prober {
     pub matcher: Arc<Matcher>,
 }
 
-const MODES: [Http2; 3] = [Http2::Negotiate, Http2::Disabled, Http2::PriorKnowledge];
-
-fn verified_configs(roots: &Roots) -> [Arc<rustls::ClientConfig>; 3] {
-    MODES.map(|m| {
+fn verified_configs(roots: &Roots) -> [Arc<rustls::ClientConfig>; 4] {
+    Alpn::ALL.map(|m| {
         Arc::new(
             client_config(Trust::Roots(roots.store()), MinTlsVersion::Tls12, None, m)
                 .expect("ring supports TLS 1.2 and 1.3"),
@@ -59,7 +57,7 @@ impl Prober {
     pub fn new(identity: Option<&str>, policy: AddressPolicy, max_body_bytes: usize) -> Self {
         let roots = Roots::builtin();
         let verified = verified_configs(&roots);
-        let unverified = MODES.map(|m| {
+        let unverified = Alpn::ALL.map(|m| {
             Arc::new(
                 client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None, m)
                     .expect("ring supports TLS 1.2 and 1.3"),

@@ -7,7 +7,7 @@ use super::checks;
 use super::error::{HopError, Reason, Stop};
 use super::message::Hop;
 use super::outcome::{Outcome, Phase, human_duration};
-use super::plan::ProbePlan;
+use super::plan::{ProbePlan, Protocol};
 use super::prober::Prober;
 use super::redirect::next_hop;
 use super::state::Probe;
@@ -33,9 +33,9 @@ impl Prober {
         let result = tokio::time::timeout(plan.timeout, probe.run()).await;
         let duration = started.elapsed();
         let (reason, message, status_code) = match result {
-            Ok(Ok(code)) => {
-                let (reason, message) = checks::latency(plan, code, duration);
-                (reason, message, Some(code))
+            Ok(Ok(done)) => {
+                let (reason, message) = checks::latency(plan, done.said, duration);
+                (reason, message, done.code)
             }
             Ok(Err(Stop::Failed(e))) => (e.reason, e.message, e.status_code),
             Ok(Err(Stop::GateClosed)) => return None,
@@ -43,6 +43,7 @@ impl Prober {
                 let reason = match probe.phase {
                     Phase::Resolve => Reason::DnsError,
                     Phase::Checks => Reason::CheckTimeout,
+                    Phase::Steps => Reason::UnexpectedResponse,
                     _ => Reason::Timeout,
                 };
                 let message = format!(
@@ -67,13 +68,37 @@ impl Prober {
             tls: probe.tls,
             http_version: probe.http_version,
             redirects: probe.redirects,
+            grpc: probe.grpc,
         })
     }
 }
 
+/// A probe that passed its checks (the latency is checked after).
+pub(super) struct Passed {
+    /// The final response's HTTP status code.
+    pub code: Option<u16>,
+    /// What the Ready condition says: `HTTP 200`, `SERVING`, ...
+    pub said: String,
+}
+
 impl Probe<'_> {
+    async fn run(&mut self) -> Result<Passed, Stop> {
+        let plan = self.plan;
+        match &plan.protocol {
+            Protocol::Http => {
+                let code = self.http().await?;
+                Ok(Passed {
+                    code: Some(code),
+                    said: format!("HTTP {code}"),
+                })
+            }
+            Protocol::GrpcHealth { service } => self.grpc_health(service).await,
+            Protocol::Tcp { steps } => self.tcp(steps).await,
+        }
+    }
+
     /// Hops until a final response and checks it; its status code.
-    async fn run(&mut self) -> Result<u16, Stop> {
+    async fn http(&mut self) -> Result<u16, Stop> {
         let mut hop = Hop::first(self.plan);
         loop {
             let resp = self.hop(&hop).await?;

@@ -3,7 +3,7 @@
 //! tunnel.rs, handshake.rs, exchange.rs) are its methods.
 
 use super::error::Stop;
-use super::outcome::{Phase, Phases, TlsFacts};
+use super::outcome::{GrpcFacts, Phase, Phases, TlsFacts};
 use super::plan::ProbePlan;
 use super::prober::Prober;
 
@@ -22,6 +22,8 @@ pub(super) struct Probe<'a> {
     /// Of the last response.
     pub http_version: Option<http::Version>,
     pub redirects: u32,
+    /// The answer of a gRPC health check.
+    pub grpc: Option<GrpcFacts>,
 }
 
 impl<'a> Probe<'a> {
@@ -42,6 +44,7 @@ impl<'a> Probe<'a> {
             tls: None,
             http_version: None,
             redirects: 0,
+            grpc: None,
         }
     }
 

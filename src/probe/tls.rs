@@ -1,12 +1,12 @@
 //! The rustls client configurations: which certificates a probe trusts,
-//! its client certificate, the ALPN of its `http2` mode, and no session
+//! its client certificate, the ALPN of its kind and `http2` mode, and no session
 //! resumption. The handshake that uses them is handshake.rs.
 
 use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::plan::{Http2, MinTlsVersion};
+use super::plan::{Alpn, MinTlsVersion};
 
 /// Which server certificates a configuration accepts.
 pub(super) enum Trust {
@@ -25,7 +25,7 @@ pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,
     client: Option<ClientIdentity>,
-    http2: Http2,
+    alpn: Alpn,
 ) -> Result<rustls::ClientConfig, rustls::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
@@ -44,7 +44,7 @@ pub(super) fn client_config(
         Some(c) => builder.with_client_auth_cert(c.chain, c.key)?,
         None => builder.with_no_client_auth(),
     };
-    config.alpn_protocols = http2.alpn().iter().map(|p| p.to_vec()).collect();
+    config.alpn_protocols = alpn.protocols().iter().map(|p| p.to_vec()).collect();
     // Every probe makes a full, verified handshake, as a new client would: a
     // resumed one skips certificate verification and reports the certificate
     // of the cached session, so a server whose certificate was replaced (by
@@ -173,7 +173,7 @@ mod tests {
                     Trust::Roots(roots),
                     MinTlsVersion::Tls12,
                     None,
-                    Http2::Negotiate,
+                    Alpn::H2AndHttp11,
                 )
                 .unwrap(),
             );

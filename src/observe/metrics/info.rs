@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 
 use super::{Snapshot, push_escaped, push_header};
+use crate::api::CheckKind;
 
 /// The checker label keys to copy, each with its Prometheus label name.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -115,6 +116,8 @@ pub struct CheckerInfo {
     url: String,
     /// The host name of spec.host (no scheme, port or brackets).
     host: String,
+    /// What the checker speaks: http, grpc, tcp or tls.
+    kind: &'static str,
     /// (Prometheus label name, value), sorted by name; labels the checker
     /// does not have are left out (Prometheus reads an empty label as none).
     labels: Vec<(String, String)>,
@@ -144,6 +147,9 @@ impl CheckerInfo {
         CheckerInfo {
             url: format!("{}{path}", spec_host.trim_end_matches('/')),
             host,
+            kind: CheckKind::of_host(spec_host)
+                .unwrap_or(CheckKind::Http)
+                .as_str(),
             labels: copied,
         }
     }
@@ -160,13 +166,14 @@ pub(super) fn render_info(out: &mut String, checkers: &Snapshot) {
                 out,
                 family,
                 "gauge",
-                "The checker's URL, host and allowlisted labels (--metric-labels-allowlist); always 1",
+                "The checker's URL, host, kind (http, grpc, tcp, tls) and allowlisted labels (--metric-labels-allowlist); always 1",
             );
             header = true;
         }
         // Sorted by label name, as the prometheus crate writes them.
         let mut pairs: Vec<(&str, &str)> = vec![
             ("host", info.host.as_str()),
+            ("kind", info.kind),
             ("name", &**name),
             ("namespace", &**ns),
             ("url", info.url.as_str()),

@@ -16,6 +16,7 @@ fn outcome(reason: Reason) -> Outcome {
         tls: None,
         http_version: Some(http::Version::HTTP_2),
         redirects: 0,
+        grpc: None,
     }
 }
 
@@ -216,9 +217,9 @@ fn checker_info_matches_the_prometheus_encoder() {
         IntGaugeVec::new(
             Opts::new(
                 "webchecker_checker_info",
-                "The checker's URL, host and allowlisted labels (--metric-labels-allowlist); always 1",
+                "The checker's URL, host, kind (http, grpc, tcp, tls) and allowlisted labels (--metric-labels-allowlist); always 1",
             ),
-            &["namespace", "name", "url", "host", "label_team", "label_app_kubernetes_io_part_of"],
+            &["namespace", "name", "url", "host", "kind", "label_team", "label_app_kubernetes_io_part_of"],
         )
         .unwrap(),
     );
@@ -227,6 +228,7 @@ fn checker_info_matches_the_prometheus_encoder() {
         "a",
         "https://shop.example.com:8443/health",
         "shop.example.com",
+        "http",
         "pay\"ments",
         "shop",
     ])
@@ -261,4 +263,49 @@ fn checker_info_matches_the_prometheus_encoder() {
     assert!(info_lines[0].contains("label_team=\"web\""), "{text}");
     ours.forget_checker("ns", "a");
     assert!(!ours.render().contains("webchecker_checker_info{"));
+}
+
+#[test]
+fn grpc_answers_are_exported_as_blackbox_names_them() {
+    use crate::probe::{GrpcFacts, Serving};
+    let info = Arc::new(CheckerInfo::new(
+        "grpc://api.example.com:50051",
+        "/",
+        None,
+        &Default::default(),
+    ));
+    let ours = Metrics::new("r1", false);
+    let mut o = outcome(Reason::NotServing);
+    o.grpc = Some(GrpcFacts {
+        status: 0,
+        serving: Some(Serving::NotServing),
+    });
+    ours.record_probe("ns", "g", &info, &o, false);
+    let text = ours.render();
+    for line in [
+        "webchecker_grpc_status_code{name=\"g\",namespace=\"ns\"} 0",
+        "webchecker_grpc_healthcheck_response{name=\"g\",namespace=\"ns\",serving_status=\"NOT_SERVING\"} 1",
+        "webchecker_grpc_healthcheck_response{name=\"g\",namespace=\"ns\",serving_status=\"SERVING\"} 0",
+        "webchecker_grpc_healthcheck_response{name=\"g\",namespace=\"ns\",serving_status=\"UNKNOWN\"} 0",
+        "webchecker_grpc_healthcheck_response{name=\"g\",namespace=\"ns\",serving_status=\"SERVICE_UNKNOWN\"} 0",
+        "webchecker_probes_total{name=\"g\",namespace=\"ns\",reason=\"NotServing\",result=\"failure\"} 1",
+    ] {
+        assert!(text.lines().any(|t| t == line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.contains("kind=\"grpc\""), "{text}");
+    // A failed call keeps its status code and no serving status.
+    let mut o = outcome(Reason::UnexpectedGrpcStatus);
+    o.grpc = Some(GrpcFacts {
+        status: 12,
+        serving: None,
+    });
+    ours.record_probe("ns", "g", &info, &o, false);
+    let text = ours.render();
+    assert!(text.contains("webchecker_grpc_status_code{name=\"g\",namespace=\"ns\"} 12"), "{text}");
+    assert!(!text.contains("webchecker_grpc_healthcheck_response{"), "{text}");
+    // Other checks have neither.
+    let mut o = outcome(Reason::ConnectError);
+    o.grpc = None;
+    ours.record_probe("ns", "g", &info, &o, false);
+    assert!(!ours.render().contains("webchecker_grpc_"));
 }

@@ -9,9 +9,10 @@ use super::credentials::request_headers;
 use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
-use super::{AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum};
+use super::kinds;
+use super::{Alpn, AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum};
 use crate::api::{
-    Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
+    CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
 };
 use crate::probe::decode::Coding;
 use crate::probe::env_proxy::proxy_target;
@@ -51,7 +52,12 @@ pub fn plan_trusting(
     roots: &Roots,
 ) -> Result<ProbePlan, String> {
     // The order of the steps is the order in which errors are reported.
-    let target = target(spec)?;
+    let kind = CheckKind::of_host(&spec.host).unwrap_or(CheckKind::Http);
+    let target = match kind {
+        CheckKind::Http => target(spec)?,
+        other => kinds::target(spec, other)?,
+    };
+    kinds::refuse_foreign_fields(spec, kind)?;
     let timeout = timeout(spec)?;
     let expected = StatusSet::parse(&spec.expected_status_codes)
         .map_err(|e| format!("spec.expectedStatusCodes: {e}"))?;
@@ -60,20 +66,30 @@ pub fn plan_trusting(
         spec.auth.as_ref(),
         resolve,
     )?;
+    if kind == CheckKind::Grpc {
+        kinds::grpc_metadata(&headers)?;
+    }
     let content = content_checks(spec, patterns)?;
-    let http2 = match spec.http2.unwrap_or(Http2Mode::Negotiate) {
-        Http2Mode::Negotiate => Http2::Negotiate,
-        Http2Mode::Disabled => Http2::Disabled,
-        Http2Mode::PriorKnowledge => Http2::PriorKnowledge,
+    let http2 = match (kind, spec.http2.unwrap_or(Http2Mode::Negotiate)) {
+        (CheckKind::Grpc, _) | (_, Http2Mode::PriorKnowledge) => Http2::PriorKnowledge,
+        (_, Http2Mode::Negotiate) => Http2::Negotiate,
+        (_, Http2Mode::Disabled) => Http2::Disabled,
     };
+    let alpn = match kind {
+        CheckKind::Http | CheckKind::Grpc => Alpn::from(http2),
+        CheckKind::Tcp | CheckKind::Tls => Alpn::Nothing,
+    };
+    let protocol = kinds::protocol(spec, kind, &content.expects)?;
     let tls = tls_plan(
         spec.tls.as_ref().unwrap_or(&TlsSpec::default()),
-        http2,
+        alpn,
         resolve,
         roots,
     )?;
     let proxy = proxy_plan(spec)?;
     Ok(ProbePlan {
+        kind,
+        protocol,
         target,
         method: spec.method.map(|m| m.as_http()).unwrap_or(Method::GET),
         headers,
@@ -98,6 +114,7 @@ pub fn plan_trusting(
         proxy,
         compression: compression(spec),
         http2,
+        alpn,
         http_versions: http_versions(spec),
         failure_threshold: spec.failure_threshold.unwrap_or(1).clamp(1, 100) as u32,
         success_threshold: spec.success_threshold.unwrap_or(1).clamp(1, 100) as u32,
@@ -148,6 +165,7 @@ struct ContentChecks {
     body_match: Option<(Pattern, bool)>,
     json_checks: Vec<JsonCheckPlan>,
     header_checks: Vec<(HeaderName, Option<Pattern>)>,
+    expects: Vec<Option<Pattern>>,
 }
 
 /// `bodyMatch`, `jsonChecks` and `headerChecks`. `patterns` compiled for
@@ -193,6 +211,7 @@ fn content_checks(
         body_match,
         json_checks,
         header_checks,
+        expects: patterns.expects.clone(),
     })
 }
 

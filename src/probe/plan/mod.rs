@@ -7,12 +7,15 @@
 
 mod build;
 mod credentials;
+mod kinds;
 mod patterns;
 mod tls;
 mod values;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_kinds;
 
 use std::fmt;
 use std::sync::Arc;
@@ -23,9 +26,11 @@ use http::{HeaderName, HeaderValue, Method};
 
 use super::decode::Coding;
 use super::target::Target;
+use crate::api::CheckKind;
 
 pub use build::{plan, plan_trusting, plan_with};
 pub use credentials::base64;
+pub use kinds::GRPC_HEALTH_PATH;
 pub use patterns::{
     CHECKER_PATTERN_BUDGET, Compiled, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern,
     PatternError, Patterns, compile as compile_patterns, sources as pattern_sources,
@@ -36,6 +41,12 @@ pub use values::{ValueRef, references};
 /// value) change.
 #[derive(Clone, Debug)]
 pub struct ProbePlan {
+    /// What the checker speaks (the scheme of `spec.host`).
+    pub kind: CheckKind,
+    /// What the probe says once connected.
+    pub protocol: Protocol,
+    /// For `https` targets (and grpcs, tls), whether TLS is spoken from the
+    /// start; tcp may start it later (`startTls`).
     pub target: Target,
     pub method: Method,
     /// Request headers; values from Secrets (and `auth`) are marked sensitive
@@ -57,6 +68,8 @@ pub struct ProbePlan {
     /// The coding asked for in `Accept-Encoding` (`compression`).
     pub compression: Coding,
     pub http2: Http2,
+    /// The protocols offered by ALPN in TLS handshakes with the target.
+    pub alpn: Alpn,
     /// Versions a final response may have (`httpVersions`); empty: any.
     pub http_versions: Vec<http::Version>,
     pub failure_threshold: u32,
@@ -67,6 +80,66 @@ pub struct ProbePlan {
     pub confirm_failures: bool,
     /// `locations`: probed from this many zones every interval.
     pub locations: Option<ZoneQuorum>,
+}
+
+/// What a probe says once connected.
+#[derive(Clone, Debug)]
+pub enum Protocol {
+    /// A request (and redirects) with the checks of the final response.
+    Http,
+    /// grpc.health.v1.Health/Check for `service` over HTTP/2.
+    GrpcHealth { service: String },
+    /// The steps of `spec.tcp.queryResponse`; none: connecting (and on
+    /// tls://, the handshake) is the check.
+    Tcp { steps: Vec<TcpStepPlan> },
+}
+
+/// One step of a TCP conversation.
+#[derive(Clone, Debug)]
+pub struct TcpStepPlan {
+    pub expect: Option<Pattern>,
+    pub send: Bytes,
+    pub start_tls: bool,
+}
+
+/// The ALPN protocols a probe's TLS handshakes offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alpn {
+    /// h2 and http/1.1 (`http2: Negotiate`).
+    H2AndHttp11,
+    /// http/1.1 (`http2: Disabled`).
+    Http11,
+    /// h2 alone (`http2: PriorKnowledge`, gRPC).
+    H2,
+    /// None: tcp and tls checks speak no HTTP.
+    Nothing,
+}
+
+impl Alpn {
+    pub const ALL: [Alpn; 4] = [Alpn::H2AndHttp11, Alpn::Http11, Alpn::H2, Alpn::Nothing];
+
+    pub fn protocols(self) -> &'static [&'static [u8]] {
+        match self {
+            Alpn::H2AndHttp11 => &[b"h2", b"http/1.1"],
+            Alpn::Http11 => &[b"http/1.1"],
+            Alpn::H2 => &[b"h2"],
+            Alpn::Nothing => &[],
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl From<Http2> for Alpn {
+    fn from(h: Http2) -> Alpn {
+        match h {
+            Http2::Negotiate => Alpn::H2AndHttp11,
+            Http2::Disabled => Alpn::Http11,
+            Http2::PriorKnowledge => Alpn::H2,
+        }
+    }
 }
 
 /// `spec.locations`, checked.
@@ -163,21 +236,6 @@ pub enum Http2 {
     Disabled,
     /// HTTP/2 without negotiation: h2c in the clear, ALPN h2 alone over TLS.
     PriorKnowledge,
-}
-
-impl Http2 {
-    /// The ALPN protocols offered over TLS.
-    pub fn alpn(self) -> &'static [&'static [u8]] {
-        match self {
-            Http2::Negotiate => &[b"h2", b"http/1.1"],
-            Http2::Disabled => &[b"http/1.1"],
-            Http2::PriorKnowledge => &[b"h2"],
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
 }
 
 /// The lowest TLS version a probe accepts.

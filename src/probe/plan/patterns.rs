@@ -1,5 +1,6 @@
 //! The regular expressions of a spec (`headerChecks[].regex`,
-//! `bodyMatch.regex`), compiled under size limits.
+//! `bodyMatch.regex`, `tcp.queryResponse[].expect`), compiled under size
+//! limits.
 //!
 //! With the regex crate's defaults one pattern may compile to a 10 MiB NFA
 //! plus a reverse one, and a spec holds 17 patterns: one checker could take
@@ -61,11 +62,13 @@ impl fmt::Debug for Pattern {
 }
 
 /// The compiled patterns of one spec: `headerChecks` in order (`None` for a
-/// check without a regex), then `bodyMatch`.
+/// check without a regex), then `bodyMatch`, then the steps of
+/// `tcp.queryResponse` (`None` for a step without `expect`).
 #[derive(Clone, Debug, Default)]
 pub struct Patterns {
     pub headers: Vec<Option<Pattern>>,
     pub body: Option<Pattern>,
+    pub expects: Vec<Option<Pattern>>,
     /// Compiled size of them all.
     pub bytes: usize,
 }
@@ -102,7 +105,14 @@ pub fn sources(spec: &WebCheckerSpec) -> Vec<Option<&str>> {
         .map(|c| c.regex.as_deref())
         .collect();
     out.push(spec.body_match.as_ref().map(|m| m.regex.as_str()));
+    out.extend(tcp_steps(spec).map(|s| s.expect.as_deref()));
     out
+}
+
+fn tcp_steps(spec: &WebCheckerSpec) -> impl Iterator<Item = &crate::api::TcpStep> {
+    spec.tcp
+        .iter()
+        .flat_map(|t| t.query_response.iter().flatten())
 }
 
 impl Patterns {
@@ -112,7 +122,8 @@ impl Patterns {
             .headers
             .iter()
             .map(|p| p.as_ref().map(Pattern::as_str))
-            .chain(std::iter::once(self.body.as_ref().map(Pattern::as_str)));
+            .chain(std::iter::once(self.body.as_ref().map(Pattern::as_str)))
+            .chain(self.expects.iter().map(|p| p.as_ref().map(Pattern::as_str)));
         mine.eq(sources(spec))
     }
 }
@@ -151,6 +162,19 @@ pub fn compile_within(
             budget,
             &mut out.bytes,
         )?);
+    }
+    for (i, step) in tcp_steps(spec).enumerate() {
+        let p = match &step.expect {
+            Some(r) => Some(one(
+                &format!("spec.tcp.queryResponse[{i}].expect"),
+                r,
+                per_pattern,
+                budget,
+                &mut out.bytes,
+            )?),
+            None => None,
+        };
+        out.expects.push(p);
     }
     Ok(out)
 }

@@ -7,7 +7,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::values::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, ValueRef};
-use super::{Http2, MinTlsVersion, TlsConfig, TlsPlan};
+use super::{Alpn, MinTlsVersion, TlsConfig, TlsPlan};
 use crate::api::{TlsSpec, TlsVersion};
 use crate::probe::roots::Roots;
 use crate::probe::tls::{ClientIdentity, Trust, client_config};
@@ -16,7 +16,7 @@ use crate::probe::tls::{ClientIdentity, Trust, client_config};
 /// a `caBundle` that still needs a configuration of its own.
 pub(super) fn tls_plan(
     tls: &TlsSpec,
-    http2: Http2,
+    alpn: Alpn,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,
     defaults: &Roots,
 ) -> Result<TlsPlan, String> {
@@ -79,7 +79,7 @@ pub(super) fn tls_plan(
             (false, Some(store)) => Trust::Roots(store),
             (false, None) => Trust::Roots(defaults.store()),
         };
-        let config = client_config(trust, min_version, client, http2).map_err(|e| {
+        let config = client_config(trust, min_version, client, alpn).map_err(|e| {
             if client_certificate {
                 format!(
                     "spec.tls.clientCertificate: the certificate and key are not usable together: {e}"

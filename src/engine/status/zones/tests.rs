@@ -18,6 +18,7 @@ fn probe(success: bool) -> Outcome {
         tls: None,
         http_version: None,
         redirects: 0,
+        grpc: None,
     }
 }
 
