@@ -64,7 +64,10 @@ def by_replica(expr):
     return "%s * on (job, instance) group_left (replica) %s" % (expr, BUILD_INFO)
 
 
-UP = "max by (namespace, name) (%s)" % csel("webchecker_up")
+# Checkers of the kinds chosen in $kind (http, grpc, tcp, tls): only
+# webchecker_checker_info carries the kind, so state queries join it.
+OF_KIND = " and on (namespace, name) %s" % csel("webchecker_checker_info", 'kind=~"$kind"')
+UP = "(max by (namespace, name) (%s)%s)" % (csel("webchecker_up"), OF_KIND)
 DOWN = "(%s == 0)" % UP
 # Time-weighted uptime of each checker over the dashboard's range. A checker
 # that moved has one webchecker_up series per owner, each covering part of the
@@ -321,9 +324,11 @@ def templating(one_checker=False):
         query_var("cluster", "Cluster", "label_values(webchecker_build_info, cluster)", ".*"),
         query_var("job", "Job", "label_values(webchecker_build_info{%s}, job)" % CLUSTER, ".+"),
         query_var("instance", "Instance", "label_values(webchecker_build_info{%s, %s}, instance)" % (CLUSTER, JOB), ".+"),
+        query_var("kind", "Kind", "label_values(webchecker_checker_info{%s, %s}, kind)" % (CLUSTER, JOB), ".*"),
         query_var("namespace", "Namespace", "label_values(webchecker_up{%s, %s}, namespace)" % (CLUSTER, JOB),
                   all_checkers),
-        query_var("checker", "Checker", "label_values(webchecker_up{%s, %s, %s}, name)" % (CLUSTER, JOB, ns_match),
+        query_var("checker", "Checker",
+                  'label_values(webchecker_checker_info{%s, %s, %s, kind=~"$kind"}, name)' % (CLUSTER, JOB, ns_match),
                   all_checkers),
     ]}
 

@@ -442,12 +442,12 @@ async fn invalid_manifests_are_rejected() {
         (
             "no-scheme",
             "  host: example.com\n",
-            "spec.host must be an http:// or https:// URL",
+            "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
         ),
         (
             "ftp",
             "  host: ftp://example.com\n",
-            "spec.host must be an http:// or https:// URL",
+            "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
         ),
         (
             "bad-path",

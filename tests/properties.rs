@@ -39,6 +39,7 @@ fn outcome(reason: Reason, code: Option<u16>) -> Outcome {
         tls: None,
         http_version: None,
         redirects: 0,
+        grpc: None,
     }
 }
 

@@ -3,6 +3,8 @@
 //! every probe, the certificate chain, HTTP/2 and compression.
 
 mod support;
+#[path = "protocols/kinds.rs"]
+mod kinds;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -343,7 +343,7 @@ async fn kubectl_apply(ns: &str, yaml: &str, dry_run: bool) -> std::process::Out
 /// Each rule rejects its example with a message a person can act on, and
 /// lookalikes that stay on the host are admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host() {
+async fn admission_refuses_paths_that_leave_the_host_credentials_in_the_host_and_http_fields_elsewhere() {
     let c = cluster();
     let ns = c.namespace("limits-admission");
     let refused = [
@@ -375,6 +375,36 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
             "host: http://a.example\nlocations: {zones: 2, quorum: 3}",
             "spec.locations.quorum cannot exceed spec.locations.zones",
         ),
+        // The kinds that are not HTTP: a port, and no HTTP-only field.
+        ("host: tcp://a.example", "spec.host needs a port with grpc://"),
+        (
+            "host: tcp://a.example:25\nmethod: POST",
+            "spec.method applies to http://, https:// hosts only; remove it for a grpc://, grpcs://, tcp:// or tls:// host",
+        ),
+        (
+            "host: grpc://a.example:1\nexpectedStatusCodes: ['200']",
+            "spec.expectedStatusCodes applies to http:// and https:// hosts only",
+        ),
+        (
+            "host: grpc://a.example:1\npath: /x",
+            "spec.path applies to http:// and https:// hosts only",
+        ),
+        (
+            "host: tls://a.example:1\nheaders: [{name: a, value: b}]",
+            "spec.headers applies to http://, https://, grpc://, grpcs:// hosts only",
+        ),
+        (
+            "host: http://a.example\ntcp: {}",
+            "spec.tcp applies to tcp://, tls:// hosts only",
+        ),
+        (
+            "host: tls://a.example:1\ntcp: {queryResponse: [{startTls: true}]}",
+            "spec.tcp.queryResponse[].startTls upgrades a tcp:// connection",
+        ),
+        (
+            "host: tcp://a.example:1\ntcp: {queryResponse: [{}]}",
+            "needs at least one of expect, send or startTls: true",
+        ),
     ];
     for (i, (spec, message)) in refused.iter().enumerate() {
         let out = kubectl_apply(&ns, &checker_manifest(&format!("refused-{i}"), spec), true).await;
@@ -387,6 +417,9 @@ async fn admission_refuses_paths_that_leave_the_host_and_credentials_in_the_host
         "host: http://a.example\npath: /%5Cb.example",
         "host: http://a.example\npath: /login?next=//b.example",
         "host: http://a.example\npath: /a@b.example",
+        "host: grpc://a.example:50051\ngrpc: {service: shop.Orders}\nheaders: [{name: x-tenant, value: blue}]",
+        "host: tcp://a.example:25\ntcp: {queryResponse: [{expect: '^220'}, {send: \"QUIT\\r\\n\"}]}",
+        "host: tls://a.example:465\ntls: {certificateExpiryWarningDays: 14}",
     ]
     .iter()
     .enumerate()
