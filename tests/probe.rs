@@ -10,6 +10,8 @@
 
 #[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
+#[path = "probe/e2e_kinds.rs"]
+mod e2e_kinds;
 #[path = "probe/e2e_specs.rs"]
 mod e2e_specs;
 #[path = "probe/e2e_targets.rs"]
