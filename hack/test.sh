@@ -85,8 +85,10 @@ mkdir -p "$logs"
 # is the one rust-toolchain.toml pins; `make lint` is the same lint alone.
 # The Go tools build in the background from now on, at a lower priority than
 # the Rust build (they take the cores it leaves idle): first the control
-# plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), then
-# the node's (only when a binary that needs them runs).
+# plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), the
+# probe peers (hack/build-probe-peers.sh: grpc-go's health server,
+# grpc-health-probe, blackbox_exporter; the kit waits on its lock), then the
+# node's (only when a binary that needs them runs).
 tools_log=$logs/tools.log
 tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock
 mkdir -p "$(dirname "$tools_lock")"
@@ -94,6 +96,7 @@ node_tools=
 printf '%s\n' "${BESIDE[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' && node_tools=1
 (
   nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
+    nice -n 10 hack/build-probe-peers.sh >/dev/null &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
   rc=$?
   date +%s >"$logs/tools.end"
