@@ -223,6 +223,13 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_METRIC_LABELS_ALLOWLIST", default_value = "", value_parser = crate::observe::metrics::parse_label_allowlist)]
     pub metric_labels_allowlist: crate::observe::metrics::LabelAllowlist,
 
+    /// Generate WebCheckers for the Ingresses that opt in (annotation
+    /// `webchecker.test.network.io/check: "true"` on the Ingress or its
+    /// Namespace), within --watch-namespace; done by the leader
+    /// (docs/discovery.md).
+    #[arg(long, env = "WEBCHECKER_DISCOVER_ROUTES", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub discover_routes: bool,
+
     /// Response body bytes read at most.
     #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,

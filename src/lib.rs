@@ -16,12 +16,15 @@
 //! - `observe`: metrics, /metrics /healthz /readyz, Kubernetes Events;
 //! - `confirm`: a failure confirmed by another replica (another zone) before
 //!   it turns a checker Ready=False: asks, the confirmer's service, tokens;
+//! - [`discovery`]: WebCheckers generated for the Ingresses that opt in
+//!   (`--discover-routes`), written by the leader;
 //! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
 pub mod api;
 pub mod config;
 pub mod confirm;
 pub mod coordination;
+pub mod discovery;
 pub mod engine;
 pub(crate) mod error;
 pub(crate) mod intake;

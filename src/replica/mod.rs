@@ -369,6 +369,17 @@ fn start_tasks(
             value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
         },
     ));
+    if cfg.discover_routes {
+        // Not vital: it is no task the replica exits for.
+        crate::discovery::task::spawn(crate::discovery::task::Discovery {
+            clients: basics.clients.clone(),
+            watch_namespace: cfg.watch_namespace.clone(),
+            leader: coordination.leader_gate.clone(),
+            metrics: metrics.clone(),
+            identity: basics.identity.clone(),
+            defaults: Default::default(),
+        });
+    }
     let tasks = Tasks {
         engine,
         writer: writer_task,
@@ -433,6 +444,8 @@ struct CoordinationTasks {
     lease: tokio::task::JoinHandle<Result<(), Error>>,
     peers: tokio::task::JoinHandle<Result<(), Error>>,
     leader: tokio::task::JoinHandle<Result<(), Error>>,
+    /// Whether this replica leads (route discovery writes only then).
+    leader_gate: Arc<LeaderGate>,
 }
 
 /// The coordination tasks, on their own runtime. Losing the Lease fences the
@@ -465,6 +478,7 @@ fn start_coordination(
     let peers = Peers::new(&basics.identity, cfg.fast_failover);
     let peers_task = coordination.spawn(peers.clone().run(view.clone()));
     let leader_gate = LeaderGate::new(cfg.renew_deadline);
+    let gate = leader_gate.clone();
     let elector = LeaderElector {
         identity: basics.identity.clone(),
         namespace: cfg.namespace.clone(),
@@ -502,6 +516,7 @@ fn start_coordination(
         lease,
         peers: peers_task,
         leader,
+        leader_gate: gate,
     }
 }
 

@@ -1,0 +1,203 @@
+//! The annotations a route author sets on a source object (the same for
+//! every kind of source), read into settings; a bad value gives no setting
+//! and a [`Problem`] naming the annotation, never a panic.
+
+use std::collections::BTreeMap;
+
+use super::Problem;
+
+/// `"true"` on a source object or its Namespace opts in; `"false"` on the
+/// object opts out even when its Namespace opts in.
+pub const CHECK: &str = "webchecker.test.network.io/check";
+/// The path probed on each host (default `/`).
+pub const PATH: &str = "webchecker.test.network.io/path";
+/// Comma-separated status codes that count as success (`200,301-302,2xx`).
+pub const EXPECTED_STATUS_CODES: &str = "webchecker.test.network.io/expected-status-codes";
+/// Seconds between two probes.
+pub const INTERVAL_SECONDS: &str = "webchecker.test.network.io/interval-seconds";
+/// Consecutive failed probes before Ready turns False.
+pub const FAILURE_THRESHOLD: &str = "webchecker.test.network.io/failure-threshold";
+/// `"true"`: one checker per host and path of the rules, not per host.
+pub const PER_PATH: &str = "webchecker.test.network.io/per-path";
+
+/// The Event reason of a bad annotation value.
+pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
+
+/// What a source object's annotations ask for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// Its own opt-in (`Some(true)`) or opt-out (`Some(false)`).
+    pub check: Option<bool>,
+    pub path: Option<String>,
+    pub expected_status_codes: Option<Vec<String>>,
+    pub interval_seconds: Option<i32>,
+    pub failure_threshold: Option<i32>,
+    pub per_path: bool,
+}
+
+/// Reads the annotations of a source object.
+pub fn read(annotations: &BTreeMap<String, String>) -> (Settings, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let a = annotations;
+    let p = &mut problems;
+    let settings = Settings {
+        check: take(a, CHECK, boolean, p),
+        path: take(a, PATH, |v| plain_path(v).map(str::to_string), p),
+        expected_status_codes: take(a, EXPECTED_STATUS_CODES, status_codes, p),
+        interval_seconds: take(a, INTERVAL_SECONDS, |v| int_in(v, 1, 86400), p),
+        failure_threshold: take(a, FAILURE_THRESHOLD, |v| int_in(v, 1, 100), p),
+        per_path: take(a, PER_PATH, boolean, p).unwrap_or(false),
+    };
+    (settings, problems)
+}
+
+/// The value of annotation `key`, parsed; a bad one is a problem and None.
+fn take<T>(
+    annotations: &BTreeMap<String, String>,
+    key: &'static str,
+    parse: impl Fn(&str) -> Result<T, String>,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    let raw = annotations.get(key)?;
+    match parse(raw.trim()) {
+        Ok(v) => Some(v),
+        Err(why) => {
+            problems.push(invalid(key, raw, &why));
+            None
+        }
+    }
+}
+
+/// Whether checkers are generated: the object's own word first, else its
+/// Namespace's (anything but `"true"` there is no).
+pub fn opted_in(own: Option<bool>, namespace: &BTreeMap<String, String>) -> bool {
+    own.unwrap_or_else(|| namespace.get(CHECK).is_some_and(|v| v.trim() == "true"))
+}
+
+fn invalid(key: &str, raw: &str, why: &str) -> Problem {
+    let shown: String = raw.chars().take(64).collect();
+    Problem {
+        reason: INVALID_ANNOTATION,
+        subject: key.to_string(),
+        message: format!(
+            "annotation {key}: {shown:?} {why}; the generated checkers are made without it"
+        ),
+    }
+}
+
+fn boolean(v: &str) -> Result<bool, String> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("is not \"true\" or \"false\"".into()),
+    }
+}
+
+fn int_in(v: &str, min: i32, max: i32) -> Result<i32, String> {
+    match v.parse::<i32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("is not a whole number from {min} to {max}")),
+    }
+}
+
+/// A path the CRD accepts for `spec.path` (its admission rules, repeated
+/// here so that a bad annotation is named on the route, not refused on
+/// the checker): starts with a single `/`, no backslash, no control
+/// characters, at most 2048 bytes.
+pub fn plain_path(p: &str) -> Result<&str, String> {
+    if !p.starts_with('/') {
+        return Err("does not start with '/'".into());
+    }
+    if p.starts_with("//") {
+        return Err("starts with '//', which a URL reads as another host".into());
+    }
+    if p.contains('\\') || p.chars().any(|c| c.is_control()) {
+        return Err("contains a backslash or a control character".into());
+    }
+    if p.len() > 2048 {
+        return Err("is longer than 2048 bytes".into());
+    }
+    Ok(p)
+}
+
+/// `200,301-302,2xx`: 1 to 64 codes, each a code, a low-high range or a class.
+fn status_codes(v: &str) -> Result<Vec<String>, String> {
+    let codes: Vec<String> = v.split(',').map(|c| c.trim().to_string()).collect();
+    if codes.len() > 64 {
+        return Err("names more than 64 codes".into());
+    }
+    for c in &codes {
+        if !status_code(c) {
+            return Err(format!(
+                "has {c:?}, not a code (200), a range (200-299) or a class (2xx)"
+            ));
+        }
+    }
+    Ok(codes)
+}
+
+fn status_code(c: &str) -> bool {
+    let code = |s: &str| {
+        s.len() == 3
+            && s.as_bytes()[0].is_ascii_digit()
+            && (b'1'..=b'5').contains(&s.as_bytes()[0])
+            && s.bytes().all(|b| b.is_ascii_digit())
+    };
+    if let Some((lo, hi)) = c.split_once('-') {
+        return code(lo) && code(hi) && lo <= hi;
+    }
+    let class = c.len() == 3 && (b'1'..=b'5').contains(&c.as_bytes()[0]) && &c[1..] == "xx";
+    code(c) || class
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn status_codes_follow_the_crd() {
+        for ok in ["200", "2xx", "200-299", "500", "301-302"] {
+            assert!(status_code(ok), "{ok}");
+        }
+        for bad in [
+            "", "600", "20", "2XX", "299-200", "6xx", "abc", "200-", "-200",
+        ] {
+            assert!(!status_code(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_object_decides_before_its_namespace() {
+        let ns_in = ann(&[(CHECK, "true")]);
+        let ns_none = ann(&[]);
+        assert!(opted_in(Some(true), &ns_none));
+        assert!(!opted_in(Some(false), &ns_in), "opt-out wins");
+        assert!(opted_in(None, &ns_in));
+        assert!(!opted_in(None, &ns_none));
+        assert!(!opted_in(None, &ann(&[(CHECK, "yes")])));
+    }
+
+    #[test]
+    fn bad_values_are_named_and_left_out() {
+        let (s, p) = read(&ann(&[
+            (CHECK, "true"),
+            (INTERVAL_SECONDS, "0"),
+            (FAILURE_THRESHOLD, "3"),
+            (PATH, "healthz"),
+        ]));
+        assert_eq!(s.check, Some(true));
+        assert_eq!(s.interval_seconds, None);
+        assert_eq!(s.failure_threshold, Some(3));
+        assert_eq!(s.path, None);
+        let named: Vec<&str> = p.iter().map(|p| p.subject.as_str()).collect();
+        assert_eq!(named, [PATH, INTERVAL_SECONDS]);
+        assert!(p[1].message.contains("\"0\""), "{}", p[1].message);
+    }
+}

@@ -1,0 +1,72 @@
+//! Discovery's metrics (docs/metrics.md), registered on the replica's
+//! registry when `--discover-routes` is on, every label set from zero.
+
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+
+pub struct DiscoveryMetrics {
+    /// `result`: applied, conflict (applied without the hand-set fields),
+    /// invalid (refused by admission), error (retried).
+    pub applies: IntCounterVec,
+    /// `result`: deleted, error.
+    pub deletes: IntCounterVec,
+    /// Checkers the opted-in sources want, on the leader.
+    pub generated: IntGauge,
+    /// 1 while this replica leads and discovery's watches are listed.
+    pub active: IntGauge,
+}
+
+pub const APPLY_RESULTS: [&str; 4] = ["applied", "conflict", "invalid", "error"];
+pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];
+
+impl DiscoveryMetrics {
+    /// Registers the series on `r`; None (logged by the caller) if they are
+    /// there already.
+    pub fn register(r: &Registry) -> Result<Self, prometheus::Error> {
+        let applies = IntCounterVec::new(
+            Opts::new(
+                "webchecker_discovery_applies_total",
+                "Server-side applies of generated checkers, by result",
+            ),
+            &["result"],
+        )?;
+        let deletes = IntCounterVec::new(
+            Opts::new(
+                "webchecker_discovery_deletes_total",
+                "Deletions of generated checkers their source no longer wants, by result",
+            ),
+            &["result"],
+        )?;
+        let generated = IntGauge::new(
+            "webchecker_discovery_generated_checkers",
+            "Checkers the opted-in routes want (on the leader; 0 elsewhere)",
+        )?;
+        let active = IntGauge::new(
+            "webchecker_discovery_active",
+            "1 while this replica leads and route discovery's watches are listed",
+        )?;
+        r.register(Box::new(applies.clone()))?;
+        r.register(Box::new(deletes.clone()))?;
+        r.register(Box::new(generated.clone()))?;
+        r.register(Box::new(active.clone()))?;
+        for res in APPLY_RESULTS {
+            applies.with_label_values(&[res]);
+        }
+        for res in DELETE_RESULTS {
+            deletes.with_label_values(&[res]);
+        }
+        Ok(DiscoveryMetrics {
+            applies,
+            deletes,
+            generated,
+            active,
+        })
+    }
+
+    pub fn applied(&self, result: &str) {
+        self.applies.with_label_values(&[result]).inc();
+    }
+
+    pub fn deleted(&self, result: &str) {
+        self.deletes.with_label_values(&[result]).inc();
+    }
+}

@@ -1,0 +1,119 @@
+//! Route discovery (`--discover-routes`, docs/discovery.md): WebCheckers
+//! generated for the cluster's routes that opt in. Ingresses are the first
+//! source; HTTPRoutes and annotated Services are meant to plug in beside them.
+//!
+//! The pure parts turn a source object into the checkers it wants, and those
+//! into what is sent:
+//! - [`annotations`]: the `webchecker.test.network.io/*` annotations a route
+//!   author sets, and the opt-in of the object or of its Namespace;
+//! - [`names`]: deterministic DNS-1123 names and label values, cut with a
+//!   short hash;
+//! - [`ingress`]: an Ingress (and its Namespace's annotations, the
+//!   operator's defaults) to a [`Plan`];
+//! - [`patch`]: the server-side apply body of one checker, its fingerprint,
+//!   and the same body without the fields a person set by hand;
+//! - [`queue`]: the work queue (one entry per source object, retries with
+//!   backoff).
+//!
+//! The I/O parts run only on the leader: [`task`] (follows leadership,
+//! restarts after a panic), [`session`] (the watches and the queue while
+//! leading), [`writer`] (the API calls of one source object), [`metrics`].
+
+pub mod annotations;
+pub mod ingress;
+pub(crate) mod metrics;
+pub mod names;
+pub mod patch;
+pub mod queue;
+mod session;
+pub(crate) mod task;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+/// The field manager of every server-side apply of a generated checker.
+pub const FIELD_MANAGER: &str = "webchecker-discovery";
+/// Label on a generated checker: the kind of its source (`ingress`).
+pub const SOURCE_LABEL: &str = "webchecker.test.network.io/source";
+/// Label on a generated checker: the name of its source object (cut to a
+/// label value).
+pub const SOURCE_NAME_LABEL: &str = "webchecker.test.network.io/source-name";
+/// Annotation on a generated checker: the fingerprint of what was last
+/// applied, so that an unchanged source costs no API call.
+pub const FINGERPRINT_ANNOTATION: &str = "webchecker.test.network.io/source-fingerprint";
+
+/// Checkers one source object may generate at most: a bound on the work of
+/// one event (and on what one route author can make the operator probe).
+pub const MAX_CHECKERS_PER_SOURCE: usize = 64;
+
+/// A generated checker as its source wants it: only the fields the source
+/// sets (the rest keep the CRD's defaults, and a person may set them).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Desired {
+    pub name: String,
+    /// `http://host` or `https://host`.
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_status_codes: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<i32>,
+}
+
+/// Something wrong in a source object that its author should hear of (a
+/// Warning Event on the object): the annotation (or field) and why.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Problem {
+    /// The Event's reason: `InvalidAnnotation` or `TooManyCheckers`.
+    pub reason: &'static str,
+    /// The annotation named, or the field.
+    pub subject: String,
+    pub message: String,
+}
+
+/// Why a rule of a source object has no checker (logged, documented).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// A rule without a host: it matches any name, there is no URL to probe.
+    NoHost,
+    /// `*.example.com`: no one name to probe.
+    WildcardHost,
+    /// A path (per-path checkers) that is a pattern or that the CRD refuses.
+    PathNotPlain,
+}
+
+/// What one source object wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Sorted by name, names unique.
+    pub checkers: Vec<Desired>,
+    pub problems: Vec<Problem>,
+    /// Rules (host, and path for per-path checkers) left without a checker.
+    pub skipped: Vec<(String, Skip)>,
+}
+
+/// Settings the operator applies to every generated checker unless the
+/// source's annotations say otherwise (None: the CRD's default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Defaults {
+    pub interval_seconds: Option<i32>,
+    pub failure_threshold: Option<i32>,
+}
+
+/// The object a generated checker comes from: its owner (the garbage
+/// collector deletes the checker with it) and the labels it is found by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The `source` label's value: `ingress`.
+    pub label: &'static str,
+    pub api_version: &'static str,
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}

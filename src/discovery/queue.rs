@@ -1,0 +1,183 @@
+//! The work queue of discovery: source objects to reconcile, each at most
+//! once in the queue and once at work (a trigger while it is at work runs
+//! it again afterwards), and failed ones retried with a backoff of their
+//! own. Bounded by the number of source objects. Pure: the clock is an
+//! input.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// First retry after a failure; doubled per failure in a row.
+pub const RETRY_MIN: Duration = Duration::from_millis(500);
+/// Longest wait before a retry.
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+
+pub struct WorkQueue<K> {
+    ready: VecDeque<K>,
+    queued: HashSet<K>,
+    working: HashSet<K>,
+    /// Triggered while at work: queued again when the work ends.
+    again: HashSet<K>,
+    /// (due, sequence) of the retries; the sequence keeps equal instants apart.
+    retries: BTreeSet<(Instant, u64, K)>,
+    retry_of: HashMap<K, (Instant, u64)>,
+    failures: HashMap<K, u32>,
+    seq: u64,
+}
+
+impl<K: Clone + Eq + Hash + Ord> Default for WorkQueue<K> {
+    fn default() -> Self {
+        WorkQueue {
+            ready: VecDeque::new(),
+            queued: HashSet::new(),
+            working: HashSet::new(),
+            again: HashSet::new(),
+            retries: BTreeSet::new(),
+            retry_of: HashMap::new(),
+            failures: HashMap::new(),
+            seq: 0,
+        }
+    }
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+    /// `k` changed: reconcile it soon (a pending retry is brought forward).
+    pub fn push(&mut self, k: K) {
+        if self.working.contains(&k) {
+            self.again.insert(k);
+            return;
+        }
+        if let Some((due, seq)) = self.retry_of.remove(&k) {
+            self.retries.remove(&(due, seq, k.clone()));
+        }
+        if self.queued.insert(k.clone()) {
+            self.ready.push_back(k);
+        }
+    }
+
+    /// The next key to work on; it is at work until [`Self::done`].
+    pub fn pop(&mut self) -> Option<K> {
+        let k = self.ready.pop_front()?;
+        self.queued.remove(&k);
+        self.working.insert(k.clone());
+        Some(k)
+    }
+
+    /// The work on `k` ended; a failure is retried after the backoff
+    /// (unless it was triggered meanwhile: then at once).
+    pub fn done(&mut self, k: K, ok: bool, now: Instant) {
+        self.working.remove(&k);
+        if ok {
+            self.failures.remove(&k);
+        }
+        if self.again.remove(&k) {
+            self.push(k);
+            return;
+        }
+        if ok {
+            return;
+        }
+        let n = self.failures.entry(k.clone()).or_default();
+        *n = n.saturating_add(1);
+        let wait = RETRY_MIN
+            .saturating_mul(1u32 << (*n - 1).min(16))
+            .min(RETRY_MAX);
+        self.seq += 1;
+        self.retries.insert((now + wait, self.seq, k.clone()));
+        self.retry_of.insert(k, (now + wait, self.seq));
+    }
+
+    /// Moves the retries due at `now` to the queue.
+    pub fn due(&mut self, now: Instant) {
+        while let Some(first) = self.retries.first().cloned() {
+            if first.0 > now {
+                break;
+            }
+            self.retries.remove(&first);
+            self.retry_of.remove(&first.2);
+            self.push(first.2);
+        }
+    }
+
+    /// When the next retry is due.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.retries.first().map(|(t, _, _)| *t)
+    }
+
+    /// `k` is gone: forget its failures and pending retry.
+    pub fn forget(&mut self, k: &K) {
+        self.failures.remove(k);
+        if let Some((due, seq)) = self.retry_of.remove(k) {
+            self.retries.remove(&(due, seq, k.clone()));
+        }
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.ready.is_empty() && self.working.is_empty()
+    }
+
+    pub fn working(&self) -> usize {
+        self.working.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_queued_once_and_worked_on_once() {
+        let mut q = WorkQueue::default();
+        let t = Instant::now();
+        q.push("a");
+        q.push("b");
+        q.push("a");
+        assert_eq!(q.pop(), Some("a"));
+        q.push("a");
+        assert_eq!(q.pop(), Some("b"), "a is at work: not handed out twice");
+        assert_eq!(q.pop(), None);
+        q.done("a", true, t);
+        assert_eq!(q.pop(), Some("a"), "triggered while at work: again");
+        q.done("a", true, t);
+        q.done("b", true, t);
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn failures_back_off_and_a_trigger_brings_the_retry_forward() {
+        let mut q = WorkQueue::default();
+        let t = Instant::now();
+        q.push("a");
+        for (i, want) in [500u64, 1000, 2000, 4000].into_iter().enumerate() {
+            let k = q.pop().unwrap_or_else(|| panic!("round {i}"));
+            q.done(k, false, t);
+            assert_eq!(q.next_retry(), Some(t + Duration::from_millis(want)));
+            q.due(t + Duration::from_millis(want - 1));
+            assert_eq!(q.pop(), None);
+            q.due(t + Duration::from_millis(want));
+        }
+        let k = q.pop().unwrap();
+        q.done(k, false, t);
+        q.push("a");
+        assert_eq!(q.next_retry(), None, "the retry is replaced by the trigger");
+        let k = q.pop().unwrap();
+        q.done(k, true, t);
+        q.push("a");
+        let k = q.pop().unwrap();
+        q.done(k, false, t);
+        assert_eq!(
+            q.next_retry(),
+            Some(t + RETRY_MIN),
+            "a success resets the backoff"
+        );
+        for _ in 0..40 {
+            q.due(t + Duration::from_secs(3600));
+            let k = q.pop().unwrap();
+            q.done(k, false, t);
+        }
+        assert_eq!(q.next_retry(), Some(t + RETRY_MAX));
+        q.forget(&"a");
+        assert_eq!(q.next_retry(), None);
+    }
+}

@@ -1,0 +1,114 @@
+//! The rules of Ingress discovery from YAML fixtures (`fixtures/*.yaml`: an
+//! Ingress, its Namespace's annotations, the checkers wanted, the annotations
+//! named as problems, the rules skipped), and the bound on checkers per
+//! Ingress.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::Deserialize;
+
+use super::ingress::{TOO_MANY, plan};
+use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Skip};
+
+#[derive(Deserialize)]
+struct Fixture {
+    namespace: BTreeMap<String, String>,
+    ingress: serde_yaml::Value,
+    want: Vec<Desired>,
+    #[serde(default)]
+    problems: Vec<String>,
+    #[serde(default)]
+    skipped: Vec<(String, String)>,
+}
+
+fn ingress(mut v: serde_yaml::Value) -> Ingress {
+    v["apiVersion"] = "networking.k8s.io/v1".into();
+    v["kind"] = "Ingress".into();
+    serde_yaml::from_value(v).expect("an Ingress")
+}
+
+fn skip_name(s: Skip) -> &'static str {
+    match s {
+        Skip::NoHost => "NoHost",
+        Skip::WildcardHost => "WildcardHost",
+        Skip::PathNotPlain => "PathNotPlain",
+    }
+}
+
+fn check(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
+    let p = plan(&ingress(f.ingress), &f.namespace, &Defaults::default());
+    let json = |v: &Vec<Desired>| serde_json::to_string(v).unwrap_or_default();
+    if p.checkers != f.want {
+        return Err(format!(
+            "checkers:\n got  {}\n want {}",
+            json(&p.checkers),
+            json(&f.want)
+        ));
+    }
+    let named: Vec<&str> = p.problems.iter().map(|p| p.subject.as_str()).collect();
+    if named != f.problems {
+        return Err(format!("problems: got {named:?}, want {:?}", f.problems));
+    }
+    let skipped: Vec<(String, String)> = p
+        .skipped
+        .iter()
+        .map(|(w, s)| (w.clone(), skip_name(*s).to_string()))
+        .collect();
+    if skipped != f.skipped {
+        return Err(format!("skipped: got {skipped:?}, want {:?}", f.skipped));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_fixture_gives_what_it_wants() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/discovery/fixtures");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "fixtures in {}", dir.display());
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|f| check(f).err().map(|e| format!("{}: {e}", f.display())))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn an_ingress_makes_at_most_the_bound_of_checkers_and_says_so() {
+    let rules: Vec<serde_yaml::Value> = (0..MAX_CHECKERS_PER_SOURCE + 6)
+        .map(|i| serde_yaml::from_str(&format!("host: h{i:03}.example.com")).unwrap())
+        .collect();
+    let mut v: serde_yaml::Value = serde_yaml::from_str(
+        "metadata: {name: big, namespace: web, uid: u, annotations: {webchecker.test.network.io/check: 'true'}}",
+    )
+    .unwrap();
+    v["spec"]["rules"] = serde_yaml::Value::Sequence(rules);
+    let p = plan(&ingress(v), &BTreeMap::new(), &Defaults::default());
+    assert_eq!(p.checkers.len(), MAX_CHECKERS_PER_SOURCE);
+    assert_eq!(p.checkers[0].name, "big-h000.example.com");
+    assert_eq!(p.problems.len(), 1);
+    assert_eq!(p.problems[0].reason, TOO_MANY);
+}
+
+#[test]
+fn the_operators_defaults_apply_unless_annotated() {
+    let v: serde_yaml::Value = serde_yaml::from_str(
+        "metadata: {name: s, namespace: web, uid: u, annotations: {webchecker.test.network.io/check: 'true', webchecker.test.network.io/interval-seconds: '5'}}\nspec: {rules: [{host: a.example.com}]}",
+    )
+    .unwrap();
+    let defaults = Defaults {
+        interval_seconds: Some(60),
+        failure_threshold: Some(2),
+    };
+    let p = plan(&ingress(v), &BTreeMap::new(), &defaults);
+    assert_eq!(p.checkers[0].interval_seconds, Some(5), "annotated");
+    assert_eq!(p.checkers[0].failure_threshold, Some(2), "the default");
+}
