@@ -11,6 +11,8 @@
 //!   back by the operator's own flag parser (`rendered`: reading a render),
 //!   and the chart's operator defaults are the operator's own;
 //! - `rbac`, `admission`: the permissions and the admission policy rendered;
+//! - `route_discovery`: `discovery.enabled` (the operator's
+//!   `--discover-routes`), off by default, and the permissions it needs;
 //! - `flow_schema`: the FlowSchema that serves the operator's Lease requests
 //!   at the `leader-election` priority level, rendered and proven on a real
 //!   API server (response headers; a renewal under a burst that fills
@@ -47,6 +49,8 @@ mod pod_monitor;
 mod rbac;
 #[path = "chart/rendered.rs"]
 mod rendered;
+#[path = "chart/route_discovery.rs"]
+mod route_discovery;
 #[path = "chart/service_account.rs"]
 mod service_account;
 mod support;

@@ -12,7 +12,9 @@
 //! - `smoke` (in `make test`): install, 3 pods Running and Ready, every
 //!   checker probed by them, one pod's path to the targets cut inside its
 //!   network namespace for 30 s (nothing turns Ready=False: its failures are
-//!   refuted by the other pods), one pod deleted and replaced, uninstall.
+//!   refuted by the other pods), one pod deleted and replaced, an
+//!   Ingress's generated checker deleted with it (route discovery with the
+//!   chart's permissions; the node's garbage collector), uninstall.
 //! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
 //!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
@@ -95,6 +97,8 @@ impl Suite {
             "tests.image.pullPolicy=Never",
             "--set",
             &watch,
+            "--set",
+            "discovery.enabled=true",
             "--wait",
             "--timeout",
             "5m",
@@ -463,8 +467,60 @@ async fn smoke_install_probe_from_pods_and_replace_one() {
     }
     s.cut_one_pod(Duration::from_secs(30)).await;
     s.delete_pod().await;
+    ingress_checkers_go_with_their_ingress(&s).await;
     println!("{}", s.table());
     s.uninstall().await;
+}
+
+/// Route discovery (`discovery.enabled`) with the chart's permissions: the
+/// leader pod generates a checker for an Ingress that opts in, and deleting
+/// the Ingress deletes it: the node's kube-controller-manager (its garbage
+/// collector) follows the checker's ownerReference, which the test control
+/// plane of tests/probe/discovery.rs cannot show (it runs no
+/// controller-manager).
+async fn ingress_checkers_go_with_their_ingress(s: &Suite) {
+    let host = "gc.routes.test";
+    let manifest = format!(
+        "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: route\n  annotations:\n    webchecker.test.network.io/check: \"true\"\nspec:\n  rules:\n  - host: {host}\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend:\n          service: {{name: web, port: {{number: 80}}}}\n"
+    );
+    let out = s
+        .node
+        .cluster
+        .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &manifest)
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let api: Api<WebChecker> = Api::namespaced(s.client.clone(), &s.checks);
+    let name = format!("route-{host}");
+    let t = Instant::now();
+    eventually(Duration::from_secs(30), "the Ingress's checker", || async {
+        api.get_opt(&name).await.ok().flatten()
+    })
+    .await;
+    println!(
+        "route discovery from a pod: the Ingress's WebChecker after {:.1?}",
+        t.elapsed()
+    );
+    must(
+        s.node
+            .kubectl(&["delete", "ingress", "route", "-n", &s.checks]),
+        "delete ingress",
+    )
+    .await;
+    let t = Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "the checker deleted with its Ingress",
+        || async { matches!(api.get_opt(&name).await, Ok(None)).then_some(()) },
+    )
+    .await;
+    println!(
+        "Ingress deleted: its WebChecker deleted by the garbage collector after {:.1?}",
+        t.elapsed()
+    );
 }
 
 /// POST pods/<pod>/eviction; Err(stderr) when refused.

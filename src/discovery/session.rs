@@ -69,18 +69,23 @@ pub struct Session {
     pub defaults: Defaults,
 }
 
+type Ingresses = HashMap<Key, Arc<Ingress>>;
+/// Namespace -> its annotations of ours.
+type Namespaces = HashMap<String, BTreeMap<String, String>>;
+/// Ingress UID -> checker name -> what it carries.
+type GeneratedByOwner = HashMap<String, BTreeMap<String, Generated>>;
+
 /// The views the watches keep, one map per watch, and what was said.
 #[derive(Default)]
 struct State {
-    ingresses: HashMap<Key, Arc<Ingress>>,
-    namespaces: HashMap<String, BTreeMap<String, String>>,
-    /// Ingress UID -> checker name -> what it carries.
-    generated: HashMap<String, BTreeMap<String, Generated>>,
+    ingresses: Ingresses,
+    namespaces: Namespaces,
+    generated: GeneratedByOwner,
     /// Lists under way (a re-list replaces the map at its end).
     listing: (
-        Option<HashMap<Key, Arc<Ingress>>>,
-        Option<HashMap<String, BTreeMap<String, String>>>,
-        Option<HashMap<String, BTreeMap<String, Generated>>>,
+        Option<Ingresses>,
+        Option<Namespaces>,
+        Option<GeneratedByOwner>,
     ),
     listed: [bool; 3],
     /// Ingress UID -> the problems last said (as Events) about it.

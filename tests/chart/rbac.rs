@@ -222,12 +222,18 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     }
 }
 
-/// The Role and RoleBinding granting Secret/ConfigMap reads in `namespace`.
+/// The Role and RoleBinding granting Secret/ConfigMap reads in `namespace`
+/// (route discovery may have a Role there too).
 pub fn references_role<'a>(docs: &'a [Value], namespace: &str) -> (&'a Value, &'a Value) {
     let find = |kind: &str| {
         let v: Vec<&Value> = of_kind(docs, kind)
             .into_iter()
             .filter(|d| d["metadata"]["namespace"].as_str() == Some(namespace))
+            .filter(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-references"))
+            })
             .collect();
         assert_eq!(v.len(), 1, "one {kind} in namespace {namespace}");
         v[0]

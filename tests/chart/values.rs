@@ -133,6 +133,7 @@ fn chart_defaults_are_the_operators_defaults() {
             ("listen", c.listen.to_string()),
             ("fast-failover", c.fast_failover.to_string()),
             ("confirm-failures", c.confirm_failures.to_string()),
+            ("discover-routes", c.discover_routes.to_string()),
             ("zone", format!("{:?}", c.zone)),
             ("workers", c.workers.to_string()),
             ("match-threads", c.match_threads.to_string()),
@@ -206,6 +207,7 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.shutdown_timeout, Duration::from_secs(25));
     assert!(!cfg.replica_header && !cfg.per_checker_histogram);
     assert!(!cfg.confirm_failures);
+    assert!(cfg.discover_routes, "discovery.enabled");
     assert_eq!(cfg.zone.as_deref(), Some("eu-west-1a"));
     assert_eq!(cfg.service_account, "webchecker", "serviceAccount.name");
     assert_eq!(cfg.deny_cidrs.0.len(), 3);
