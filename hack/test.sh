@@ -87,8 +87,10 @@ mkdir -p "$logs"
 # the Rust build (they take the cores it leaves idle): first the control
 # plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), the
 # probe peers (hack/build-probe-peers.sh: grpc-go's health server,
-# grpc-health-probe, blackbox_exporter; the kit waits on its lock), then the
-# node's (only when a binary that needs them runs).
+# grpc-health-probe, blackbox_exporter; the kit waits on its lock), Prometheus 3
+# (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
+# tests wait on its lock), then the node's (only when a binary that needs them
+# runs).
 tools_log=$logs/tools.log
 tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock
 mkdir -p "$(dirname "$tools_lock")"
@@ -97,6 +99,7 @@ printf '%s\n' "${BESIDE[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' 
 (
   nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
     nice -n 10 hack/build-probe-peers.sh >/dev/null &&
+    nice -n 10 hack/build-prometheus.sh >/dev/null &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
   rc=$?
   date +%s >"$logs/tools.end"
@@ -123,7 +126,7 @@ wait_for_node_tools() {
   tools_took=$(( $(cat "$logs/tools.end" 2>/dev/null || date +%s) - tools_start ))
   if [ $rc -ne 0 ]; then
     cat "$tools_log"
-    echo "test.sh: the Go tools did not build (hack/build-tools.sh, hack/build-node-tools.sh node)" >&2
+    echo "test.sh: the Go tools did not build (hack/build-tools.sh, hack/build-probe-peers.sh, hack/build-prometheus.sh, hack/build-node-tools.sh node)" >&2
     exit 1
   fi
 }

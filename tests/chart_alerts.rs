@@ -7,7 +7,8 @@
 //!   runbookBaseUrl, extraRules, blackboxRecordingRules) render the expected
 //!   rules, `promtool check rules` accepts them, and `promtool test rules`
 //!   shows the changed rules behave as configured (a later `for`, another
-//!   severity, a higher threshold);
+//!   severity, a higher threshold), with Debian's promtool 2.42 and that of
+//!   Prometheus 3 alike;
 //! - unknown alert or threshold names fail the rendering, naming what exists.
 
 #[path = "support/platform.rs"]
@@ -54,21 +55,26 @@ fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{what} is not a string: {v:?}"))
 }
 
+/// Runs `promtool ARGS` of Debian's Prometheus 2.42 and of Prometheus 3
+/// (hack/build-prometheus.sh); each must succeed and print SUCCESS.
+fn promtool_passes(args: &[&str]) {
+    for v in PromVersion::ALL {
+        let (ok, out) = run(std::process::Command::new(v.program("promtool")).args(args));
+        assert!(
+            ok && out.contains("SUCCESS"),
+            "promtool {args:?} ({}):\n{out}",
+            v.name()
+        );
+    }
+}
+
 /// Writes `{groups: ...}` as a rules file; `promtool check rules` must pass.
 fn promtool_check(dir: &std::path::Path, groups: &Value) -> std::path::PathBuf {
     let file = dir.join("rendered.rules.yaml");
     let mut doc = serde_yaml::Mapping::new();
     doc.insert("groups".into(), groups.clone());
     std::fs::write(&file, serde_yaml::to_string(&doc).unwrap()).unwrap();
-    let (ok, out) = run(std::process::Command::new(tool("promtool")).args([
-        "check",
-        "rules",
-        file.to_str().unwrap(),
-    ]));
-    assert!(
-        ok && out.contains("SUCCESS"),
-        "promtool check rules:\n{out}"
-    );
+    promtool_passes(&["check", "rules", file.to_str().unwrap()]);
     file
 }
 
@@ -331,12 +337,7 @@ tests:
     );
     let test_file = dir.path().join("rendered.rules.test.yaml");
     std::fs::write(&test_file, test).unwrap();
-    let (ok, out) = run(std::process::Command::new(tool("promtool")).args([
-        "test",
-        "rules",
-        test_file.to_str().unwrap(),
-    ]));
-    assert!(ok && out.contains("SUCCESS"), "promtool test rules:\n{out}");
+    promtool_passes(&["test", "rules", test_file.to_str().unwrap()]);
 }
 
 #[test]
@@ -378,8 +379,7 @@ fn blackbox_rules_pass_promtool_and_the_chart_ships_them_unchanged() {
         ["check", "rules", "alerts/blackbox.rules.yaml"],
         ["test", "rules", "alerts/blackbox.rules.test.yaml"],
     ] {
-        let (ok, out) = run(std::process::Command::new(tool("promtool")).args(args));
-        assert!(ok && out.contains("SUCCESS"), "promtool {args:?}:\n{out}");
+        promtool_passes(&args);
     }
     let source = std::fs::read(repo().join("alerts/blackbox.rules.yaml")).unwrap();
     let copy = std::fs::read(repo().join(CHART).join("files/blackbox.rules.yaml"))

@@ -1,8 +1,9 @@
 //! Helpers of the platform-team, chart and observability tests (tests/chart.rs,
 //! tests/chart_alerts.rs, tests/chart_test_hook.rs, tests/self_service_rbac.rs,
 //! tests/metric_labels.rs, tests/observability.rs): the real helm of
-//! hack/build-tools.sh, programs on PATH (promtool, prometheus, python3), and the
-//! chart rendered into YAML documents. Included with `#[path]` next to
+//! hack/build-tools.sh, programs on PATH (promtool, prometheus, python3), the
+//! Prometheus 3 of hack/build-prometheus.sh ([`PromVersion`]), and the chart
+//! rendered into YAML documents. Included with `#[path]` next to
 //! `mod support;`.
 #![allow(dead_code)]
 
@@ -56,6 +57,90 @@ pub fn tool(name: &str) -> PathBuf {
                  and Debian's `prometheus` package, which provides `prometheus` and `promtool`)"
             )
         })
+}
+
+/// Which Prometheus (server and promtool) a test runs: Debian's 2.42 on PATH
+/// (hack/install-deps.sh), what the tests run by default, or the 3.x that
+/// hack/build-prometheus.sh builds (PROMETHEUS3_VERSION of hack/versions.env).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PromVersion {
+    Debian,
+    V3,
+}
+
+impl PromVersion {
+    /// Both, Debian's first.
+    pub const ALL: [PromVersion; 2] = [PromVersion::Debian, PromVersion::V3];
+
+    /// From WEBCHECKER_PROMETHEUS: unset, empty, `2` or `debian`: Debian's;
+    /// `3`: the 3.x of hack/build-prometheus.sh. Anything else panics.
+    pub fn from_env() -> PromVersion {
+        match std::env::var("WEBCHECKER_PROMETHEUS").as_deref() {
+            Err(_) | Ok("") | Ok("2") | Ok("debian") => PromVersion::Debian,
+            Ok("3") => PromVersion::V3,
+            Ok(other) => panic!("WEBCHECKER_PROMETHEUS={other}: `2`/`debian` or `3`"),
+        }
+    }
+
+    /// The other one.
+    pub fn other(self) -> PromVersion {
+        match self {
+            PromVersion::Debian => PromVersion::V3,
+            PromVersion::V3 => PromVersion::Debian,
+        }
+    }
+
+    /// For messages: "Prometheus 2 (Debian)" or "Prometheus 3".
+    pub fn name(self) -> &'static str {
+        match self {
+            PromVersion::Debian => "Prometheus 2 (Debian)",
+            PromVersion::V3 => "Prometheus 3",
+        }
+    }
+
+    /// `prometheus` or `promtool` of this version.
+    pub fn program(self, name: &str) -> PathBuf {
+        match self {
+            PromVersion::Debian => tool(name),
+            PromVersion::V3 => prometheus3_bin().join(name),
+        }
+    }
+}
+
+/// The bin directory of hack/build-prometheus.sh (prometheus and promtool
+/// 3.x). The script runs once per process: the first run builds (several
+/// minutes on a fresh machine), later ones reuse its cache; its progress goes
+/// to stderr. Panics, naming the script, when it fails.
+pub fn prometheus3_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = bounded("bash", SETUP_LIMIT)
+            .arg(repo().join("hack/build-prometheus.sh"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run hack/build-prometheus.sh");
+        assert!(
+            out.status.success(),
+            "hack/build-prometheus.sh failed ({}); its output is above. It needs Go >= the \
+             GO_MIN_VERSION of hack/versions.env and the Go module proxy",
+            out.status
+        );
+        let bin = PathBuf::from(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .last()
+                .expect("hack/build-prometheus.sh prints the bin directory")
+                .trim(),
+        );
+        for t in ["prometheus", "promtool"] {
+            assert!(
+                bin.join(t).is_file(),
+                "{t} missing in {} after hack/build-prometheus.sh",
+                bin.display()
+            );
+        }
+        bin
+    })
 }
 
 pub use crate::support::release::text;

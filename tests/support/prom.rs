@@ -1,4 +1,6 @@
-//! A real Prometheus (the `prometheus` binary on PATH) on a loopback port,
+//! A real Prometheus on a loopback port (Debian's 2.42 on PATH by default;
+//! WEBCHECKER_PROMETHEUS=3, or [`Prometheus::start_with`], for the 3.x of
+//! hack/build-prometheus.sh: see [`PromVersion`]),
 //! scraping operator replicas each second with honor_labels (as the chart's
 //! ServiceMonitor does), in one job or in several (one per installation), and
 //! evaluating the given rule files each second; and the samples of its HTTP
@@ -13,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::platform::{scratch, tool};
+use crate::platform::{PromVersion, scratch};
 use crate::support::{eventually, free_port, http_get};
 
 pub const JOB: &str = "webchecker-operator";
@@ -31,24 +33,40 @@ fn one_job(targets: &[(String, u16)]) -> Vec<Job> {
 pub struct Prometheus {
     child: Child,
     pub port: u16,
+    pub version: PromVersion,
     dir: tempfile::TempDir,
     rules: Vec<PathBuf>,
 }
 
 impl Prometheus {
-    /// `targets`: (replica identity, port of its /metrics); `rules`: rule files.
+    /// `targets`: (replica identity, port of its /metrics); `rules`: rule
+    /// files. The version of WEBCHECKER_PROMETHEUS (Debian's by default).
     pub fn start(targets: &[(String, u16)], rules: &[PathBuf]) -> Prometheus {
-        Self::start_jobs(&one_job(targets), rules)
+        Self::start_with(PromVersion::from_env(), targets, rules)
     }
 
     /// Same, with several scrape jobs.
     pub fn start_jobs(jobs: &[Job], rules: &[PathBuf]) -> Prometheus {
+        Self::start_jobs_with(PromVersion::from_env(), jobs, rules)
+    }
+
+    /// [`Prometheus::start`] of this version.
+    pub fn start_with(
+        version: PromVersion,
+        targets: &[(String, u16)],
+        rules: &[PathBuf],
+    ) -> Prometheus {
+        Self::start_jobs_with(version, &one_job(targets), rules)
+    }
+
+    /// [`Prometheus::start_jobs`] of this version.
+    pub fn start_jobs_with(version: PromVersion, jobs: &[Job], rules: &[PathBuf]) -> Prometheus {
         let dir = scratch("prometheus-");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let config = dir.path().join("prometheus.yml");
         write_config(&config, jobs, rules);
-        let child = Command::new(tool("prometheus"))
+        let child = Command::new(version.program("prometheus"))
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
                 "--storage.tsdb.path={}",
@@ -64,6 +82,7 @@ impl Prometheus {
         Prometheus {
             child,
             port,
+            version,
             dir,
             rules: rules.to_vec(),
         }
@@ -139,7 +158,8 @@ impl Prometheus {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!(
-            "no JSON answer from Prometheus to {path}\n{}",
+            "no JSON answer from {} to {path}\n{}",
+            self.version.name(),
             self.log_text()
         );
     }
