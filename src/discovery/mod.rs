@@ -16,8 +16,9 @@
 //!   backoff).
 //!
 //! The I/O parts run only on the leader: [`task`] (follows leadership,
-//! restarts after a panic), [`session`] (the watches and the queue while
-//! leading), [`writer`] (the API calls of one source object), [`metrics`].
+//! restarts after a panic), `session` (the watches and the queue while
+//! leading) with `views` (what the watches keep), `writer` (the API calls
+//! of one source object), [`metrics`].
 
 pub mod annotations;
 pub mod ingress;
@@ -27,6 +28,7 @@ pub mod patch;
 pub mod queue;
 mod session;
 pub(crate) mod task;
+mod views;
 mod writer;
 
 #[cfg(test)]

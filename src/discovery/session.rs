@@ -9,7 +9,7 @@
 //! Memory: the Ingresses of the watched scope, each Namespace's webchecker
 //! annotations, and (name, UID, fingerprint) per generated checker.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,15 +21,16 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::metrics::DiscoveryMetrics;
 use super::queue::WorkQueue;
+use super::views::{Change, Key, State, enqueue_all, on_checker, on_ingress, on_namespace};
 use super::writer::{Stopped, Work, Writer};
-use super::{Defaults, FINGERPRINT_ANNOTATION, SOURCE_LABEL, ingress, patch};
+use super::{Defaults, SOURCE_LABEL, ingress, patch};
 use crate::api::WebChecker;
 use crate::kubeio::client::{WATCH_TIMEOUT_SECS, WatchBackoff};
 use crate::observe::metrics::Metrics;
@@ -39,26 +40,6 @@ pub const CONCURRENCY: usize = 8;
 /// Every Ingress is looked at again this often (unchanged ones cost no API
 /// call), so that drift nobody was told of (a missed event) heals.
 const RESYNC: Duration = Duration::from_secs(300);
-/// The prefix of the annotations kept of each Namespace.
-const OUR_ANNOTATIONS: &str = "webchecker.test.network.io/";
-
-/// An Ingress: (namespace, name).
-type Key = (String, String);
-
-/// One watch event, of whichever watch.
-enum Change {
-    Ingress(Event<Ingress>),
-    Namespace(Event<PartialObjectMeta<Namespace>>),
-    Checker(Event<PartialObjectMeta<WebChecker>>),
-    Failed(&'static str, watcher::Error),
-}
-
-/// A generated checker as last seen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Generated {
-    uid: String,
-    fingerprint: String,
-}
 
 pub struct Session {
     pub watches: Client,
@@ -69,30 +50,10 @@ pub struct Session {
     pub defaults: Defaults,
 }
 
-type Ingresses = HashMap<Key, Arc<Ingress>>;
-/// Namespace -> its annotations of ours.
-type Namespaces = HashMap<String, BTreeMap<String, String>>;
-/// Ingress UID -> checker name -> what it carries.
-type GeneratedByOwner = HashMap<String, BTreeMap<String, Generated>>;
-
-/// The views the watches keep, one map per watch, and what was said.
-#[derive(Default)]
-struct State {
-    ingresses: Ingresses,
-    namespaces: Namespaces,
-    generated: GeneratedByOwner,
-    /// Lists under way (a re-list replaces the map at its end).
-    listing: (
-        Option<Ingresses>,
-        Option<Namespaces>,
-        Option<GeneratedByOwner>,
-    ),
-    listed: [bool; 3],
-    /// Ingress UID -> the problems last said (as Events) about it.
-    said: HashMap<String, Vec<super::Problem>>,
-    /// Ingress -> checkers it wants (for the gauge).
-    wanted: HashMap<Key, usize>,
-}
+/// The watches, as named in logs and in `webchecker_watch_restarts_total`.
+const INGRESSES: &str = "discovery-ingresses";
+const NAMESPACES: &str = "discovery-namespaces";
+const CHECKERS: &str = "discovery-checkers";
 
 impl Session {
     /// Runs until a watch stream ends (it does not: the watchers retry).
@@ -152,19 +113,19 @@ impl Session {
         all.push(
             watcher::watcher(ingresses, cfg())
                 .backoff(WatchBackoff::default())
-                .map(tagged("discovery-ingresses", Change::Ingress))
+                .map(tagged(INGRESSES, Change::Ingress))
                 .boxed(),
         );
         all.push(
             watcher::watcher(namespaces, ns_cfg)
                 .backoff(WatchBackoff::default())
-                .map(tagged("discovery-namespaces", Change::Namespace))
+                .map(tagged(NAMESPACES, Change::Namespace))
                 .boxed(),
         );
         all.push(
             watcher::watcher(checkers, generated)
                 .backoff(WatchBackoff::default())
-                .map(tagged("discovery-checkers", Change::Checker))
+                .map(tagged(CHECKERS, Change::Checker))
                 .boxed(),
         );
         all
@@ -234,10 +195,8 @@ impl Session {
             _ => plan.problems.clone(),
         };
         state.said.insert(source.uid.clone(), plan.problems);
-        state.wanted.insert(key.clone(), plan.checkers.len());
-        self.discovery
-            .generated
-            .set(state.wanted.values().sum::<usize>() as i64);
+        state.want(key, plan.checkers.len());
+        self.discovery.generated.set(state.wanted_total as i64);
         if apply.is_empty() && delete.is_empty() && problems.is_empty() {
             return None;
         }
@@ -251,15 +210,33 @@ impl Session {
 
     fn take(&self, change: Change, state: &mut State, queue: &mut WorkQueue<Key>) {
         let was_listed = state.listed.iter().all(|l| *l);
+        let watch = match &change {
+            Change::Ingress(_) => INGRESSES,
+            Change::Namespace(_) => NAMESPACES,
+            Change::Checker(_) => CHECKERS,
+            Change::Failed(w, _) => w,
+        };
         match change {
             Change::Ingress(ev) => on_ingress(ev, state, queue),
             Change::Namespace(ev) => on_namespace(ev, state, queue),
             Change::Checker(ev) => on_checker(ev, state, queue),
             Change::Failed(watch, e) => {
                 self.metrics.watch_failed(watch, &e);
-                warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, namespaces and webcheckers");
+                // Once per run of failures: a refused watch retries every 2 s.
+                if state.failing.contains(&watch) {
+                    debug!(watch, error = %e, "route discovery: watch still failing");
+                } else {
+                    state.failing.push(watch);
+                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, namespaces and webcheckers");
+                }
+                return;
             }
         }
+        if let Some(i) = state.failing.iter().position(|w| *w == watch) {
+            state.failing.swap_remove(i);
+            info!(watch, "route discovery: watch works again");
+        }
+        self.discovery.generated.set(state.wanted_total as i64);
         if state.listed.iter().all(|l| *l) && !was_listed {
             info!(
                 ingresses = state.ingresses.len(),
@@ -279,177 +256,5 @@ fn tagged<T>(
     move |r| match r {
         Ok(ev) => f(ev),
         Err(e) => Change::Failed(watch, e),
-    }
-}
-
-fn enqueue_all(state: &State, queue: &mut WorkQueue<Key>) {
-    let mut keys: Vec<&Key> = state.ingresses.keys().collect();
-    keys.sort();
-    for k in keys {
-        queue.push(k.clone());
-    }
-}
-
-fn key_of(ing: &Ingress) -> Key {
-    (ing.namespace().unwrap_or_default(), ing.name_any())
-}
-
-fn on_ingress(ev: Event<Ingress>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    match ev {
-        Event::Init => state.listing.0 = Some(HashMap::new()),
-        Event::InitApply(i) => {
-            let map = state.listing.0.get_or_insert_default();
-            map.insert(key_of(&i), Arc::new(i));
-        }
-        Event::InitDone => {
-            let fresh = state.listing.0.take().unwrap_or_default();
-            for gone in state.ingresses.keys().filter(|k| !fresh.contains_key(*k)) {
-                queue.forget(gone);
-                state.wanted.remove(gone);
-            }
-            state.ingresses = fresh;
-            state.listed[0] = true;
-            enqueue_all(state, queue);
-        }
-        Event::Apply(i) => {
-            let key = key_of(&i);
-            state.ingresses.insert(key.clone(), Arc::new(i));
-            queue.push(key);
-        }
-        Event::Delete(i) => {
-            // Its checkers go with it: the garbage collector follows their
-            // ownerReference.
-            let key = key_of(&i);
-            state.ingresses.remove(&key);
-            state.wanted.remove(&key);
-            if let Some(uid) = i.uid() {
-                state.said.remove(&uid);
-            }
-            queue.forget(&key);
-        }
-    }
-}
-
-/// The annotations of ours on a Namespace (the others are not kept).
-fn ours(meta: &PartialObjectMeta<Namespace>) -> BTreeMap<String, String> {
-    meta.annotations()
-        .iter()
-        .filter(|(k, _)| k.starts_with(OUR_ANNOTATIONS))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
-
-fn on_namespace(
-    ev: Event<PartialObjectMeta<Namespace>>,
-    state: &mut State,
-    queue: &mut WorkQueue<Key>,
-) {
-    let changed = |state: &mut State, name: String, now: Option<BTreeMap<String, String>>| {
-        let before = match now {
-            Some(a) => state.namespaces.insert(name.clone(), a.clone()) != Some(a),
-            None => state.namespaces.remove(&name).is_some(),
-        };
-        before.then_some(name)
-    };
-    let touched = match ev {
-        Event::Init => {
-            state.listing.1 = Some(HashMap::new());
-            None
-        }
-        Event::InitApply(n) => {
-            let map = state.listing.1.get_or_insert_default();
-            map.insert(n.name_any(), ours(&n));
-            None
-        }
-        Event::InitDone => {
-            state.namespaces = state.listing.1.take().unwrap_or_default();
-            state.listed[1] = true;
-            enqueue_all(state, queue);
-            None
-        }
-        Event::Apply(n) => changed(state, n.name_any(), Some(ours(&n))),
-        Event::Delete(n) => changed(state, n.name_any(), None),
-    };
-    if let Some(ns) = touched {
-        let mut keys: Vec<Key> = state
-            .ingresses
-            .keys()
-            .filter(|(n, _)| *n == ns)
-            .cloned()
-            .collect();
-        keys.sort();
-        for k in keys {
-            queue.push(k);
-        }
-    }
-}
-
-/// The Ingress that owns a generated checker: (its key, its UID).
-fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
-    let r = meta
-        .owner_references()
-        .iter()
-        .find(|r| r.kind == "Ingress" && r.api_version.starts_with("networking.k8s.io/"))?;
-    Some((
-        (meta.namespace().unwrap_or_default(), r.name.clone()),
-        r.uid.clone(),
-    ))
-}
-
-fn generated(meta: &PartialObjectMeta<WebChecker>) -> Generated {
-    Generated {
-        uid: meta.uid().unwrap_or_default(),
-        fingerprint: meta
-            .annotations()
-            .get(FINGERPRINT_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
-    }
-}
-
-fn on_checker(
-    ev: Event<PartialObjectMeta<WebChecker>>,
-    state: &mut State,
-    queue: &mut WorkQueue<Key>,
-) {
-    match ev {
-        Event::Init => state.listing.2 = Some(HashMap::new()),
-        Event::InitApply(c) => {
-            if let Some((_, uid)) = owner(&c) {
-                let map = state.listing.2.get_or_insert_default();
-                map.entry(uid)
-                    .or_default()
-                    .insert(c.name_any(), generated(&c));
-            }
-        }
-        Event::InitDone => {
-            state.generated = state.listing.2.take().unwrap_or_default();
-            state.listed[2] = true;
-            enqueue_all(state, queue);
-        }
-        Event::Apply(c) => {
-            let Some((key, uid)) = owner(&c) else { return };
-            let now = generated(&c);
-            let before = state
-                .generated
-                .entry(uid)
-                .or_default()
-                .insert(c.name_any(), now.clone());
-            // A status write changes neither: no work for it.
-            if before != Some(now) {
-                queue.push(key);
-            }
-        }
-        Event::Delete(c) => {
-            let Some((key, uid)) = owner(&c) else { return };
-            if let Some(of) = state.generated.get_mut(&uid) {
-                of.remove(&c.name_any());
-                if of.is_empty() {
-                    state.generated.remove(&uid);
-                }
-            }
-            // Deleted by hand while its source still wants it: made again.
-            queue.push(key);
-        }
     }
 }

@@ -13,7 +13,9 @@
 use webchecker::discovery::annotations::{
     CHECK, EXPECTED_STATUS_CODES, FAILURE_THRESHOLD, INTERVAL_SECONDS, PATH,
 };
-use webchecker::discovery::{FIELD_MANAGER, SOURCE_LABEL, SOURCE_NAME_LABEL};
+use webchecker::discovery::{
+    FIELD_MANAGER, FINGERPRINT_ANNOTATION, SOURCE_LABEL, SOURCE_NAME_LABEL,
+};
 
 use super::ops::*;
 use super::*;
@@ -169,6 +171,9 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
         .filter_map(|r| r.headers.get("host").cloned())
         .collect();
     assert!(hosts.contains(&a) && hosts.contains(&b), "{hosts:?}");
+    let sel = format!("{SOURCE_NAME_LABEL}=shop");
+    let out = c.kubectl_async(&["get", "wc", "-n", &ns, "-l", &sel]).await;
+    println!("$ kubectl get wc -l {sel}\n{}", text(&out.stdout));
     owned_by_the_ingress(&client, &wcs, &ns, &names[0]).await;
 
     // A host edited: the old checker goes, the new one comes.
@@ -261,7 +266,10 @@ async fn owned_by_the_ingress(
         .collect();
     assert!(managers.iter().any(|m| m == FIELD_MANAGER), "{managers:?}");
     assert!(
-        !wc.metadata.annotations.unwrap_or_default().is_empty(),
+        wc.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(FINGERPRINT_ANNOTATION),
         "the fingerprint annotation"
     );
 }
