@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::platform::{run_ok, tool};
-use crate::prom::{labels, num, samples, single};
+use crate::prom::{Prometheus, labels, num, samples, single};
 use crate::scenario::{Run, now_unix};
 use crate::support::{TOOL_LIMIT, bounded};
 
@@ -145,13 +145,13 @@ pub fn extract(args: &[&str]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Evaluates every expression; returns them as (source, expression). The
-/// dashboard variables are what Grafana sends for "All" (their allValue):
-/// `$cluster` is `.*`, and this Prometheus has no cluster label at all
-/// (checked), so the expressions that have data here prove that the cluster
-/// variable does not hide series without the label.
+/// Evaluates every expression on both Prometheus versions of the run (the
+/// scenario's and the other one: Debian's 2.42 and 3.x); returns them as
+/// (source, expression). The dashboard variables are what Grafana sends for
+/// "All" (their allValue): `$cluster` is `.*`, and these Prometheus have no
+/// cluster label at all (checked), so the expressions that have data here
+/// prove that the cluster variable does not hide series without the label.
 pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
-    no_cluster_label(run).await;
     let exprs = extract(&[]);
     assert!(
         exprs.len() > 50,
@@ -159,10 +159,31 @@ pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
         exprs.len()
     );
     let mut failures = Vec::new();
+    for prom in [&run.prom, &run.prom_other] {
+        for f in evaluate_all(prom, &exprs).await {
+            failures.push(format!("{}: {f}", prom.version.name()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} expression(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    for prom in [&run.prom, &run.prom_other] {
+        no_cluster_label(run, prom).await;
+    }
+    exprs
+}
+
+/// Evaluates every expression on `prom`: the failures (an error, or no data
+/// where MAY_BE_EMPTY does not allow it).
+async fn evaluate_all(prom: &Prometheus, exprs: &[(String, String)]) -> Vec<String> {
+    let mut failures = Vec::new();
     let mut empty_allowed = Vec::new();
     let mut with_data = 0;
-    for (source, expr) in &exprs {
-        let v = run.prom.query_at(expr, None).await;
+    for (source, expr) in exprs {
+        let v = prom.query_at(expr, None).await;
         if v["status"] != "success" {
             failures.push(format!(
                 "{source}: {} {}\n    {expr}",
@@ -187,55 +208,61 @@ pub async fn every_expression_has_data(run: &Run) -> Vec<(String, String)> {
         }
     }
     println!(
-        "expressions: {} evaluated, {with_data} with data, {} empty (allowed):",
+        "expressions on {}: {} evaluated, {with_data} with data, {} empty (allowed), {} failed:",
+        prom.version.name(),
         exprs.len(),
-        empty_allowed.len()
+        empty_allowed.len(),
+        failures.len()
     );
     for e in &empty_allowed {
         println!("  empty: {e}");
     }
-    assert!(
-        failures.is_empty(),
-        "{} expression(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    exprs
+    failures
 }
 
-/// The scenario's Prometheus has no `cluster` label (no external labels, no
-/// relabelling), and a selector `cluster=~".*"` matches its series while
-/// `cluster=~".+"` (a cluster variable whose All would be .+) matches none.
-async fn no_cluster_label(run: &Run) {
-    let labelled = run
-        .prom
+/// `prom` has no `cluster` label (no external labels, no relabelling), and a
+/// selector `cluster=~".*"` matches its series while `cluster=~".+"` (a
+/// cluster variable whose All would be .+) matches none.
+async fn no_cluster_label(run: &Run, prom: &Prometheus) {
+    let labelled = prom
         .samples("count({__name__=~\"webchecker_.+\", cluster!=\"\"})")
         .await;
     assert!(
         labelled.is_empty(),
-        "series with a cluster label: {labelled:?}"
+        "{}: series with a cluster label: {labelled:?}",
+        prom.version.name()
     );
     let count = |m: &'static str| {
         let sel = run.sel();
         async move {
-            run.prom
-                .samples(&format!(
-                    "count(max by (namespace, name) (webchecker_up{{{sel}, cluster=~\"{m}\"}}))"
-                ))
-                .await
-                .first()
-                .map(|(_, v)| *v)
-                .unwrap_or(0.0)
+            prom.samples(&format!(
+                "count(max by (namespace, name) (webchecker_up{{{sel}, cluster=~\"{m}\"}}))"
+            ))
+            .await
+            .first()
+            .map(|(_, v)| *v)
+            .unwrap_or(0.0)
         }
     };
-    assert_eq!(count(".*").await, run.total() as f64, "cluster=~\".*\"");
-    assert_eq!(count(".+").await, 0.0, "cluster=~\".+\"");
+    let name = prom.version.name();
+    assert_eq!(
+        count(".*").await,
+        run.total() as f64,
+        "{name}: cluster=~\".*\""
+    );
+    assert_eq!(count(".+").await, 0.0, "{name}: cluster=~\".+\"");
 }
 
 /// "Uptime over the range" is the mean over checkers of each checker's
 /// fraction of Ready samples, the samples of all its owners together: a
 /// moved checker counts once, not once per owner.
 pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, String)]) {
+    for prom in [&run.prom, &run.prom_other] {
+        uptime_on(run, prom, exprs).await;
+    }
+}
+
+async fn uptime_on(run: &Run, prom: &Prometheus, exprs: &[(String, String)]) {
     let uptime = &exprs
         .iter()
         .find(|(s, _)| {
@@ -245,10 +272,9 @@ pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, Str
         .expect("the uptime stat")
         .1;
     let at = now_unix();
-    let panel = run.prom.query_at(uptime, Some(at)).await;
+    let panel = prom.query_at(uptime, Some(at)).await;
     let panel = single(&samples(&panel["data"]), "uptime");
-    let raw = run
-        .prom
+    let raw = prom
         .query_at(&format!("webchecker_up{{{}}}[1h]", run.sel()), Some(at))
         .await;
     let mut per_checker: BTreeMap<String, (f64, f64)> = BTreeMap::new();
@@ -272,11 +298,13 @@ pub async fn uptime_counts_a_moved_checker_once(run: &Run, exprs: &[(String, Str
     let want = per_checker.values().map(|(s, c)| s / c).sum::<f64>() / total as f64;
     let by_series = per_series.iter().sum::<f64>() / per_series.len() as f64;
     println!(
-        "uptime stat {panel:.4}: per checker {want:.4} (an average per series would say {by_series:.4} over {} series)",
+        "{}: uptime stat {panel:.4}: per checker {want:.4} (an average per series would say {by_series:.4} over {} series)",
+        prom.version.name(),
         per_series.len()
     );
     assert!(
         (panel - want).abs() < 1e-9,
-        "uptime stat {panel} vs per-checker uptime {want}"
+        "{}: uptime stat {panel} vs per-checker uptime {want}",
+        prom.version.name()
     );
 }

@@ -1,13 +1,17 @@
 //! The end-to-end scenario: three operator replicas, then a fourth
 //! (scale-out: checkers move through drains), checkers of every kind on one
 //! witness, and a real Prometheus scraping every replica each second with the
-//! alert rules loaded. The checks (the other modules) read what it leaves.
+//! alert rules loaded (the version of WEBCHECKER_PROMETHEUS, Debian's 2.42 by
+//! default), and beside it the other version (Prometheus 3 by default), scraping
+//! the same, for the checks that run on both (expressions.rs). The checks (the
+//! other modules) read what it leaves.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+use crate::platform::prometheus3_bin;
 use crate::prom::Prometheus;
 use crate::support::fleet::shard_sizes;
 use crate::support::*;
@@ -92,6 +96,9 @@ pub struct Run {
     pub started: Instant,
     pub clock: Clock,
     pub prom: Prometheus,
+    /// The other Prometheus version, scraping the same replicas with the same
+    /// rules (only expressions.rs asks it).
+    pub prom_other: Prometheus,
     pub ops: Vec<Operator>,
     pub witness: Witness,
     pub client: kube::Client,
@@ -111,6 +118,9 @@ impl Run {
     /// Runs the scenario: 3 replicas, the checkers, a scale-out to 4, late
     /// checkers, then 20 s on four replicas.
     pub async fn start() -> Run {
+        // Prometheus 3 may be built first (hack/build-prometheus.sh, minutes
+        // on a fresh machine): before anything runs, off the runtime's threads.
+        tokio::task::spawn_blocking(prometheus3_bin).await.unwrap();
         let started = Instant::now();
         let clock = Clock::now();
         let cluster = Cluster::shared("observability");
@@ -142,14 +152,17 @@ impl Run {
             .collect();
         let rules = [repo().join("alerts/webchecker.rules.yaml")];
         let prom = Prometheus::start(&targets(&ops), &rules);
+        let prom_other = Prometheus::start_with(prom.version.other(), &targets(&ops), &rules);
         for s in specs.iter().filter(|s| !s.name.starts_with("new-")) {
             create(s).await;
         }
         for o in &ops {
             o.wait_ready(Duration::from_secs(60)).await;
         }
-        prom.wait_ready().await;
-        prom.wait_targets_up(&targets(&ops)).await;
+        for p in [&prom, &prom_other] {
+            p.wait_ready().await;
+            p.wait_targets_up(&targets(&ops)).await;
+        }
         let live = identities(&ops);
         let initial: Vec<String> = names
             .iter()
@@ -192,6 +205,7 @@ impl Run {
         let move_at = now_unix();
         ops.push(Operator::spawn(cluster, NEW_REPLICA, &ns, FAST_LEASES));
         prom.set_targets(&targets(&ops));
+        prom_other.set_targets(&targets(&ops));
         let live = identities(&ops);
         let after = eventually(
             Duration::from_secs(60),
@@ -226,6 +240,7 @@ impl Run {
         )
         .await;
         prom.wait_targets_up(&targets(&ops)).await;
+        prom_other.wait_targets_up(&targets(&ops)).await;
         // Late checkers, assigned as new ones; nothing else moves.
         for s in specs.iter().filter(|s| s.name.starts_with("new-")) {
             create(s).await;
@@ -260,6 +275,7 @@ impl Run {
             started,
             clock,
             prom,
+            prom_other,
             ops,
             witness,
             client,
