@@ -1,7 +1,7 @@
-//! Part 1's engines, each in a process of its own so that its CPU time can
-//! be read from /proc: the target (`bench target-server`), our prober
-//! (`bench prober-worker`, driven over stdin/stdout), and the load that
-//! drives blackbox_exporter's `/probe`.
+//! Part 1's engines (and part 1b's: kinds.rs), each in a process of its own
+//! so that its CPU time can be read from /proc: the target (`bench
+//! target-server`), our prober (`bench prober-worker`, driven over
+//! stdin/stdout), and the load that drives blackbox_exporter's `/probe`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -40,7 +40,7 @@ async fn read_head(s: &mut TcpStream, buf: &mut Vec<u8>) -> bool {
     }
 }
 
-/// The protocols part 1 compares the engines on.
+/// The protocols parts 1 and 1b compare the engines on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Proto {
     /// HTTP/1.1 over TCP; the target answers and closes.
@@ -49,9 +49,16 @@ pub enum Proto {
     TlsHttp1,
     /// HTTP/2 over TLS (the target offers `h2`, then `http/1.1`).
     TlsHttp2,
+    /// gRPC health (`grpc.health.v1.Health/Check`), plaintext HTTP/2.
+    Grpc,
+    /// gRPC health over TLS (ALPN h2).
+    GrpcTls,
+    /// A TCP connect, nothing sent.
+    Tcp,
 }
 
 impl Proto {
+    /// Part 1's protocols (HTTP; part 1b's are in kinds.rs).
     pub const ALL: [Proto; 3] = [Proto::Http1, Proto::TlsHttp1, Proto::TlsHttp2];
 
     pub fn arg(self) -> &'static str {
@@ -59,6 +66,9 @@ impl Proto {
             Proto::Http1 => "http1",
             Proto::TlsHttp1 => "tls-http1",
             Proto::TlsHttp2 => "tls-h2",
+            Proto::Grpc => "grpc",
+            Proto::GrpcTls => "grpcs",
+            Proto::Tcp => "tcp",
         }
     }
 
@@ -67,6 +77,9 @@ impl Proto {
             Proto::Http1 => "HTTP/1.1",
             Proto::TlsHttp1 => "HTTP/1.1 over TLS",
             Proto::TlsHttp2 => "HTTP/2 over TLS",
+            Proto::Grpc => "gRPC health",
+            Proto::GrpcTls => "gRPC health over TLS",
+            Proto::Tcp => "TCP connect",
         }
     }
 
@@ -74,9 +87,9 @@ impl Proto {
     /// one fails and counts as an error): ours, blackbox's.
     pub fn version(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Proto::Http1 => None,
             Proto::TlsHttp1 => Some(("HTTP/1.1", "HTTP/1.1")),
             Proto::TlsHttp2 => Some(("HTTP/2", "HTTP/2.0")),
+            _ => None,
         }
     }
 
@@ -85,6 +98,18 @@ impl Proto {
             Proto::Http1 => "http_2xx",
             Proto::TlsHttp1 => "tls_http1",
             Proto::TlsHttp2 => "tls_h2",
+            Proto::Grpc => "grpc_plain",
+            Proto::GrpcTls => "grpc_tls",
+            Proto::Tcp => "tcp_connect",
+        }
+    }
+
+    /// blackbox_exporter's target for our URL: the URL for its http
+    /// prober, `host:port` for its grpc and tcp probers.
+    fn blackbox_target(self, url: &str) -> &str {
+        match self {
+            Proto::Http1 | Proto::TlsHttp1 | Proto::TlsHttp2 => url,
+            _ => url.split_once("://").map_or(url, |(_, rest)| rest),
         }
     }
 
@@ -148,10 +173,10 @@ pub fn target_main(args: &[String]) {
 }
 
 /// `bench prober-worker`: our prober in a process of its own. Protocol on
-/// stdin/stdout: `run URL C MILLIS [CA_FILE VERSION]` -> `done PROBES
+/// stdin/stdout: `run URL C MILLIS [CA_FILE [VERSION]]` -> `done PROBES
 /// ERRORS` (with a CA file the probes verify the target's certificate
-/// against it and require that HTTP version); `report` -> `lat P50_US
-/// P99_US` of the last run; EOF ends.
+/// against it, `tls.caBundle`; with a version they require that HTTP
+/// version); `report` -> `lat P50_US P99_US` of the last run; EOF ends.
 pub fn worker_main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -177,10 +202,12 @@ pub fn worker_main() {
                 let ca = f
                     .get(4)
                     .map(|p| std::fs::read(p).expect("read the CA file"));
-                if let Some(version) = f.get(5) {
+                if ca.is_some() {
                     spec["tls"] = serde_json::json!({
                         "caBundle": {"configMapKeyRef": {"name": "bench", "key": "ca.crt"}}
                     });
+                }
+                if let Some(version) = f.get(5) {
                     spec["httpVersions"] = serde_json::json!([version]);
                 }
                 let spec: WebCheckerSpec = serde_json::from_value(spec).unwrap();
@@ -328,6 +355,7 @@ pub fn run_ours(
     let url = aim.url;
     let tls = match (aim.ca_file, aim.proto.version()) {
         (Some(ca), Some((v, _))) => format!(" {} {v}", ca.display()),
+        (Some(ca), None) => format!(" {}", ca.display()),
         _ => String::new(),
     };
     w.ask(&format!("run {url} {c} {}{tls}", warm.as_millis()))?;
@@ -349,6 +377,19 @@ pub fn run_ours(
     })
 }
 
+/// blackbox_exporter's `/probe` path for `aim`.
+fn probe_path(aim: &Aim<'_>) -> String {
+    let target = aim.proto.blackbox_target(aim.url);
+    format!(
+        "/probe?module={}&target={}",
+        aim.proto.module(),
+        target
+            .replace('%', "%25")
+            .replace(':', "%3A")
+            .replace('/', "%2F")
+    )
+}
+
 /// Drives blackbox_exporter's /probe at concurrency `c` over keep-alive
 /// connections, from a thread of its own (pinned to `cpu`).
 fn blackbox_load(
@@ -358,14 +399,7 @@ fn blackbox_load(
     d: Duration,
     cpu: Option<usize>,
 ) -> Res<(u64, u64, Vec<f64>)> {
-    let path = format!(
-        "/probe?module={}&target={}",
-        aim.proto.module(),
-        aim.url
-            .replace('%', "%25")
-            .replace(':', "%3A")
-            .replace('/', "%2F")
-    );
+    let path = probe_path(aim);
     let handle = std::thread::spawn(move || -> Result<(u64, u64, Vec<f64>), String> {
         if let Some(cpu) = cpu {
             pin_current_thread(cpu);

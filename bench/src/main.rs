@@ -4,7 +4,10 @@
 //! Parts:
 //! 1. probe engine efficiency (probe.rs): our prober against
 //!    prometheus-blackbox-exporter, probes per CPU-second of the prober
-//!    process, both pinned to the same core;
+//!    process, both pinned to the same core; 1b. the same for the checks
+//!    that are not HTTP (kinds.rs): gRPC health (plaintext and TLS) and TCP
+//!    connect against blackbox_exporter v0.28's grpc and tcp probers and
+//!    grpc-go's health server;
 //! 2. ring quality by simulation (ring.rs, pure `webchecker::coordination::ring`);
 //! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
 //!    replicas);
@@ -35,6 +38,7 @@ mod confirm;
 mod engines;
 mod failover;
 mod fleet;
+mod kinds;
 mod plots;
 mod probe;
 mod report;
@@ -78,7 +82,7 @@ impl Cfg {
         let quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
         let large = env("BENCH_LARGE").is_some_and(|v| v != "0");
         let parts = env("BENCH_PARTS")
-            .unwrap_or_else(|| "probe,ring,scale,failover,confirm".into())
+            .unwrap_or_else(|| "probe,kinds,ring,scale,failover,confirm".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
@@ -280,6 +284,10 @@ fn driver_main() {
         eprintln!("bench: part 1, probe engine vs blackbox_exporter");
         probe::part(&cfg, &img)
     });
+    let kinds = cfg.part("kinds").then(|| {
+        eprintln!("bench: part 1b, gRPC health and TCP connect vs blackbox_exporter 0.28");
+        kinds::part(&cfg, &img)
+    });
     let ring = cfg.part("ring").then(|| {
         eprintln!("bench: part 2, ring simulation");
         ring::part(&cfg, &img)
@@ -305,6 +313,10 @@ fn driver_main() {
             (
                 "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
                 probe,
+            ),
+            (
+                "1b. Probe engine efficiency: gRPC health and TCP connect vs blackbox_exporter 0.28",
+                kinds,
             ),
             ("2. Ring quality (simulation)", ring),
             ("3. Scale on a real control plane", scale),

@@ -15,14 +15,36 @@ use crate::stats::{fmt_int, median, minmax};
 use crate::sys::{KillOnDrop, cmd_out, ncpus, pin_command, signal, which};
 use crate::{Cfg, Res, err, plots};
 
-struct ProbeResults {
-    /// protocol -> concurrency -> rounds of (ours, blackbox)
-    runs: BTreeMap<Proto, BTreeMap<usize, Vec<(EngineRun, EngineRun)>>>,
+/// protocol -> concurrency -> rounds of (ours, blackbox)
+pub type Runs = BTreeMap<Proto, BTreeMap<usize, Vec<(EngineRun, EngineRun)>>>;
+/// protocol -> concurrency -> ratio ours/blackbox: (median, min, max)
+pub type Ratios = BTreeMap<Proto, BTreeMap<usize, (f64, f64, f64)>>;
+
+/// The concurrencies each protocol is measured at.
+pub const CONCURRENCIES: &[usize] = &[1, 16, 128];
+
+/// The cores: whether the engines are pinned, the targets' and the load's
+/// core, the probers' core (none pinned with fewer than 2 cores).
+pub fn cores() -> (bool, Option<usize>, Option<usize>) {
+    if ncpus() >= 2 {
+        (true, Some(0), Some(1))
+    } else {
+        (false, None, None)
+    }
+}
+
+/// Warm-up and measured duration of one run.
+pub fn timings(cfg: &Cfg) -> (Duration, Duration) {
+    if cfg.quick {
+        (Duration::from_millis(300), Duration::from_millis(1500))
+    } else {
+        (Duration::from_millis(500), Duration::from_secs(3))
+    }
 }
 
 /// A target process (`bench target-server`) on `cpu`: its port, and for TLS
 /// the file with its CA.
-fn spawn_target(
+pub fn spawn_target(
     proto: Proto,
     cpu: Option<usize>,
     work: &Path,
@@ -66,6 +88,115 @@ fn blackbox_config(cas: &BTreeMap<Proto, PathBuf>) -> String {
     y
 }
 
+/// The two engines of a comparison, on the probers' core: our prober's
+/// worker and blackbox_exporter (killed on drop), and the core of the load
+/// that drives blackbox.
+pub struct Rig {
+    pub worker: Worker,
+    bb: KillOnDrop,
+    bb_port: u16,
+    load_cpu: Option<usize>,
+}
+
+impl Rig {
+    /// blackbox_exporter `bin` with the configuration `yaml` (written to
+    /// WORK/NAME.yml, its log to WORK/NAME.log), once it is healthy, and a
+    /// worker.
+    pub fn start(bin: &Path, yaml: &str, work: &Path, name: &str) -> Res<Rig> {
+        let (_, load_cpu, cpu) = cores();
+        let port = webchecker_kit::free_port();
+        let file = work.join(format!("{name}.yml"));
+        std::fs::write(&file, yaml)?;
+        let mut cmd = Command::new(bin);
+        cmd.arg(format!("--config.file={}", file.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(work.join(format!("{name}.log")))?);
+        if let Some(c) = cpu {
+            pin_command(&mut cmd, c);
+        }
+        let bb = KillOnDrop(cmd.spawn()?);
+        if !wait_http(port, "/-/healthy", Duration::from_secs(20)) {
+            return Err(err(format!("{} did not come up", bin.display())));
+        }
+        Ok(Rig {
+            worker: Worker::spawn(cpu)?,
+            bb,
+            bb_port: port,
+            load_cpu,
+        })
+    }
+
+    /// Both engines on each of `urls` (verifying TLS against the CA file of
+    /// its protocol in `cas`, if any) at every concurrency, `cfg.rounds`
+    /// rounds each.
+    pub fn measure(
+        &mut self,
+        urls: &[(Proto, String)],
+        cas: &BTreeMap<Proto, PathBuf>,
+        cfg: &Cfg,
+    ) -> Res<Runs> {
+        let aims: Vec<Aim<'_>> = urls
+            .iter()
+            .map(|(proto, url)| Aim {
+                url,
+                proto: *proto,
+                ca_file: cas.get(proto).map(|p| p.as_path()),
+            })
+            .collect();
+        measure(self, &aims, CONCURRENCIES, cfg.rounds, timings(cfg))
+    }
+}
+
+/// Every aim at every concurrency, `rounds` rounds each of both engines
+/// (warm-up `warm`, measured `d`), alternating which engine goes first.
+fn measure(
+    rig: &mut Rig,
+    aims: &[Aim<'_>],
+    concurrencies: &[usize],
+    rounds: usize,
+    (warm, d): (Duration, Duration),
+) -> Res<Runs> {
+    let mut runs = Runs::new();
+    for aim in aims {
+        for &c in concurrencies {
+            for round in 0..rounds {
+                let bb = |rig: &mut Rig| {
+                    let pid = rig.bb.0.id();
+                    run_blackbox(pid, rig.bb_port, aim, c, warm, d, rig.load_cpu)
+                };
+                // Alternate the order, so slow drifts of the machine hit both alike.
+                let (ours, theirs) = if round % 2 == 0 {
+                    let o = run_ours(&mut rig.worker, aim, c, warm, d)?;
+                    (o, bb(rig)?)
+                } else {
+                    let b = bb(rig)?;
+                    (run_ours(&mut rig.worker, aim, c, warm, d)?, b)
+                };
+                eprintln!(
+                    "bench: probe {} C={c} round {round}: ours {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), blackbox {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), ratio {:.2}",
+                    aim.proto.label(),
+                    ours.per_cpu_s(),
+                    ours.probes,
+                    ours.cpu_s,
+                    ours.errors,
+                    theirs.per_cpu_s(),
+                    theirs.probes,
+                    theirs.cpu_s,
+                    theirs.errors,
+                    ours.per_cpu_s() / theirs.per_cpu_s()
+                );
+                runs.entry(aim.proto)
+                    .or_default()
+                    .entry(c)
+                    .or_default()
+                    .push((ours, theirs));
+            }
+        }
+    }
+    Ok(runs)
+}
+
 pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
     let Some(bb_bin) = which(&["prometheus-blackbox-exporter", "blackbox_exporter"]) else {
         return Ok(Section {
@@ -73,12 +204,7 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
             summary: vec!["probe engine: skipped (no blackbox_exporter)".into()],
         });
     };
-    let pinned = ncpus() >= 2;
-    let (target_cpu, prober_cpu) = if pinned {
-        (Some(0), Some(1))
-    } else {
-        (None, None)
-    };
+    let (pinned, target_cpu, _) = cores();
     std::fs::create_dir_all(&cfg.work)?;
 
     // The targets: a process each, on the other core.
@@ -90,107 +216,79 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
         .iter()
         .filter_map(|(p, t)| t.2.clone().map(|ca| (*p, ca)))
         .collect();
-    let url = |proto: Proto| {
-        let scheme = if proto == Proto::Http1 {
-            "http"
-        } else {
-            "https"
-        };
-        format!("{scheme}://127.0.0.1:{}", targets[&proto].1)
-    };
+    let urls: Vec<(Proto, String)> = Proto::ALL
+        .into_iter()
+        .map(|proto| {
+            let scheme = if proto == Proto::Http1 {
+                "http"
+            } else {
+                "https"
+            };
+            (proto, format!("{scheme}://127.0.0.1:{}", targets[&proto].1))
+        })
+        .collect();
 
     // blackbox_exporter, pinned to the prober core.
-    let bb_port = webchecker_kit::free_port();
-    let bb_cfg = cfg.work.join("blackbox.yml");
-    std::fs::write(&bb_cfg, blackbox_config(&cas))?;
-    let mut cmd = Command::new(&bb_bin);
-    cmd.arg(format!("--config.file={}", bb_cfg.display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{bb_port}"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(cfg.work.join("blackbox.log"))?);
-    if let Some(c) = prober_cpu {
-        pin_command(&mut cmd, c);
-    }
-    let bb = KillOnDrop(cmd.spawn()?);
-    if !wait_http(bb_port, "/-/healthy", Duration::from_secs(20)) {
-        return Err(err("blackbox_exporter did not come up"));
-    }
-    let bb_pid = bb.0.id();
-    let mut worker = Worker::spawn(prober_cpu)?;
-
-    let concurrencies: &[usize] = &[1, 16, 128];
-    let (warm, d) = if cfg.quick {
-        (Duration::from_millis(300), Duration::from_millis(1500))
-    } else {
-        (Duration::from_millis(500), Duration::from_secs(3))
-    };
-    let mut res = ProbeResults {
-        runs: BTreeMap::new(),
-    };
-    for proto in Proto::ALL {
-        let url = url(proto);
-        let aim = Aim {
-            url: &url,
-            proto,
-            ca_file: cas.get(&proto).map(|p| p.as_path()),
-        };
-        for &c in concurrencies {
-            for round in 0..cfg.rounds {
-                // Alternate the order, so slow drifts of the machine hit both alike.
-                let (ours, theirs) = if round % 2 == 0 {
-                    let o = run_ours(&mut worker, &aim, c, warm, d)?;
-                    let b = run_blackbox(bb_pid, bb_port, &aim, c, warm, d, target_cpu)?;
-                    (o, b)
-                } else {
-                    let b = run_blackbox(bb_pid, bb_port, &aim, c, warm, d, target_cpu)?;
-                    let o = run_ours(&mut worker, &aim, c, warm, d)?;
-                    (o, b)
-                };
-                eprintln!(
-                    "bench: probe {} C={c} round {round}: ours {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), blackbox {:.0}/cpu-s ({:.0} probes, {:.2} cpu-s, {} errors), ratio {:.2}",
-                    proto.label(),
-                    ours.per_cpu_s(),
-                    ours.probes,
-                    ours.cpu_s,
-                    ours.errors,
-                    theirs.per_cpu_s(),
-                    theirs.probes,
-                    theirs.cpu_s,
-                    theirs.errors,
-                    ours.per_cpu_s() / theirs.per_cpu_s()
-                );
-                res.runs
-                    .entry(proto)
-                    .or_default()
-                    .entry(c)
-                    .or_default()
-                    .push((ours, theirs));
-            }
-        }
-    }
-    let plain = res.runs[&Proto::Http1].clone();
+    let yaml = blackbox_config(&cas);
+    let mut rig = Rig::start(&bb_bin, &yaml, &cfg.work, "blackbox")?;
+    let runs = rig.measure(&urls, &cas, cfg)?;
+    let (_, d) = timings(cfg);
+    let plain = runs[&Proto::Http1].clone();
     // Where our prober's CPU goes, at the concurrency with the lowest ratio.
-    let worst_c = plain
-        .iter()
-        .map(|(c, runs)| {
-            let r: Vec<f64> = runs
-                .iter()
-                .map(|r| r.0.per_cpu_s() / r.1.per_cpu_s())
-                .collect();
-            (*c, median(&r))
-        })
-        .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap())
-        .map(|x| x.0)
-        .unwrap_or(1);
-    let profile = perf_profile(&mut worker, &url(Proto::Http1), worst_c, d, &cfg.work);
-    drop(worker);
-    drop(bb);
+    let worst_c = worst_concurrency(&plain);
+    let profile = perf_profile(&mut rig.worker, &urls[0].1, worst_c, d, &cfg.work);
+    drop(rig);
     drop(targets);
 
-    // Report.
-    let mut s = String::new();
-    let mut summary = Vec::new();
+    let mut s = method(pinned, &bb_bin, cfg.rounds, d);
+    let (table, ratio_at) = efficiency_table(&runs);
+    s.push_str(&table);
+    s.push_str(&latency_table(&runs));
+    let (split, user_ratios) = cpu_split_table(&runs);
+    s.push_str(&split);
+    let user_ratio = minmax(&user_ratios[&Proto::Http1]);
+    if let Some(p) = &profile {
+        s.push_str(&format!(
+            "\n{p} What bounds the ratio is this per-connection kernel work, which both probers pay in full \
+             (a fresh TCP connection per probe, as a monitoring probe must): blackbox_exporter spends most of its \
+             time in user space, we spend most of ours in the kernel.\n"
+        ));
+    }
+    let (verdict, worst, best) = goal_verdict(&ratio_at[&Proto::Http1], 6.0);
     s.push_str(&format!(
+        "\nGoal: ours/blackbox probes per CPU-second >= 6x over plain HTTP/1.1: {verdict} (median ratios {:.1}x to {:.1}x).\n",
+        worst, best
+    ));
+    let tls: Vec<String> = ratio_at
+        .iter()
+        .filter(|(p, _)| **p != Proto::Http1)
+        .map(|(p, by_c)| format!("{} {}", p.label(), ratio_range(by_c)))
+        .collect();
+    let summary = vec![format!(
+        "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
+         rounds at C = {}; goal >= 6x: {verdict}); {} (full verified handshakes on both sides). Our user-space CPU \
+         per probe over HTTP/1.1 is {:.0}x–{:.0}x smaller; the rest is the kernel's work for a fresh TCP connection \
+         per probe, which both pay.",
+        worst,
+        best,
+        bb_version_short(),
+        cfg.rounds,
+        list(CONCURRENCIES),
+        tls.join(", "),
+        user_ratio.0,
+        user_ratio.1,
+    )];
+
+    let plotted = plots::probe_efficiency(&img.join("probe-efficiency.png"), &plain);
+    if plotted.is_ok() {
+        s.push_str("\n![probes per CPU-second over HTTP/1.1](img/probe-efficiency.png)\n");
+    }
+    Ok(Section { body: s, summary })
+}
+
+/// Part 1's method paragraph.
+fn method(pinned: bool, bb_bin: &Path, rounds: usize, d: Duration) -> String {
+    format!(
         "Targets, each a process of its own{}, answering `200`: over plain HTTP/1.1 a minimal server that \
          answers and closes; over TLS the kit's protocol target (rustls, a certificate for 127.0.0.1 from a test \
          CA, ALPN `http/1.1` only, or `h2` then `http/1.1`). \
@@ -201,32 +299,81 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
          test CA (ours `tls.caBundle`, blackbox `tls_config.ca_file`), do a full handshake per probe (ours never \
          resumes; blackbox's client keeps no session cache) and require the protocol's HTTP version \
          (`httpVersions`, `valid_http_versions`): a probe that negotiated another version counts as an error. \
-         Both probers are pinned to the same core{}; \
-         CPU is utime+stime of the prober process from `/proc/PID/stat` over the measured run only \
-         (warm-up excluded). {} rounds of {:.1} s per engine, protocol and concurrency, alternating which engine goes first.\n\n",
+         {}",
         if pinned { ", pinned to core 0" } else { "" },
         bb_bin.display(),
         if pinned { " (on core 0)" } else { "" },
-        if pinned { " (core 1)" } else { " (not pinned: fewer than 2 cores)" },
-        cfg.rounds,
+        measure_note(pinned, rounds, d, "protocol and concurrency"),
+    )
+}
+
+/// `1, 16, 128`.
+pub fn list(v: &[usize]) -> String {
+    v.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `**lo x–hi x**` over the median ratios at each concurrency.
+pub fn ratio_range(by_c: &BTreeMap<usize, (f64, f64, f64)>) -> String {
+    let r: Vec<f64> = by_c.values().map(|x| x.0).collect();
+    let (lo, hi) = minmax(&r);
+    format!("**{lo:.1}x–{hi:.1}x**")
+}
+
+/// The end of the method paragraph: pinning, what CPU is, rounds.
+pub fn measure_note(pinned: bool, rounds: usize, d: Duration, per: &str) -> String {
+    format!(
+        "Both probers are pinned to the same core{}; \
+         CPU is utime+stime of the prober process from `/proc/PID/stat` over the measured run only \
+         (warm-up excluded). {} rounds of {:.1} s per engine, {per}, alternating which engine goes first.\n\n",
+        if pinned {
+            " (core 1)"
+        } else {
+            " (not pinned: fewer than 2 cores)"
+        },
+        rounds,
         d.as_secs_f64()
-    ));
-    s.push_str("| protocol | C | ours probes/CPU-s median (min–max) | blackbox probes/CPU-s median (min–max) | ratio ours/blackbox median (min–max) | ours probes/s | blackbox probes/s | ours CPU use | blackbox CPU use | errors ours / blackbox |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut ratio_at: BTreeMap<Proto, BTreeMap<usize, (f64, f64, f64)>> = BTreeMap::new();
-    for (proto, by_c) in &res.runs {
-        for (c, runs) in by_c {
-            let o: Vec<f64> = runs.iter().map(|r| r.0.per_cpu_s()).collect();
-            let b: Vec<f64> = runs.iter().map(|r| r.1.per_cpu_s()).collect();
-            let ratio: Vec<f64> = runs
+    )
+}
+
+/// The concurrency with the lowest median ratio.
+pub fn worst_concurrency(by_c: &BTreeMap<usize, Vec<(EngineRun, EngineRun)>>) -> usize {
+    by_c.iter()
+        .map(|(c, runs)| {
+            let r: Vec<f64> = runs
                 .iter()
                 .map(|r| r.0.per_cpu_s() / r.1.per_cpu_s())
                 .collect();
-            let ow: Vec<f64> = runs.iter().map(|r| r.0.probes / r.0.wall_s).collect();
-            let bw: Vec<f64> = runs.iter().map(|r| r.1.probes / r.1.wall_s).collect();
-            let ou: Vec<f64> = runs.iter().map(|r| r.0.cpu_s / r.0.wall_s).collect();
-            let bu: Vec<f64> = runs.iter().map(|r| r.1.cpu_s / r.1.wall_s).collect();
-            let oe: f64 = runs.iter().map(|r| r.0.errors).sum();
-            let be: f64 = runs.iter().map(|r| r.1.errors).sum();
+            (*c, median(&r))
+        })
+        .min_by(|a, b| a.1.partial_cmp(&b.1).unwrap())
+        .map(|x| x.0)
+        .unwrap_or(1)
+}
+
+/// The main table (probes per CPU-second of each, the ratio, throughput,
+/// CPU use, errors), and the ratios it shows.
+pub fn efficiency_table(runs: &Runs) -> (String, Ratios) {
+    let mut s = String::from(
+        "| protocol | C | ours probes/CPU-s median (min–max) | blackbox probes/CPU-s median (min–max) | ratio ours/blackbox median (min–max) | ours probes/s | blackbox probes/s | ours CPU use | blackbox CPU use | errors ours / blackbox |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut ratio_at = Ratios::new();
+    for (proto, by_c) in runs {
+        for (c, runs) in by_c {
+            let col = |f: &dyn Fn(&(EngineRun, EngineRun)) -> f64| -> Vec<f64> {
+                runs.iter().map(f).collect()
+            };
+            let o = col(&|r| r.0.per_cpu_s());
+            let b = col(&|r| r.1.per_cpu_s());
+            let ratio = col(&|r| r.0.per_cpu_s() / r.1.per_cpu_s());
+            let ow = col(&|r| r.0.probes / r.0.wall_s);
+            let bw = col(&|r| r.1.probes / r.1.wall_s);
+            let ou = col(&|r| r.0.cpu_s / r.0.wall_s);
+            let bu = col(&|r| r.1.cpu_s / r.1.wall_s);
+            let oe: f64 = col(&|r| r.0.errors).iter().sum();
+            let be: f64 = col(&|r| r.1.errors).iter().sum();
             let (omin, omax) = minmax(&o);
             let (bmin, bmax) = minmax(&b);
             let (rmin, rmax) = minmax(&ratio);
@@ -255,8 +402,15 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
                 .insert(*c, (median(&ratio), rmin, rmax));
         }
     }
-    s.push_str("\nLatency each engine reports for the same target (median over rounds of each round's p50 / p99; ours: `Outcome.duration`, blackbox: `probe_duration_seconds`). At C > 1 both include waiting for the one core the prober has.\n\n| protocol | C | ours p50 | blackbox p50 | ours p99 | blackbox p99 |\n|---|---:|---:|---:|---:|---:|\n");
-    for (proto, by_c) in &res.runs {
+    (s, ratio_at)
+}
+
+/// The latency each engine reported.
+pub fn latency_table(runs: &Runs) -> String {
+    let mut s = String::from(
+        "\nLatency each engine reports for the same target (median over rounds of each round's p50 / p99; ours: `Outcome.duration`, blackbox: `probe_duration_seconds`). At C > 1 both include waiting for the one core the prober has.\n\n| protocol | C | ours p50 | blackbox p50 | ours p99 | blackbox p99 |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    for (proto, by_c) in runs {
         for (c, runs) in by_c {
             let f = |v: Vec<f64>| median(&v);
             s.push_str(&format!(
@@ -269,18 +423,27 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
             ));
         }
     }
-    s.push_str("\nCPU per probe, split into user space and kernel (median over rounds, from utime and stime):\n\n| protocol | C | ours user | ours kernel | blackbox user | blackbox kernel | user-space ratio blackbox/ours | ceiling of the ratio if our user time were zero |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
-    let mut user_ratios = Vec::new();
-    for (proto, by_c) in &res.runs {
+    s
+}
+
+/// CPU per probe in user space and in the kernel; with the user-space
+/// ratios blackbox/ours of each protocol (one per concurrency).
+pub fn cpu_split_table(runs: &Runs) -> (String, BTreeMap<Proto, Vec<f64>>) {
+    let mut s = String::from(
+        "\nCPU per probe, split into user space and kernel (median over rounds, from utime and stime):\n\n| protocol | C | ours user | ours kernel | blackbox user | blackbox kernel | user-space ratio blackbox/ours | ceiling of the ratio if our user time were zero |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut user_ratios: BTreeMap<Proto, Vec<f64>> = BTreeMap::new();
+    for (proto, by_c) in runs {
         for (c, runs) in by_c {
             let f = |v: Vec<f64>| median(&v);
             let ou = f(runs.iter().map(|r| r.0.user_us()).collect());
             let os = f(runs.iter().map(|r| r.0.sys_us()).collect());
             let bu = f(runs.iter().map(|r| r.1.user_us()).collect());
             let bs = f(runs.iter().map(|r| r.1.sys_us()).collect());
-            if *proto == Proto::Http1 {
-                user_ratios.push(bu / ou.max(1e-9));
-            }
+            user_ratios
+                .entry(*proto)
+                .or_default()
+                .push(bu / ou.max(1e-9));
             s.push_str(&format!(
                 "| {} | {c} | {ou:.1} µs | {os:.1} µs | {bu:.1} µs | {bs:.1} µs | {:.1}x | {:.1}x |\n",
                 proto.label(),
@@ -289,28 +452,25 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
             ));
         }
     }
-    let user_ratio = minmax(&user_ratios);
-    if let Some(p) = &profile {
-        s.push_str(&format!("\n{p}\n"));
-    }
-    let plain_ratio = &ratio_at[&Proto::Http1];
-    let worst = plain_ratio
-        .values()
-        .map(|x| x.0)
-        .fold(f64::INFINITY, f64::min);
-    let best = plain_ratio.values().map(|x| x.0).fold(0.0, f64::max);
-    let goal = worst >= 6.0;
-    let met: Vec<String> = plain_ratio
+    (s, user_ratios)
+}
+
+/// Whether the median ratio reaches `goal` at each concurrency: the
+/// verdict, the lowest and the highest median ratio.
+pub fn goal_verdict(by_c: &BTreeMap<usize, (f64, f64, f64)>, goal: f64) -> (String, f64, f64) {
+    let worst = by_c.values().map(|x| x.0).fold(f64::INFINITY, f64::min);
+    let best = by_c.values().map(|x| x.0).fold(0.0, f64::max);
+    let met: Vec<String> = by_c
         .iter()
-        .filter(|(_, r)| r.0 >= 6.0)
+        .filter(|(_, r)| r.0 >= goal)
         .map(|(c, _)| c.to_string())
         .collect();
-    let missed: Vec<String> = plain_ratio
+    let missed: Vec<String> = by_c
         .iter()
-        .filter(|(_, r)| r.0 < 6.0)
+        .filter(|(_, r)| r.0 < goal)
         .map(|(c, r)| format!("C = {c} ({:.1}x)", r.0))
         .collect();
-    let verdict = if goal {
+    let verdict = if worst >= goal {
         "**met** at every concurrency".to_string()
     } else if met.is_empty() {
         "**not met** at any concurrency".to_string()
@@ -321,48 +481,18 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
             missed.join(", ")
         )
     };
-    s.push_str(&format!(
-        "\nGoal: ours/blackbox probes per CPU-second >= 6x over plain HTTP/1.1: {verdict} (median ratios {:.1}x to {:.1}x).\n",
-        worst, best
-    ));
-    let tls: Vec<String> = ratio_at
-        .iter()
-        .filter(|(p, _)| **p != Proto::Http1)
-        .map(|(p, by_c)| {
-            let r: Vec<f64> = by_c.values().map(|x| x.0).collect();
-            let (lo, hi) = minmax(&r);
-            format!("{} **{lo:.1}x–{hi:.1}x**", p.label())
-        })
-        .collect();
-    summary.push(format!(
-        "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
-         rounds at C = {}; goal >= 6x: {verdict}); {} (full verified handshakes on both sides). Our user-space CPU \
-         per probe over HTTP/1.1 is {:.0}x–{:.0}x smaller; the rest is the kernel's work for a fresh TCP connection \
-         per probe, which both pay.",
-        worst,
-        best,
-        bb_version_short(),
-        cfg.rounds,
-        concurrencies
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        tls.join(", "),
-        user_ratio.0,
-        user_ratio.1,
-    ));
-
-    let plotted = plots::probe_efficiency(&img.join("probe-efficiency.png"), &plain);
-    if plotted.is_ok() {
-        s.push_str("\n![probes per CPU-second over HTTP/1.1](img/probe-efficiency.png)\n");
-    }
-    Ok(Section { body: s, summary })
+    (verdict, worst, best)
 }
 
 /// Samples our prober with `perf record -e cpu-clock` (a software event: it
 /// works where hardware counters do not) during one run; a markdown paragraph.
-fn perf_profile(w: &mut Worker, url: &str, c: usize, d: Duration, work: &Path) -> Option<String> {
+pub fn perf_profile(
+    w: &mut Worker,
+    url: &str,
+    c: usize,
+    d: Duration,
+    work: &Path,
+) -> Option<String> {
     let perf = which(&["perf"])?;
     let data = work.join("perf-prober.data");
     let mut rec = Command::new(&perf)
@@ -440,9 +570,7 @@ fn perf_profile(w: &mut Worker, url: &str, c: usize, d: Duration, work: &Path) -
         "Profile of our prober at C = {c} (`perf record -e cpu-clock -g`, {} probes; {}; callgrind would \
          see only the user-space part): **{kernel:.0}% of its CPU time is in the kernel**, by system call (inclusive): {}. \
          {softirq:.0}% is loopback packet processing run in our context (softirq), which includes the target's side of \
-         every handshake. What bounds the ratio is this per-connection kernel work, which both probers pay in full \
-         (a fresh TCP connection per probe, as a monitoring probe must): blackbox_exporter spends most of its time in \
-         user space, we spend most of ours in the kernel.",
+         every handshake.",
         fmt_int(probes),
         if counters {
             "sampling the CPU clock"

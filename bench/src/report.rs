@@ -184,13 +184,16 @@ fn method_notes() -> String {
        and after. The kernel's TCP work on loopback is partly charged to whichever process sends, so both \
        probers also pay for part of the target's handshakes; that is the same for both. blackbox_exporter's \
        figure includes serving `/probe` and encoding its metrics, which is how it is used; ours includes \
-       producing an `Outcome` with phase timings, not the operator's metric and status bookkeeping.\n\
+       producing an `Outcome` with phase timings, not the operator's metric and status bookkeeping. Part 1b \
+       measures the same way against blackbox_exporter 0.28 (built from the Go module proxy; part 1 keeps \
+       Debian's), whose grpc and tcp probers it needs; its gRPC peer is grpc-go's health server, a Go process \
+       like blackbox_exporter, whose share of the loopback handshakes both probers pay alike.\n\
      - Part 3's achieved rate is counted at the witness (what the targets see), not from the operator's own \
        counters. Writes per 100 probes compares `webchecker_status_writes_total` with \
        `webchecker_probes_total` over the same window.\n\
      - Part 4's gaps are the witness's receive times, so they include connection setup; the normal cadence \
        shows as gaps of about the interval.\n\
      - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
-       `BENCH_PARTS=probe,ring,scale,failover` runs a subset; `BENCH_OUT=DIR` writes elsewhere.\n"
+       `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm` runs a subset; `BENCH_OUT=DIR` writes elsewhere.\n"
         .to_string()
 }

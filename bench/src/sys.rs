@@ -76,6 +76,26 @@ pub fn pin_current_thread(cpu: usize) {
     }
 }
 
+/// Pins every thread of a running process to `cpu` (threads it starts
+/// later inherit it): for peers the bench does not spawn itself. Twice, for
+/// a thread started by one not yet pinned.
+pub fn pin_process(pid: u32, cpu: usize) {
+    let set = cpu_set(cpu);
+    let tasks = (0..2).flat_map(|_| {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+    });
+    for tid in tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+    {
+        unsafe {
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
 /// The child process starts pinned to `cpu` (all its threads inherit it).
 pub fn pin_command(cmd: &mut Command, cpu: usize) {
     let set = cpu_set(cpu);
