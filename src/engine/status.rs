@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::{Condition, WebCheckerStatus};
 use crate::confirm::Verdict;
-use crate::probe::{Outcome, Reason, human_duration, version_name};
+use crate::probe::{Outcome, Reason, version_name};
 
 mod zones;
 pub use zones::ZoneBook;
@@ -291,11 +291,7 @@ impl CheckerStatus {
             (Truth::False, o.reason)
         };
         let message = if o.success() {
-            format!(
-                "HTTP {} in {}",
-                o.status_code.unwrap_or(0),
-                human_duration(o.duration)
-            )
+            o.success_summary()
         } else {
             o.message.clone()
         };

@@ -136,6 +136,17 @@ impl Outcome {
         self.reason == Reason::ProbeSucceeded
     }
 
+    /// What a success says in the Ready condition: what the server said
+    /// (`HTTP 200`, `SERVING (the server overall)`, ...) and how long it took.
+    pub fn success_summary(&self) -> String {
+        let said = match (self.message.is_empty(), self.status_code) {
+            (false, _) => self.message.clone(),
+            (true, Some(code)) => format!("HTTP {code}"),
+            (true, None) => "succeeded".to_string(),
+        };
+        format!("{said} in {}", human_duration(self.duration))
+    }
+
     pub fn invalid_spec(message: impl Into<String>) -> Self {
         Outcome {
             reason: Reason::InvalidSpec,

@@ -60,7 +60,12 @@ async fn grpc_tcp_and_tls_checkers_report_like_http_ones() {
     assert!(stock.message.contains("NOT_SERVING"), "{}", stock.message);
     let mail = wait_condition(&api, "mail", "Ready", "False", "CertificateInvalid", within).await;
     assert!(mail.message.contains("expired"), "{}", mail.message);
-    wait_condition(&api, "smtps", "Ready", "True", "ProbeSucceeded", within).await;
+    let smtps = wait_condition(&api, "smtps", "Ready", "True", "ProbeSucceeded", within).await;
+    assert!(
+        smtps.message.starts_with("TLS") && !smtps.message.contains("HTTP"),
+        "{}",
+        smtps.message
+    );
     // The certificate is still judged for its expiry when it is not verified.
     wait_condition(&api, "smtps", "CertificateExpiring", "True", "CertificateExpired", within)
         .await;

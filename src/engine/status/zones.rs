@@ -13,7 +13,7 @@
 use crate::api::ZoneStatus;
 use crate::confirm::Place;
 use crate::confirm::zones::{ZoneAnswer, ZoneResult};
-use crate::probe::{Outcome, ZoneQuorum, human_duration};
+use crate::probe::{Outcome, ZoneQuorum};
 
 use super::{CheckerStatus, Context, Effects, Truth};
 
@@ -270,11 +270,7 @@ impl CheckerStatus {
                     "{succeeding} of {asked} zones succeed (quorum {}); this zone: {}",
                     q.quorum,
                     if o.success() {
-                        format!(
-                            "HTTP {} in {}",
-                            o.status_code.unwrap_or(0),
-                            human_duration(o.duration)
-                        )
+                        o.success_summary()
                     } else {
                         o.reason.as_str().to_string()
                     }
