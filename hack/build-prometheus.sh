@@ -4,9 +4,9 @@
 # repository keyed by version (and by our wrapper's go.mod/go.sum). Prints the
 # bin directory. Reuses a finished build.
 #
-# The end-to-end tests run Debian's Prometheus 2.42 (hack/install-deps.sh) by
-# default; this one is the other Prometheus they can be run against
-# (tests/support/prom.rs, WEBCHECKER_PROMETHEUS=3).
+# The end-to-end tests run this one by default, and Debian's Prometheus 2.42
+# (hack/install-deps.sh) as the second target (tests/support/prom.rs,
+# WEBCHECKER_PROMETHEUS=2; observability and alerts_fire run both).
 #
 #   - Prometheus 3.N.M is published as the Go module version v0.3NN.M
 #     (3.16.0 is v0.316.0); the wrapper module hack/tools/prometheus names it

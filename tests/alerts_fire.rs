@@ -1,6 +1,6 @@
-//! Every alert of alerts/webchecker.rules.yaml fires for real: a
-//! real Prometheus (the `prometheus` binary) scrapes real operator replicas
-//! each second and evaluates the shipped rules each second, and the test
+//! Every alert of alerts/webchecker.rules.yaml fires for real, on Prometheus
+//! 3.x and on Debian's 2.42: both scrape real operator replicas
+//! each second and evaluate the shipped rules each second, and the test
 //! drives the replicas into each alert's condition with real faults, then
 //! waits for Prometheus' /api/v1/alerts to show the alert `firing` with
 //! exactly the expected labels. `promtool test rules` checks the rules on
@@ -74,24 +74,29 @@ async fn every_alert_fires_on_a_real_fleet() {
     let mut all = singles.jobs();
     all.push((shards::JOB.to_string(), shards.targets()));
     all.push(confirming.scrape_job());
-    let prom = Prometheus::start_jobs(&all, &[rules]);
-    prom.wait_ready().await;
-    prom.wait_jobs_up(&all).await;
+    let prom = Prometheus::start_jobs(&all, std::slice::from_ref(&rules));
+    let other = Prometheus::start_jobs_with(prom.version.other(), &all, &[rules]);
+    for p in [&prom, &other] {
+        p.wait_ready().await;
+        p.wait_jobs_up(&all).await;
+    }
     let job_names: Vec<String> = all.iter().map(|(j, _)| j.clone()).collect();
-    let jobs = Jobs::new(&prom, all);
+    let jobs = Jobs::new([&prom, &other], all);
     let healthy: BTreeSet<(String, String)> = singles
         .healthy()
         .into_iter()
         .chain(shards.healthy())
         .chain(confirming.healthy())
         .collect();
-    baseline(&prom, &job_names, &healthy).await;
+    for p in [&prom, &other] {
+        baseline(p, &job_names, &healthy).await;
+    }
     println!(
-        "six installations up and seen by Prometheus after {:?}",
+        "six installations up and seen by both Prometheus versions after {:?}",
         started.elapsed()
     );
 
-    let alerts = Alerts::new(&prom);
+    let alerts = Alerts::new([&prom, &other]);
     never_fire(&alerts, &singles, healthy);
     tokio::join!(
         shards.drive(&alerts, &jobs),

@@ -234,22 +234,23 @@ async fn limited_account(cluster: &Cluster, ns: &str) -> std::path::PathBuf {
     service_account(cluster, ns, "limited").await.0
 }
 
-/// Prometheus' scrape jobs, which a replica that joins later is added to.
+/// Prometheus' scrape jobs (of every Prometheus of the run), which a replica
+/// that joins later is added to.
 pub struct Jobs<'a> {
-    pub prom: &'a Prometheus,
+    pub proms: [&'a Prometheus; 2],
     jobs: Mutex<Vec<Job>>,
 }
 
 impl<'a> Jobs<'a> {
-    pub fn new(prom: &'a Prometheus, jobs: Vec<Job>) -> Self {
+    pub fn new(proms: [&'a Prometheus; 2], jobs: Vec<Job>) -> Self {
         Jobs {
-            prom,
+            proms,
             jobs: Mutex::new(jobs),
         }
     }
 
     /// Adds a target to `job` (a configuration reload) and waits until
-    /// Prometheus has scraped it.
+    /// every Prometheus has scraped it.
     pub async fn add(&self, job: &str, target: (String, u16)) {
         let port = target.1;
         let all = {
@@ -258,13 +259,15 @@ impl<'a> Jobs<'a> {
             j.1.push(target);
             jobs.clone()
         };
-        self.prom.set_jobs(&all);
         let q = format!("up{{instance=\"127.0.0.1:{port}\"}} == 1");
-        eventually(
-            Duration::from_secs(30),
-            &format!("Prometheus scrapes 127.0.0.1:{port}"),
-            || async { self.prom.query(&q).await.filter(|s| s.len() == 1) },
-        )
-        .await;
+        for prom in self.proms {
+            prom.set_jobs(&all);
+            eventually(
+                Duration::from_secs(30),
+                &format!("{} scrapes 127.0.0.1:{port}", prom.version.name()),
+                || async { prom.query(&q).await.filter(|s| s.len() == 1) },
+            )
+            .await;
+        }
     }
 }

@@ -1,6 +1,7 @@
-//! Prometheus' alerts as the test sees them (/api/v1/alerts): waiting for one
-//! to fire with exactly the expected labels, and the alerts that must never
-//! fire, checked at every look.
+//! Prometheus' alerts as the test sees them (/api/v1/alerts of both
+//! versions, 2.42 and 3.x, evaluating the same rules over the same
+//! replicas): waiting for one to fire on both with exactly the expected
+//! labels, and the alerts that must never fire, checked at every look.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -49,15 +50,19 @@ pub struct Fired {
 type Matcher = Box<dyn Fn(&Alert) -> bool + Send + Sync>;
 
 pub struct Alerts<'a> {
+    /// The Prometheus of WEBCHECKER_PROMETHEUS (queries go there).
     pub prom: &'a Prometheus,
+    /// Both: an alert counts as fired once it fires on each.
+    proms: [&'a Prometheus; 2],
     never: Mutex<Vec<(String, Matcher)>>,
     fired: Mutex<Vec<Fired>>,
 }
 
 impl<'a> Alerts<'a> {
-    pub fn new(prom: &'a Prometheus) -> Self {
+    pub fn new(proms: [&'a Prometheus; 2]) -> Self {
         Alerts {
-            prom,
+            prom: proms[0],
+            proms,
             never: Mutex::new(Vec::new()),
             fired: Mutex::new(Vec::new()),
         }
@@ -72,10 +77,20 @@ impl<'a> Alerts<'a> {
             .push((what.to_string(), Box::new(m)));
     }
 
-    /// Every alert now. Panics when one that must never fire is firing.
+    /// Every alert now on both. Panics when one that must never fire is
+    /// firing on either.
     pub async fn now(&self) -> Vec<Alert> {
-        let v = self.prom.api("/api/v1/alerts").await;
-        assert_eq!(v["status"], "success", "{v}");
+        let mut all = Vec::new();
+        for prom in self.proms {
+            all.extend(self.now_on(prom).await);
+        }
+        all
+    }
+
+    /// Every alert now on `prom`; panics as [`Alerts::now`].
+    async fn now_on(&self, prom: &Prometheus) -> Vec<Alert> {
+        let v = prom.api("/api/v1/alerts").await;
+        assert_eq!(v["status"], "success", "{}: {v}", prom.version.name());
         let alerts: Vec<Alert> = v["data"]["alerts"]
             .as_array()
             .expect("alerts")
@@ -84,17 +99,18 @@ impl<'a> Alerts<'a> {
             .collect();
         for (what, m) in self.never.lock().unwrap().iter() {
             if let Some(a) = alerts.iter().find(|a| a.state == "firing" && m(a)) {
-                panic!("{what}: {} fired: {a:?}", a.name);
+                panic!("{what}: {} fired on {}: {a:?}", a.name, prom.version.name());
             }
         }
         alerts
     }
 
-    /// Waits until `name` fires with exactly `want` (besides `alertname`), at
-    /// most `cause` (how long the fault made at `fault` takes to show in the
-    /// metrics) plus the alert's `for` plus a few scrape and evaluation
-    /// intervals after `fault`; checks that it was pending for its whole
-    /// `for` first and that its annotations rendered. `what` names the case.
+    /// Waits until `name` fires with exactly `want` (besides `alertname`) on
+    /// both Prometheus versions, on each at most `cause` (how long the fault
+    /// made at `fault` takes to show in the metrics) plus the alert's `for`
+    /// plus a few scrape and evaluation intervals after `fault`; checks that
+    /// it was pending for its whole `for` first and that its annotations
+    /// rendered. `what` names the case. Returns the later of the two.
     pub async fn wait_firing(
         &self,
         what: &str,
@@ -103,16 +119,35 @@ impl<'a> Alerts<'a> {
         fault: Instant,
         cause: Duration,
     ) -> Fired {
+        let mut last = None;
+        for prom in self.proms {
+            last = Some(self.wait_firing_on(prom, what, name, &want, fault, cause).await);
+        }
+        let fired = last.expect("two Prometheus");
+        self.fired.lock().unwrap().push(fired.clone());
+        fired
+    }
+
+    async fn wait_firing_on(
+        &self,
+        prom: &Prometheus,
+        what: &str,
+        name: &str,
+        want: &Labels,
+        fault: Instant,
+        cause: Duration,
+    ) -> Fired {
+        let on = prom.version.name();
         let hold = for_of(name);
         let bound = cause + hold + SLACK;
         let mut last = Vec::new();
         let deadline = tokio::time::Instant::from_std(fault + bound);
         let found = tokio::time::timeout_at(deadline, async {
             loop {
-                let all = self.now().await;
+                let all = self.now_on(prom).await;
                 if let Some(a) = all
                     .iter()
-                    .find(|a| a.name == name && a.state == "firing" && a.labels == want)
+                    .find(|a| a.name == name && a.state == "firing" && a.labels == *want)
                 {
                     return a.clone();
                 }
@@ -123,14 +158,14 @@ impl<'a> Alerts<'a> {
         .await;
         let alert = found.unwrap_or_else(|_| {
             panic!(
-                "{what}: {name} {want:?} not firing within {bound:?} (cause {cause:?} + for {hold:?} \
-                 + {SLACK:?}); its alerts at the end: {last:?}"
+                "{what}: {name} {want:?} not firing on {on} within {bound:?} (cause {cause:?} + for \
+                 {hold:?} + {SLACK:?}); its alerts at the end: {last:?}"
             )
         });
         let pending_for = unix_now() - alert.active_at;
         assert!(
             pending_for + 0.5 >= hold.as_secs_f64(),
-            "{what}: {name} fired {pending_for:.1}s after it went pending, before its `for` of {hold:?}"
+            "{what}: {name} fired on {on} {pending_for:.1}s after it went pending, before its `for` of {hold:?}"
         );
         check_annotations(what, &alert);
         let fired = Fired {
@@ -138,10 +173,9 @@ impl<'a> Alerts<'a> {
             after: fault.elapsed(),
         };
         println!(
-            "{what}: {name} firing {:.1?} after the fault (for {hold:?}), value {}, labels {:?}",
+            "{what}: {name} firing on {on} {:.1?} after the fault (for {hold:?}), value {}, labels {:?}",
             fired.after, fired.alert.value, fired.alert.labels
         );
-        self.fired.lock().unwrap().push(fired.clone());
         fired
     }
 

@@ -1,8 +1,8 @@
 //! The end-to-end scenario: three operator replicas, then a fourth
 //! (scale-out: checkers move through drains), checkers of every kind on one
 //! witness, and a real Prometheus scraping every replica each second with the
-//! alert rules loaded (the version of WEBCHECKER_PROMETHEUS, Debian's 2.42 by
-//! default), and beside it the other version (Prometheus 3 by default), scraping
+//! alert rules loaded (the version of WEBCHECKER_PROMETHEUS, 3.x by
+//! default), and beside it the other version (Debian's 2.42 by default), scraping
 //! the same, for the checks that run on both (expressions.rs). The checks (the
 //! other modules) read what it leaves.
 

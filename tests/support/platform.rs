@@ -59,9 +59,10 @@ pub fn tool(name: &str) -> PathBuf {
         })
 }
 
-/// Which Prometheus (server and promtool) a test runs: Debian's 2.42 on PATH
-/// (hack/install-deps.sh), what the tests run by default, or the 3.x that
-/// hack/build-prometheus.sh builds (PROMETHEUS3_VERSION of hack/versions.env).
+/// Which Prometheus (server and promtool) a test runs: the 3.x that
+/// hack/build-prometheus.sh builds (PROMETHEUS3_VERSION of hack/versions.env),
+/// what the tests run by default (what teams run today), or Debian's 2.42 on
+/// PATH (hack/install-deps.sh), the second target for older installations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PromVersion {
     Debian,
@@ -72,13 +73,14 @@ impl PromVersion {
     /// Both, Debian's first.
     pub const ALL: [PromVersion; 2] = [PromVersion::Debian, PromVersion::V3];
 
-    /// From WEBCHECKER_PROMETHEUS: unset, empty, `2` or `debian`: Debian's;
-    /// `3`: the 3.x of hack/build-prometheus.sh. Anything else panics.
+    /// From WEBCHECKER_PROMETHEUS: unset, empty or `3`: the 3.x of
+    /// hack/build-prometheus.sh; `2` or `debian`: Debian's. Anything else
+    /// panics.
     pub fn from_env() -> PromVersion {
         match std::env::var("WEBCHECKER_PROMETHEUS").as_deref() {
-            Err(_) | Ok("") | Ok("2") | Ok("debian") => PromVersion::Debian,
-            Ok("3") => PromVersion::V3,
-            Ok(other) => panic!("WEBCHECKER_PROMETHEUS={other}: `2`/`debian` or `3`"),
+            Err(_) | Ok("") | Ok("3") => PromVersion::V3,
+            Ok("2") | Ok("debian") => PromVersion::Debian,
+            Ok(other) => panic!("WEBCHECKER_PROMETHEUS={other}: `3`, or `2`/`debian`"),
         }
     }
 

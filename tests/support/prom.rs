@@ -1,6 +1,6 @@
-//! A real Prometheus on a loopback port (Debian's 2.42 on PATH by default;
-//! WEBCHECKER_PROMETHEUS=3, or [`Prometheus::start_with`], for the 3.x of
-//! hack/build-prometheus.sh: see [`PromVersion`]),
+//! A real Prometheus on a loopback port (the 3.x of hack/build-prometheus.sh
+//! by default; WEBCHECKER_PROMETHEUS=2, or [`Prometheus::start_with`], for
+//! Debian's 2.42 on PATH: see [`PromVersion`]),
 //! scraping operator replicas each second with honor_labels (as the chart's
 //! ServiceMonitor does), in one job or in several (one per installation), and
 //! evaluating the given rule files each second; and the samples of its HTTP
@@ -40,7 +40,7 @@ pub struct Prometheus {
 
 impl Prometheus {
     /// `targets`: (replica identity, port of its /metrics); `rules`: rule
-    /// files. The version of WEBCHECKER_PROMETHEUS (Debian's by default).
+    /// files. The version of WEBCHECKER_PROMETHEUS (3.x by default).
     pub fn start(targets: &[(String, u16)], rules: &[PathBuf]) -> Prometheus {
         Self::start_with(PromVersion::from_env(), targets, rules)
     }
