@@ -2,9 +2,9 @@
 //! servers on loopback (rustls and hyper): a full, verified TLS handshake on
 //! every probe, the certificate chain, HTTP/2 and compression.
 
-mod support;
 #[path = "protocols/kinds.rs"]
 mod kinds;
+mod support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

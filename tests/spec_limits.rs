@@ -343,7 +343,8 @@ async fn kubectl_apply(ns: &str, yaml: &str, dry_run: bool) -> std::process::Out
 /// Each rule rejects its example with a message a person can act on, and
 /// lookalikes that stay on the host are admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admission_refuses_paths_that_leave_the_host_credentials_in_the_host_and_http_fields_elsewhere() {
+async fn admission_refuses_paths_that_leave_the_host_credentials_in_the_host_and_http_fields_elsewhere()
+ {
     let c = cluster();
     let ns = c.namespace("limits-admission");
     let refused = [
@@ -376,7 +377,10 @@ async fn admission_refuses_paths_that_leave_the_host_credentials_in_the_host_and
             "spec.locations.quorum cannot exceed spec.locations.zones",
         ),
         // The kinds that are not HTTP: a port, and no HTTP-only field.
-        ("host: tcp://a.example", "spec.host needs a port with grpc://"),
+        (
+            "host: tcp://a.example",
+            "spec.host needs a port with grpc://",
+        ),
         (
             "host: tcp://a.example:25\nmethod: POST",
             "spec.method applies to http://, https:// hosts only; remove it for a grpc://, grpcs://, tcp:// or tls:// host",

@@ -115,7 +115,10 @@ pub(super) fn status_name(code: u32) -> &'static str {
         "DATA_LOSS",
         "UNAUTHENTICATED",
     ];
-    NAMES.get(code as usize).copied().unwrap_or("an unknown code")
+    NAMES
+        .get(code as usize)
+        .copied()
+        .unwrap_or("an unknown code")
 }
 
 #[cfg(test)]
@@ -168,14 +171,25 @@ mod tests {
     #[test]
     fn broken_answers_are_refused_without_a_panic() {
         assert!(health_response(&[]).is_err());
-        assert!(health_response(&[1, 0, 0, 0, 2, 8, 1]).is_err(), "compressed");
+        assert!(
+            health_response(&[1, 0, 0, 0, 2, 8, 1]).is_err(),
+            "compressed"
+        );
         assert!(health_response(&[0, 0, 0, 0, 9, 8, 1]).is_err(), "short");
         let mut two = framed(&[8, 1]);
         two.extend(framed(&[8, 2]));
         assert!(health_response(&two).is_err(), "two messages");
         assert!(health_response(&framed(&[8])).is_err(), "cut varint");
-        assert!(health_response(&framed(&[8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1])).is_err());
-        assert!(health_response(&framed(&[0x22, 5, 1])).is_err(), "cut bytes");
+        assert!(
+            health_response(&framed(&[
+                8, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1
+            ]))
+            .is_err()
+        );
+        assert!(
+            health_response(&framed(&[0x22, 5, 1])).is_err(),
+            "cut bytes"
+        );
         assert!(health_response(&framed(&[0x0b])).is_err(), "group");
         // Every prefix of every input either parses or errs.
         let msg = framed(&[0x22, 2, b'h', b'i', 8, 1]);

@@ -68,10 +68,11 @@ pub use error::Reason;
 pub use matcher::Matcher;
 pub use outcome::{GrpcFacts, Outcome, Phases, Serving, TlsFacts, human_duration, version_name};
 pub use plan::{
-    Alpn, GRPC_HEALTH_PATH, Protocol, TcpStepPlan, AddressFamily, CHECKER_PATTERN_BUDGET, Compiled, Http2, JsonCheckPlan, MinTlsVersion,
-    PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, PatternError, Patterns, ProbePlan, ProxyPlan,
-    StatusSet, TlsConfig, TlsPlan, ValueRef, ZoneQuorum, base64, compile_patterns, pattern_sources,
-    plan, plan_trusting, plan_with, references,
+    AddressFamily, Alpn, CHECKER_PATTERN_BUDGET, Compiled, GRPC_HEALTH_PATH, Http2, JsonCheckPlan,
+    MinTlsVersion, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, PatternError, Patterns,
+    ProbePlan, Protocol, ProxyPlan, StatusSet, TcpStepPlan, TlsConfig, TlsPlan, ValueRef,
+    ZoneQuorum, base64, compile_patterns, pattern_sources, plan, plan_trusting, plan_with,
+    references,
 };
 pub use policy::{
     AddressPolicy, ClusterAddresses, Denial, KUBELET_PORTS, PRIVATE_NETWORKS, Scope, Why,

@@ -29,7 +29,9 @@ impl Phase {
             Phase::Tls => "TLS handshake",
             Phase::Processing => "response headers",
             Phase::Transfer => "response body",
-            Phase::Steps => "the steps of spec.tcp.queryResponse (the server did not send a matching line)",
+            Phase::Steps => {
+                "the steps of spec.tcp.queryResponse (the server did not send a matching line)"
+            }
             Phase::Checks => {
                 "the response checks (headerChecks, bodyMatch, jsonChecks: their patterns are too slow for this response, or wait behind other checks of this namespace)"
             }

@@ -102,7 +102,11 @@ impl Probe<'_> {
                 received.pending.drain(..=end);
             }
             if received.total >= max {
-                return Err(unmatched(step, pattern, &format!("in the first {max} bytes")));
+                return Err(unmatched(
+                    step,
+                    pattern,
+                    &format!("in the first {max} bytes"),
+                ));
             }
             let n = io.read(&mut chunk).await.map_err(|e| broken(step, &e))?;
             if n == 0 {
@@ -111,7 +115,11 @@ impl Probe<'_> {
                 if !rest.is_empty() && self.first_match(pattern, rest).await?.is_some() {
                     return Ok(());
                 }
-                return Err(unmatched(step, pattern, "before the server closed the connection"));
+                return Err(unmatched(
+                    step,
+                    pattern,
+                    "before the server closed the connection",
+                ));
             }
             let n = n.min(max - received.total);
             received.pending.extend_from_slice(&chunk[..n]);
@@ -138,7 +146,9 @@ impl Probe<'_> {
             .matcher
             .run(self.namespace, job)
             .await
-            .ok_or_else(|| HopError::new(Reason::UnexpectedResponse, "the line checks could not run").into())
+            .ok_or_else(|| {
+                HopError::new(Reason::UnexpectedResponse, "the line checks could not run").into()
+            })
     }
 
     /// STARTTLS after step `step`: the TLS handshake over the plain
@@ -153,7 +163,9 @@ impl Probe<'_> {
         let Conn::Plain(stream) = conn else {
             return Err(HopError::new(
                 Reason::InvalidSpec,
-                format!("spec.tcp.queryResponse[{step}].startTls: the connection speaks TLS already"),
+                format!(
+                    "spec.tcp.queryResponse[{step}].startTls: the connection speaks TLS already"
+                ),
             )
             .into());
         };

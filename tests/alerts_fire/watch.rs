@@ -121,7 +121,10 @@ impl<'a> Alerts<'a> {
     ) -> Fired {
         let mut last = None;
         for prom in self.proms {
-            last = Some(self.wait_firing_on(prom, what, name, &want, fault, cause).await);
+            last = Some(
+                self.wait_firing_on(prom, what, name, &want, fault, cause)
+                    .await,
+            );
         }
         let fired = last.expect("two Prometheus");
         self.fired.lock().unwrap().push(fired.clone());

@@ -12,7 +12,11 @@ async fn grpc_tcp_and_tls_checkers_report_like_http_ones() {
     let client = c.client().await;
     let api = checkers(&client, &ns);
     let grpc = tokio::task::spawn_blocking(|| {
-        GrpcHealth::start(&[("", "SERVING"), ("shop.Stock", "NOT_SERVING")], None, None)
+        GrpcHealth::start(
+            &[("", "SERVING"), ("shop.Stock", "NOT_SERVING")],
+            None,
+            None,
+        )
     })
     .await
     .unwrap();
@@ -67,8 +71,15 @@ async fn grpc_tcp_and_tls_checkers_report_like_http_ones() {
         smtps.message
     );
     // The certificate is still judged for its expiry when it is not verified.
-    wait_condition(&api, "smtps", "CertificateExpiring", "True", "CertificateExpired", within)
-        .await;
+    wait_condition(
+        &api,
+        "smtps",
+        "CertificateExpiring",
+        "True",
+        "CertificateExpired",
+        within,
+    )
+    .await;
 
     // A flip at run time turns the checker False with the reason.
     grpc.set_async("", "NOT_SERVING").await;
@@ -76,7 +87,9 @@ async fn grpc_tcp_and_tls_checkers_report_like_http_ones() {
 
     let text = op.scrape().await;
     for want in [
-        format!("webchecker_grpc_healthcheck_response{{name=\"stock\",namespace=\"{ns}\",serving_status=\"NOT_SERVING\"}} 1"),
+        format!(
+            "webchecker_grpc_healthcheck_response{{name=\"stock\",namespace=\"{ns}\",serving_status=\"NOT_SERVING\"}} 1"
+        ),
         format!("webchecker_grpc_status_code{{name=\"stock\",namespace=\"{ns}\"}} 0"),
     ] {
         assert!(text.lines().any(|l| l == want), "missing {want}");

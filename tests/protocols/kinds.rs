@@ -20,8 +20,10 @@ fn mk_with(yaml: &str, values: &[(ValueRef, &str)]) -> webchecker::probe::ProbeP
         .iter()
         .map(|(r, v)| (r.clone(), v.as_bytes().to_vec()))
         .collect();
-    plan(&spec, &|r| values.get(r).cloned().ok_or_else(|| "not found".into()))
-        .unwrap_or_else(|e| panic!("{yaml}: {e}"))
+    plan(&spec, &|r| {
+        values.get(r).cloned().ok_or_else(|| "not found".into())
+    })
+    .unwrap_or_else(|e| panic!("{yaml}: {e}"))
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -69,7 +71,12 @@ async fn grpc_health_answers_give_their_reasons_and_grpc_health_probe_agrees() {
         ("", Reason::ProbeSucceeded, "SERVING (the server)", 0),
         ("shop.Orders", Reason::ProbeSucceeded, "SERVING", 0),
         ("shop.Stock", Reason::NotServing, "answered NOT_SERVING", 4),
-        ("shop.Nope", Reason::ServiceUnknown, "does not know service \"shop.Nope\" (gRPC status NOT_FOUND)", 3),
+        (
+            "shop.Nope",
+            Reason::ServiceUnknown,
+            "does not know service \"shop.Nope\" (gRPC status NOT_FOUND)",
+            3,
+        ),
     ];
     for (service, reason, part, code) in cases {
         let o = probe(&p, &check(service)).await;
@@ -86,14 +93,28 @@ async fn grpc_health_answers_give_their_reasons_and_grpc_health_probe_agrees() {
         })
     );
     let o = probe(&p, &check("shop.Nope")).await;
-    assert_eq!(o.grpc, Some(GrpcFacts { status: 5, serving: None }));
+    assert_eq!(
+        o.grpc,
+        Some(GrpcFacts {
+            status: 5,
+            serving: None
+        })
+    );
 
     // A flip is seen by the next probe, by both clients.
     server.set_async("shop.Orders", "NOT_SERVING").await;
-    expect(&probe(&p, &check("shop.Orders")).await, Reason::NotServing, "NOT_SERVING");
+    expect(
+        &probe(&p, &check("shop.Orders")).await,
+        Reason::NotServing,
+        "NOT_SERVING",
+    );
     assert_eq!(second_opinion(addr, "shop.Orders").await, 4);
     server.set_async("shop.Orders", "SERVING").await;
-    expect(&probe(&p, &check("shop.Orders")).await, Reason::ProbeSucceeded, "SERVING");
+    expect(
+        &probe(&p, &check("shop.Orders")).await,
+        Reason::ProbeSucceeded,
+        "SERVING",
+    );
 
     // An HTTP server is no gRPC server; a server that is gone refuses.
     drop(server);
@@ -125,8 +146,14 @@ async fn grpcs_verifies_the_server_every_probe_and_presents_a_client_certificate
     let ca_ref = (ValueRef::config_map("ca", "ca.crt"), ca.pem.as_str());
     let secrets = [
         ca_ref.clone(),
-        (ValueRef::secret("client", "tls.crt"), client.cert_pem.as_str()),
-        (ValueRef::secret("client", "tls.key"), client.key_pem.as_str()),
+        (
+            ValueRef::secret("client", "tls.crt"),
+            client.cert_pem.as_str(),
+        ),
+        (
+            ValueRef::secret("client", "tls.key"),
+            client.key_pem.as_str(),
+        ),
     ];
     let with_client = format!(
         "{host}\ntls: {{caBundle: {{configMapKeyRef: {{name: ca, key: ca.crt}}}}, clientCertificate: {{secretName: client}}}}"
@@ -139,10 +166,17 @@ async fn grpcs_verifies_the_server_every_probe_and_presents_a_client_certificate
 
     // Without the client certificate the server refuses the handshake.
     let o = probe(&p, &mk_with(&format!("{host}\n{CA_BUNDLE}"), &[ca_ref])).await;
-    assert!(matches!(o.reason, Reason::TlsError | Reason::ProtocolError), "{o:?}");
+    assert!(
+        matches!(o.reason, Reason::TlsError | Reason::ProtocolError),
+        "{o:?}"
+    );
     // Without the CA the certificate is unknown: every probe verifies it.
     let o = probe(&p, &mk(&host, None)).await;
-    expect(&o, Reason::CertificateInvalid, "unknown certificate authority");
+    expect(
+        &o,
+        Reason::CertificateInvalid,
+        "unknown certificate authority",
+    );
 
     let addr = server.addr().to_string();
     let (a, cc, ck) = (ca_file.clone(), client_cert.clone(), client_key.clone());
@@ -208,7 +242,9 @@ async fn an_expired_certificate_behind_starttls_or_on_smtps_is_caught() {
     let o = probe(&p, &mk(&format!("{starttls}{insecure}"), None)).await;
     expect(&o, Reason::ProbeSucceeded, "9 steps done, over TLS");
     assert_eq!(o.cert_not_after, Some(leaf.not_after));
-    assert!(o.phases.tls > std::time::Duration::ZERO && o.phases.processing > std::time::Duration::ZERO);
+    assert!(
+        o.phases.tls > std::time::Duration::ZERO && o.phases.processing > std::time::Duration::ZERO
+    );
     let o = probe(&p, &mk(&format!("{smtps}\n{insecure}"), None)).await;
     expect(&o, Reason::ProbeSucceeded, "TLS handshake done");
     assert_eq!(o.cert_not_after, Some(leaf.not_after));
@@ -220,8 +256,15 @@ async fn an_expired_certificate_behind_starttls_or_on_smtps_is_caught() {
     );
     let o = probe(&p, &mk(&wrong, None)).await;
     assert_eq!(o.reason, Reason::UnexpectedResponse, "{o:?}");
-    assert!(!o.message.contains("ESMTP"), "the server's words stay out: {o:?}");
-    let o = probe(&p, &mk(&format!("host: tcp://127.0.0.1:{}", smtp.smtp_port()), None)).await;
+    assert!(
+        !o.message.contains("ESMTP"),
+        "the server's words stay out: {o:?}"
+    );
+    let o = probe(
+        &p,
+        &mk(&format!("host: tcp://127.0.0.1:{}", smtp.smtp_port()), None),
+    )
+    .await;
     expect(&o, Reason::ProbeSucceeded, "connected");
 }
 
@@ -236,8 +279,15 @@ async fn a_tcp_check_meets_the_forgery_guard_and_the_gate_before_it_connects() {
     assert_eq!(o.reason, Reason::Forbidden, "{o:?}");
     // A closed gate: no outcome, and no connection was made.
     assert!(prober().probe(&plan, "ns", &|| false).await.is_none());
-    assert!(listener.accept().now_or_never().is_none(), "a connection was made");
+    assert!(
+        listener.accept().now_or_never().is_none(),
+        "a connection was made"
+    );
     // The same plan with the gate open does connect.
-    expect(&probe(&prober(), &plan).await, Reason::ProbeSucceeded, "connected");
+    expect(
+        &probe(&prober(), &plan).await,
+        Reason::ProbeSucceeded,
+        "connected",
+    );
     assert!(listener.accept().now_or_never().is_some());
 }

@@ -6,13 +6,16 @@ use bytes::Bytes;
 use http::{HeaderName, Method};
 
 use super::credentials::request_headers;
+use super::kinds;
 use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
-use super::kinds;
-use super::{Alpn, AddressFamily, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum};
+use super::{
+    AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum,
+};
 use crate::api::{
-    CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec, default_timeout,
+    CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec,
+    default_timeout,
 };
 use crate::probe::decode::Coding;
 use crate::probe::env_proxy::proxy_target;

@@ -160,7 +160,10 @@ pub(super) fn protocol(
                 .unwrap_or_default(),
         },
         CheckKind::Tcp | CheckKind::Tls => {
-            let steps = spec.tcp.iter().flat_map(|t| t.query_response.iter().flatten());
+            let steps = spec
+                .tcp
+                .iter()
+                .flat_map(|t| t.query_response.iter().flatten());
             let mut out = Vec::new();
             for (i, s) in steps.enumerate() {
                 let start_tls = s.start_tls.unwrap_or(false);

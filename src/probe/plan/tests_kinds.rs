@@ -21,7 +21,10 @@ fn the_scheme_says_what_a_check_speaks() {
     assert_eq!(p.kind, CheckKind::Grpc);
     assert!(!p.target.https);
     assert_eq!(p.target.path_and_query, GRPC_HEALTH_PATH);
-    assert_eq!(p.target.url(), "http://10.0.0.1:50051/grpc.health.v1.Health/Check");
+    assert_eq!(
+        p.target.url(),
+        "http://10.0.0.1:50051/grpc.health.v1.Health/Check"
+    );
     assert_eq!(p.alpn, Alpn::H2);
     assert!(matches!(&p.protocol, Protocol::GrpcHealth { service } if service.is_empty()));
 
@@ -35,12 +38,18 @@ fn the_scheme_says_what_a_check_speaks() {
     assert!(matches!(&p.protocol, Protocol::GrpcHealth { service } if service == "shop.Orders"));
 
     let p = plan(&spec("host: tcp://[2001:db8::1]:25"), &no_secrets).unwrap();
-    assert_eq!((p.kind, p.target.https, p.alpn), (CheckKind::Tcp, false, Alpn::Nothing));
+    assert_eq!(
+        (p.kind, p.target.https, p.alpn),
+        (CheckKind::Tcp, false, Alpn::Nothing)
+    );
     assert_eq!(p.target.host, "2001:db8::1");
     assert!(matches!(&p.protocol, Protocol::Tcp { steps } if steps.is_empty()));
 
     let p = plan(&spec("host: tls://mail.example.com:465"), &no_secrets).unwrap();
-    assert_eq!((p.kind, p.target.https, p.alpn), (CheckKind::Tls, true, Alpn::Nothing));
+    assert_eq!(
+        (p.kind, p.target.https, p.alpn),
+        (CheckKind::Tls, true, Alpn::Nothing)
+    );
 
     // The seed's kind is unchanged.
     let p = plan(&spec("host: http://flant.ru"), &no_secrets).unwrap();
@@ -74,14 +83,20 @@ tcp:
         .iter()
         .map(|s| s.expect.as_ref().map(Pattern::as_str))
         .collect();
-    assert_eq!(expects, [Some("^220 "), Some("^250[ -]STARTTLS"), None, Some("^220")]);
+    assert_eq!(
+        expects,
+        [Some("^220 "), Some("^250[ -]STARTTLS"), None, Some("^220")]
+    );
     assert_eq!(&steps[1].send[..], b"EHLO probe\r\n");
     assert_eq!(
         steps.iter().map(|s| s.start_tls).collect::<Vec<_>>(),
         [false, false, false, true]
     );
     let e = err("host: tcp://h:1\ntcp: {queryResponse: [{expect: '('}]}");
-    assert!(e.starts_with("spec.tcp.queryResponse[0].expect is not a valid regular expression"), "{e}");
+    assert!(
+        e.starts_with("spec.tcp.queryResponse[0].expect is not a valid regular expression"),
+        "{e}"
+    );
     let e = err("host: tls://h:1\ntcp: {queryResponse: [{startTls: true}]}");
     assert!(e.contains("tls:// host speaks TLS from the start"), "{e}");
 }
@@ -91,10 +106,19 @@ fn other_kinds_refuse_what_only_http_uses_naming_the_field() {
     for (yaml, field) in [
         ("host: tcp://h:1\nmethod: POST", "spec.method"),
         ("host: grpc://h:1\nbodyMatch: {regex: x}", "spec.bodyMatch"),
-        ("host: tls://h:1\nfollowRedirects: true", "spec.followRedirects"),
-        ("host: grpc://h:1\nexpectedStatusCodes: ['200']", "spec.expectedStatusCodes"),
+        (
+            "host: tls://h:1\nfollowRedirects: true",
+            "spec.followRedirects",
+        ),
+        (
+            "host: grpc://h:1\nexpectedStatusCodes: ['200']",
+            "spec.expectedStatusCodes",
+        ),
         ("host: grpc://h:1\npath: /x", "spec.path"),
-        ("host: tcp://h:1\nheaders: [{name: a, value: b}]", "spec.headers"),
+        (
+            "host: tcp://h:1\nheaders: [{name: a, value: b}]",
+            "spec.headers",
+        ),
         ("host: http://h\ngrpc: {}", "spec.grpc"),
         ("host: grpc://h:1\ntcp: {}", "spec.tcp"),
     ] {
@@ -102,7 +126,10 @@ fn other_kinds_refuse_what_only_http_uses_naming_the_field() {
         assert!(e.starts_with(field), "{yaml}: {e}");
     }
     let e = err("host: grpc://h:1\nheaders: [{name: grpc-timeout, value: 1S}]");
-    assert!(e.contains("grpc-timeout is set by the gRPC health check"), "{e}");
+    assert!(
+        e.contains("grpc-timeout is set by the gRPC health check"),
+        "{e}"
+    );
     let e = err("host: tcp://h");
     assert!(e.contains("needs a port"), "{e}");
     let e = err("host: tcp://u:p@h:1");
