@@ -28,7 +28,13 @@ echo "==> starting the local control plane (first run builds kube-apiserver, etc
 make -s cluster-up >/dev/null
 export KUBECONFIG=$PWD/.local/kubeconfig PATH=$PWD/.local/bin:$PATH
 kubectl apply --server-side --force-conflicts -f crds/webcheckers.test.network.io.yaml >/dev/null
-kubectl wait --for=condition=Established --timeout=60s crd/webcheckers.test.network.io >/dev/null
+# kubectl wait fails at once, instead of waiting, on a CRD the API server has
+# given no condition yet (kubernetes#66439): asked again for up to 60 s.
+for _ in $(seq 60); do
+  kubectl wait --for=condition=Established --timeout=60s crd/webcheckers.test.network.io >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl wait --for=condition=Established --timeout=1s crd/webcheckers.test.network.io >/dev/null
 for ns in webchecker-system demo; do kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null; done
 
 echo "==> demo targets on 127.0.0.1:18080-18082"

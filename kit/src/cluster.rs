@@ -152,17 +152,33 @@ impl Cluster {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let out = self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/webcheckers.test.network.io",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.wait_established("webcheckers.test.network.io");
+    }
+
+    /// Waits (60 s at most) until the CRD `name` is Established. `kubectl
+    /// wait --for=condition` fails at once instead of waiting when it reads
+    /// the CRD before the API server has given it any condition
+    /// (`.status.conditions accessor error: <nil>`, kubernetes#66439): that
+    /// failure is asked again.
+    pub fn wait_established(&self, name: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let out = self.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{name}"),
+            ]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                stderr.contains("accessor error") && std::time::Instant::now() < deadline,
+                "kubectl wait for crd/{name} Established: {stderr}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     pub async fn client(&self) -> Client {

@@ -108,19 +108,9 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         ],
     )
     .await;
-    ok(
-        kubectl(
-            cluster,
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                &format!("crd/{CRD}"),
-            ],
-        )
-        .await,
-        "the chart's CRD established",
-    );
+    tokio::task::spawn_blocking(|| cluster.wait_established(CRD))
+        .await
+        .unwrap();
     println!("helm install (with the CRD): {:?}", t0.elapsed());
 
     // A token of the chart's ServiceAccount (TokenRequest API), as a pod gets one.
