@@ -74,6 +74,11 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
         "blackbox name of webchecker_tls_info: https checkers only",
     ),
     (
+        "record=probe_grpc_",
+        "blackbox names of the gRPC health series: grpc:// checkers only, the witness targets \
+         are http (tests/probe/e2e_kinds.rs reads the series, a promtool test the rules)",
+    ),
+    (
         "alert=WebCheckerNoLeader",
         "needs a fault: no replica holding the leader Lease, or no replica scraped",
     ),
