@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use crate::prom::{JOB, by_label, single};
-use crate::scenario::{BREAKING, FAILING, HEALTHY, LATE, Run, SLOW, SLOW_FAILING};
+use crate::scenario::{
+    BREAKING, FAILING, HEALTHY, LATE, Run, SLOW, SLOW_FAILING, handovers_and_acks,
+};
 use crate::support::fleet::shard_sizes;
 use crate::support::repo;
 
@@ -141,10 +143,19 @@ pub async fn panels_match_the_scenario(run: &Run) {
         .first()
         .map(|(_, v)| *v)
         .unwrap_or(0.0);
+    let (handovers, acks, gaps) = run.objlog.with(|l| {
+        let (h, a) = handovers_and_acks(&l.objs);
+        (h, a, l.gaps.len())
+    });
+    assert_eq!(gaps, 0, "the object log re-listed: changes may be missing");
+    assert!(
+        handovers >= run.moved.len(),
+        "{handovers} handovers in the objects for {} checkers moved",
+        run.moved.len()
+    );
     assert_eq!(
-        moves as usize,
-        run.moved.len(),
-        "rebalance moves counted by the leader"
+        moves as usize, handovers,
+        "rebalance moves counted by the leader vs handovers in the objects"
     );
     let drains = single(
         &prom
@@ -153,8 +164,11 @@ pub async fn panels_match_the_scenario(run: &Run) {
         "drains",
     );
     assert_eq!(
-        drains as usize,
-        run.moved.len(),
-        "drains completed by the old owners"
+        drains as usize, acks,
+        "drains acknowledged by the old owners vs acks in the objects"
+    );
+    println!(
+        "scale-out: {} checkers moved, {handovers} handovers and {acks} acks in the objects, counted {moves} and {drains}",
+        run.moved.len()
     );
 }

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::platform::prometheus3_bin;
 use crate::prom::Prometheus;
 use crate::support::fleet::shard_sizes;
+use crate::support::objlog::{ObjRec, ObjectLog, RecKind};
 use crate::support::*;
 
 pub const HEALTHY: usize = 24;
@@ -110,6 +111,9 @@ pub struct Run {
     pub after: HashMap<String, String>,
     /// The checkers the scale-out moved (to NEW_REPLICA).
     pub moved: Vec<String>,
+    /// Every version of every checker since before the first was created:
+    /// the handovers and acks the replicas' counters must match.
+    pub objlog: ObjectLog,
     /// Unix time at which the scale-out began.
     pub move_at: f64,
 }
@@ -128,6 +132,7 @@ impl Run {
         let client = cluster.client().await;
         let api = checkers_api(&client, &ns);
         let witness = Witness::start().await;
+        let objlog = ObjectLog::start(client.clone(), &ns).await;
         let specs = fleet_specs();
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
         let total = names.len();
@@ -279,6 +284,7 @@ impl Run {
             ops,
             witness,
             client,
+            objlog,
             ns,
             names,
             before,
@@ -355,4 +361,31 @@ async fn settled(
     let sizes = shard_sizes(&o);
     let cap = total.div_ceil(live.len());
     (sizes.len() == live.len() && sizes.values().all(|s| *s <= cap)).then_some(o)
+}
+
+/// Handovers and drain acknowledgements in the object log, each seen as a
+/// change of one checker (listed baselines are not changes): (handovers,
+/// acks). A handover is the sharder's assignment of a checker whose old
+/// owner acknowledged its drain, to the drain's target (what it counts as a
+/// rebalance move); an ack is the old owner's removal of its owner label
+/// while the drain stands (what it counts as a drain). A drain re-targeted
+/// because its target looked gone (a starved replica's late renewal) is two
+/// of each, as the counters see it.
+pub fn handovers_and_acks(objs: &[ObjRec]) -> (usize, usize) {
+    let mut last: HashMap<&str, &ObjRec> = HashMap::new();
+    let (mut handovers, mut acks) = (0, 0);
+    for o in objs {
+        if o.kind != RecKind::Listed
+            && let Some(prev) = last.get(o.name.as_str())
+            && let Some(target) = &prev.drain
+        {
+            match (&prev.owner, &o.owner) {
+                (None, Some(owner)) if owner == target && o.drain.is_none() => handovers += 1,
+                (Some(_), None) if o.drain.as_ref() == Some(target) => acks += 1,
+                _ => {}
+            }
+        }
+        last.insert(o.name.as_str(), o);
+    }
+    (handovers, acks)
 }
