@@ -8,8 +8,10 @@
 #            normal priority, so nothing beside them takes a core they want;
 #   beside - the rest, at a low CPU and I/O priority (nice 10: when both
 #            lanes want the cores, this one gets about a tenth): first the
-#            pure ones (no control plane, no timing), then the end-to-end
-#            ones whose deadlines do not depend on how fast the machine is.
+#            pure ones (no control plane, no Go tool, no timing), then the
+#            end-to-end ones whose deadlines do not depend on how fast the
+#            machine is, in the order the background build makes their
+#            tools.
 # A binary of tests/ that no group names runs alone (the safe default), and
 # the run says so: a new test file is classified here.
 #
@@ -40,12 +42,15 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 # caches of ~30 test binaries would double the target directory.
 export CARGO_INCREMENTAL=0
 
-PURE=(lib bins kit generated properties ring_chains chart_alerts metric_labels
-  chart_test_hook protocols overload)
-# self_service_rbac and node run the node's binaries: last, so that the
-# background build has the most time.
-BESIDE=(image chart egress spec_limits tenancy observability alerts_fire confirmation
-  self_service_rbac node)
+PURE=(lib bins generated properties ring_chains chart_test_hook overload)
+# After the pure ones, the end-to-end ones that need only the control plane;
+# then those that need the probe peers or Prometheus 3 (kit, protocols,
+# chart_alerts and metric_labels need no control plane but those tools,
+# built in the background after the control plane's: placed here they find
+# them built rather than hold the lane up); self_service_rbac and node run
+# the node's binaries: last, so that the background build has the most time.
+BESIDE=(image chart egress spec_limits tenancy confirmation kit protocols chart_alerts
+  metric_labels observability alerts_fire self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to
 # spare); the tightest once it is done.
