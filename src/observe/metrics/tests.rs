@@ -5,7 +5,7 @@ use crate::probe::Phases;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn outcome(reason: Reason) -> Outcome {
+pub(super) fn outcome(reason: Reason) -> Outcome {
     Outcome {
         reason,
         message: String::new(),
@@ -290,7 +290,10 @@ fn grpc_answers_are_exported_as_blackbox_names_them() {
         "webchecker_grpc_healthcheck_response{name=\"g\",namespace=\"ns\",serving_status=\"SERVICE_UNKNOWN\"} 0",
         "webchecker_probes_total{name=\"g\",namespace=\"ns\",reason=\"NotServing\",result=\"failure\"} 1",
     ] {
-        assert!(text.lines().any(|t| t == line), "missing {line:?} in\n{text}");
+        assert!(
+            text.lines().any(|t| t == line),
+            "missing {line:?} in\n{text}"
+        );
     }
     assert!(text.contains("kind=\"grpc\""), "{text}");
     // A failed call keeps its status code and no serving status.
@@ -301,8 +304,14 @@ fn grpc_answers_are_exported_as_blackbox_names_them() {
     });
     ours.record_probe("ns", "g", &info, &o, false);
     let text = ours.render();
-    assert!(text.contains("webchecker_grpc_status_code{name=\"g\",namespace=\"ns\"} 12"), "{text}");
-    assert!(!text.contains("webchecker_grpc_healthcheck_response{"), "{text}");
+    assert!(
+        text.contains("webchecker_grpc_status_code{name=\"g\",namespace=\"ns\"} 12"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("webchecker_grpc_healthcheck_response{"),
+        "{text}"
+    );
     // Other checks have neither.
     let mut o = outcome(Reason::ConnectError);
     o.grpc = None;
