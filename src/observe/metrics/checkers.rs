@@ -10,7 +10,7 @@ use super::{
 };
 use crate::probe::Reason;
 
-pub(super) fn render_gauge(
+fn render_gauge(
     out: &mut dyn Sink,
     checkers: &Snapshot,
     family: &'static str,
@@ -215,8 +215,8 @@ fn render_tls(out: &mut dyn Sink, checkers: &Snapshot) {
             &[
                 ("name", name),
                 ("namespace", ns),
-                ("version", &t.version),
-                ("cipher", &t.cipher),
+                ("version", t.version),
+                ("cipher", t.cipher),
             ],
             1.0,
         );

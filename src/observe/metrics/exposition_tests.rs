@@ -130,11 +130,14 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-/// A decoded family: name, type, metrics (labels, the Metric's fields).
+/// A decoded Metric: its labels and its fields.
+type Decoded<'a> = (Vec<(String, String)>, Vec<(u64, Field<'a>)>);
+
+/// A decoded family: name, type, metrics.
 struct Family<'a> {
     name: String,
     kind: u64,
-    metrics: Vec<(Vec<(String, String)>, Vec<(u64, Field<'a>)>)>,
+    metrics: Vec<Decoded<'a>>,
 }
 
 fn decode(mut body: &[u8]) -> Vec<Family<'_>> {
@@ -383,4 +386,77 @@ fn protobuf_and_text_hold_the_same_samples() {
     }
     assert!(from_text.len() > 20, "{}", from_text.len());
     assert_eq!(from_text, from_proto);
+}
+
+/// Bytes per checker of the whole per-checker exposition and of the
+/// duration histogram alone, in each form, at 1,000 checkers (the figures
+/// of docs/metrics.md; `cargo test --lib bytes_per_checker -- --nocapture`).
+#[test]
+fn bytes_per_checker() {
+    const N: usize = 1000;
+    let fleet = |per_checker: bool, native: bool, keep_classic: bool| {
+        let m = Metrics::with_histograms(
+            "r0",
+            HistogramOptions {
+                per_checker,
+                native,
+                keep_classic,
+            },
+        );
+        let info = Arc::new(crate::observe::metrics::CheckerInfo::default());
+        for i in 0..N {
+            // A day of a 10 s checker is 8,640 probes; 60 here, spread from
+            // 20 to 400 ms as a real endpoint's are (13 native buckets).
+            for p in 0..60u64 {
+                let ms = 20 + (p * p * 7 + i as u64) % 380;
+                m.record_probe(
+                    "team-a",
+                    &format!("checker-{i:04}"),
+                    &info,
+                    &probe(ms),
+                    true,
+                );
+            }
+        }
+        (m.render().len(), m.render_protobuf().len())
+    };
+    let (base_text, base_proto) = fleet(false, false, true);
+    let rows = [
+        ("classic", fleet(true, false, true)),
+        ("classic + native", fleet(true, true, true)),
+        ("native only", fleet(true, true, false)),
+    ];
+    println!(
+        "whole exposition without the histogram: {} B text, {} B protobuf per checker",
+        base_text / N,
+        base_proto / N
+    );
+    let mut histogram = BTreeMap::new();
+    for (what, (text, proto)) in rows {
+        let (t, p) = ((text - base_text) / N, (proto - base_proto) / N);
+        println!("duration histogram, {what}: {t} B text, {p} B protobuf per checker");
+        histogram.insert(what, (t, p));
+    }
+    let (classic_text, classic_proto) = histogram["classic"];
+    let (_, native_proto) = histogram["native only"];
+    // The text of the 14 classic series is about 1.3 KiB with short names.
+    assert!((1000..3000).contains(&classic_text), "{classic_text}");
+    assert!(classic_proto < classic_text);
+    assert!(native_proto * 3 < classic_text, "{native_proto}");
+    assert!(histogram["classic + native"].1 > classic_proto);
+}
+
+/// For parsers outside this crate (Prometheus's own textparse, promtool):
+/// with WEBCHECKER_METRICS_DUMP=<dir>, writes the exposition of
+/// [`metrics`] in both formats there (metrics.pb, metrics.txt). A no-op
+/// otherwise.
+#[test]
+fn dump_for_outside_parsers() {
+    let Ok(dir) = std::env::var("WEBCHECKER_METRICS_DUMP") else {
+        return;
+    };
+    let m = metrics(true, true);
+    let dir = std::path::Path::new(&dir);
+    std::fs::write(dir.join("metrics.pb"), m.render_protobuf()).unwrap();
+    std::fs::write(dir.join("metrics.txt"), m.render()).unwrap();
 }

@@ -5,18 +5,20 @@
 //! one series per serving status, 1 on the one answered).
 
 use super::Snapshot;
-use super::checkers::render_gauge;
 use super::exposition::{Kind, Sink};
 use crate::probe::Serving;
 
 pub(super) fn render(out: &mut dyn Sink, checkers: &Snapshot) {
-    render_gauge(
-        out,
-        checkers,
+    out.family(
         "webchecker_grpc_status_code",
+        Kind::Gauge,
         "gRPC status code of the last health check's answer (0 OK); absent when no answer came",
-        |c| c.grpc.map(|g| f64::from(g.status)),
     );
+    for (ns, name, c) in checkers {
+        if let Some(g) = c.grpc {
+            out.sample(&[("name", name), ("namespace", ns)], f64::from(g.status));
+        }
+    }
     out.family(
         "webchecker_grpc_healthcheck_response",
         Kind::Gauge,

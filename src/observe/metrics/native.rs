@@ -222,8 +222,10 @@ mod tests {
         let counted: u64 = h.buckets.iter().map(|b| b.1).sum();
         assert_eq!(counted, total, "merging keeps every observation");
         // Every observation is still in the bucket that holds it at the new schema.
-        let mut again = NativeHistogram::default();
-        again.schema = h.schema();
+        let mut again = NativeHistogram {
+            schema: h.schema(),
+            ..Default::default()
+        };
         for i in 0..=2000 {
             again.observe(1e-4 * (6e5f64).powf(f64::from(i) / 2000.0));
         }
