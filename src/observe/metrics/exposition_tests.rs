@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// What Prometheus 3.16 sends with `scrape_native_histograms: true`
-/// (scrape.acceptHeader over config.DefaultProtoFirstScrapeProtocols).
-const PROM3_NATIVE: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=underscores;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+/// (scrape.acceptHeader over config.DefaultProtoFirstScrapeProtocols; these
+/// two were captured from its scrapes).
+const PROM3_NATIVE: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
 /// And without it (config.DefaultScrapeProtocols).
-const PROM3_CLASSIC: &str = "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=underscores;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+const PROM3_CLASSIC: &str = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.7,application/openmetrics-text;version=0.0.1;q=0.6,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.3";
 
 #[test]
 fn the_format_follows_accept() {
