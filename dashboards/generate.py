@@ -94,10 +94,34 @@ def success_ratio(by, success, probes):
     return "(sum %s(increase(%s[$__range])) or 0 * %s) / %s" % (by, success, all_, all_)
 
 
-def quantile(q, bucket, by="", checker=False):
+# Histograms the operator can also expose as native histograms
+# (--native-histograms): their quantiles read the classic buckets or, where
+# Prometheus stored none (it keeps only the native form of a histogram scraped
+# with scrape_native_histograms unless always_scrape_classic_histograms), the
+# native series. On Prometheus 2 the second half matches nothing.
+NATIVE = {"webchecker_probe_duration_seconds_bucket"}
+
+
+def quantile(q, bucket, by="", checker=False, fn="rate", window=RI):
     s = csel(bucket) if checker else sel(bucket)
     grp = "le" if not by else by + ", le"
-    return "histogram_quantile(%s, sum by (%s) (rate(%s[%s])))" % (q, grp, s, RI)
+    classic = "histogram_quantile(%s, sum by (%s) (%s(%s[%s])))" % (q, grp, fn, s, window)
+    if bucket not in NATIVE:
+        return classic
+    base = bucket[: -len("_bucket")]
+    n = csel(base) if checker else sel(base)
+    nsum = "sum by (%s)" % by if by else "sum"
+    return "%s or histogram_quantile(%s, %s (%s(%s[%s])))" % (classic, q, nsum, fn, n, window)
+
+
+def osel_quantile(q, fn, window):
+    """The checker dashboard's quantile of one checker's probe duration, the
+    buckets of all owners added up."""
+    classic = "histogram_quantile(%s, sum by (namespace, name, le) (%s(%s[%s])))" % (
+        q, fn, osel("webchecker_probe_duration_seconds_bucket"), window)
+    native = "histogram_quantile(%s, sum by (namespace, name) (%s(%s[%s])))" % (
+        q, fn, osel("webchecker_probe_duration_seconds"), window)
+    return "%s or %s" % (classic, native)
 
 
 # --------------------------------------------------------------------- panels
@@ -634,8 +658,7 @@ def checker():
                        instant=True),
                "percentunit", thr=thresholds("red", 0.95, "orange", 0.99, "green"), decimals=3), 3, 4)
     L.add(stat("p90 probe duration over the range", "90th percentile of the whole probe duration over the dashboard's time range (webchecker_probe_duration_seconds; empty with --per-checker-histogram=false).",
-               targets("histogram_quantile(0.9, sum by (namespace, name, le) (increase(%s[$__range])))"
-                       % osel("webchecker_probe_duration_seconds_bucket"), instant=True),
+               targets(osel_quantile(0.9, "increase", "$__range"), instant=True),
                "s", thr=thresholds("green", 1, "orange", 5, "red"), decimals=3), 3, 4)
     L.add(stat("Certificate expires in", "Days until the earliest notAfter of the certificate chain presented at the last TLS handshake (webchecker_certificate_expiry_timestamp_seconds); negative: expired. https checkers only. The alert WebCheckerCertificateExpiring fires under 14 days.",
                targets(expiry, instant=True), "d", thr=thresholds("red", 7, "orange", 14, "green"), decimals=1), 3, 4)
@@ -669,8 +692,7 @@ def checker():
 
     L.row("Latency")
     L.add(timeseries("Probe duration percentiles", "p50, p90 and p99 of the whole probe duration (webchecker_probe_duration_seconds, the buckets of all owners added up; empty with --per-checker-histogram=false).",
-                     targets(*[("histogram_quantile(%s, sum by (namespace, name, le) (rate(%s[%s])))"
-                                % (q, osel("webchecker_probe_duration_seconds_bucket"), RI), "p%d" % round(q * 100))
+                     targets(*[(osel_quantile(q, "rate", RI), "p%d" % round(q * 100))
                                for q in (0.5, 0.9, 0.99)]),
                      "s", min_=0), 12, 8)
     L.add(timeseries("Probe phases", "Duration of each phase of the last probe: resolve (DNS), connect (TCP), tls (handshake), processing (request sent to first response byte), transfer (body read) (webchecker_probe_phase_duration_seconds, a gauge: the last probe's, not a distribution).",

@@ -173,6 +173,17 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_PER_CHECKER_HISTOGRAM", default_value_t = true, action = clap::ArgAction::Set)]
     pub per_checker_histogram: bool,
 
+    /// Give the per-checker latency histogram native (sparse, exponential)
+    /// buckets, exposed in the protobuf format to scrapers that ask for it
+    /// (Prometheus 3 with scrape_native_histograms: true); docs/metrics.md.
+    #[arg(long, env = "WEBCHECKER_NATIVE_HISTOGRAMS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub native_histograms: bool,
+
+    /// With --native-histograms: keep the classic buckets beside the native
+    /// ones (false drops them; without native buckets they are always kept).
+    #[arg(long, env = "WEBCHECKER_CLASSIC_HISTOGRAMS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub classic_histograms: bool,
+
     /// Probes never connect to these networks (comma separated CIDRs), on top
     /// of the built-in denials (docs/security.md).
     #[arg(long, env = "WEBCHECKER_DENY_CIDRS", default_value = "", value_parser = parse_cidrs)]

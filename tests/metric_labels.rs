@@ -10,7 +10,11 @@
 //!   is `warning` without one (the pending alerts of the real rule file);
 //! - the recording rules of alerts/blackbox.rules.yaml give the same
 //!   `probe_success` as the operator's own `webchecker_last_probe_success`.
+//!
+//! And native histograms with Prometheus 3 (native_histograms.rs).
 
+#[path = "metric_labels/native_histograms.rs"]
+mod native_histograms;
 #[path = "support/platform.rs"]
 mod platform;
 #[path = "support/prom.rs"]

@@ -5,7 +5,6 @@
 //! sum across replicas never counts a checker twice.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use prometheus::{
@@ -15,8 +14,12 @@ use prometheus::{
 
 use crate::probe::{GrpcFacts, Outcome, Reason, TlsFacts};
 
+mod checkers;
+mod exposition;
 mod grpc;
 mod info;
+mod native;
+pub use exposition::{Format, negotiate};
 pub(crate) use info::configure as configure_label_allowlist;
 pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
 
@@ -64,8 +67,11 @@ struct CheckerSeries {
     last_success: bool,
     last_code: u16,
     last_success_ts: f64,
-    /// Non-cumulative counts per bucket of [`PROBE_BUCKETS`] (+Inf last).
+    /// Non-cumulative counts per bucket of [`PROBE_BUCKETS`] (+Inf last);
+    /// kept also without classic buckets: they add up to the count.
     buckets: [u64; PROBE_BUCKETS.len() + 1],
+    /// With `--native-histograms`: the same durations in native buckets.
+    native: native::NativeHistogram,
     duration_sum: f64,
     /// Probes per reason, indexed like [`ALL_REASONS`].
     probes: [u64; ALL_REASONS.len()],
@@ -106,9 +112,37 @@ const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"
 
 type CheckerMap = BTreeMap<Arc<str>, BTreeMap<Arc<str>, CheckerSeries>>;
 
+/// What the per-checker duration histogram carries (docs/metrics.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistogramOptions {
+    /// `--per-checker-histogram`: the histogram at all.
+    pub per_checker: bool,
+    /// `--native-histograms`: native buckets, exposed in the protobuf format.
+    pub native: bool,
+    /// `--classic-histograms`: keep the classic buckets beside native ones
+    /// (without native ones they are always kept).
+    pub keep_classic: bool,
+}
+
+impl HistogramOptions {
+    pub fn classic(self) -> bool {
+        self.keep_classic || !self.native
+    }
+}
+
+impl Default for HistogramOptions {
+    fn default() -> Self {
+        HistogramOptions {
+            per_checker: true,
+            native: false,
+            keep_classic: true,
+        }
+    }
+}
+
 pub struct Metrics {
     pub registry: Registry,
-    per_checker_histogram: bool,
+    histograms: HistogramOptions,
     /// Checker labels copied to `webchecker_checker_info`.
     label_allowlist: Arc<LabelAllowlist>,
     /// namespace -> name -> series. Locked only for a lookup or a copy, never
@@ -301,6 +335,16 @@ impl Metrics {
     }
 
     pub fn new(identity: &str, per_checker_histogram: bool) -> Self {
+        Self::with_histograms(
+            identity,
+            HistogramOptions {
+                per_checker: per_checker_histogram,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn with_histograms(identity: &str, histograms: HistogramOptions) -> Self {
         let r = Registry::new();
         let build = gauge_vec(&r, BUILD_INFO, &["version", "replica"]);
         build
@@ -312,7 +356,7 @@ impl Metrics {
         ))
         .expect("process collector registers once");
         let m = Metrics {
-            per_checker_histogram,
+            histograms,
             label_allowlist: info::configured(),
             checkers: Mutex::new(BTreeMap::new()),
             owned: gauge(&r, OWNED),
@@ -436,7 +480,8 @@ impl Metrics {
             .iter()
             .position(|r| *r == o.reason)
             .unwrap_or(ALL_REASONS.len() - 1);
-        let histogram = self.per_checker_histogram;
+        let histogram = self.histograms.per_checker;
+        let native = histogram && self.histograms.native;
         self.with_checker(namespace, name, |c| {
             c.info = Some(info.clone());
             c.probed = true;
@@ -453,6 +498,9 @@ impl Metrics {
                     .unwrap_or(PROBE_BUCKETS.len());
                 c.buckets[b] += 1;
                 c.duration_sum += seconds;
+            }
+            if native {
+                c.native.observe(seconds);
             }
             c.probes[reason] += 1;
             for (i, (_, d)) in o.phases.named().iter().enumerate() {
@@ -518,311 +566,62 @@ impl Metrics {
         }
     }
 
+    /// Copies the per-checker series under the lock (cheap: two reference
+    /// counts and a few hundred bytes per checker) to format them without
+    /// it, so probes never wait on a scrape.
+    fn snapshot(&self) -> Vec<(Arc<str>, Arc<str>, CheckerSeries)> {
+        let map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter()
+            .flat_map(|(ns, names)| {
+                names
+                    .iter()
+                    .map(move |(name, c)| (ns.clone(), name.clone(), c.clone()))
+            })
+            .collect()
+    }
+
     /// The text exposition format: the registry's metrics, then the per-checker
     /// families.
     pub fn render(&self) -> String {
         let families = self.registry.gather();
-        // Copy under the lock (cheap: two reference counts and a few hundred
-        // bytes per checker), format without it, so probes never wait on a scrape.
-        let snapshot: Vec<(Arc<str>, Arc<str>, CheckerSeries)> = {
-            let map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
-            map.iter()
-                .flat_map(|(ns, names)| {
-                    names
-                        .iter()
-                        .map(move |(name, c)| (ns.clone(), name.clone(), c.clone()))
-                })
-                .collect()
-        };
+        let snapshot = self.snapshot();
         let mut out = String::with_capacity(16 * 1024 + snapshot.len() * 2048);
         let _ = TextEncoder::new().encode_utf8(&families, &mut out);
-        render_checkers(&mut out, &snapshot, self.per_checker_histogram);
+        checkers::render_checkers(
+            &mut exposition::TextSink::new(&mut out),
+            &snapshot,
+            self.histograms,
+        );
         out
     }
-}
 
-fn push_escaped(out: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
+    /// The delimited protobuf format: the registry's families (the
+    /// prometheus crate's encoder), then the per-checker ones, native
+    /// histogram buckets included.
+    pub fn render_protobuf(&self) -> Vec<u8> {
+        let families = self.registry.gather();
+        let snapshot = self.snapshot();
+        let mut out = Vec::with_capacity(8 * 1024 + snapshot.len() * 1024);
+        // One family at a time: the encoder refuses a whole slice for one
+        // family it finds invalid (none should be), the others still go out.
+        let encoder = prometheus::ProtobufEncoder::new();
+        for family in &families {
+            let _ = prometheus::Encoder::encode(&encoder, std::slice::from_ref(family), &mut out);
+        }
+        let mut sink = exposition::ProtoSink::new(out);
+        checkers::render_checkers(&mut sink, &snapshot, self.histograms);
+        sink.finish()
+    }
+
+    pub fn encode(&self, format: Format) -> Vec<u8> {
+        match format {
+            Format::Text => self.render().into_bytes(),
+            Format::Protobuf => self.render_protobuf(),
         }
     }
-}
-
-/// Writes `family{name="..",namespace=".."` (labels sorted by name, as the
-/// prometheus crate writes them); the caller adds any further labels and `}`.
-fn push_series_start(out: &mut String, family: &str, namespace: &str, name: &str) {
-    out.push_str(family);
-    out.push_str("{name=\"");
-    push_escaped(out, name);
-    out.push_str("\",namespace=\"");
-    push_escaped(out, namespace);
-    out.push('"');
-}
-
-fn push_header(out: &mut String, family: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {family} {help}\n# TYPE {family} {kind}");
 }
 
 type Snapshot = [(Arc<str>, Arc<str>, CheckerSeries)];
-
-fn render_gauge(
-    out: &mut String,
-    checkers: &Snapshot,
-    family: &str,
-    help: &str,
-    value: impl Fn(&CheckerSeries) -> Option<f64>,
-) {
-    let mut header = false;
-    for (ns, name, c) in checkers {
-        let Some(v) = value(c) else { continue };
-        if !header {
-            push_header(out, family, "gauge", help);
-            header = true;
-        }
-        push_series_start(out, family, ns, name);
-        let _ = writeln!(out, "}} {v}");
-    }
-}
-
-fn render_checkers(out: &mut String, checkers: &Snapshot, histogram: bool) {
-    if histogram {
-        render_duration_histogram(out, checkers);
-    }
-    render_probe_counts(out, checkers);
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_up",
-        "1 when the Ready condition is True",
-        |c| Some(f64::from(u8::from(c.up))),
-    );
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_last_probe_success",
-        "1 when the last probe succeeded",
-        |c| c.probed.then_some(f64::from(u8::from(c.last_success))),
-    );
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_last_status_code",
-        "HTTP status code of the last probe, 0 when none",
-        |c| c.probed.then_some(f64::from(c.last_code)),
-    );
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_last_success_timestamp_seconds",
-        "Unix time of the last successful probe",
-        |c| c.probed.then_some(c.last_success_ts),
-    );
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_certificate_expiry_timestamp_seconds",
-        "Earliest notAfter of the server's certificate chain",
-        |c| c.cert_expiry.map(|t| t as f64),
-    );
-    render_gauge(
-        out,
-        checkers,
-        "webchecker_http_version",
-        "HTTP version of the last probe's response (1, 1.1, 2), 0 when none",
-        |c| c.probed.then_some(f64::from(c.http_version) / 10.0),
-    );
-    render_tls(out, checkers);
-    grpc::render(out, checkers);
-    info::render_info(out, checkers);
-    render_phases(out, checkers);
-    render_zones(out, checkers);
-}
-
-/// The zone series of checkers with spec.locations, exported by the owner
-/// only (it holds every zone's answer), so sums never count a probe twice.
-fn render_zones(out: &mut String, checkers: &Snapshot) {
-    type Value = fn(&ZoneSeries) -> Vec<(&'static str, f64)>;
-    let families: [(&str, &str, &str, Value); 3] = [
-        (
-            "webchecker_zone_probe_success",
-            "gauge",
-            "1 when the last probe from this zone succeeded (spec.locations); absent while its replica gives no result",
-            |z| {
-                z.last
-                    .map(|(ok, _)| ("", f64::from(u8::from(ok))))
-                    .into_iter()
-                    .collect()
-            },
-        ),
-        (
-            "webchecker_zone_probe_duration_seconds",
-            "gauge",
-            "Duration of the last probe from this zone (spec.locations)",
-            |z| z.last.map(|(_, s)| ("", s)).into_iter().collect(),
-        ),
-        (
-            "webchecker_zone_probes_total",
-            "counter",
-            "Probes from this zone (spec.locations), by result",
-            |z| {
-                vec![
-                    ("success", z.successes as f64),
-                    ("failure", z.failures as f64),
-                ]
-            },
-        ),
-    ];
-    for (family, kind, help, value) in families {
-        let mut header = false;
-        for (ns, name, c) in checkers {
-            for z in &c.zones {
-                for (result, v) in value(z) {
-                    if !header {
-                        push_header(out, family, kind, help);
-                        header = true;
-                    }
-                    push_series_start(out, family, ns, name);
-                    if !result.is_empty() {
-                        let _ = write!(out, ",result=\"{result}\"");
-                    }
-                    out.push_str(",zone=\"");
-                    push_escaped(out, &z.zone);
-                    let _ = writeln!(out, "\"}} {v}");
-                }
-            }
-        }
-    }
-}
-
-/// `webchecker_probe_duration_seconds` (`--per-checker-histogram`).
-fn render_duration_histogram(out: &mut String, checkers: &Snapshot) {
-    if checkers.iter().any(|(_, _, c)| c.probed) {
-        let family = "webchecker_probe_duration_seconds";
-        push_header(out, family, "histogram", "Whole probe duration");
-        for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
-            let mut cumulative = 0;
-            for (i, n) in c.buckets.iter().enumerate() {
-                cumulative += n;
-                push_series_start(out, "webchecker_probe_duration_seconds_bucket", ns, name);
-                match PROBE_BUCKETS.get(i) {
-                    Some(ub) => {
-                        let _ = writeln!(out, ",le=\"{ub}\"}} {cumulative}");
-                    }
-                    None => {
-                        let _ = writeln!(out, ",le=\"+Inf\"}} {cumulative}");
-                    }
-                }
-            }
-            push_series_start(out, "webchecker_probe_duration_seconds_sum", ns, name);
-            let _ = writeln!(out, "}} {}", c.duration_sum);
-            push_series_start(out, "webchecker_probe_duration_seconds_count", ns, name);
-            let _ = writeln!(out, "}} {cumulative}");
-        }
-    }
-}
-
-/// `webchecker_probes_total`, by result and reason.
-fn render_probe_counts(out: &mut String, checkers: &Snapshot) {
-    let family = "webchecker_probes_total";
-    let mut header = false;
-    for (ns, name, c) in checkers {
-        for (i, n) in c.probes.iter().enumerate().filter(|(_, n)| **n > 0) {
-            if !header {
-                push_header(out, family, "counter", "Probes done, by result and reason");
-                header = true;
-            }
-            let reason = ALL_REASONS[i];
-            let result = if reason == Reason::ProbeSucceeded {
-                "success"
-            } else {
-                "failure"
-            };
-            push_series_start(out, family, ns, name);
-            let _ = writeln!(
-                out,
-                ",reason=\"{}\",result=\"{result}\"}} {n}",
-                reason.as_str()
-            );
-        }
-    }
-}
-
-/// `webchecker_probe_phase_duration_seconds` of the last probe.
-fn render_phases(out: &mut String, checkers: &Snapshot) {
-    let family = "webchecker_probe_phase_duration_seconds";
-    let mut header = false;
-    for (ns, name, c) in checkers.iter().filter(|(_, _, c)| c.probed) {
-        if !header {
-            push_header(out, family, "gauge", "Phase durations of the last probe");
-            header = true;
-        }
-        for (phase, v) in PHASES.iter().zip(c.phases) {
-            push_series_start(out, family, ns, name);
-            let _ = writeln!(out, ",phase=\"{phase}\"}} {v}");
-        }
-    }
-}
-
-/// `webchecker_tls_info` and `webchecker_certificate_info`: at most
-/// 1 + [`crate::probe::MAX_CHAIN_INFO`] series per checker, replaced (not
-/// added to) when the server's certificates change.
-fn render_tls(out: &mut String, checkers: &Snapshot) {
-    let family = "webchecker_tls_info";
-    let mut header = false;
-    for (ns, name, c) in checkers {
-        let Some(t) = &c.tls else { continue };
-        if !header {
-            push_header(
-                out,
-                family,
-                "gauge",
-                "TLS version and cipher suite of the last handshake; always 1",
-            );
-            header = true;
-        }
-        push_series_start(out, family, ns, name);
-        let _ = writeln!(
-            out,
-            ",version=\"{}\",cipher=\"{}\"}} 1",
-            t.version, t.cipher
-        );
-    }
-    let family = "webchecker_certificate_info";
-    let mut header = false;
-    for (ns, name, c) in checkers {
-        let Some(chain) = c.tls.as_ref().and_then(|t| t.chain.as_ref()) else {
-            continue;
-        };
-        if !header {
-            push_header(
-                out,
-                family,
-                "gauge",
-                "Certificates of the server's chain (position 0 is the leaf) at the last handshake; always 1",
-            );
-            header = true;
-        }
-        for (i, cert) in chain.certificates.iter().enumerate() {
-            push_series_start(out, family, ns, name);
-            let _ = write!(out, ",position=\"{i}\",subject=\"");
-            push_escaped(out, &cert.subject);
-            out.push_str("\",issuer=\"");
-            push_escaped(out, &cert.issuer);
-            let not_after = chrono::DateTime::from_timestamp(cert.not_after, 0)
-                .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "\",serial=\"{}\",fingerprint_sha256=\"{}\",not_after=\"{not_after}\"}} 1",
-                cert.serial, cert.fingerprint_sha256
-            );
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,7 @@ use axum::routing::{get, post};
 
 use crate::confirm::service::{Desk, Request as ConfirmRequest};
 
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::{Metrics, negotiate};
 
 /// Health flags shared between the engine and the server.
 #[derive(Default)]
@@ -83,17 +83,25 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::respons
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(accepts_gzip);
+    // Protobuf for scrapers that ask for it first (Prometheus 3 with
+    // scrape_native_histograms), text for all others.
+    let format = negotiate(
+        headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     let body = tokio::task::spawn_blocking(move || {
-        let text = s.metrics.render();
+        let plain = s.metrics.encode(format);
         if !gzip {
-            return Ok::<_, std::io::Error>(text.into_bytes());
+            return Ok::<_, std::io::Error>(plain);
         }
         use std::io::Write;
         let mut enc = flate2::write::GzEncoder::new(
-            Vec::with_capacity(text.len() / 8),
+            Vec::with_capacity(plain.len() / 8),
             flate2::Compression::fast(),
         );
-        enc.write_all(text.as_bytes())?;
+        enc.write_all(&plain)?;
         enc.finish()
     })
     .await;
@@ -104,9 +112,12 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::respons
         [
             (
                 header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                HeaderValue::from_static(format.content_type()),
             ),
-            (header::VARY, HeaderValue::from_static("accept-encoding")),
+            (
+                header::VARY,
+                HeaderValue::from_static("accept, accept-encoding"),
+            ),
         ],
         body,
     )
@@ -268,11 +279,24 @@ mod tests {
     }
 
     async fn scrape(accept: Option<&str>) -> (Option<String>, Vec<u8>) {
+        let (encoding, _, body) = scrape_as(accept, None).await;
+        (encoding, body)
+    }
+
+    /// Content-Encoding, Content-Type and body of a scrape with these
+    /// Accept-Encoding and Accept headers.
+    async fn scrape_as(
+        accept_encoding: Option<&str>,
+        accept: Option<&str>,
+    ) -> (Option<String>, String, Vec<u8>) {
         let metrics = Arc::new(Metrics::new("r0", false));
         metrics.status_writes.with_label_values(&["ok"]).inc();
         let mut req = Request::get("/metrics");
-        if let Some(a) = accept {
+        if let Some(a) = accept_encoding {
             req = req.header(header::ACCEPT_ENCODING, a);
+        }
+        if let Some(a) = accept {
+            req = req.header(header::ACCEPT, a);
         }
         let resp = router(metrics, Arc::new(HealthFlags::default()), None)
             .oneshot(req.body(Body::empty()).unwrap())
@@ -283,10 +307,61 @@ mod tests {
             .headers()
             .get(header::CONTENT_ENCODING)
             .map(|v| v.to_str().unwrap().to_string());
+        let content_type = resp.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_string();
         let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
             .await
             .unwrap();
-        (encoding, body.to_vec())
+        (encoding, content_type, body.to_vec())
+    }
+
+    /// What Prometheus 3.16 asks with `scrape_native_histograms: true`:
+    /// delimited protobuf, gzip-compressed; text for everyone else.
+    #[tokio::test]
+    async fn protobuf_is_served_to_scrapers_that_ask_for_it_compressed_too() {
+        let proto = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        let (enc, content_type, gz) = scrape_as(Some("zstd,gzip"), Some(proto)).await;
+        assert_eq!(enc.as_deref(), Some("gzip"));
+        assert_eq!(
+            content_type,
+            "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+        );
+        let mut body = Vec::new();
+        flate2::read::GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut body)
+            .unwrap();
+        // Length-delimited messages, back to back to the last byte.
+        let mut rest = body.as_slice();
+        let mut messages = 0;
+        while !rest.is_empty() {
+            let (mut len, mut shift) = (0usize, 0);
+            loop {
+                let b = rest[0];
+                rest = &rest[1..];
+                len |= usize::from(b & 0x7f) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            assert!(len <= rest.len(), "message {messages} is cut short");
+            rest = &rest[len..];
+            messages += 1;
+        }
+        assert!(messages > 10, "{messages}");
+        let find = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+        assert!(find(b"webchecker_status_writes_total"));
+        assert!(!find(b"# TYPE"), "not the text format");
+
+        let (_, content_type, text) = scrape_as(None, Some("text/plain;q=0.9,*/*;q=0.1")).await;
+        assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+        assert!(
+            String::from_utf8(text)
+                .unwrap()
+                .contains("# TYPE webchecker_status_writes_total counter")
+        );
     }
 
     #[tokio::test]

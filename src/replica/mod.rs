@@ -148,7 +148,14 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         Clients::new(kube_config.clone())?
     };
     let clients = Clients::new(kube_config)?;
-    let metrics = Arc::new(Metrics::new(&identity, cfg.per_checker_histogram));
+    let metrics = Arc::new(Metrics::with_histograms(
+        &identity,
+        crate::observe::metrics::HistogramOptions {
+            per_checker: cfg.per_checker_histogram,
+            native: cfg.native_histograms,
+            keep_classic: cfg.classic_histograms,
+        },
+    ));
     // Tells this process from an earlier or later one at the same address.
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let health = Arc::new(HealthFlags {

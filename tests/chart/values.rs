@@ -152,6 +152,8 @@ fn chart_defaults_are_the_operators_defaults() {
             ("shutdown-timeout", format!("{:?}", c.shutdown_timeout)),
             ("replica-header", c.replica_header.to_string()),
             ("per-checker-histogram", c.per_checker_histogram.to_string()),
+            ("native-histograms", c.native_histograms.to_string()),
+            ("classic-histograms", c.classic_histograms.to_string()),
             ("deny-cidrs", format!("{:?}", c.deny_cidrs.0)),
             ("allow-cidrs", format!("{:?}", c.allow_cidrs.0)),
             ("allow-loopback", c.allow_loopback.to_string()),
@@ -206,6 +208,7 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.retry_period, Duration::from_millis(2500));
     assert_eq!(cfg.shutdown_timeout, Duration::from_secs(25));
     assert!(!cfg.replica_header && !cfg.per_checker_histogram);
+    assert!(cfg.native_histograms && !cfg.classic_histograms);
     assert!(!cfg.confirm_failures);
     assert!(cfg.discover_routes, "discovery.enabled");
     assert_eq!(cfg.zone.as_deref(), Some("eu-west-1a"));

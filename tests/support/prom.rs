@@ -26,6 +26,10 @@ pub type Sample = (BTreeMap<String, String>, f64);
 /// A scrape job: its name and its targets (replica identity, port of its /metrics).
 pub type Job = (String, Vec<(String, u16)>);
 
+/// Settings merged into the scrape config of the job of that name, e.g.
+/// `{"scrape_native_histograms": true}` (Prometheus 3).
+pub type JobSettings = BTreeMap<String, Value>;
+
 fn one_job(targets: &[(String, u16)]) -> Vec<Job> {
     vec![(JOB.to_string(), targets.to_vec())]
 }
@@ -36,6 +40,7 @@ pub struct Prometheus {
     pub version: PromVersion,
     dir: tempfile::TempDir,
     rules: Vec<PathBuf>,
+    settings: JobSettings,
 }
 
 impl Prometheus {
@@ -61,11 +66,21 @@ impl Prometheus {
 
     /// [`Prometheus::start_jobs`] of this version.
     pub fn start_jobs_with(version: PromVersion, jobs: &[Job], rules: &[PathBuf]) -> Prometheus {
+        Self::start_jobs_with_settings(version, jobs, rules, JobSettings::new())
+    }
+
+    /// [`Prometheus::start_jobs_with`], some jobs with settings of their own.
+    pub fn start_jobs_with_settings(
+        version: PromVersion,
+        jobs: &[Job],
+        rules: &[PathBuf],
+        settings: JobSettings,
+    ) -> Prometheus {
         let dir = scratch("prometheus-");
         let port = free_port();
         let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
         let config = dir.path().join("prometheus.yml");
-        write_config(&config, jobs, rules);
+        write_config(&config, jobs, rules, &settings);
         let child = Command::new(version.program("prometheus"))
             .arg(format!("--config.file={}", config.display()))
             .arg(format!(
@@ -85,6 +100,7 @@ impl Prometheus {
             version,
             dir,
             rules: rules.to_vec(),
+            settings,
         }
     }
 
@@ -95,7 +111,12 @@ impl Prometheus {
 
     /// New scrape jobs, applied with a configuration reload (SIGHUP).
     pub fn set_jobs(&self, jobs: &[Job]) {
-        write_config(&self.dir.path().join("prometheus.yml"), jobs, &self.rules);
+        write_config(
+            &self.dir.path().join("prometheus.yml"),
+            jobs,
+            &self.rules,
+            &self.settings,
+        );
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGHUP);
         }
@@ -195,7 +216,7 @@ impl Drop for Prometheus {
 
 /// The scrape jobs (each target with a `pod` label) and the rule files.
 /// Written whole then renamed, so that a reload never reads half of it.
-fn write_config(path: &std::path::Path, jobs: &[Job], rules: &[PathBuf]) {
+fn write_config(path: &std::path::Path, jobs: &[Job], rules: &[PathBuf], settings: &JobSettings) {
     let scrape_configs: Vec<Value> = jobs
         .iter()
         .map(|(job, targets)| {
@@ -205,7 +226,14 @@ fn write_config(path: &std::path::Path, jobs: &[Job], rules: &[PathBuf]) {
                     json!({"targets": [format!("127.0.0.1:{port}")], "labels": {"pod": id}})
                 })
                 .collect();
-            json!({"job_name": job, "honor_labels": true, "static_configs": static_configs})
+            let mut job_config =
+                json!({"job_name": job, "honor_labels": true, "static_configs": static_configs});
+            if let (Some(Value::Object(extra)), Some(c)) =
+                (settings.get(job), job_config.as_object_mut())
+            {
+                c.extend(extra.clone());
+            }
+            job_config
         })
         .collect();
     let cfg = json!({

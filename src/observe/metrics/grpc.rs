@@ -4,41 +4,38 @@
 //! `webchecker_grpc_healthcheck_response` (`probe_grpc_healthcheck_response`,
 //! one series per serving status, 1 on the one answered).
 
-use std::fmt::Write as _;
-
-use super::{Snapshot, push_header, push_series_start, render_gauge};
+use super::Snapshot;
+use super::exposition::{Kind, Sink};
 use crate::probe::Serving;
 
-pub(super) fn render(out: &mut String, checkers: &Snapshot) {
-    render_gauge(
-        out,
-        checkers,
+pub(super) fn render(out: &mut dyn Sink, checkers: &Snapshot) {
+    out.family(
         "webchecker_grpc_status_code",
+        Kind::Gauge,
         "gRPC status code of the last health check's answer (0 OK); absent when no answer came",
-        |c| c.grpc.map(|g| f64::from(g.status)),
     );
-    let family = "webchecker_grpc_healthcheck_response";
-    let mut header = false;
+    for (ns, name, c) in checkers {
+        if let Some(g) = c.grpc {
+            out.sample(&[("name", name), ("namespace", ns)], f64::from(g.status));
+        }
+    }
+    out.family(
+        "webchecker_grpc_healthcheck_response",
+        Kind::Gauge,
+        "1 on the serving status the last gRPC health check answered, 0 on the others",
+    );
     for (ns, name, c) in checkers {
         let Some(answered) = c.grpc.and_then(|g| g.serving) else {
             continue;
         };
-        if !header {
-            push_header(
-                out,
-                family,
-                "gauge",
-                "1 on the serving status the last gRPC health check answered, 0 on the others",
-            );
-            header = true;
-        }
         for s in Serving::ALL {
-            push_series_start(out, family, ns, name);
-            let _ = writeln!(
-                out,
-                ",serving_status=\"{}\"}} {}",
-                s.as_str(),
-                u8::from(s == answered)
+            out.sample(
+                &[
+                    ("name", name),
+                    ("namespace", ns),
+                    ("serving_status", s.as_str()),
+                ],
+                f64::from(u8::from(s == answered)),
             );
         }
     }

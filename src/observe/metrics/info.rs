@@ -5,10 +5,10 @@
 //! queries join it on (namespace, name), which keeps every other series
 //! (and its cardinality) as it is.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 
-use super::{Snapshot, push_escaped, push_header};
+use super::Snapshot;
+use super::exposition::{Kind, Sink};
 use crate::api::CheckKind;
 
 /// The checker label keys to copy, each with its Prometheus label name.
@@ -156,20 +156,14 @@ impl CheckerInfo {
 }
 
 /// Writes the family; `namespace` and `name` come with each checker.
-pub(super) fn render_info(out: &mut String, checkers: &Snapshot) {
-    let family = "webchecker_checker_info";
-    let mut header = false;
+pub(super) fn render_info(out: &mut dyn Sink, checkers: &Snapshot) {
+    out.family(
+        "webchecker_checker_info",
+        Kind::Gauge,
+        "The checker's URL, host, kind (http, grpc, tcp, tls) and allowlisted labels (--metric-labels-allowlist); always 1",
+    );
     for (ns, name, c) in checkers {
         let Some(info) = &c.info else { continue };
-        if !header {
-            push_header(
-                out,
-                family,
-                "gauge",
-                "The checker's URL, host, kind (http, grpc, tcp, tls) and allowlisted labels (--metric-labels-allowlist); always 1",
-            );
-            header = true;
-        }
         // Sorted by label name, as the prometheus crate writes them.
         let mut pairs: Vec<(&str, &str)> = vec![
             ("host", info.host.as_str()),
@@ -181,14 +175,7 @@ pub(super) fn render_info(out: &mut String, checkers: &Snapshot) {
         pairs.extend(info.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         pairs.retain(|(_, v)| !v.is_empty());
         pairs.sort_by(|a, b| a.0.cmp(b.0));
-        out.push_str(family);
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            out.push(if i == 0 { '{' } else { ',' });
-            let _ = write!(out, "{k}=\"");
-            push_escaped(out, v);
-            out.push('"');
-        }
-        out.push_str("} 1\n");
+        out.sample(&pairs, 1.0);
     }
 }
 

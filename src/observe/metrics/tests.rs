@@ -5,7 +5,7 @@ use crate::probe::Phases;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-fn outcome(reason: Reason) -> Outcome {
+pub(super) fn outcome(reason: Reason) -> Outcome {
     Outcome {
         reason,
         message: String::new(),

@@ -1,0 +1,245 @@
+//! Native histograms end to end (issue 29), against the real Prometheus 3
+//! (PROMETHEUS3_VERSION of hack/versions.env) scraping one operator replica
+//! run with `--native-histograms` in two jobs: `native` with
+//! `scrape_native_histograms: true` (it asks for protobuf first) and
+//! `classic` without (text). Then:
+//!
+//! - the TSDB holds native histogram samples for every checker (the query
+//!   API answers `histogram`, not `value`);
+//! - per checker the duration histogram is one series in `native`, 14 in
+//!   `classic`;
+//! - p50 and p99 over native buckets fall in the classic bucket that holds
+//!   the classic estimate (give or take one native bucket, a factor 2^(1/8));
+//! - `promtool check metrics` (Debian's 2.42 and 3.x) is clean on /metrics
+//!   with the histogram (classic + native, native only) and without it.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::platform::PromVersion;
+use crate::prom::{Job, JobSettings, Prometheus};
+use crate::support::*;
+
+const CLASSIC_BOUNDS: [f64; 12] = [
+    0.0, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// One native bucket at schema 3.
+const NATIVE_FACTOR: f64 = 1.090_507_732_665_257_7;
+
+fn checker(name: &str, host: &str) -> String {
+    format!(
+        "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n  host: {host}\n  path: \"/c/{name}\"\n  intervalSeconds: 1\n---\n"
+    )
+}
+
+fn apply(cluster: &Cluster, ns: &str, yaml: &str) {
+    let out = cluster.kubectl_stdin(&["apply", "-n", ns, "-f", "-"], yaml);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `promtool check metrics` of this version on a /metrics text: its output.
+fn promtool_check(version: PromVersion, text: &str) -> (bool, String) {
+    let mut child = Command::new(version.program("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// Value by checker name of an instant query.
+async fn by_name(prom: &Prometheus, expr: &str) -> Option<BTreeMap<String, f64>> {
+    let v = prom.query(expr).await?;
+    Some(v.into_iter().map(|(l, x)| (l["name"].clone(), x)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones() {
+    let cluster = Cluster::shared("metric-labels");
+    let witness = Witness::start().await;
+    let host = witness.url();
+    // Three latencies: the loopback's (~1 ms), 15 ms and 60 ms.
+    witness.set_mode("mid", Mode::Hang(Duration::from_millis(15)));
+    witness.set_mode("slow", Mode::Hang(Duration::from_millis(60)));
+    let spawn = |prefix: &str, extra: &[&str]| {
+        let ns = cluster.namespace(prefix);
+        let mut flags: Vec<&str> = FAST_LEASES.to_vec();
+        flags.extend_from_slice(extra);
+        let op = Operator::spawn(cluster, &format!("{prefix}-r0"), &ns, &flags);
+        (ns, op)
+    };
+    let (ns, op) = spawn("native", &["--native-histograms=true"]);
+    let (ns_off, op_off) = spawn("nohist", &["--per-checker-histogram=false"]);
+    let (ns_only, op_only) = spawn(
+        "nativeonly",
+        &["--native-histograms=true", "--classic-histograms=false"],
+    );
+    apply(
+        cluster,
+        &ns,
+        &[
+            checker("fast", &host),
+            checker("mid", &host),
+            checker("slow", &host),
+        ]
+        .concat(),
+    );
+    apply(cluster, &ns_off, &checker("fast", &host));
+    apply(cluster, &ns_only, &checker("mid", &host));
+    for o in [&op, &op_off, &op_only] {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let targets = vec![(op.identity.clone(), op.port)];
+    let jobs: Vec<Job> = vec![
+        ("native".into(), targets.clone()),
+        ("classic".into(), targets),
+    ];
+    let settings: JobSettings = [(
+        "native".to_string(),
+        json!({"scrape_native_histograms": true}),
+    )]
+    .into();
+    let prom = Prometheus::start_jobs_with_settings(PromVersion::V3, &jobs, &[], settings);
+    prom.wait_ready().await;
+    prom.wait_jobs_up(&jobs).await;
+
+    // 20 probes of each checker in both jobs' TSDB.
+    let count =
+        format!("webchecker_probe_duration_seconds_count{{job=\"classic\",namespace=\"{ns}\"}}");
+    eventually(
+        Duration::from_secs(90),
+        "20 probes of each checker",
+        || async {
+            let v = by_name(&prom, &count).await?;
+            (v.len() == 3 && v.values().all(|n| *n >= 20.0)).then_some(())
+        },
+    )
+    .await;
+
+    // Native samples: the API answers `histogram` (a native histogram) for
+    // each checker, where a float sample has `value`.
+    let raw = prom
+        .query_at(
+            &format!("webchecker_probe_duration_seconds{{job=\"native\",namespace=\"{ns}\"}}"),
+            None,
+        )
+        .await;
+    let result = raw["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(result.len(), 3, "{raw}");
+    for s in &result {
+        assert!(
+            s.get("histogram").is_some() && s.get("value").is_none(),
+            "a native histogram sample: {s}"
+        );
+        assert_eq!(
+            s["histogram"][1]["count"]
+                .as_str()
+                .map(|c| c.parse::<f64>().unwrap() >= 20.0),
+            Some(true),
+            "{s}"
+        );
+    }
+
+    // Series per checker: 1 native, 14 classic (12 buckets, sum, count).
+    for (job, want) in [("native", 1.0), ("classic", 14.0)] {
+        let series = by_name(
+            &prom,
+            &format!(
+                "count by (name) ({{__name__=~\"webchecker_probe_duration_seconds.*\",job=\"{job}\",namespace=\"{ns}\"}})"
+            ),
+        )
+        .await
+        .expect("series count");
+        assert_eq!(series.len(), 3, "{job}: {series:?}");
+        assert!(series.values().all(|n| *n == want), "{job}: {series:?}");
+        println!("{job}: series per checker {series:?}");
+    }
+
+    // p50 and p99 agree within bucket resolution.
+    for q in [0.5, 0.99] {
+        let native = by_name(
+            &prom,
+            &format!("histogram_quantile({q}, sum by (name) (rate(webchecker_probe_duration_seconds{{job=\"native\",namespace=\"{ns}\"}}[1m])))"),
+        )
+        .await
+        .expect("native quantile");
+        let classic = by_name(
+            &prom,
+            &format!("histogram_quantile({q}, sum by (name, le) (rate(webchecker_probe_duration_seconds_bucket{{job=\"classic\",namespace=\"{ns}\"}}[1m])))"),
+        )
+        .await
+        .expect("classic quantile");
+        assert_eq!(native.len(), 3, "{native:?}");
+        for (name, c) in &classic {
+            let n = native[name];
+            let hi = CLASSIC_BOUNDS
+                .iter()
+                .position(|b| *b >= *c)
+                .unwrap_or(CLASSIC_BOUNDS.len() - 1);
+            let (lo, hi) = (CLASSIC_BOUNDS[hi.saturating_sub(1)], CLASSIC_BOUNDS[hi]);
+            println!(
+                "p{}: {name}: native {n:.4} classic {c:.4} (bucket {lo}..{hi})",
+                q * 100.0
+            );
+            assert!(
+                lo / NATIVE_FACTOR <= n && n <= hi * NATIVE_FACTOR,
+                "p{q} of {name}: native {n}, classic {c} in ({lo}, {hi}]"
+            );
+        }
+        // The latencies the witness made: slow above 60 ms, mid above 15 ms.
+        assert!(
+            native["slow"] >= 0.055 && native["mid"] >= 0.0135,
+            "{native:?}"
+        );
+    }
+
+    // promtool: clean with the histogram (classic + native, native only:
+    // +Inf, sum and count) and without it, for both versions.
+    let texts = [
+        ("classic + native", op.scrape().await),
+        ("native only", op_only.scrape().await),
+        ("no histogram", op_off.scrape().await),
+    ];
+    assert!(
+        texts[0]
+            .1
+            .contains("webchecker_probe_duration_seconds_bucket{")
+    );
+    assert!(texts[1].1.contains("le=\"+Inf\"") && !texts[1].1.contains("le=\"0.005\""));
+    assert!(!texts[2].1.contains("webchecker_probe_duration_seconds"));
+    for version in PromVersion::ALL {
+        for (what, text) in &texts {
+            let (ok, said) = promtool_check(version, text);
+            assert!(
+                ok && said.trim().is_empty(),
+                "{} promtool check metrics, {what}: {said}",
+                version.name()
+            );
+        }
+    }
+}
