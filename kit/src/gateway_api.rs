@@ -36,7 +36,8 @@ pub fn gateway_api_crds() -> &'static Path {
             .map(|l| PathBuf::from(l.trim()))
             .expect("hack/fetch-gateway-api.sh printed its directory");
         assert!(
-            dir.join("gateway.networking.k8s.io_httproutes.yaml").is_file(),
+            dir.join("gateway.networking.k8s.io_httproutes.yaml")
+                .is_file(),
             "no HTTPRoute CRD in {}",
             dir.display()
         );
