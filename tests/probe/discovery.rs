@@ -303,7 +303,7 @@ async fn owned_by_the_ingress(
     );
 }
 
-/// A person sets intervalSeconds by hand; the next change of the Ingress
+/// A person sets intervalSeconds by hand; the next change of the route
 /// applies its new field and leaves the hand-set value (a conflict, then an
 /// apply without the field).
 async fn a_hand_set_interval_survives(
@@ -344,7 +344,7 @@ async fn a_hand_set_interval_survives(
     );
     assert!(conflicts >= Some(1.0), "{conflicts:?}");
     println!(
-        "a hand-set intervalSeconds (3) survived an Ingress update that applied failureThreshold 2"
+        "a hand-set intervalSeconds (3) survived a route update that applied failureThreshold 2"
     );
 }
 
