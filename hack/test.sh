@@ -92,7 +92,8 @@ mkdir -p "$logs"
 # the Rust build (they take the cores it leaves idle): first the control
 # plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), the
 # probe peers (hack/build-probe-peers.sh: grpc-go's health server,
-# grpc-health-probe, blackbox_exporter; the kit waits on its lock), Prometheus 3
+# grpc-health-probe, blackbox_exporter; the kit waits on its lock), the
+# Gateway API CRDs (hack/fetch-gateway-api.sh), Prometheus 3
 # (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
 # tests wait on its lock), then the node's (only when a binary that needs them
 # runs).
@@ -104,6 +105,7 @@ printf '%s\n' "${BESIDE[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' 
 (
   nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
     nice -n 10 hack/build-probe-peers.sh >/dev/null &&
+    hack/fetch-gateway-api.sh >/dev/null &&
     nice -n 10 hack/build-prometheus.sh >/dev/null &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
   rc=$?

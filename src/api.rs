@@ -126,6 +126,7 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
 #[x_kube(validation = http_only("followRedirects"))]
 #[x_kube(validation = http_only("maxRedirects"))]
 #[x_kube(validation = http_only("proxy"))]
+#[x_kube(validation = Rule::new("!has(self.connectTo) || !has(self.proxy)").message("spec.connectTo and spec.proxy cannot be combined: through a proxy, the proxy chooses where to connect"))]
 #[x_kube(validation = http_only("compression"))]
 #[x_kube(validation = http_only("http2"))]
 #[x_kube(validation = http_only("httpVersions"))]
@@ -257,6 +258,12 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip_family: Option<IpFamily>,
 
+    /// Address (an IP address or a host name) to connect to instead of the addresses of spec.host's host, on spec.host's port; the request still names spec.host's host (Host header, gRPC :authority, TLS SNI and the certificate's name, unless tls.serverName says otherwise), as curl --connect-to does. For example an ingress controller's or a Gateway's address, to probe a route through it whatever DNS says. The forgery guard judges the addresses actually connected to (connectTo's). Applies to spec.host's origin only: a redirect to another host goes where that host resolves to. Cannot be combined with spec.proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new(CONNECT_TO_RULE).message("spec.connectTo must be an IP address or a host name, without scheme, port or path, for example 10.0.0.7 or gateway.example.net"))]
+    pub connect_to: Option<String>,
+
     /// HTTP proxy to probe through. Default: none (direct connections, whatever the operator's environment says).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy: Option<ProxySpec>,
@@ -282,6 +289,10 @@ pub struct WebCheckerSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpSpec>,
 }
+
+/// CEL: spec.connectTo is an IP address (v4, or v6 without brackets) or a
+/// DNS name (lower or upper case letters, digits, hyphens, dots).
+const CONNECT_TO_RULE: &str = "isIP(self) || self.matches('^[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\\\\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*\\\\.?$')";
 
 /// A CEL expression that holds when spec.host is http:// or https://.
 const HTTP_HOST: &str = "(isURL(self.host) && url(self.host).getScheme() in ['http', 'https'])";

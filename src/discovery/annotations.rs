@@ -20,6 +20,12 @@ pub const FAILURE_THRESHOLD: &str = "webchecker.test.network.io/failure-threshol
 /// `"true"`: one checker per host and path of the rules, not per host.
 pub const PER_PATH: &str = "webchecker.test.network.io/per-path";
 
+/// Where the checkers connect: `dns` (default) the host's own addresses;
+/// `gateway` (HTTPRoute) the addresses in its parent Gateways' status;
+/// `load-balancer` (Ingress) the addresses in the Ingress's status
+/// (`spec.connectTo`, the request still naming the host).
+pub const VIA: &str = "webchecker.test.network.io/via";
+
 /// The Event reason of a bad annotation value.
 pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
 
@@ -33,6 +39,45 @@ pub struct Settings {
     pub interval_seconds: Option<i32>,
     pub failure_threshold: Option<i32>,
     pub per_path: bool,
+    pub via: Via,
+}
+
+/// The value of [`VIA`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Via {
+    #[default]
+    Dns,
+    Gateway,
+    LoadBalancer,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Dns => "dns",
+            Via::Gateway => "gateway",
+            Via::LoadBalancer => "load-balancer",
+        }
+    }
+}
+
+fn via(v: &str) -> Result<Via, String> {
+    match v {
+        "dns" => Ok(Via::Dns),
+        "gateway" => Ok(Via::Gateway),
+        "load-balancer" => Ok(Via::LoadBalancer),
+        _ => Err("is not \"dns\", \"gateway\" or \"load-balancer\"".into()),
+    }
+}
+
+/// The problem of a [`VIA`] value that the kind of source does not have
+/// (`gateway` on an Ingress): its checkers connect through DNS.
+pub fn via_not_for(kind: &str, value: Via, hint: &str) -> Problem {
+    invalid(
+        VIA,
+        value.as_str(),
+        &format!("does not apply to an {kind} ({hint})"),
+    )
 }
 
 /// Reads the annotations of a source object.
@@ -47,6 +92,7 @@ pub fn read(annotations: &BTreeMap<String, String>) -> (Settings, Vec<Problem>) 
         interval_seconds: take(a, INTERVAL_SECONDS, |v| int_in(v, 1, 86400), p),
         failure_threshold: take(a, FAILURE_THRESHOLD, |v| int_in(v, 1, 100), p),
         per_path: take(a, PER_PATH, boolean, p).unwrap_or(false),
+        via: take(a, VIA, via, p).unwrap_or_default(),
     };
     (settings, problems)
 }

@@ -6,15 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::networking::v1::Ingress;
 
-use super::annotations::{self, Settings};
-use super::names::checker_name;
-use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Plan, Problem, Skip, Source};
+use super::annotations::{self, Via};
+use super::rules;
+use super::{Defaults, Plan, Skip, Source};
+
+pub use super::rules::TOO_MANY;
 
 /// The `source` label's value of checkers generated from Ingresses.
 pub const LABEL: &str = "ingress";
-
-/// The Event reason when an Ingress asks for more checkers than allowed.
-pub const TOO_MANY: &str = "TooManyCheckers";
 
 /// The owner of an Ingress's checkers.
 pub fn source(ing: &Ingress) -> Source {
@@ -36,90 +35,78 @@ pub fn plan(
     namespace_annotations: &BTreeMap<String, String>,
     defaults: &Defaults,
 ) -> Plan {
-    let empty = BTreeMap::new();
-    let own = ing.metadata.annotations.as_ref().unwrap_or(&empty);
-    let (settings, problems) = annotations::read(own);
-    let mut plan = Plan {
-        problems,
-        ..Plan::default()
-    };
-    if !annotations::opted_in(settings.check, namespace_annotations) {
+    let (settings, mut plan) =
+        rules::start(ing.metadata.annotations.as_ref(), namespace_annotations);
+    let Some(settings) = settings else {
         return plan;
-    }
+    };
+    let connect_to = match settings.via {
+        Via::Dns => None,
+        Via::LoadBalancer => load_balancer(ing),
+        other => {
+            let hint = "an Ingress connects through dns or load-balancer";
+            plan.problems
+                .push(annotations::via_not_for("Ingress", other, hint));
+            None
+        }
+    };
     let name = ing.metadata.name.as_deref().unwrap_or_default();
     let tls = tls_hosts(ing);
     let mut seen = BTreeSet::new();
     for (host, paths) in rule_hosts(ing, &mut plan.skipped) {
-        let scheme = if covered(&tls, &host) {
+        if settings.via == Via::LoadBalancer && connect_to.is_none() {
+            plan.skipped.push((host, Skip::NoAddress));
+            continue;
+        }
+        let scheme = if rules::covered(&tls, &host) {
             "https"
         } else {
             "http"
         };
         let url = format!("{scheme}://{host}");
-        let targets: Vec<(String, Option<String>)> = if settings.per_path {
-            per_path_targets(name, &host, &paths, &mut plan.skipped)
-        } else {
-            vec![(checker_name(&[name, &host]), settings.path.clone())]
-        };
-        for (checker, path) in targets {
-            if seen.insert(checker.clone()) {
-                plan.checkers
-                    .push(desired(checker, &url, path, &settings, defaults));
-            }
+        rules::HostCheckers {
+            parts: &[name, &host],
+            url: &url,
+            connect_to: connect_to.as_deref(),
+            paths: &paths,
         }
+        .add(&settings, defaults, &mut plan, &mut seen);
     }
-    plan.checkers.sort_by(|a, b| a.name.cmp(&b.name));
-    if plan.checkers.len() > MAX_CHECKERS_PER_SOURCE {
-        plan.problems.push(Problem {
-            reason: TOO_MANY,
-            subject: "spec.rules".into(),
-            message: format!(
-                "the rules ask for {} checkers; only the first {MAX_CHECKERS_PER_SOURCE} by name are made",
-                plan.checkers.len()
-            ),
-        });
-        plan.checkers.truncate(MAX_CHECKERS_PER_SOURCE);
-    }
+    rules::finish(&mut plan, "spec.rules");
     plan
 }
 
-fn desired(
-    name: String,
-    url: &str,
-    path: Option<String>,
-    settings: &Settings,
-    defaults: &Defaults,
-) -> Desired {
-    Desired {
-        name,
-        host: url.to_string(),
-        path,
-        expected_status_codes: settings.expected_status_codes.clone(),
-        interval_seconds: settings.interval_seconds.or(defaults.interval_seconds),
-        failure_threshold: settings.failure_threshold.or(defaults.failure_threshold),
-    }
+/// The first address of the Ingress's load balancer (its status, as the
+/// ingress controller writes it): an IP, else a host name.
+fn load_balancer(ing: &Ingress) -> Option<String> {
+    let lbs = ing
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_deref())
+        .unwrap_or_default();
+    let ip = lbs
+        .iter()
+        .find_map(|l| l.ip.clone().filter(|v| !v.is_empty()));
+    ip.or_else(|| {
+        lbs.iter()
+            .find_map(|l| l.hostname.clone().filter(|v| !v.is_empty()))
+    })
 }
 
 /// Each probe-able host once, in rule order, with the paths of its rules;
 /// hosts that are not (no host, a wildcard) go to `skipped`.
 fn rule_hosts(ing: &Ingress, skipped: &mut Vec<(String, Skip)>) -> Vec<(String, Vec<String>)> {
-    let rules = ing
+    let ing_rules = ing
         .spec
         .as_ref()
         .and_then(|s| s.rules.as_deref())
         .unwrap_or_default();
     let mut hosts: Vec<(String, Vec<String>)> = Vec::new();
-    for rule in rules {
-        let host = rule.host.as_deref().unwrap_or_default().trim();
-        if host.is_empty() {
-            skipped.push((String::new(), Skip::NoHost));
+    for rule in ing_rules {
+        let Some(host) = rules::probe_host(rule.host.as_deref(), skipped) else {
             continue;
-        }
-        if host.starts_with('*') {
-            skipped.push((host.to_string(), Skip::WildcardHost));
-            continue;
-        }
-        let host = host.to_ascii_lowercase();
+        };
         let paths = rule
             .http
             .as_ref()
@@ -138,46 +125,6 @@ fn rule_hosts(ing: &Ingress, skipped: &mut Vec<(String, Skip)>) -> Vec<(String, 
     hosts
 }
 
-/// One checker per plain path of the host's rules (`/` when it has none):
-/// named `<ingress>-<host>-<path>` with a hash of the path, as `/a-b` and
-/// `/a/b` would otherwise meet; `/` is named like a per-host checker.
-fn per_path_targets(
-    ingress: &str,
-    host: &str,
-    paths: &[String],
-    skipped: &mut Vec<(String, Skip)>,
-) -> Vec<(String, Option<String>)> {
-    let mut out = Vec::new();
-    let mut paths: Vec<&str> = paths.iter().map(String::as_str).collect();
-    if paths.is_empty() {
-        paths.push("/");
-    }
-    for p in paths {
-        if !is_plain(p) {
-            skipped.push((format!("{host}{p}"), Skip::PathNotPlain));
-            continue;
-        }
-        let name = if p == "/" {
-            checker_name(&[ingress, host])
-        } else {
-            let slug = p.trim_matches('/').replace('/', "-");
-            let hash = super::names::short_hash(p);
-            checker_name(&[ingress, host, &slug, &hash])
-        };
-        out.push((name, Some(p.to_string())));
-    }
-    out
-}
-
-/// A path probed as it is: one the CRD accepts, and no pattern (controllers'
-/// ImplementationSpecific paths may be regular expressions).
-fn is_plain(p: &str) -> bool {
-    const PATTERN: &[char] = &[
-        '(', ')', '[', ']', '{', '}', '*', '+', '|', '^', '$', '?', '#',
-    ];
-    annotations::plain_path(p).is_ok() && !p.contains(PATTERN)
-}
-
 fn tls_hosts(ing: &Ingress) -> Vec<String> {
     ing.spec
         .as_ref()
@@ -187,15 +134,4 @@ fn tls_hosts(ing: &Ingress) -> Vec<String> {
         .flat_map(|t| t.hosts.iter().flatten())
         .map(|h| h.trim().to_ascii_lowercase())
         .collect()
-}
-
-/// `host` is in the TLS hosts, or under a wildcard one (`*.example.com`
-/// covers one label, as a certificate's wildcard does).
-fn covered(tls: &[String], host: &str) -> bool {
-    tls.iter().any(|t| match t.strip_prefix("*.") {
-        Some(zone) => host
-            .split_once('.')
-            .is_some_and(|(first, rest)| !first.is_empty() && rest == zone),
-        None => t == host,
-    })
 }

@@ -1,7 +1,7 @@
 //! Discovery's metrics (docs/metrics.md), registered on the replica's
 //! registry when `--discover-routes` is on, every label set from zero.
 
-use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub struct DiscoveryMetrics {
     /// `result`: applied, conflict (applied without the hand-set fields),
@@ -13,7 +13,13 @@ pub struct DiscoveryMetrics {
     pub generated: IntGauge,
     /// 1 while this replica leads and discovery's watches are listed.
     pub active: IntGauge,
+    /// `source`: ingress, httproute; 1 while its objects are watched on
+    /// the leader, 0 when not (elsewhere, or the Gateway API is not
+    /// installed).
+    pub sources: IntGaugeVec,
 }
+
+pub const SOURCES: [&str; 2] = ["ingress", "httproute"];
 
 pub const APPLY_RESULTS: [&str; 4] = ["applied", "conflict", "invalid", "error"];
 pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];
@@ -47,7 +53,18 @@ impl DiscoveryMetrics {
         r.register(Box::new(applies.clone()))?;
         r.register(Box::new(deletes.clone()))?;
         r.register(Box::new(generated.clone()))?;
+        let sources = IntGaugeVec::new(
+            Opts::new(
+                "webchecker_discovery_source_watched",
+                "1 while route discovery watches this kind of source on the leader (httproute: 0 while the Gateway API is not installed)",
+            ),
+            &["source"],
+        )?;
         r.register(Box::new(active.clone()))?;
+        r.register(Box::new(sources.clone()))?;
+        for s in SOURCES {
+            sources.with_label_values(&[s]);
+        }
         for res in APPLY_RESULTS {
             applies.with_label_values(&[res]);
         }
@@ -59,11 +76,25 @@ impl DiscoveryMetrics {
             deletes,
             generated,
             active,
+            sources,
         })
     }
 
     pub fn applied(&self, result: &str) {
         self.applies.with_label_values(&[result]).inc();
+    }
+
+    /// No longer leading (or restarting): every gauge at 0.
+    pub fn stopped(&self) {
+        self.active.set(0);
+        self.generated.set(0);
+        for s in SOURCES {
+            self.watched(s, false);
+        }
+    }
+
+    pub fn watched(&self, source: &str, on: bool) {
+        self.sources.with_label_values(&[source]).set(i64::from(on));
     }
 
     pub fn deleted(&self, result: &str) {

@@ -1,6 +1,6 @@
 //! Route discovery (`--discover-routes`, docs/discovery.md): WebCheckers
-//! generated for the cluster's routes that opt in. Ingresses are the first
-//! source; HTTPRoutes and annotated Services are meant to plug in beside them.
+//! generated for the cluster's routes that opt in: Ingresses and Gateway API
+//! HTTPRoutes; annotated Services are meant to plug in beside them.
 //!
 //! The pure parts turn a source object into the checkers it wants, and those
 //! into what is sent:
@@ -9,7 +9,9 @@
 //! - [`names`]: deterministic DNS-1123 names and label values, cut with a
 //!   short hash;
 //! - [`ingress`]: an Ingress (and its Namespace's annotations, the
-//!   operator's defaults) to a [`Plan`];
+//!   operator's defaults) to a [`Plan`]; [`httproute`]: an HTTPRoute (and
+//!   the Gateways it names, [`gateway_api`]) to one; `rules`: what the two
+//!   share (opt-in, hosts, per-path checkers, the bound);
 //! - [`patch`]: the server-side apply body of one checker, its fingerprint,
 //!   and the same body without the fields a person set by hand;
 //! - [`queue`]: the work queue (one entry per source object, retries with
@@ -21,11 +23,14 @@
 //! of one source object), [`metrics`].
 
 pub mod annotations;
+pub mod gateway_api;
+pub mod httproute;
 pub mod ingress;
 pub(crate) mod metrics;
 pub mod names;
 pub mod patch;
 pub mod queue;
+mod rules;
 mod session;
 pub(crate) mod task;
 mod views;
@@ -36,7 +41,7 @@ mod tests;
 
 /// The field manager of every server-side apply of a generated checker.
 pub const FIELD_MANAGER: &str = "webchecker-discovery";
-/// Label on a generated checker: the kind of its source (`ingress`).
+/// Label on a generated checker: the kind of its source (`ingress`, `httproute`).
 pub const SOURCE_LABEL: &str = "webchecker.test.network.io/source";
 /// Label on a generated checker: the name of its source object (cut to a
 /// label value).
@@ -65,6 +70,10 @@ pub struct Desired {
     pub interval_seconds: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_threshold: Option<i32>,
+    /// `spec.connectTo`: the address of the Gateway (or load balancer) the
+    /// checker connects to instead of the host's (`via`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_to: Option<String>,
 }
 
 /// Something wrong in a source object that its author should hear of (a
@@ -87,6 +96,9 @@ pub enum Skip {
     WildcardHost,
     /// A path (per-path checkers) that is a pattern or that the CRD refuses.
     PathNotPlain,
+    /// `via`: the route's Gateway (or the Ingress's status) has no address
+    /// yet, or no listener for the host (HTTP or HTTPS).
+    NoAddress,
 }
 
 /// What one source object wants.

@@ -115,6 +115,7 @@ mod tests {
             expected_status_codes: None,
             interval_seconds: Some(30),
             failure_threshold: None,
+            connect_to: None,
         }
     }
 

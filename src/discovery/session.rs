@@ -1,13 +1,16 @@
 //! Discovery while this replica leads: watches of the Ingresses, of the
-//! Namespaces' annotations and of the generated checkers' metadata (only
-//! those labelled as generated), each resumed with a backoff after an
-//! error; a work queue of Ingresses; at most [`CONCURRENCY`] of them written
-//! at once. Nothing is reconciled before all three watches have listed: a
-//! Namespace not listed yet would look as if it had not opted in, and its
-//! checkers would be deleted.
+//! HTTPRoutes and Gateways (once the Gateway API is found installed: it is
+//! looked for every [`GATEWAY_API_LOOK`] until it is), of the Namespaces'
+//! annotations and of the generated checkers' metadata (only those
+//! labelled as generated), each resumed with a backoff after an error; a
+//! work queue of source objects; at most [`CONCURRENCY`] of them written at
+//! once. No source of a kind is reconciled before its watches, the
+//! Namespaces' and the checkers' have listed: a Namespace not listed yet
+//! would look as if it had not opted in, and its checkers would be deleted.
 //!
-//! Memory: the Ingresses of the watched scope, each Namespace's webchecker
-//! annotations, and (name, UID, fingerprint) per generated checker.
+//! Memory: the Ingresses, HTTPRoutes and Gateways of the watched scope, each
+//! Namespace's webchecker annotations, and (name, UID, fingerprint) per
+//! generated checker.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -26,18 +29,26 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use super::gateway_api::{self, Gateway, HTTPRoute};
 use super::metrics::DiscoveryMetrics;
 use super::queue::WorkQueue;
-use super::views::{Change, Key, State, enqueue_all, on_checker, on_ingress, on_namespace};
+use super::views::{
+    Change, Key, Kind, State, enqueue_all, on_checker, on_gateway, on_ingress, on_namespace,
+    on_route,
+};
 use super::writer::{Stopped, Work, Writer};
-use super::{Defaults, SOURCE_LABEL, ingress, patch};
+use super::{Defaults, Plan, SOURCE_LABEL, Source, httproute, ingress, patch};
 use crate::api::WebChecker;
-use crate::kubeio::client::{WATCH_TIMEOUT_SECS, WatchBackoff};
+use crate::error::api_code;
+use crate::kubeio::client::{CALL_DEADLINE, WATCH_TIMEOUT_SECS, WatchBackoff};
 use crate::observe::metrics::Metrics;
 
-/// Ingresses written at once.
+/// How often the Gateway API is looked for while it is not installed.
+const GATEWAY_API_LOOK: Duration = Duration::from_secs(30);
+
+/// Source objects written at once.
 pub const CONCURRENCY: usize = 8;
-/// Every Ingress is looked at again this often (unchanged ones cost no API
+/// Every source object is looked at again this often (unchanged ones cost no API
 /// call), so that drift nobody was told of (a missed event) heals.
 const RESYNC: Duration = Duration::from_secs(300);
 
@@ -54,6 +65,8 @@ pub struct Session {
 const INGRESSES: &str = "discovery-ingresses";
 const NAMESPACES: &str = "discovery-namespaces";
 const CHECKERS: &str = "discovery-checkers";
+const ROUTES: &str = "discovery-httproutes";
+const GATEWAYS: &str = "discovery-gateways";
 
 impl Session {
     /// Runs until a watch stream ends (it does not: the watchers retry).
@@ -63,10 +76,12 @@ impl Session {
         let mut queue: WorkQueue<Key> = WorkQueue::default();
         let mut work: JoinSet<(Key, bool)> = JoinSet::new();
         let mut resync = tokio::time::interval_at(Instant::now() + RESYNC, RESYNC);
+        let mut look = tokio::time::interval(GATEWAY_API_LOOK);
+        let mut gateway_api = Look::default();
+        self.discovery.watched(ingress::LABEL, true);
+        self.discovery.watched(httproute::LABEL, false);
         loop {
-            if state.listed.iter().all(|l| *l) {
-                self.start_work(&mut state, &mut queue, &mut work);
-            }
+            self.start_work(&mut state, &mut queue, &mut work);
             let retry = queue.next_retry().map(Instant::from_std);
             tokio::select! {
                 change = streams.next() => match change {
@@ -82,8 +97,47 @@ impl Session {
                 _ = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
                     queue.due(std::time::Instant::now());
                 }
+                _ = look.tick(), if gateway_api != Look::Found => {
+                    gateway_api = self.look_for_gateway_api(gateway_api).await;
+                    if gateway_api == Look::Found {
+                        self.route_streams(&mut streams);
+                        self.discovery.watched(httproute::LABEL, true);
+                    }
+                }
                 _ = resync.tick() => enqueue_all(&state, &mut queue),
             }
+        }
+    }
+
+    /// Whether the Gateway API (HTTPRoutes and Gateways of
+    /// `gateway.networking.k8s.io/v1`) is served; said once when it is not.
+    async fn look_for_gateway_api(&self, before: Look) -> Look {
+        let group = format!("{}/{}", gateway_api::GROUP, gateway_api::VERSION);
+        let call = self.watches.list_api_group_resources(&group);
+        let found = match tokio::time::timeout(CALL_DEADLINE, call).await {
+            Ok(Ok(list)) => {
+                let has = |n: &str| list.resources.iter().any(|r| r.name == n);
+                has("httproutes") && has("gateways")
+            }
+            Ok(Err(e)) if api_code(&e) == Some(404) => false,
+            Ok(Err(e)) => {
+                debug!(error = %e, "route discovery: cannot look for the Gateway API (looked for again)");
+                return before;
+            }
+            Err(_) => return before,
+        };
+        match (found, before) {
+            (true, _) => {
+                info!("route discovery: the Gateway API is installed; HTTPRoutes are watched");
+                Look::Found
+            }
+            (false, Look::NotYet) => {
+                info!(
+                    "route discovery: no HTTPRoutes (the Gateway API's CRDs, {group} httproutes and gateways, are not installed); looked for again every {GATEWAY_API_LOOK:?}"
+                );
+                Look::Absent
+            }
+            (false, other) => other,
         }
     }
 
@@ -108,7 +162,11 @@ impl Session {
             None => cfg(),
         };
         let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(self.watches.clone());
-        let generated = cfg().labels(&format!("{SOURCE_LABEL}={}", ingress::LABEL));
+        let generated = cfg().labels(&format!(
+            "{SOURCE_LABEL} in ({},{})",
+            ingress::LABEL,
+            httproute::LABEL
+        ));
         let mut all = SelectAll::new();
         all.push(
             watcher::watcher(ingresses, cfg())
@@ -131,7 +189,36 @@ impl Session {
         all
     }
 
-    /// Hands queued Ingresses to writers, up to [`CONCURRENCY`] at once.
+    /// Adds the watches of HTTPRoutes and Gateways (of the watched scope).
+    fn route_streams(&self, all: &mut SelectAll<BoxStream<'static, Change>>) {
+        let cfg = || watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+        let (routes, gateways): (Api<HTTPRoute>, Api<Gateway>) = match &self.watch_namespace {
+            Some(ns) => (
+                Api::namespaced(self.watches.clone(), ns),
+                Api::namespaced(self.watches.clone(), ns),
+            ),
+            None => (
+                Api::all(self.watches.clone()),
+                Api::all(self.watches.clone()),
+            ),
+        };
+        all.push(
+            watcher::watcher(routes, cfg())
+                .backoff(WatchBackoff::default())
+                .map(tagged(ROUTES, Change::Route))
+                .boxed(),
+        );
+        all.push(
+            watcher::watcher(gateways, cfg())
+                .backoff(WatchBackoff::default())
+                .map(tagged(GATEWAYS, Change::Gateway))
+                .boxed(),
+        );
+    }
+
+    /// Hands queued sources to writers, up to [`CONCURRENCY`] at once; a
+    /// source of a kind not ready yet is dropped (all are queued again when
+    /// it is).
     fn start_work(
         &self,
         state: &mut State,
@@ -140,7 +227,12 @@ impl Session {
     ) {
         while queue.working() < CONCURRENCY {
             let Some(key) = queue.pop() else { return };
-            let Some(w) = self.work_for(state, &key) else {
+            let w = if state.ready(key.0) {
+                self.work_for(state, &key)
+            } else {
+                None
+            };
+            let Some(w) = w else {
                 queue.done(key, true, std::time::Instant::now());
                 continue;
             };
@@ -151,11 +243,11 @@ impl Session {
                     Ok(Ok(())) => true,
                     Ok(Err(Stopped::NotLeading)) => false,
                     Ok(Err(Stopped::Failed(why))) => {
-                        debug!(namespace = %key.0, ingress = %key.1, why, "Ingress retried later");
+                        debug!(kind = ?key.0, namespace = %key.1, name = %key.2, why, "route retried later");
                         false
                     }
                     Err(_) => {
-                        warn!(namespace = %key.0, ingress = %key.1, "writing the checkers of an Ingress panicked (retried)");
+                        warn!(kind = ?key.0, namespace = %key.1, name = %key.2, "writing the checkers of a route panicked (retried)");
                         false
                     }
                 };
@@ -164,16 +256,36 @@ impl Session {
         }
     }
 
-    /// What the Ingress `key` needs written; None when nothing.
-    fn work_for(&self, state: &mut State, key: &Key) -> Option<Work> {
-        let ing = state.ingresses.get(key)?.clone();
+    /// The plan of source `key` and its owner; None when it is gone.
+    fn plan_of(&self, state: &State, key: &Key) -> Option<(Plan, Source)> {
+        let (kind, ns, name) = key;
+        let at = (ns.clone(), name.clone());
         let empty = BTreeMap::new();
-        let ns = state.namespaces.get(&key.0).unwrap_or(&empty);
-        let plan = ingress::plan(&ing, ns, &self.defaults);
+        let ns_annotations = state.namespaces.get(ns).unwrap_or(&empty);
+        Some(match kind {
+            Kind::Ingress => {
+                let ing = state.ingresses.map.get(&at)?;
+                let plan = ingress::plan(ing, ns_annotations, &self.defaults);
+                (plan, ingress::source(ing))
+            }
+            Kind::HttpRoute => {
+                let route = state.routes.map.get(&at)?;
+                let gateways = |ns: &str, name: &str| {
+                    let at = (ns.to_string(), name.to_string());
+                    state.gateways.map.get(&at).map(|g| g.as_ref())
+                };
+                let plan = httproute::plan(route, ns_annotations, &self.defaults, gateways);
+                (plan, httproute::source(route))
+            }
+        })
+    }
+
+    /// What the source `key` needs written; None when nothing.
+    fn work_for(&self, state: &mut State, key: &Key) -> Option<Work> {
+        let (plan, source) = self.plan_of(state, key)?;
         for (what, why) in &plan.skipped {
-            debug!(namespace = %key.0, ingress = %key.1, rule = %what, reason = ?why, "rule without a checker");
+            debug!(kind = ?key.0, namespace = %key.1, name = %key.2, rule = %what, reason = ?why, "rule without a checker");
         }
-        let source = ingress::source(&ing);
         let none = BTreeMap::new();
         let existing = state.generated.get(&source.uid).unwrap_or(&none);
         let apply: Vec<_> = plan
@@ -209,15 +321,19 @@ impl Session {
     }
 
     fn take(&self, change: Change, state: &mut State, queue: &mut WorkQueue<Key>) {
-        let was_listed = state.listed.iter().all(|l| *l);
+        let was = [state.ready(Kind::Ingress), state.ready(Kind::HttpRoute)];
         let watch = match &change {
             Change::Ingress(_) => INGRESSES,
+            Change::Route(_) => ROUTES,
+            Change::Gateway(_) => GATEWAYS,
             Change::Namespace(_) => NAMESPACES,
             Change::Checker(_) => CHECKERS,
             Change::Failed(w, _) => w,
         };
         match change {
             Change::Ingress(ev) => on_ingress(ev, state, queue),
+            Change::Route(ev) => on_route(ev, state, queue),
+            Change::Gateway(ev) => on_gateway(ev, state, queue),
             Change::Namespace(ev) => on_namespace(ev, state, queue),
             Change::Checker(ev) => on_checker(ev, state, queue),
             Change::Failed(watch, e) => {
@@ -227,7 +343,7 @@ impl Session {
                     debug!(watch, error = %e, "route discovery: watch still failing");
                 } else {
                     state.failing.push(watch);
-                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, namespaces and webcheckers");
+                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, httproutes, gateways, namespaces and webcheckers");
                 }
                 return;
             }
@@ -237,15 +353,32 @@ impl Session {
             info!(watch, "route discovery: watch works again");
         }
         self.discovery.generated.set(state.wanted_total as i64);
-        if state.listed.iter().all(|l| *l) && !was_listed {
+        if state.ready(Kind::Ingress) && !was[0] {
             info!(
-                ingresses = state.ingresses.len(),
+                ingresses = state.ingresses.map.len(),
                 "route discovery: Ingresses, Namespaces and generated checkers listed"
             );
             self.discovery.active.set(1);
             enqueue_all(state, queue);
         }
+        if state.ready(Kind::HttpRoute) && !was[1] {
+            info!(
+                httproutes = state.routes.map.len(),
+                gateways = state.gateways.map.len(),
+                "route discovery: HTTPRoutes and Gateways listed"
+            );
+            enqueue_all(state, queue);
+        }
     }
+}
+
+/// Where the look for the Gateway API stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Look {
+    #[default]
+    NotYet,
+    Absent,
+    Found,
 }
 
 /// Maps a watch's items to [`Change`]s, its errors named by `watch`.

@@ -45,7 +45,7 @@ pub fn spawn(d: Discovery) {
     };
     info!(
         scope = d.watch_namespace.as_deref().unwrap_or("all namespaces"),
-        "route discovery on: the leader generates WebCheckers for the Ingresses that opt in"
+        "route discovery on: the leader generates WebCheckers for the Ingresses and HTTPRoutes that opt in"
     );
     tokio::spawn(async move {
         loop {
@@ -59,8 +59,7 @@ pub fn spawn(d: Discovery) {
                 }
                 Err(_) => return,
             }
-            discovery.active.set(0);
-            discovery.generated.set(0);
+            discovery.stopped();
             tokio::time::sleep(RESTART_PAUSE).await;
         }
     });
@@ -97,8 +96,7 @@ async fn follow_leadership(d: Discovery, discovery: Arc<DiscoveryMetrics>) {
             _ = session.run() => warn!("route discovery's watches ended; starting them again"),
             _ = lost(&d.leader) => info!("no longer leading: route discovery stops"),
         }
-        discovery.active.set(0);
-        discovery.generated.set(0);
+        discovery.stopped();
         tokio::time::sleep(LEADERSHIP_POLL).await;
     }
 }

@@ -1,7 +1,7 @@
-//! The rules of Ingress discovery from YAML fixtures (`fixtures/*.yaml`: an
-//! Ingress, its Namespace's annotations, the checkers wanted, the annotations
-//! named as problems, the rules skipped), and the bound on checkers per
-//! Ingress.
+//! The rules of discovery from YAML fixtures (`fixtures/*.yaml`: an Ingress
+//! or an HTTPRoute with the Gateways it may name, its Namespace's
+//! annotations, the checkers wanted, the annotations named as problems, the
+//! rules skipped), and the bound on checkers per source.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,13 +9,20 @@ use std::path::Path;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::Deserialize;
 
+use super::gateway_api::{Gateway, HTTPRoute};
+use super::httproute;
 use super::ingress::{TOO_MANY, plan};
 use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Skip};
 
 #[derive(Deserialize)]
 struct Fixture {
     namespace: BTreeMap<String, String>,
-    ingress: serde_yaml::Value,
+    #[serde(default)]
+    ingress: Option<serde_yaml::Value>,
+    #[serde(default)]
+    httproute: Option<serde_yaml::Value>,
+    #[serde(default)]
+    gateways: Vec<serde_yaml::Value>,
     want: Vec<Desired>,
     #[serde(default)]
     problems: Vec<String>,
@@ -29,18 +36,44 @@ fn ingress(mut v: serde_yaml::Value) -> Ingress {
     serde_yaml::from_value(v).expect("an Ingress")
 }
 
+fn route(mut v: serde_yaml::Value) -> HTTPRoute {
+    v["apiVersion"] = "gateway.networking.k8s.io/v1".into();
+    v["kind"] = "HTTPRoute".into();
+    serde_yaml::from_value(v).expect("an HTTPRoute")
+}
+
+fn gateway(mut v: serde_yaml::Value) -> Gateway {
+    v["apiVersion"] = "gateway.networking.k8s.io/v1".into();
+    v["kind"] = "Gateway".into();
+    serde_yaml::from_value(v).expect("a Gateway")
+}
+
 fn skip_name(s: Skip) -> &'static str {
     match s {
         Skip::NoHost => "NoHost",
         Skip::WildcardHost => "WildcardHost",
         Skip::PathNotPlain => "PathNotPlain",
+        Skip::NoAddress => "NoAddress",
     }
 }
 
 fn check(path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
-    let p = plan(&ingress(f.ingress), &f.namespace, &Defaults::default());
+    let p = match (f.ingress, f.httproute) {
+        (Some(i), None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
+        (None, Some(r)) => {
+            let gateways: Vec<Gateway> = f.gateways.into_iter().map(gateway).collect();
+            let find = |ns: &str, name: &str| {
+                gateways.iter().find(|g| {
+                    g.metadata.namespace.as_deref() == Some(ns)
+                        && g.metadata.name.as_deref() == Some(name)
+                })
+            };
+            httproute::plan(&route(r), &f.namespace, &Defaults::default(), find)
+        }
+        _ => return Err("a fixture has one of ingress and httproute".into()),
+    };
     let json = |v: &Vec<Desired>| serde_json::to_string(v).unwrap_or_default();
     if p.checkers != f.want {
         return Err(format!(
@@ -73,7 +106,7 @@ fn every_fixture_gives_what_it_wants() {
         .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
         .collect();
     files.sort();
-    assert!(files.len() >= 10, "fixtures in {}", dir.display());
+    assert!(files.len() >= 16, "fixtures in {}", dir.display());
     let failures: Vec<String> = files
         .iter()
         .filter_map(|f| check(f).err().map(|e| format!("{}: {e}", f.display())))

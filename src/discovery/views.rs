@@ -1,8 +1,8 @@
-//! What discovery's watches keep while this replica leads, and which
-//! Ingresses each watch event makes work for: the Ingresses, each
-//! Namespace's annotations of ours, and (name, UID, fingerprint) per
-//! generated checker by its owner's UID. A re-list replaces a map at its
-//! end, never leaving it half filled.
+//! What discovery's watches keep while this replica leads, and which source
+//! objects each watch event makes work for: the Ingresses, the HTTPRoutes
+//! and the Gateways they name, each Namespace's annotations of ours, and
+//! (name, UID, fingerprint) per generated checker by its owner's UID. A
+//! re-list replaces a map at its end, never leaving it half filled.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
+use super::gateway_api::{Gateway, HTTPRoute};
 use super::queue::WorkQueue;
 use super::{FINGERPRINT_ANNOTATION, Problem};
 use crate::api::WebChecker;
@@ -20,12 +21,23 @@ use crate::api::WebChecker;
 /// The prefix of the annotations kept of each Namespace.
 const OUR_ANNOTATIONS: &str = "webchecker.test.network.io/";
 
-/// An Ingress: (namespace, name).
-pub(super) type Key = (String, String);
+/// The kinds of source objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) enum Kind {
+    Ingress,
+    HttpRoute,
+}
+
+/// An object of a namespace: (namespace, name).
+pub(super) type NsName = (String, String);
+/// A source object: (kind, namespace, name).
+pub(super) type Key = (Kind, String, String);
 
 /// One watch event, of whichever watch.
 pub(super) enum Change {
     Ingress(Event<Ingress>),
+    Route(Event<HTTPRoute>),
+    Gateway(Event<Gateway>),
     Namespace(Event<PartialObjectMeta<Namespace>>),
     Checker(Event<PartialObjectMeta<WebChecker>>),
     Failed(&'static str, watcher::Error),
@@ -38,33 +50,97 @@ pub(super) struct Generated {
     pub(super) fingerprint: String,
 }
 
-pub(super) type Ingresses = HashMap<Key, Arc<Ingress>>;
+/// The objects of one watch by (namespace, name), and the list under way.
+pub(super) struct Objects<T> {
+    pub(super) map: HashMap<NsName, Arc<T>>,
+    listing: Option<HashMap<NsName, Arc<T>>>,
+    pub(super) listed: bool,
+}
+
+impl<T> Default for Objects<T> {
+    fn default() -> Self {
+        Objects {
+            map: HashMap::new(),
+            listing: None,
+            listed: false,
+        }
+    }
+}
+
+/// What one event did to an [`Objects`].
+pub(super) enum Taken<T> {
+    /// Nothing to act on yet (a list under way).
+    Nothing,
+    /// A list ended: the objects it no longer has.
+    Listed(Vec<NsName>),
+    Applied(NsName),
+    Deleted(NsName, T),
+}
+
+impl<T: kube::Resource> Objects<T> {
+    pub(super) fn take(&mut self, ev: Event<T>) -> Taken<T> {
+        let key = |o: &T| (o.namespace().unwrap_or_default(), o.name_any());
+        match ev {
+            Event::Init => {
+                self.listing = Some(HashMap::new());
+                Taken::Nothing
+            }
+            Event::InitApply(o) => {
+                let map = self.listing.get_or_insert_default();
+                map.insert(key(&o), Arc::new(o));
+                Taken::Nothing
+            }
+            Event::InitDone => {
+                let fresh = self.listing.take().unwrap_or_default();
+                let gone = self
+                    .map
+                    .keys()
+                    .filter(|k| !fresh.contains_key(*k))
+                    .cloned()
+                    .collect();
+                self.map = fresh;
+                self.listed = true;
+                Taken::Listed(gone)
+            }
+            Event::Apply(o) => {
+                let k = key(&o);
+                self.map.insert(k.clone(), Arc::new(o));
+                Taken::Applied(k)
+            }
+            Event::Delete(o) => {
+                let k = key(&o);
+                self.map.remove(&k);
+                Taken::Deleted(k, o)
+            }
+        }
+    }
+}
+
 /// Namespace -> its annotations of ours.
 pub(super) type Namespaces = HashMap<String, BTreeMap<String, String>>;
-/// Ingress UID -> checker name -> what it carries.
+/// Source UID -> checker name -> what it carries.
 pub(super) type GeneratedByOwner = HashMap<String, BTreeMap<String, Generated>>;
 /// (namespace, checker name) -> owner UID.
-pub(super) type OwnerOf = HashMap<Key, String>;
+pub(super) type OwnerOf = HashMap<NsName, String>;
 
-/// The views the watches keep, one map per watch, and what was said.
+/// The views the watches keep, one per watch, and what was said.
 #[derive(Default)]
 pub(super) struct State {
-    pub(super) ingresses: Ingresses,
+    pub(super) ingresses: Objects<Ingress>,
+    pub(super) routes: Objects<HTTPRoute>,
+    pub(super) gateways: Objects<Gateway>,
     pub(super) namespaces: Namespaces,
     pub(super) generated: GeneratedByOwner,
-    /// A generated checker -> the UID of its owner in `generated` (an
-    /// Ingress deleted and made again adopts its checkers: they move).
+    /// A generated checker -> the UID of its owner in `generated` (a source
+    /// deleted and made again adopts its checkers: they move).
     pub(super) owner_of: OwnerOf,
     /// Lists under way (a re-list replaces the map at its end).
-    pub(super) listing: (
-        Option<Ingresses>,
-        Option<Namespaces>,
-        Option<(GeneratedByOwner, OwnerOf)>,
-    ),
-    pub(super) listed: [bool; 3],
-    /// Ingress UID -> the problems last said (as Events) about it.
+    pub(super) listing: (Option<Namespaces>, Option<(GeneratedByOwner, OwnerOf)>),
+    /// Namespaces and checkers listed.
+    pub(super) listed: [bool; 2],
+    /// Source UID -> the problems last said (as Events) about it.
     pub(super) said: HashMap<String, Vec<Problem>>,
-    /// Ingress -> checkers it wants (for the gauge).
+    /// Source -> checkers it wants (for the gauge).
     pub(super) wanted: HashMap<Key, usize>,
     pub(super) wanted_total: usize,
     /// Watches failing since their last event.
@@ -82,59 +158,103 @@ impl State {
             self.wanted_total -= n;
         }
     }
-}
 
-pub(super) fn enqueue_all(state: &State, queue: &mut WorkQueue<Key>) {
-    let mut keys: Vec<&Key> = state.ingresses.keys().collect();
-    keys.sort();
-    for k in keys {
-        queue.push(k.clone());
+    /// Whether the sources of `kind` may be reconciled: their watches (and
+    /// an HTTPRoute's Gateways), the Namespaces and the checkers listed. A
+    /// Namespace not listed yet would look as if it had not opted in.
+    pub(super) fn ready(&self, kind: Kind) -> bool {
+        self.listed.iter().all(|l| *l)
+            && match kind {
+                Kind::Ingress => self.ingresses.listed,
+                Kind::HttpRoute => self.routes.listed && self.gateways.listed,
+            }
+    }
+
+    /// The source objects of `ns` (all with None), sorted.
+    fn keys_in(&self, ns: Option<&str>) -> Vec<Key> {
+        let of = |kind: Kind, keys: &mut dyn Iterator<Item = &NsName>| -> Vec<Key> {
+            keys.filter(|(n, _)| ns.is_none_or(|want| n == want))
+                .map(|(n, name)| (kind, n.clone(), name.clone()))
+                .collect()
+        };
+        let mut keys = of(Kind::Ingress, &mut self.ingresses.map.keys());
+        keys.extend(of(Kind::HttpRoute, &mut self.routes.map.keys()));
+        keys.sort();
+        keys
     }
 }
 
-fn key_of(ing: &Ingress) -> Key {
-    (ing.namespace().unwrap_or_default(), ing.name_any())
+/// Queues every source object (those of a kind not ready yet are dropped
+/// when popped, and queued again when it is).
+pub(super) fn enqueue_all(state: &State, queue: &mut WorkQueue<Key>) {
+    for k in state.keys_in(None) {
+        queue.push(k);
+    }
+}
+
+/// An event of the Ingresses' or the HTTPRoutes' watch.
+fn on_source<T: kube::Resource>(
+    kind: Kind,
+    taken: Taken<T>,
+    state: &mut State,
+    queue: &mut WorkQueue<Key>,
+) {
+    let key = |(ns, name): NsName| (kind, ns, name);
+    match taken {
+        Taken::Nothing => {}
+        Taken::Listed(gone) => {
+            for k in gone.into_iter().map(key) {
+                queue.forget(&k);
+                state.unwant(&k);
+            }
+            enqueue_all(state, queue);
+        }
+        Taken::Applied(k) => queue.push(key(k)),
+        Taken::Deleted(k, o) => {
+            // Its checkers go with it: the garbage collector follows their
+            // ownerReference.
+            let k = key(k);
+            state.unwant(&k);
+            if let Some(uid) = o.meta().uid.as_ref() {
+                state.said.remove(uid);
+            }
+            queue.forget(&k);
+        }
+    }
 }
 
 pub(super) fn on_ingress(ev: Event<Ingress>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    match ev {
-        Event::Init => state.listing.0 = Some(HashMap::new()),
-        Event::InitApply(i) => {
-            let map = state.listing.0.get_or_insert_default();
-            map.insert(key_of(&i), Arc::new(i));
-        }
-        Event::InitDone => {
-            let fresh = state.listing.0.take().unwrap_or_default();
-            let gone: Vec<Key> = state
-                .ingresses
-                .keys()
-                .filter(|k| !fresh.contains_key(*k))
-                .cloned()
-                .collect();
-            for k in &gone {
-                queue.forget(k);
-                state.unwant(k);
-            }
-            state.ingresses = fresh;
-            state.listed[0] = true;
-            enqueue_all(state, queue);
-        }
-        Event::Apply(i) => {
-            let key = key_of(&i);
-            state.ingresses.insert(key.clone(), Arc::new(i));
-            queue.push(key);
-        }
-        Event::Delete(i) => {
-            // Its checkers go with it: the garbage collector follows their
-            // ownerReference.
-            let key = key_of(&i);
-            state.ingresses.remove(&key);
-            state.unwant(&key);
-            if let Some(uid) = i.uid() {
-                state.said.remove(&uid);
-            }
-            queue.forget(&key);
-        }
+    let taken = state.ingresses.take(ev);
+    on_source(Kind::Ingress, taken, state, queue);
+}
+
+pub(super) fn on_route(ev: Event<HTTPRoute>, state: &mut State, queue: &mut WorkQueue<Key>) {
+    let taken = state.routes.take(ev);
+    on_source(Kind::HttpRoute, taken, state, queue);
+}
+
+/// A Gateway changed (its addresses, its listeners): the routes that name
+/// it have work; a list's end: every route.
+pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut WorkQueue<Key>) {
+    let gw = match state.gateways.take(ev) {
+        Taken::Nothing => return,
+        Taken::Listed(_) => return enqueue_all(state, queue),
+        Taken::Applied(k) | Taken::Deleted(k, _) => k,
+    };
+    let mut keys: Vec<Key> = state
+        .routes
+        .map
+        .iter()
+        .filter(|((ns, _), r)| {
+            r.spec.parent_refs.iter().flatten().any(|p| {
+                p.is_gateway() && p.name == gw.1 && p.namespace.as_deref().unwrap_or(ns) == gw.0
+            })
+        })
+        .map(|((ns, name), _)| (Kind::HttpRoute, ns.clone(), name.clone()))
+        .collect();
+    keys.sort();
+    for k in keys {
+        queue.push(k);
     }
 }
 
@@ -161,17 +281,17 @@ pub(super) fn on_namespace(
     };
     let touched = match ev {
         Event::Init => {
-            state.listing.1 = Some(HashMap::new());
+            state.listing.0 = Some(HashMap::new());
             None
         }
         Event::InitApply(n) => {
-            let map = state.listing.1.get_or_insert_default();
+            let map = state.listing.0.get_or_insert_default();
             map.insert(n.name_any(), ours(&n));
             None
         }
         Event::InitDone => {
-            state.namespaces = state.listing.1.take().unwrap_or_default();
-            state.listed[1] = true;
+            state.namespaces = state.listing.0.take().unwrap_or_default();
+            state.listed[0] = true;
             enqueue_all(state, queue);
             None
         }
@@ -179,32 +299,28 @@ pub(super) fn on_namespace(
         Event::Delete(n) => changed(state, n.name_any(), None),
     };
     if let Some(ns) = touched {
-        let mut keys: Vec<Key> = state
-            .ingresses
-            .keys()
-            .filter(|(n, _)| *n == ns)
-            .cloned()
-            .collect();
-        keys.sort();
-        for k in keys {
+        for k in state.keys_in(Some(&ns)) {
             queue.push(k);
         }
     }
 }
 
-/// The Ingress that owns a generated checker: (its key, its UID).
+/// The source that owns a generated checker: (its key, its UID).
 fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
-    let r = meta
-        .owner_references()
-        .iter()
-        .find(|r| r.kind == "Ingress" && r.api_version.starts_with("networking.k8s.io/"))?;
+    let (kind, r) = meta.owner_references().iter().find_map(|r| {
+        let group = r.api_version.split('/').next().unwrap_or_default();
+        match (r.kind.as_str(), group) {
+            ("Ingress", "networking.k8s.io") => Some((Kind::Ingress, r)),
+            ("HTTPRoute", super::gateway_api::GROUP) => Some((Kind::HttpRoute, r)),
+            _ => None,
+        }
+    })?;
     Some((
-        (meta.namespace().unwrap_or_default(), r.name.clone()),
+        (kind, meta.namespace().unwrap_or_default(), r.name.clone()),
         r.uid.clone(),
     ))
 }
-
-fn checker_key(meta: &PartialObjectMeta<WebChecker>) -> Key {
+fn checker_key(meta: &PartialObjectMeta<WebChecker>) -> NsName {
     (meta.namespace().unwrap_or_default(), meta.name_any())
 }
 
@@ -234,10 +350,10 @@ pub(super) fn on_checker(
     queue: &mut WorkQueue<Key>,
 ) {
     match ev {
-        Event::Init => state.listing.2 = Some(Default::default()),
+        Event::Init => state.listing.1 = Some(Default::default()),
         Event::InitApply(c) => {
             if let Some((_, uid)) = owner(&c) {
-                let (by_owner, owner_of) = state.listing.2.get_or_insert_default();
+                let (by_owner, owner_of) = state.listing.1.get_or_insert_default();
                 owner_of.insert(checker_key(&c), uid.clone());
                 by_owner
                     .entry(uid)
@@ -246,8 +362,8 @@ pub(super) fn on_checker(
             }
         }
         Event::InitDone => {
-            (state.generated, state.owner_of) = state.listing.2.take().unwrap_or_default();
-            state.listed[2] = true;
+            (state.generated, state.owner_of) = state.listing.1.take().unwrap_or_default();
+            state.listed[1] = true;
             enqueue_all(state, queue);
         }
         Event::Apply(c) => {
@@ -331,7 +447,7 @@ mod tests {
     fn drain(q: &mut WorkQueue<Key>) -> Vec<String> {
         let mut out = Vec::new();
         while let Some(k) = q.pop() {
-            out.push(k.1.clone());
+            out.push(k.2.clone());
             q.done(k, true, std::time::Instant::now());
         }
         out
@@ -391,15 +507,73 @@ mod tests {
         assert!(s.generated.is_empty() && s.owner_of.is_empty());
     }
 
+    fn route(ns: &str, name: &str, parent: (&str, Option<&str>)) -> HTTPRoute {
+        let mut r = HTTPRoute::new(name, Default::default());
+        r.metadata.namespace = Some(ns.into());
+        r.metadata.uid = Some(format!("uid-{name}"));
+        r.spec.parent_refs = Some(vec![super::super::gateway_api::ParentRef {
+            name: parent.0.into(),
+            namespace: parent.1.map(str::to_string),
+            ..Default::default()
+        }]);
+        r
+    }
+
+    fn gateway(ns: &str, name: &str) -> Gateway {
+        let mut g = Gateway::new(name, Default::default());
+        g.metadata.namespace = Some(ns.into());
+        g
+    }
+
+    #[test]
+    fn a_gateway_makes_work_for_the_routes_that_name_it() {
+        let (mut s, mut q) = listed();
+        on_route(Event::InitDone, &mut s, &mut q);
+        for r in [
+            route("web", "r1", ("gw", None)),
+            route("shop", "r2", ("gw", Some("web"))),
+            route("shop", "r3", ("gw", None)),
+        ] {
+            on_route(Event::Apply(r), &mut s, &mut q);
+        }
+        assert!(!s.ready(Kind::HttpRoute), "the Gateways are not listed yet");
+        on_gateway(Event::InitDone, &mut s, &mut q);
+        assert!(s.ready(Kind::HttpRoute) && s.ready(Kind::Ingress));
+        drain(&mut q);
+        on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
+        assert_eq!(drain(&mut q), ["r2", "r1"], "r3 names shop's gw");
+        let checker = {
+            let mut c = checker("r1-x", "r1");
+            let r = &mut c.metadata.owner_references.as_mut().unwrap()[0];
+            (r.api_version, r.kind) = ("gateway.networking.k8s.io/v1".into(), "HTTPRoute".into());
+            c
+        };
+        on_checker(Event::Apply(checker), &mut s, &mut q);
+        let popped = q.pop().unwrap();
+        assert_eq!(popped, (Kind::HttpRoute, "web".into(), "r1".into()));
+        q.done(popped, true, std::time::Instant::now());
+        let ns = Event::Apply(meta::<Namespace>(
+            "",
+            "shop",
+            &[(super::super::annotations::CHECK, "true")],
+        ));
+        on_namespace(ns, &mut s, &mut q);
+        assert_eq!(
+            drain(&mut q),
+            ["c", "r2", "r3"],
+            "the Ingress and the routes of shop"
+        );
+    }
+
     #[test]
     fn a_relist_replaces_the_ingresses_at_its_end() {
         let (mut s, mut q) = listed();
-        s.want(&("web".into(), "a".into()), 2);
+        s.want(&(Kind::Ingress, "web".into(), "a".into()), 2);
         on_ingress(Event::Init, &mut s, &mut q);
         on_ingress(Event::InitApply(ing("web", "b")), &mut s, &mut q);
-        assert_eq!(s.ingresses.len(), 3, "unchanged until the list ends");
+        assert_eq!(s.ingresses.map.len(), 3, "unchanged until the list ends");
         on_ingress(Event::InitDone, &mut s, &mut q);
-        assert_eq!(s.ingresses.len(), 1);
+        assert_eq!(s.ingresses.map.len(), 1);
         assert_eq!(s.wanted_total, 0, "a's checkers are no longer counted");
         assert_eq!(drain(&mut q), ["b"]);
     }

@@ -38,15 +38,16 @@ impl Probe<'_> {
         if proxy.is_some() {
             self.check_proxied(target, &name).await?;
         }
+        let direct = self.direct(hop);
         let (dial, scope) = match &proxy {
             Some(p) if p.admin => (&p.target, Scope::Admin),
             Some(p) => (&p.target, Scope::Namespace(self.namespace)),
-            None => (target, Scope::Namespace(self.namespace)),
+            None => (&direct.0, Scope::Namespace(self.namespace)),
         };
         // The proxy comes from the spec or the operator: it may be named.
         let dial_name = match &proxy {
             Some(p) => p.target.host.clone(),
-            None => name.clone(),
+            None => direct.1.clone(),
         };
         let allowed = self
             .allowed_addresses(dial, &dial_name, scope, proxy.is_some())
@@ -61,11 +62,28 @@ impl Probe<'_> {
     pub(super) async fn dial(&mut self, hop: &Hop) -> Result<TcpStream, Stop> {
         let name = hop.host_name();
         let scope = Scope::Namespace(self.namespace);
+        let (dial, dial_name) = self.direct(hop);
         let allowed = self
-            .allowed_addresses(&hop.target, &name, scope, false)
+            .allowed_addresses(&dial, &dial_name, scope, false)
             .await?;
         self.pass_gate()?;
         self.open(hop, &name, &allowed, None).await
+    }
+
+    /// Where a hop without a proxy connects, and how messages name it: the
+    /// hop's target, or on the checker's own origin with `connectTo` that
+    /// address on the target's port (the request still names the target).
+    fn direct(&self, hop: &Hop) -> (Target, String) {
+        match &self.plan.connect_to {
+            Some(to) if hop.own_origin => (
+                Target {
+                    host: to.clone(),
+                    ..hop.target.clone()
+                },
+                format!("connectTo {to}"),
+            ),
+            _ => (hop.target.clone(), hop.host_name()),
+        }
     }
 
     /// The addresses of `dial` the forgery guard allows in `scope`. Denied
@@ -146,7 +164,10 @@ impl Probe<'_> {
                 self.phases.connect += t.elapsed();
                 let what = match proxy {
                     Some(p) => format!("proxy {}", p.target.host_port()),
-                    None if hop.own_origin => target.host_port(),
+                    None if hop.own_origin => match &self.plan.connect_to {
+                        Some(to) => format!("{} through connectTo {to}", target.host_port()),
+                        None => target.host_port(),
+                    },
                     None => name.to_string(),
                 };
                 return Err(HopError::new(

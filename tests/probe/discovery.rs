@@ -1,5 +1,7 @@
 //! Part 2: route discovery (`--discover-routes`, docs/discovery.md) against
-//! the real API server, whose Ingress API needs no controller. The
+//! the real API server, whose Ingress API needs no controller, with the
+//! Gateway API CRDs of the pinned release installed (no Gateway controller
+//! either: the test writes a Gateway's status as one would). The
 //! generated checkers probe port 80 of their hosts: a target listens on
 //! port 80 of a loopback address of this test's own, and the kit's name
 //! server answers every name under `<namespace>.test` with it (Ingress
@@ -11,13 +13,14 @@
 //! (tests/node.rs), whose kube-controller-manager runs it.
 
 use webchecker::discovery::annotations::{
-    CHECK, EXPECTED_STATUS_CODES, FAILURE_THRESHOLD, INTERVAL_SECONDS, PATH,
+    CHECK, EXPECTED_STATUS_CODES, FAILURE_THRESHOLD, INTERVAL_SECONDS, PATH, VIA,
 };
 use webchecker::discovery::{
     FIELD_MANAGER, FINGERPRINT_ANNOTATION, SOURCE_LABEL, SOURCE_NAME_LABEL,
 };
 
 use super::ops::*;
+use super::support::targets::RecordingTarget;
 use super::*;
 
 /// A generated checker's bound from the Ingress's change to the checker
@@ -25,10 +28,6 @@ use super::*;
 const WITHIN: Duration = Duration::from_secs(2);
 
 fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
-    let ann: String = annotations
-        .iter()
-        .map(|(k, v)| format!("    {k}: {v:?}\n"))
-        .collect();
     let rules: String = hosts
         .iter()
         .map(|h| {
@@ -37,20 +36,48 @@ fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
             )
         })
         .collect();
-    let ann = if ann.is_empty() {
-        String::new()
-    } else {
-        format!("  annotations:\n{ann}")
-    };
+    let ann = annotations_block(annotations);
     format!(
         "apiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: {name}\n{ann}spec:\n  rules:\n{rules}"
     )
 }
 
+/// The `annotations:` block of a manifest's metadata (empty without any).
+fn annotations_block(annotations: &[(&str, &str)]) -> String {
+    if annotations.is_empty() {
+        return String::new();
+    }
+    let ann: String = annotations
+        .iter()
+        .map(|(k, v)| format!("    {k}: {v:?}\n"))
+        .collect();
+    format!("  annotations:\n{ann}")
+}
+
+/// An operator of namespace `ns` with `--discover-routes`, ready.
+async fn discovering_op(c: &Cluster, ns: &str) -> Operator {
+    let op = spawn_op(
+        c,
+        &format!("op-{ns}"),
+        ns,
+        &["--discover-routes"],
+        &[],
+        "info,webchecker=debug",
+    );
+    op.wait_ready(Duration::from_secs(60)).await;
+    op
+}
+
 /// The names of the checkers generated from Ingress `source`.
 async fn generated(api: &kube::Api<WebChecker>, source: &str) -> Vec<String> {
+    generated_from(api, "ingress", source).await
+}
+
+/// The names of the checkers generated from the `kind` (label value) object
+/// `source`.
+async fn generated_from(api: &kube::Api<WebChecker>, kind: &str, source: &str) -> Vec<String> {
     let lp = kube::api::ListParams::default().labels(&format!(
-        "{SOURCE_LABEL}=ingress,{SOURCE_NAME_LABEL}={source}"
+        "{SOURCE_LABEL}={kind},{SOURCE_NAME_LABEL}={source}"
     ));
     let mut names: Vec<String> = api
         .list(&lp)
@@ -67,9 +94,19 @@ async fn generated(api: &kube::Api<WebChecker>, source: &str) -> Vec<String> {
 }
 
 /// Waits (polling every 20 ms) until exactly `want` are generated from
-/// `source`; how long after `from` that was.
+/// Ingress `source`; how long after `from` that was.
 async fn wait_generated(
     api: &kube::Api<WebChecker>,
+    source: &str,
+    want: &[String],
+    from: Instant,
+) -> Duration {
+    wait_generated_from(api, "ingress", source, want, from).await
+}
+
+async fn wait_generated_from(
+    api: &kube::Api<WebChecker>,
+    kind: &str,
     source: &str,
     want: &[String],
     from: Instant,
@@ -78,13 +115,13 @@ async fn wait_generated(
     want.sort();
     let deadline = from + Duration::from_secs(30);
     loop {
-        let got = generated(api, source).await;
+        let got = generated_from(api, kind, source).await;
         if got == want {
             return from.elapsed();
         }
         assert!(
             Instant::now() < deadline,
-            "checkers of Ingress {source}: {got:?}, want {want:?}"
+            "checkers of {kind} {source}: {got:?}, want {want:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -122,15 +159,7 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
     // Neither it nor its Namespace opts in (yet).
     apply_ok(&ns, &ingress("plain", &[], &[&format!("plain.{zone}")])).await;
-    let op = spawn_op(
-        c,
-        &format!("op-{ns}"),
-        &ns,
-        &["--discover-routes"],
-        &[],
-        "info,webchecker=debug",
-    );
-    op.wait_ready(Duration::from_secs(60)).await;
+    let op = discovering_op(c, &ns).await;
     eventually(
         Duration::from_secs(30),
         "route discovery active",
@@ -274,7 +303,7 @@ async fn owned_by_the_ingress(
     );
 }
 
-/// A person sets intervalSeconds by hand; the next change of the Ingress
+/// A person sets intervalSeconds by hand; the next change of the route
 /// applies its new field and leaves the hand-set value (a conflict, then an
 /// apply without the field).
 async fn a_hand_set_interval_survives(
@@ -315,7 +344,7 @@ async fn a_hand_set_interval_survives(
     );
     assert!(conflicts >= Some(1.0), "{conflicts:?}");
     println!(
-        "a hand-set intervalSeconds (3) survived an Ingress update that applied failureThreshold 2"
+        "a hand-set intervalSeconds (3) survived a route update that applied failureThreshold 2"
     );
 }
 
@@ -376,5 +405,176 @@ async fn the_namespace_opts_in_and_an_ingress_opts_out(
         generated(wcs, "optout").await,
         Vec::<String>::new(),
         "opted out"
+    );
+}
+
+/// An HTTPRoute of the Gateway API, in this test's namespace.
+fn httproute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
+    let ann = annotations_block(annotations);
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: {name}\n{ann}spec:\n  parentRefs: [{{name: gw}}]\n  hostnames: {hosts:?}\n  rules:\n  - backendRefs: [{{name: web, port: 80}}]\n"
+    )
+}
+
+/// The Gateway `gw`: an HTTP listener on `http_port` for every name, an
+/// HTTPS one on `https_port` for `secure`.
+fn gateway(http_port: u16, https_port: u16, secure: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\nspec:\n  gatewayClassName: test\n  listeners:\n  - {{name: web, port: {http_port}, protocol: HTTP}}\n  - name: tls\n    port: {https_port}\n    protocol: HTTPS\n    hostname: {secure}\n    tls: {{mode: Terminate, certificateRefs: [{{name: gw-cert}}]}}\n"
+    )
+}
+
+/// HTTPRoutes (the Gateway API's own CRDs): two hostnames give two checkers
+/// owned by the route; with `via: gateway`, the checkers connect to the
+/// address a Gateway controller wrote in the Gateway's status, naming the
+/// route's hostname as Host (the witness's log) and as SNI (the TLS
+/// target's); a hand-set interval survives a route update; a route of a
+/// Namespace that does not opt in gets nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn httproutes_get_checkers_and_are_probed_through_their_gateway() {
+    let c = cluster();
+    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
+        .await
+        .unwrap();
+    let ns = c.namespace("probe-httproutes");
+    let client = c.client().await;
+    let wcs = checkers(&client, &ns);
+    let zone = format!("{ns}.test");
+    // Names of the zone resolve to an address where nothing listens on the
+    // Gateway's ports: only connectTo reaches the targets.
+    Dns::shared().add_zone(&zone, &[loopback_ip().parse().unwrap()]);
+    let witness = Witness::start().await;
+    let secure = format!("secure.{zone}");
+    let leaf = Leaf::self_signed(&[&secure]);
+    let tls = RecordingTarget::https(&leaf, None, |_| Answer::ok()).await;
+    apply_ok(&ns, &gateway(witness.addr.port(), tls.port(), &secure)).await;
+    apply_ok(&ns, &httproute("plain", &[], &[&format!("plain.{zone}")])).await;
+    let op = discovering_op(c, &ns).await;
+    eventually(Duration::from_secs(30), "HTTPRoutes watched", || async {
+        let m = op.scrape().await;
+        let on = [("source", "httproute")];
+        (metric(&m, "webchecker_discovery_source_watched", &on) == Some(1.0)).then_some(())
+    })
+    .await;
+
+    let (a, b) = (format!("a.{zone}"), format!("b.{zone}"));
+    let t = Instant::now();
+    let shop = httproute("shop", &[(CHECK, "true")], &[&a, &b]);
+    apply_ok(&ns, &shop).await;
+    let names = [format!("shop-{a}"), format!("shop-{b}")];
+    let took = wait_generated_from(&wcs, "httproute", "shop", &names, t).await;
+    println!("an HTTPRoute with two hostnames annotated: its two WebCheckers after {took:.2?}");
+    assert!(took < WITHIN, "{took:?}");
+    owned_by_the_route(&client, &wcs, &ns, "shop", &names[0]).await;
+    assert_eq!(
+        wcs.get(&names[0]).await.unwrap().spec.host,
+        format!("http://{a}")
+    );
+
+    through_the_gateway(&op, &wcs, &ns, &zone, &witness, &tls).await;
+    assert_eq!(
+        generated_from(&wcs, "httproute", "plain").await,
+        Vec::<String>::new(),
+        "neither the route nor its Namespace opts in"
+    );
+}
+
+/// `via: gateway`: nothing while the Gateway has no address; once its
+/// status has one, the witness sees the route's hostname as Host on the
+/// HTTP listener's port, the TLS target its hostname as SNI.
+async fn through_the_gateway(
+    op: &Operator,
+    wcs: &kube::Api<WebChecker>,
+    ns: &str,
+    zone: &str,
+    witness: &Witness,
+    tls: &RecordingTarget,
+) {
+    let (www, secure) = (format!("www.{zone}"), format!("secure.{zone}"));
+    let edge = |extra: &[(&str, &str)]| {
+        let mut ann = vec![
+            (CHECK, "true"),
+            (VIA, "gateway"),
+            (PATH, "/c/edge"),
+            (INTERVAL_SECONDS, "1"),
+        ];
+        ann.extend_from_slice(extra);
+        httproute("edge", &ann, &[&www, &secure])
+    };
+    apply_ok(ns, &edge(&[])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        generated_from(wcs, "httproute", "edge").await,
+        Vec::<String>::new(),
+        "no address in the Gateway's status yet"
+    );
+    let t = Instant::now();
+    kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "gateway",
+        "gw",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
+    ])
+    .await;
+    let names = [format!("edge-{www}-gw"), format!("edge-{secure}-gw")];
+    let took = wait_generated_from(wcs, "httproute", "edge", &names, t).await;
+    println!("the Gateway got an address: the via-gateway WebCheckers after {took:.2?}");
+    let wc = wcs.get(&names[0]).await.unwrap();
+    let port = witness.addr.port();
+    assert_eq!(wc.spec.host, format!("http://{www}:{port}"));
+    assert_eq!(wc.spec.connect_to.as_deref(), Some("127.0.0.1"));
+    let hit = eventually(Duration::from_secs(10), "the witness probed", || async {
+        witness.hits_for("edge").into_iter().next()
+    })
+    .await;
+    assert_eq!(hit.headers.get("host"), Some(&format!("{www}:{port}")));
+    println!(
+        "the witness saw Host {:?} on 127.0.0.1:{port}",
+        hit.headers["host"]
+    );
+    let sni = eventually(Duration::from_secs(10), "a TLS handshake", || async {
+        tls.handshakes().sni.into_iter().next()
+    })
+    .await;
+    assert_eq!(sni.as_deref(), Some(secure.as_str()));
+    println!("the TLS target saw SNI {sni:?} on 127.0.0.1:{}", tls.port());
+    a_hand_set_interval_survives(op, wcs, ns, &names[0], &edge(&[(FAILURE_THRESHOLD, "2")])).await;
+}
+
+/// The checker names its HTTPRoute as controller owner.
+async fn owned_by_the_route(
+    client: &kube::Client,
+    wcs: &kube::Api<WebChecker>,
+    ns: &str,
+    route: &str,
+    name: &str,
+) {
+    use webchecker::discovery::gateway_api::HTTPRoute;
+    let routes: kube::Api<HTTPRoute> = kube::Api::namespaced(client.clone(), ns);
+    let uid = routes.get(route).await.unwrap().metadata.uid.unwrap();
+    let wc = wcs.get(name).await.unwrap();
+    let owners = wc.metadata.owner_references.clone().unwrap_or_default();
+    assert_eq!(owners.len(), 1, "{owners:?}");
+    let o = &owners[0];
+    assert_eq!(
+        (
+            o.api_version.as_str(),
+            o.kind.as_str(),
+            o.name.as_str(),
+            o.uid.as_str(),
+            o.controller
+        ),
+        (
+            "gateway.networking.k8s.io/v1",
+            "HTTPRoute",
+            route,
+            uid.as_str(),
+            Some(true)
+        )
     );
 }

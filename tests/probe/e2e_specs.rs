@@ -103,6 +103,21 @@ async fn new_admission_rules_reject_bad_specs() {
             format!("{h}proxy: {{url: 'http://user:pw@proxy:3128'}}"),
             "spec.proxy.url must not carry credentials",
         ),
+        (
+            "connect-to-port",
+            format!("{h}connectTo: '10.0.0.7:8443'"),
+            "spec.connectTo must be an IP address or a host name",
+        ),
+        (
+            "connect-to-url",
+            format!("{h}connectTo: 'https://gw.example'"),
+            "spec.connectTo must be an IP address or a host name",
+        ),
+        (
+            "connect-to-proxy",
+            format!("{h}connectTo: 10.0.0.7\nproxy: {{url: 'http://proxy:3128'}}"),
+            "spec.connectTo and spec.proxy cannot be combined",
+        ),
     ];
     for (name, spec, want) in cases {
         let out = cluster().apply(&ns, &checker_manifest(name, spec)).await;
@@ -128,6 +143,24 @@ maxRedirects: 3
 ipFamily: IPv4
 proxy: {url: 'http://proxy.example:3128'}
 tls: {serverName: example.com, caBundle: {configMapKeyRef: {name: ca, key: ca.crt}}, clientCertificate: {secretName: mtls}, minVersion: TLS13, certificateExpiryWarningDays: 21}")
+    .await;
+    apply_checker(
+        &ns,
+        "connect-to",
+        "host: https://example.com\nconnectTo: 10.0.0.7",
+    )
+    .await;
+    apply_checker(
+        &ns,
+        "connect-to-v6",
+        "host: https://example.com\nconnectTo: 'fd00::7'",
+    )
+    .await;
+    apply_checker(
+        &ns,
+        "connect-to-name",
+        "host: https://example.com\nconnectTo: gw-1.example.net",
+    )
     .await;
     apply_checker(&ns, "bearer-env-proxy", "host: https://example.com\nauth: {bearer: {secretKeyRef: {name: t, key: token}}}\nproxy: {fromEnvironment: true}\ntls: {caBundle: {secretKeyRef: {name: ca, key: ca.crt}}}")
     .await;

@@ -75,6 +75,67 @@ async fn a_name_resolving_to_a_denied_address_is_forbidden() {
     assert_eq!(t.accepts(), 1);
 }
 
+/// `connectTo`: the probe dials that address on the host's port and still
+/// names the host (Host header; over TLS, the handshake is the host's); the
+/// forgery guard judges the address dialled; a redirect to another origin
+/// goes where its host resolves.
+#[tokio::test]
+async fn connect_to_dials_the_address_and_names_the_host() {
+    let name = format!("shop-{}.nowhere.test", rand_suffix());
+    let t = Server::http("127.0.0.1:0", |_| Answer::text("ok")).await;
+    let port = t.addr.port();
+    let via = format!("host: http://{name}:{port}\nconnectTo: 127.0.0.1");
+    expect(&run(&via).await, Reason::ProbeSucceeded, "");
+    let host = t.seen()[0].headers.get("host").cloned();
+    assert_eq!(
+        host,
+        Some(format!("{name}:{port}")),
+        "the request names the host"
+    );
+    // Without connectTo the name does not resolve: the address came from it.
+    expect(
+        &run(&format!("host: http://{name}:{port}")).await,
+        Reason::DnsError,
+        "",
+    );
+    let o = probe_timed(&deny(&["127.0.0.1/32"]), &mk(&via)).await;
+    expect(
+        &o,
+        Reason::Forbidden,
+        "connectTo 127.0.0.1 is an address the operator may not probe",
+    );
+    assert_eq!(t.accepts(), 1, "nothing reached the denied address");
+
+    let leaf = Leaf::self_signed(&[&name]);
+    let tls = Server::https("127.0.0.1:0", server_tls(&leaf, BOTH, None), |_| {
+        Answer::text("ok")
+    })
+    .await;
+    let s = format!(
+        "host: https://{name}:{}\nconnectTo: 127.0.0.1\ntls: {{insecureSkipVerify: true}}",
+        tls.addr.port()
+    );
+    expect(&run(&s).await, Reason::ProbeSucceeded, "");
+    let host = tls.seen()[0].headers.get("host").cloned();
+    assert_eq!(host, Some(format!("{name}:{}", tls.addr.port())));
+
+    // A redirect to another origin is not sent to connectTo's address.
+    let other = format!("other-{}.nowhere.test", rand_suffix());
+    let to = format!("http://{other}:{port}/x");
+    let r = Server::http("127.0.0.1:0", move |_| Answer::redirect(302, &to)).await;
+    let s = format!(
+        "host: http://{name}:{}\nconnectTo: 127.0.0.1\nfollowRedirects: true",
+        r.addr.port()
+    );
+    let o = run(&s).await;
+    expect(
+        &o,
+        Reason::DnsError,
+        "after a redirect (HTTP 302) to another origin",
+    );
+    assert_eq!(t.accepts(), 1);
+}
+
 // ============================================================== transport
 
 #[tokio::test]

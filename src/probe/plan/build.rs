@@ -90,6 +90,7 @@ pub fn plan_trusting(
         roots,
     )?;
     let proxy = proxy_plan(spec)?;
+    let connect_to = connect_to(spec)?;
     Ok(ProbePlan {
         kind,
         protocol,
@@ -115,6 +116,7 @@ pub fn plan_trusting(
             IpFamily::IPv6 => AddressFamily::V6,
         },
         proxy,
+        connect_to,
         compression: compression(spec),
         http2,
         alpn,
@@ -230,6 +232,33 @@ fn proxy_plan(spec: &WebCheckerSpec) -> Result<ProxyPlan, String> {
             _ => return Err("spec.proxy needs exactly one of url or fromEnvironment: true".into()),
         },
     })
+}
+
+/// `spec.connectTo`, as admission checks it (an object stored before its
+/// rules, or written past them, fails the plan rather than dialling
+/// something else): an IP address or a DNS name, never with a proxy.
+fn connect_to(spec: &WebCheckerSpec) -> Result<Option<String>, String> {
+    let Some(raw) = spec.connect_to.as_deref() else {
+        return Ok(None);
+    };
+    let to = raw.trim().trim_end_matches('.');
+    if spec.proxy.is_some() {
+        return Err("spec.connectTo and spec.proxy cannot be combined: through a proxy, the proxy chooses where to connect".into());
+    }
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let ok = to.parse::<std::net::IpAddr>().is_ok()
+        || (!to.is_empty() && to.len() <= 253 && to.split('.').all(label_ok));
+    if !ok {
+        return Err(format!(
+            "spec.connectTo {raw:?} must be an IP address or a host name, without scheme, port or path, for example 10.0.0.7 or gateway.example.net"
+        ));
+    }
+    Ok(Some(to.to_ascii_lowercase()))
 }
 
 /// The coding asked for (`spec.compression`).

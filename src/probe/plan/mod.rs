@@ -65,6 +65,10 @@ pub struct ProbePlan {
     pub tls: TlsPlan,
     pub ip_family: AddressFamily,
     pub proxy: ProxyPlan,
+    /// `connectTo`: the address (or name) dialled for the checker's own
+    /// origin instead of its host's addresses; the request still names the
+    /// host (Host, SNI).
+    pub connect_to: Option<String>,
     /// The coding asked for in `Accept-Encoding` (`compression`).
     pub compression: Coding,
     pub http2: Http2,

@@ -429,3 +429,36 @@ fn ip_family_and_proxy() {
         assert!(plan(&spec(bad), &no_secrets).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn connect_to_names_an_address_or_a_host_and_never_a_proxy() {
+    let p = plan(&spec("host: https://shop.example"), &no_secrets).unwrap();
+    assert_eq!(p.connect_to, None);
+    for (given, want) in [
+        ("10.0.0.7", "10.0.0.7"),
+        ("fd00::1", "fd00::1"),
+        ("GW.example.net.", "gw.example.net"),
+    ] {
+        let s = spec(&format!("host: https://shop.example\nconnectTo: '{given}'"));
+        let p = plan(&s, &no_secrets).unwrap();
+        assert_eq!(p.connect_to.as_deref(), Some(want), "{given}");
+        assert_eq!(p.target.host, "shop.example", "the request names the host");
+    }
+    for bad in [
+        "http://10.0.0.7",
+        "10.0.0.7:8080",
+        "[fd00::1]",
+        "gw.example/x",
+        "-gw.example",
+        "",
+    ] {
+        let s = spec(&format!("host: https://shop.example\nconnectTo: '{bad}'"));
+        let err = plan(&s, &no_secrets).unwrap_err();
+        assert!(err.starts_with("spec.connectTo"), "{bad}: {err}");
+    }
+    let s = spec(
+        "host: http://shop.example\nconnectTo: 10.0.0.7\nproxy: {url: 'http://proxy.local:3128'}",
+    );
+    let err = plan(&s, &no_secrets).unwrap_err();
+    assert!(err.contains("cannot be combined"), "{err}");
+}

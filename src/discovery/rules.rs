@@ -1,0 +1,152 @@
+//! What the plans of every kind of source share: the opt-in, the hosts a
+//! checker can be made for, the checkers of one host (per host, or per host
+//! and path), their fields, and the bound on their number. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::annotations::{self, Settings};
+use super::names::{checker_name, short_hash};
+use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Plan, Problem, Skip};
+
+/// The Event reason when a source asks for more checkers than allowed.
+pub const TOO_MANY: &str = "TooManyCheckers";
+
+/// A source's settings and the start of its plan (the problems of its
+/// annotations, said whether or not it opts in); `None` for the settings
+/// when it does not opt in (no checkers: the existing ones are deleted).
+pub(super) fn start(
+    own: Option<&BTreeMap<String, String>>,
+    namespace_annotations: &BTreeMap<String, String>,
+) -> (Option<Settings>, Plan) {
+    let empty = BTreeMap::new();
+    let (settings, problems) = annotations::read(own.unwrap_or(&empty));
+    let plan = Plan {
+        problems,
+        ..Plan::default()
+    };
+    let opted = annotations::opted_in(settings.check, namespace_annotations);
+    (opted.then_some(settings), plan)
+}
+
+/// The host a checker can probe, lower case; a rule without one (it matches
+/// any name) or with a wildcard (no one name) goes to `skipped`.
+pub(super) fn probe_host(raw: Option<&str>, skipped: &mut Vec<(String, Skip)>) -> Option<String> {
+    let host = raw.unwrap_or_default().trim();
+    if host.is_empty() {
+        skipped.push((String::new(), Skip::NoHost));
+        return None;
+    }
+    if host.starts_with('*') {
+        skipped.push((host.to_string(), Skip::WildcardHost));
+        return None;
+    }
+    Some(host.to_ascii_lowercase())
+}
+
+/// One host's checkers: `url` (scheme, host, port), connecting to
+/// `connect_to` when set. Named from `parts` (`[source, host]`, and the
+/// Gateway with `via: gateway`); with `per-path`, one per plain path of
+/// `paths` (`/` when none), named with the path and a hash of it (`/a-b`
+/// and `/a/b` would otherwise meet; `/` is named like a per-host checker).
+pub(super) struct HostCheckers<'a> {
+    pub parts: &'a [&'a str],
+    pub url: &'a str,
+    pub connect_to: Option<&'a str>,
+    pub paths: &'a [String],
+}
+
+impl HostCheckers<'_> {
+    /// Adds them to `plan`, each name once.
+    pub(super) fn add(
+        &self,
+        settings: &Settings,
+        defaults: &Defaults,
+        plan: &mut Plan,
+        seen: &mut BTreeSet<String>,
+    ) {
+        let targets = if settings.per_path {
+            self.per_path(&mut plan.skipped)
+        } else {
+            vec![(checker_name(self.parts), settings.path.clone())]
+        };
+        for (name, path) in targets {
+            if seen.insert(name.clone()) {
+                plan.checkers.push(Desired {
+                    name,
+                    host: self.url.to_string(),
+                    path,
+                    expected_status_codes: settings.expected_status_codes.clone(),
+                    interval_seconds: settings.interval_seconds.or(defaults.interval_seconds),
+                    failure_threshold: settings.failure_threshold.or(defaults.failure_threshold),
+                    connect_to: self.connect_to.map(str::to_string),
+                });
+            }
+        }
+    }
+
+    fn per_path(&self, skipped: &mut Vec<(String, Skip)>) -> Vec<(String, Option<String>)> {
+        let mut out = Vec::new();
+        let mut paths: Vec<&str> = self.paths.iter().map(String::as_str).collect();
+        if paths.is_empty() {
+            paths.push("/");
+        }
+        let host = self.parts.get(1).copied().unwrap_or_default();
+        for p in paths {
+            if !is_plain(p) {
+                skipped.push((format!("{host}{p}"), Skip::PathNotPlain));
+                continue;
+            }
+            let name = if p == "/" {
+                checker_name(self.parts)
+            } else {
+                let slug = p.trim_matches('/').replace('/', "-");
+                let hash = short_hash(p);
+                let mut parts = self.parts.to_vec();
+                parts.extend([slug.as_str(), hash.as_str()]);
+                checker_name(&parts)
+            };
+            if !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, Some(p.to_string())));
+            }
+        }
+        out
+    }
+}
+
+/// A path probed as it is: one the CRD accepts, and no pattern (controllers'
+/// ImplementationSpecific paths, and HTTPRoute's RegularExpression ones, may
+/// be regular expressions).
+pub(super) fn is_plain(p: &str) -> bool {
+    const PATTERN: &[char] = &[
+        '(', ')', '[', ']', '{', '}', '*', '+', '|', '^', '$', '?', '#',
+    ];
+    annotations::plain_path(p).is_ok() && !p.contains(PATTERN)
+}
+
+/// Sorts the checkers by name and keeps the first
+/// [`MAX_CHECKERS_PER_SOURCE`], saying so (on `subject`) when there were more.
+pub(super) fn finish(plan: &mut Plan, subject: &str) {
+    plan.checkers.sort_by(|a, b| a.name.cmp(&b.name));
+    if plan.checkers.len() > MAX_CHECKERS_PER_SOURCE {
+        plan.problems.push(Problem {
+            reason: TOO_MANY,
+            subject: subject.into(),
+            message: format!(
+                "{subject} ask for {} checkers; only the first {MAX_CHECKERS_PER_SOURCE} by name are made",
+                plan.checkers.len()
+            ),
+        });
+        plan.checkers.truncate(MAX_CHECKERS_PER_SOURCE);
+    }
+}
+
+/// `host` is in `names`, or under a wildcard one (`*.example.com` covers
+/// one label, as a certificate's wildcard does).
+pub(super) fn covered(names: &[String], host: &str) -> bool {
+    names.iter().any(|t| match t.strip_prefix("*.") {
+        Some(zone) => host
+            .split_once('.')
+            .is_some_and(|(first, rest)| !first.is_empty() && rest == zone),
+        None => t == host,
+    })
+}
