@@ -145,22 +145,39 @@ impl Prometheus {
     /// Waits until Prometheus scrapes exactly the targets of these jobs and
     /// all are up.
     pub async fn wait_jobs_up(&self, jobs: &[Job]) {
-        let want: BTreeSet<String> = jobs
+        // (job, instance): one target may be in several jobs.
+        let want: BTreeSet<(String, String)> = jobs
             .iter()
-            .flat_map(|(_, targets)| targets.iter())
-            .map(|(_, p)| format!("127.0.0.1:{p}"))
+            .flat_map(|(job, targets)| {
+                targets
+                    .iter()
+                    .map(move |(_, p)| (job.clone(), format!("127.0.0.1:{p}")))
+            })
             .collect();
+        let of = |t: &Value| {
+            (
+                t["labels"]["job"].as_str().unwrap_or_default().to_string(),
+                t["labels"]["instance"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
         eventually(
             Duration::from_secs(30),
             "Prometheus scrapes every replica",
             || async {
                 let v = self.api("/api/v1/targets?state=active").await;
                 let active = v["data"]["activeTargets"].as_array()?;
-                let up: BTreeSet<String> = active
+                let up: BTreeSet<(String, String)> = active
                     .iter()
                     .filter(|t| t["health"] == "up")
-                    .filter_map(|t| t["labels"]["instance"].as_str().map(String::from))
+                    .map(of)
                     .collect();
+                // Shown with the failure: why a target is not up.
+                for t in active.iter().filter(|t| t["health"] != "up") {
+                    println!("{:?} not up: {} {}", of(t), t["health"], t["lastError"]);
+                }
                 (active.len() == want.len() && up == want).then_some(())
             },
         )
