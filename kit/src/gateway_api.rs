@@ -4,10 +4,9 @@
 //! HTTPRoute and Gateway objects, validated by the release's own schemas.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
-use crate::{Cluster, SETUP_LIMIT, bounded, repo};
+use crate::{Cluster, script_dir};
 
 static CRDS: OnceLock<PathBuf> = OnceLock::new();
 /// Control planes (by kubeconfig) the CRDs are installed on already.
@@ -18,23 +17,7 @@ static INSTALLED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// tools cache). Panics, naming the script, when it fails.
 pub fn gateway_api_crds() -> &'static Path {
     CRDS.get_or_init(|| {
-        let script = repo().join("hack/fetch-gateway-api.sh");
-        let out = bounded("bash", SETUP_LIMIT)
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "hack/fetch-gateway-api.sh failed ({}); its output is above. It needs Go and the \
-             Go module proxy",
-            out.status
-        );
-        let dir = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .map(|l| PathBuf::from(l.trim()))
-            .expect("hack/fetch-gateway-api.sh printed its directory");
+        let dir = script_dir("fetch-gateway-api.sh", "Go and the Go module proxy");
         assert!(
             dir.join("gateway.networking.k8s.io_httproutes.yaml")
                 .is_file(),

@@ -162,3 +162,25 @@ pub fn proc_memory_kib(pid: i32, field: &str) -> u64 {
 pub fn path_of(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Runs `hack/<script>` (a build or fetch into the tools cache, its progress
+/// on stderr) and returns the directory it prints on its last stdout line.
+/// Panics naming the script and `needs` when it fails.
+pub fn script_dir(script: &str, needs: &str) -> std::path::PathBuf {
+    let path = repo().join("hack").join(script);
+    let out = bounded("bash", SETUP_LIMIT)
+        .arg(&path)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", path.display()));
+    assert!(
+        out.status.success(),
+        "hack/{script} failed ({}); its output is above. It needs {needs}",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| std::path::PathBuf::from(l.trim()))
+        .unwrap_or_else(|| panic!("hack/{script} printed no directory"))
+}

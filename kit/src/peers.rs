@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::{SETUP_LIMIT, bounded, free_port, repo};
+use crate::{bounded, free_port, script_dir};
 
 /// How long a peer may take to come up (they take milliseconds; the bound is
 /// for a loaded machine).
@@ -48,23 +48,10 @@ static PEERS_BIN: OnceLock<PathBuf> = OnceLock::new();
 /// script, when it fails (no Go toolchain, no module proxy).
 pub fn peers_bin() -> &'static Path {
     PEERS_BIN.get_or_init(|| {
-        let script = repo().join("hack/build-probe-peers.sh");
-        let out = bounded("bash", SETUP_LIMIT)
-            .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "hack/build-probe-peers.sh failed ({}); its output is above. It needs Go >= the \
-             GO_MIN_VERSION of hack/versions.env and the Go module proxy",
-            out.status
+        let bin = script_dir(
+            "build-probe-peers.sh",
+            "Go >= the GO_MIN_VERSION of hack/versions.env and the Go module proxy",
         );
-        let bin = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .map(|l| PathBuf::from(l.trim()))
-            .expect("hack/build-probe-peers.sh printed its bin directory");
         for t in ["grpc-health", "grpc-health-probe", "blackbox_exporter"] {
             assert!(
                 bin.join(t).is_file(),
@@ -523,19 +510,7 @@ mod tests {
     fn s_client(args: &[&str], input: &str) -> String {
         let mut c = bounded("openssl", Duration::from_secs(30));
         c.arg("s_client").args(args);
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("openssl is missing: install it with hack/install-deps.sh (apt-get install openssl)");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = crate::output_with_stdin(c, input);
         format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),

@@ -116,23 +116,9 @@ impl PromVersion {
 pub fn prometheus3_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let out = bounded("bash", SETUP_LIMIT)
-            .arg(repo().join("hack/build-prometheus.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run hack/build-prometheus.sh");
-        assert!(
-            out.status.success(),
-            "hack/build-prometheus.sh failed ({}); its output is above. It needs Go >= the \
-             GO_MIN_VERSION of hack/versions.env and the Go module proxy",
-            out.status
-        );
-        let bin = PathBuf::from(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .last()
-                .expect("hack/build-prometheus.sh prints the bin directory")
-                .trim(),
+        let bin = crate::support::script_dir(
+            "build-prometheus.sh",
+            "Go >= the GO_MIN_VERSION of hack/versions.env and the Go module proxy",
         );
         for t in ["prometheus", "promtool"] {
             assert!(
