@@ -22,6 +22,10 @@ use crate::support::fleet::{LEASE, RETRY};
 use crate::support::*;
 use crate::watch::{Alerts, labels_of};
 
+/// The status writer's longest backoff between two tries of a write
+/// (src/kubeio/writer.rs, `backoff`).
+const WRITER_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
 /// How long `leaderless` stays stopped: more than its Lease.
 const PAUSE: Duration = Duration::from_secs(5);
 
@@ -97,9 +101,11 @@ pub async fn writes(s: &Single, alerts: &Alerts<'_>) {
             &format!("status writes of {} checkers answered 500", WRITES.len()),
             "WebCheckerStatusWritesFailing",
             s.replica_labels("warning"),
-            // Refused from the start: the wait counts from now.
+            // Refused from the start: the wait counts from now. The rate
+            // needs the error counter to rise between two scrapes, and by now
+            // each write is retried only after the writer's longest backoff.
             Instant::now(),
-            Duration::from_secs(10),
+            WRITER_MAX_BACKOFF + Duration::from_secs(2),
         )
         .await;
     let proxy = s.proxy.as_ref().expect("behind a proxy");
