@@ -203,6 +203,7 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let sel = format!("{SOURCE_NAME_LABEL}=shop");
     let out = c.kubectl_async(&["get", "wc", "-n", &ns, "-l", &sel]).await;
     println!("$ kubectl get wc -l {sel}\n{}", text(&out.stdout));
+    assert_eq!(source_column(&text(&out.stdout)), ["ingress", "ingress"]);
     owned_by_the_ingress(&client, &wcs, &ns, &names[0]).await;
 
     // A host edited: the old checker goes, the new one comes.
@@ -259,6 +260,21 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
             &[("result", "deleted")]
         ),
     );
+}
+
+/// The SOURCE column of each row of a `kubectl get wc` table.
+fn source_column(table: &str) -> Vec<String> {
+    let mut lines = table.lines();
+    let head = lines.next().unwrap_or_default();
+    let (from, to) = (head.find("SOURCE").unwrap(), head.find("AGE").unwrap());
+    lines
+        .map(|l| {
+            l.get(from..to.min(l.len()))
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .collect()
 }
 
 /// The checker names its Ingress as controller owner (the garbage collector
