@@ -6,13 +6,15 @@
 //! (hack/cluster.sh): admission rules, Secrets (and that their values never
 //! leak), thresholds, CertificateExpiring, the cluster's CA (`--ca-bundle`),
 //! the forgery guard, the proxy from the environment, 200 hostile
-//! targets at once (memory), and checkers generated for Ingresses
-//! (`--discover-routes`).
+//! targets at once (memory), and checkers generated for Ingresses,
+//! HTTPRoutes and Services (`--discover-routes`).
 
 #[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
 #[path = "probe/discovery.rs"]
 mod discovery;
+#[path = "probe/discovery_services.rs"]
+mod discovery_services;
 #[path = "probe/e2e_kinds.rs"]
 mod e2e_kinds;
 #[path = "probe/e2e_specs.rs"]
