@@ -7,12 +7,15 @@
 //! leak), thresholds, CertificateExpiring, the cluster's CA (`--ca-bundle`),
 //! the forgery guard, the proxy from the environment, 200 hostile
 //! targets at once (memory), and checkers generated for Ingresses,
-//! HTTPRoutes and Services (`--discover-routes`).
+//! HTTPRoutes and Services (`--discover-routes`), with their Events on the
+//! route.
 
 #[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
 #[path = "probe/discovery.rs"]
 mod discovery;
+#[path = "probe/discovery_route_events.rs"]
+mod discovery_route_events;
 #[path = "probe/discovery_services.rs"]
 mod discovery_services;
 #[path = "probe/e2e_kinds.rs"]

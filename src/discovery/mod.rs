@@ -31,6 +31,7 @@ pub(crate) mod metrics;
 pub mod names;
 pub mod patch;
 pub mod queue;
+pub mod route_events;
 mod rules;
 pub mod service;
 mod session;
