@@ -20,6 +20,8 @@ mod discovery_gateway_api;
 mod discovery_guard;
 #[path = "probe/discovery_route_events.rs"]
 mod discovery_route_events;
+#[path = "probe/discovery_scale.rs"]
+mod discovery_scale;
 #[path = "probe/discovery_services.rs"]
 mod discovery_services;
 #[path = "probe/e2e_kinds.rs"]
