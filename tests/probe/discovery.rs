@@ -370,29 +370,8 @@ async fn a_hand_set_interval_survives(
 
 /// A bad annotation value: a Warning Event on the Ingress naming it.
 async fn a_bad_annotation_is_named_on_the_ingress(client: &kube::Client, ns: &str, manifest: &str) {
-    use k8s_openapi::api::events::v1::Event;
     apply_ok(ns, manifest).await;
-    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
-    let note = eventually(
-        Duration::from_secs(10),
-        "a Warning Event on Ingress shop",
-        || async {
-            api.list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find_map(|e| {
-                    let about = e.regarding.as_ref()?;
-                    (about.kind.as_deref() == Some("Ingress")
-                        && about.name.as_deref() == Some("shop")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("InvalidAnnotation"))
-                    .then(|| e.note.clone().unwrap_or_default())
-                })
-        },
-    )
-    .await;
+    let note = warning_note(client, ns, "Ingress", "shop", "InvalidAnnotation").await;
     assert!(note.contains(EXPECTED_STATUS_CODES), "{note}");
     println!("a bad annotation: Warning InvalidAnnotation on the Ingress: {note}");
 }
@@ -597,4 +576,37 @@ async fn owned_by_the_route(
             Some(true)
         )
     );
+}
+
+/// The note of a Warning Event with `reason` regarding `kind`/`name` in `ns`,
+/// once there is one.
+pub(super) async fn warning_note(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> String {
+    use k8s_openapi::api::events::v1::Event;
+    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(10),
+        &format!("a Warning Event {reason} on {kind} {name}"),
+        || async {
+            api.list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find_map(|e| {
+                    let about = e.regarding.as_ref()?;
+                    (about.kind.as_deref() == Some(kind)
+                        && about.name.as_deref() == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(reason))
+                    .then(|| e.note.clone().unwrap_or_default())
+                })
+        },
+    )
+    .await
 }

@@ -119,33 +119,12 @@ async fn services_that_opt_in_themselves_get_a_checker_at_their_cluster_name() {
 /// A Service that opts in without a port named http or https: a Warning
 /// `NoHTTPPort` on it, and no checker.
 async fn no_http_port_is_said_on_the_service(client: &kube::Client, ns: &str) {
-    use k8s_openapi::api::events::v1::Event;
     apply_ok(
         ns,
         &service("db", &[(CHECK, "true")], &[("postgres", 5432)]),
     )
     .await;
-    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
-    let note = eventually(
-        Duration::from_secs(10),
-        "a Warning Event on Service db",
-        || async {
-            api.list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find_map(|e| {
-                    let about = e.regarding.as_ref()?;
-                    (about.kind.as_deref() == Some("Service")
-                        && about.name.as_deref() == Some("db")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("NoHTTPPort"))
-                    .then(|| e.note.clone().unwrap_or_default())
-                })
-        },
-    )
-    .await;
+    let note = warning_note(client, ns, "Service", "db", "NoHTTPPort").await;
     println!("a Service without an HTTP port: Warning NoHTTPPort: {note}");
     assert!(note.contains(PORT), "{note}");
     let wcs = checkers(client, ns);
