@@ -105,7 +105,7 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {{name: leases, namespace: {ns}}}
 rules:
-- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, delete]}}
+- {{apiGroups: [coordination.k8s.io], resources: [leases], verbs: [get, list, watch, create, update, patch, delete]}}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

@@ -76,7 +76,7 @@ const EVENTS: &str = "events.k8s.io";
 const LEASES: &str = "coordination.k8s.io";
 
 /// What the operator needs in every case.
-const NEEDED: [Check; 13] = [
+const NEEDED: [Check; 14] = [
     (WEBCHECKERS, "webcheckers", "list", None, Where::Watched),
     (WEBCHECKERS, "webcheckers", "watch", None, Where::Watched),
     (WEBCHECKERS, "webcheckers", "get", None, Where::Watched),
@@ -95,6 +95,8 @@ const NEEDED: [Check; 13] = [
     (LEASES, "leases", "watch", None, Where::Lease),
     (LEASES, "leases", "create", None, Where::Lease),
     (LEASES, "leases", "update", None, Where::Lease),
+    // Membership renewals are merge patches.
+    (LEASES, "leases", "patch", None, Where::Lease),
     (LEASES, "leases", "delete", None, Where::Lease),
 ];
 

@@ -387,7 +387,7 @@ impl Membership {
                 }
                 Ok(Err(e)) if api_code(&e) == Some(403) => {
                     return Err(Error::Forbidden(format!(
-                        "cannot create Leases in namespace {:?} (coordination.k8s.io leases: create, get, update, delete): {e}",
+                        "cannot create Leases in namespace {:?} (coordination.k8s.io leases: create, get, update, patch, delete): {e}",
                         self.namespace
                     )));
                 }
