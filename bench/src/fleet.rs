@@ -63,6 +63,17 @@ impl Fleet {
         replicas: usize,
         m: usize,
     ) -> Res<Fleet> {
+        Self::start_every(cl, prefix, replicas, m, INTERVAL).await
+    }
+
+    /// [`Fleet::start`] with every checker at `interval` seconds.
+    pub async fn start_every(
+        cl: &'static Cluster,
+        prefix: &str,
+        replicas: usize,
+        m: usize,
+        interval: u32,
+    ) -> Res<Fleet> {
         let ns = cl.namespace(&format!("bench-{prefix}"));
         let witness = Witness::start().await;
         witness.set_lean();
@@ -90,7 +101,7 @@ impl Fleet {
         }
         let t = Instant::now();
         let url = f.witness.url();
-        create_checkers_concurrently(&f.client, &f.ns, &url, &f.names, INTERVAL, 64).await;
+        create_checkers_concurrently(&f.client, &f.ns, &url, &f.names, interval, 64).await;
         f.create_s = t.elapsed().as_secs_f64();
         eprintln!(
             "bench: {}: created {m} checkers in {:.1} s",
@@ -157,7 +168,9 @@ impl Fleet {
         for o in &self.ops[first..] {
             o.wait_ready(Duration::from_secs(90)).await;
         }
-        self.wait_probed_since(Instant::now(), Duration::from_secs(240))
+        // Every checker moves to the new identities: 10,000 of them on a
+        // machine busy with builds took longer than 240 s.
+        self.wait_probed_since(Instant::now(), Duration::from_secs(600))
             .await?;
         let pre = rss_mib(&self.ops[first..]);
         let texts = self.scrape_all().await?;

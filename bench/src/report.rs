@@ -116,12 +116,7 @@ pub fn document(
     took: f64,
     parts: Vec<(&str, Option<crate::Res<Section>>)>,
 ) -> (String, usize) {
-    let load_end = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let load_end = load_now();
     let mut doc = String::new();
     doc.push_str("# Benchmarks\n\n");
     doc.push_str(&format!(
@@ -177,6 +172,30 @@ pub fn document(
     (doc, failures)
 }
 
+fn load_now() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What a partial run (merge.rs) says of the sections it wrote: the
+/// machine table above them is another run's.
+pub fn partial_note(cfg: &Cfg, m: &Machine, took: f64) -> String {
+    format!(
+        "measured on its own by `{}`, {}, commit {}, load average {} / {}, {:.1} min; the machine table is of the last \
+         full run",
+        cfg.command,
+        m.date,
+        m.commit,
+        m.load_start,
+        load_now(),
+        took / 60.0
+    )
+}
+
 fn method_notes() -> String {
     "## Method notes\n\n\
      - Part 1 counts every probe the prober finished in the measured run and divides by the CPU time \
@@ -193,7 +212,14 @@ fn method_notes() -> String {
        `webchecker_probes_total` over the same window.\n\
      - Part 4's gaps are the witness's receive times, so they include connection setup; the normal cadence \
        shows as gaps of about the interval.\n\
+     - Part 6 reads Prometheus's memory from Prometheus itself after a fixed number of scrapes into a fresh TSDB: \
+       the head then holds every series with one open chunk of those few samples. What comes later (chunks filled \
+       up to 120 samples, then cut and memory-mapped; a block every 2 h) is not in the figures, and a native \
+       histogram sample takes more room in a chunk than a float one: this compares the cost per series, not that \
+       of a day's chunks. Memory does not depend on timing, so a loaded machine changes these figures little.\n\
      - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
-       `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm` runs a subset; `BENCH_OUT=DIR` writes elsewhere.\n"
+       `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom` runs a subset and, into an existing report, \
+       replaces only those parts' sections and summary lines (each says when it was measured); `BENCH_OUT=DIR` \
+       writes elsewhere.\n"
         .to_string()
 }
