@@ -127,7 +127,7 @@ package: chart-sync ## the chart as target/charts/webchecker-operator-<version>.
 
 ## benchmarks
 
-.PHONY: bench overload busy
+.PHONY: bench overload busy discovery-scale
 
 bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last run's wall time is in docs/benchmarks.md; BENCH_LARGE=1 adds 30,000 checkers; BENCH_PARTS=prom,... updates only those parts)
 	hack/install-deps.sh
@@ -138,6 +138,10 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
 	hack/build-tools.sh >/dev/null
 	cargo test --release --locked --test overload -- --ignored --nocapture
+
+discovery-scale: ## route discovery of 5,000 Ingresses on a control plane of its own: time to all their checkers (minutes; figures in README, docs/discovery.md; DISCOVERY_SCALE_INGRESSES=n)
+	hack/build-tools.sh >/dev/null
+	cargo test --locked --test probe discovery_scale -- --ignored --nocapture
 
 busy: ## a busy API server (a share of 429s) for 5 minutes with nothing to do, then failover of a silent replica and of the leader (figures in README)
 	hack/build-tools.sh >/dev/null

@@ -18,8 +18,12 @@
 # One compile of the dependency graph serves lint, tests and images: the
 # images the tests load (tests/image.rs, tests/node.rs) hold the test build's
 # binaries (IMAGE_PROFILE=dev); `make image` builds the release ones. The
-# node's Go binaries build in the background from the start, at the lowest
-# priority, and are waited for only by the binaries that need them.
+# build comes in two parts: first the alone lane's binaries (the suite's
+# critical path starts when they and the control plane exist), then, beside
+# that lane at a low priority, every other target (its lint included) before
+# the other lane's first binary. The control plane's Go binaries build in the
+# background from the start; the other Go tools once the first part is built,
+# and are waited for only by the binaries that need them.
 #
 # Environment: TEST_TIMEOUT_MINUTES (per binary, default 25), CHAOS_MINUTES
 # (the campaign's length: "deck", every fault kind once, by default; or
@@ -90,8 +94,8 @@ mkdir -p "$logs"
 # is the one rust-toolchain.toml pins; `make lint` is the same lint alone.
 # The Go tools build in the background from now on, at a lower priority than
 # the Rust build (they take the cores it leaves idle): first the control
-# plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes), the
-# probe peers (hack/build-probe-peers.sh: grpc-go's health server,
+# plane's (hack/build-tools.sh, under the lock hack/cluster.sh takes); once
+# the alone lane's binaries are built, the probe peers (hack/build-probe-peers.sh: grpc-go's health server,
 # grpc-health-probe, blackbox_exporter; the kit waits on its lock), the
 # Gateway API CRDs (hack/fetch-gateway-api.sh), Prometheus 3
 # (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
@@ -102,8 +106,15 @@ tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-
 mkdir -p "$(dirname "$tools_lock")"
 node_tools=
 printf '%s\n' "${BESIDE[@]}" "${ALONE[@]}" | grep -qxE 'node|self_service_rbac' && node_tools=1
+# Held while the alone lane's binaries build: the Go tools after the control
+# plane's wait for it, so that the critical path has the cores.
+first_build_lock=$logs/first-build.lock
+exec 8>"$first_build_lock"
+flock 8
 (
+  exec 8>&-
   nice -n 10 flock "$tools_lock" hack/build-tools.sh &&
+    flock "$first_build_lock" true &&
     nice -n 10 hack/build-probe-peers.sh >/dev/null &&
     hack/fetch-gateway-api.sh >/dev/null &&
     nice -n 10 hack/build-prometheus.sh >/dev/null &&
@@ -146,26 +157,30 @@ clippy_driver=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driv
 export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 # The tests run their executables directly (not through cargo), so the
-# release build below never holds them up on cargo's lock of target/.
-executables=$logs/executables
-cargo test --locked --workspace --all-targets --no-run --message-format=json-diagnostic-rendered-ansi \
-  | python3 hack/test-executables.py "$executables"
-status=("${PIPESTATUS[@]}")
-[ "${status[0]}" -eq 0 ] && [ "${status[1]}" -eq 0 ] || exit 1
-build_took=$(( $(date +%s) - build_start ))
-
-# The images from the binaries just built (seconds).
-images_start=$(date +%s)
-env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS hack/image.sh >"$logs/images.log" 2>&1 || {
-  cat "$logs/images.log"
-  echo "test.sh: the images did not build (hack/image.sh)" >&2
-  exit 1
+# second part of the build never holds them up on cargo's lock of target/.
+# test_build NICE OUT ARGS...: the test build of ARGS at that priority,
+# linted; its executables in OUT.
+test_build() {
+  local prio=$1 out=$2 status
+  shift 2
+  nice -n "$prio" cargo test --locked --no-run --message-format=json-diagnostic-rendered-ansi "$@" |
+    python3 hack/test-executables.py "$out"
+  status=("${PIPESTATUS[@]}")
+  [ "${status[0]}" -eq 0 ] && [ "${status[1]}" -eq 0 ]
 }
-images_took=$(( $(date +%s) - images_start ))
+alone_targets=()
+for b in "${ALONE[@]}"; do alone_targets+=(--test "$b"); done
+executables=$logs/executables.alone
+: >"$executables"
+if [ ${#ALONE[@]} -gt 0 ]; then
+  test_build 0 "$executables" --workspace "${alone_targets[@]}" || exit 1
+fi
+first_build_took=$(( $(date +%s) - build_start ))
+flock -u 8
+exec 8>&-
 
 results=$logs/results
 : >"$results"
-
 # cpu_jiffies: "busy total" of the whole machine, from /proc/stat.
 cpu_jiffies() {
   local _c u n s i w q sq st
@@ -221,7 +236,24 @@ report() {
 }
 
 tests_start=$(date +%s)
+# The other lane: the rest of the build (every other target, linted), the
+# images from its binaries, then its binaries; a failed build fails the run
+# as a pseudo-binary `build` and skips them.
 (
+  rest_start=$(date +%s)
+  executables=$logs/executables.all
+  if ! test_build 10 "$executables" --workspace --all-targets 2>"$logs/build.log"; then
+    echo "build 1 $(( $(date +%s) - rest_start )) 0" >>"$results"
+    exit 0
+  fi
+  echo "$(( $(date +%s) - rest_start ))" >"$logs/rest-build.took"
+  images_start=$(date +%s)
+  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS hack/image.sh >"$logs/images.log" 2>&1 || {
+    echo "test.sh: the images did not build (hack/image.sh)" >>"$logs/images.log"
+    echo "images 1 $(( $(date +%s) - images_start )) 0" >>"$results"
+    exit 0
+  }
+  echo "$(( $(date +%s) - images_start ))" >"$logs/images.took"
   for b in "${PURE[@]}" "${BESIDE[@]}"; do run_one "$b" 10; done
 ) &
 beside_pid=$!
@@ -229,6 +261,11 @@ for b in "${ALONE[@]}"; do run_one "$b" 0; done
 alone_took=$(( $(date +%s) - tests_start ))
 wait "$beside_pid"
 tests_took=$(( $(date +%s) - tests_start ))
+rest_build_took=$(cat "$logs/rest-build.took" 2>/dev/null || echo "?")
+images_took=$(cat "$logs/images.took" 2>/dev/null || echo "?")
+for b in build images; do
+  grep -q "^$b " "$results" && { cat "$logs/$b.log"; echo "test.sh: FAILED $b"; }
+done
 for b in "${PURE[@]}" "${BESIDE[@]}" "${ALONE[@]}"; do report "$b"; done
 
 echo
@@ -238,7 +275,7 @@ for b in "${PURE[@]}"; do row pure "$b"; done
 for b in "${BESIDE[@]}"; do row beside "$b"; done
 for b in "${ALONE[@]}"; do row alone "$b"; done
 wait_for_node_tools
-echo "test.sh: lint and test build ${build_took}s; images ${images_took}s; the Go tools ${tools_took}s in the background from the build's start; tests ${tests_took}s, of which the alone lane ${alone_took}s (logs in $logs/)"
+echo "test.sh: lint and test build of the alone lane ${first_build_took}s, of the rest ${rest_build_took}s beside it; images ${images_took}s; the Go tools ${tools_took}s in the background from the build's start; tests ${tests_took}s from the first build's end, of which the alone lane ${alone_took}s (logs in $logs/)"
 
 # No control plane outlives its test binary (the kit's reapers take each one
 # down once its test process is gone, a timeout included): a leaked one would

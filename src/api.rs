@@ -83,6 +83,12 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         description = "Scheme, host and port probed"
     ),
     printcolumn(
+        name = "Source",
+        type_ = "string",
+        json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/source",
+        description = "What route discovery generated this checker from (ingress, httproute, service); empty for a checker made by hand"
+    ),
+    printcolumn(
         name = "Path",
         type_ = "string",
         json_path = ".spec.path",

@@ -315,13 +315,14 @@ async fn local_target_lifecycle() {
     assert_eq!(
         header,
         [
-            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "AGE"
+            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "SOURCE", "AGE"
         ]
     );
     let line = lines.next().unwrap();
     // Never degraded: no Degraded condition, a blank cell (one replica has
-    // nobody to confirm with).
+    // nobody to confirm with). Made by hand: no source, a blank cell.
     assert_eq!(cell(head, line, "DEGRADED", "SINCE"), "");
+    assert_eq!(cell(head, line, "SOURCE", "AGE"), "");
     let row: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(row.len(), 6, "{row:?}");
     assert_eq!(&row[..3], [name, "True", "ProbeSucceeded"]);
@@ -343,8 +344,8 @@ async fn local_target_lifecycle() {
     assert_eq!(
         header,
         [
-            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "PATH", "CODE", "LATENCY",
-            "MS", "OWNER", "AGE"
+            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "SOURCE", "PATH", "CODE",
+            "LATENCY", "MS", "OWNER", "AGE"
         ]
     );
     let line = lines.next().unwrap();

@@ -6,13 +6,24 @@
 //! (hack/cluster.sh): admission rules, Secrets (and that their values never
 //! leak), thresholds, CertificateExpiring, the cluster's CA (`--ca-bundle`),
 //! the forgery guard, the proxy from the environment, 200 hostile
-//! targets at once (memory), and checkers generated for Ingresses
-//! (`--discover-routes`).
+//! targets at once (memory), and checkers generated for Ingresses,
+//! HTTPRoutes and Services (`--discover-routes`), with their Events on the
+//! route, through the forgery guard, with and without the Gateway API.
 
 #[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
 #[path = "probe/discovery.rs"]
 mod discovery;
+#[path = "probe/discovery_gateway_api.rs"]
+mod discovery_gateway_api;
+#[path = "probe/discovery_guard.rs"]
+mod discovery_guard;
+#[path = "probe/discovery_route_events.rs"]
+mod discovery_route_events;
+#[path = "probe/discovery_scale.rs"]
+mod discovery_scale;
+#[path = "probe/discovery_services.rs"]
+mod discovery_services;
 #[path = "probe/e2e_kinds.rs"]
 mod e2e_kinds;
 #[path = "probe/e2e_specs.rs"]

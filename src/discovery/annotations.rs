@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 
 use super::Problem;
 
+/// The prefix of every annotation of ours (the rest of a source object's,
+/// or a Namespace's, are not kept).
+pub const PREFIX: &str = "webchecker.test.network.io/";
+
 /// `"true"` on a source object or its Namespace opts in; `"false"` on the
 /// object opts out even when its Namespace opts in.
 pub const CHECK: &str = "webchecker.test.network.io/check";
@@ -26,6 +30,13 @@ pub const PER_PATH: &str = "webchecker.test.network.io/per-path";
 /// (`spec.connectTo`, the request still naming the host).
 pub const VIA: &str = "webchecker.test.network.io/via";
 
+/// Services only: the port probed, by name (`web`) or number (`8080`);
+/// without it, the port named `http`, else the one named `https`.
+pub const PORT: &str = "webchecker.test.network.io/port";
+/// Services only: `http` or `https`; without it, `https` when the port is
+/// named `https` (or its `appProtocol` says so), else `http`.
+pub const SCHEME: &str = "webchecker.test.network.io/scheme";
+
 /// The Event reason of a bad annotation value.
 pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
 
@@ -40,6 +51,17 @@ pub struct Settings {
     pub failure_threshold: Option<i32>,
     pub per_path: bool,
     pub via: Via,
+    /// [`PORT`] (Services).
+    pub port: Option<PortRef>,
+    /// [`SCHEME`] (Services): `true` for https.
+    pub https: Option<bool>,
+}
+
+/// A Service's port as [`PORT`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortRef {
+    Name(String),
+    Number(i32),
 }
 
 /// The value of [`VIA`].
@@ -93,6 +115,8 @@ pub fn read(annotations: &BTreeMap<String, String>) -> (Settings, Vec<Problem>) 
         failure_threshold: take(a, FAILURE_THRESHOLD, |v| int_in(v, 1, 100), p),
         per_path: take(a, PER_PATH, boolean, p).unwrap_or(false),
         via: take(a, VIA, via, p).unwrap_or_default(),
+        port: take(a, PORT, port_ref, p),
+        https: take(a, SCHEME, scheme, p),
     };
     (settings, problems)
 }
@@ -114,13 +138,55 @@ fn take<T>(
     }
 }
 
+/// The problems of annotations that `kind` (`Ingress`, `HTTPRoute`,
+/// `Service`) does not have: [`PORT`] and [`SCHEME`] are a Service's, a
+/// Service has no paths ([`PER_PATH`]) and is reached through its own name
+/// ([`VIA`]). The setting is then ignored.
+pub fn not_for_kind(kind: &str, s: &mut Settings) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let mut say = |key: &str, shown: &str, why: &str| {
+        let a = if kind == "Service" { "a" } else { "an" };
+        problems.push(invalid(
+            key,
+            shown,
+            &format!("does not apply to {a} {kind} ({why})"),
+        ));
+    };
+    if kind == "Service" {
+        if s.per_path {
+            say(PER_PATH, "true", "a Service has no paths");
+            s.per_path = false;
+        }
+        if s.via != Via::Dns {
+            say(VIA, s.via.as_str(), "a Service is probed at its own name");
+            s.via = Via::Dns;
+        }
+        return problems;
+    }
+    if let Some(p) = s.port.take() {
+        let shown = match p {
+            PortRef::Name(n) => n,
+            PortRef::Number(n) => n.to_string(),
+        };
+        say(PORT, &shown, "a Service's annotation");
+    }
+    if let Some(https) = s.https.take() {
+        say(
+            SCHEME,
+            if https { "https" } else { "http" },
+            "a Service's annotation",
+        );
+    }
+    problems
+}
+
 /// Whether checkers are generated: the object's own word first, else its
 /// Namespace's (anything but `"true"` there is no).
 pub fn opted_in(own: Option<bool>, namespace: &BTreeMap<String, String>) -> bool {
     own.unwrap_or_else(|| namespace.get(CHECK).is_some_and(|v| v.trim() == "true"))
 }
 
-fn invalid(key: &str, raw: &str, why: &str) -> Problem {
+pub(super) fn invalid(key: &str, raw: &str, why: &str) -> Problem {
     let shown: String = raw.chars().take(64).collect();
     Problem {
         reason: INVALID_ANNOTATION,
@@ -136,6 +202,33 @@ fn boolean(v: &str) -> Result<bool, String> {
         "true" => Ok(true),
         "false" => Ok(false),
         _ => Err("is not \"true\" or \"false\"".into()),
+    }
+}
+
+/// A port number (1 to 65535) or a port name (an IANA service name: at
+/// most 15 characters of `a-z 0-9 -`).
+fn port_ref(v: &str) -> Result<PortRef, String> {
+    if v.bytes().all(|b| b.is_ascii_digit()) {
+        return int_in(v, 1, 65535).map(PortRef::Number);
+    }
+    let name_ok = !v.is_empty()
+        && v.len() <= 15
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-');
+    if name_ok {
+        Ok(PortRef::Name(v.to_string()))
+    } else {
+        Err("is not a port number (1 to 65535) or a port name".into())
+    }
+}
+
+fn scheme(v: &str) -> Result<bool, String> {
+    match v {
+        "http" => Ok(false),
+        "https" => Ok(true),
+        _ => Err("is not \"http\" or \"https\"".into()),
     }
 }
 

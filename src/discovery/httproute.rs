@@ -44,8 +44,11 @@ pub fn plan<'a>(
     defaults: &Defaults,
     gateways: impl Fn(&str, &str) -> Option<&'a Gateway>,
 ) -> Plan {
-    let (settings, mut plan) =
-        rules::start(route.metadata.annotations.as_ref(), namespace_annotations);
+    let (settings, mut plan) = rules::start(
+        "HTTPRoute",
+        route.metadata.annotations.as_ref(),
+        namespace_annotations,
+    );
     let Some(settings) = settings else {
         return plan;
     };

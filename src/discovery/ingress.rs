@@ -35,8 +35,11 @@ pub fn plan(
     namespace_annotations: &BTreeMap<String, String>,
     defaults: &Defaults,
 ) -> Plan {
-    let (settings, mut plan) =
-        rules::start(ing.metadata.annotations.as_ref(), namespace_annotations);
+    let (settings, mut plan) = rules::start(
+        "Ingress",
+        ing.metadata.annotations.as_ref(),
+        namespace_annotations,
+    );
     let Some(settings) = settings else {
         return plan;
     };

@@ -13,13 +13,13 @@ pub struct DiscoveryMetrics {
     pub generated: IntGauge,
     /// 1 while this replica leads and discovery's watches are listed.
     pub active: IntGauge,
-    /// `source`: ingress, httproute; 1 while its objects are watched on
+    /// `source`: ingress, httproute, service; 1 while its objects are watched on
     /// the leader, 0 when not (elsewhere, or the Gateway API is not
     /// installed).
     pub sources: IntGaugeVec,
 }
 
-pub const SOURCES: [&str; 2] = ["ingress", "httproute"];
+pub const SOURCES: [&str; 3] = ["ingress", "httproute", "service"];
 
 pub const APPLY_RESULTS: [&str; 4] = ["applied", "conflict", "invalid", "error"];
 pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];

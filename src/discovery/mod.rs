@@ -1,6 +1,6 @@
 //! Route discovery (`--discover-routes`, docs/discovery.md): WebCheckers
 //! generated for the cluster's routes that opt in: Ingresses and Gateway API
-//! HTTPRoutes; annotated Services are meant to plug in beside them.
+//! HTTPRoutes, and annotated Services.
 //!
 //! The pure parts turn a source object into the checkers it wants, and those
 //! into what is sent:
@@ -10,8 +10,9 @@
 //!   short hash;
 //! - [`ingress`]: an Ingress (and its Namespace's annotations, the
 //!   operator's defaults) to a [`Plan`]; [`httproute`]: an HTTPRoute (and
-//!   the Gateways it names, [`gateway_api`]) to one; `rules`: what the two
-//!   share (opt-in, hosts, per-path checkers, the bound);
+//!   the Gateways it names, [`gateway_api`]) to one; [`service`]: a
+//!   Service to its one checker; `rules`: what they share (opt-in, hosts,
+//!   per-path checkers, the bound);
 //! - [`patch`]: the server-side apply body of one checker, its fingerprint,
 //!   and the same body without the fields a person set by hand;
 //! - [`queue`]: the work queue (one entry per source object, retries with
@@ -30,7 +31,9 @@ pub(crate) mod metrics;
 pub mod names;
 pub mod patch;
 pub mod queue;
+pub mod route_events;
 mod rules;
+pub mod service;
 mod session;
 pub(crate) mod task;
 mod views;
@@ -41,7 +44,8 @@ mod tests;
 
 /// The field manager of every server-side apply of a generated checker.
 pub const FIELD_MANAGER: &str = "webchecker-discovery";
-/// Label on a generated checker: the kind of its source (`ingress`, `httproute`).
+/// Label on a generated checker: the kind of its source (`ingress`,
+/// `httproute`, `service`); the `SOURCE` column of `kubectl get wc`.
 pub const SOURCE_LABEL: &str = "webchecker.test.network.io/source";
 /// Label on a generated checker: the name of its source object (cut to a
 /// label value).
@@ -80,7 +84,8 @@ pub struct Desired {
 /// Warning Event on the object): the annotation (or field) and why.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Problem {
-    /// The Event's reason: `InvalidAnnotation` or `TooManyCheckers`.
+    /// The Event's reason: `InvalidAnnotation`, `TooManyCheckers` or
+    /// `NoHTTPPort` (a Service).
     pub reason: &'static str,
     /// The annotation named, or the field.
     pub subject: String,
@@ -123,7 +128,7 @@ pub struct Defaults {
 /// collector deletes the checker with it) and the labels it is found by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
-    /// The `source` label's value: `ingress`.
+    /// The `source` label's value: `ingress`, `httproute`, `service`.
     pub label: &'static str,
     pub api_version: &'static str,
     pub kind: &'static str,

@@ -14,15 +14,28 @@ pub const TOO_MANY: &str = "TooManyCheckers";
 /// A source's settings and the start of its plan (the problems of its
 /// annotations, said whether or not it opts in); `None` for the settings
 /// when it does not opt in (no checkers: the existing ones are deleted).
+/// `kind` (`Ingress`, ...) names the source in the problems of annotations
+/// it does not have.
 pub(super) fn start(
+    kind: &str,
     own: Option<&BTreeMap<String, String>>,
     namespace_annotations: &BTreeMap<String, String>,
 ) -> (Option<Settings>, Plan) {
     let empty = BTreeMap::new();
-    let (settings, problems) = annotations::read(own.unwrap_or(&empty));
+    let (mut settings, mut problems) = annotations::read(own.unwrap_or(&empty));
+    problems.extend(annotations::not_for_kind(kind, &mut settings));
     let plan = Plan {
         problems,
         ..Plan::default()
+    };
+    // A Namespace's opt-in covers its routes, not its Services: most
+    // Services do not speak HTTP (databases, queues, DNS), so each says so
+    // itself.
+    let empty_ns = BTreeMap::new();
+    let namespace_annotations = if kind == "Service" {
+        &empty_ns
+    } else {
+        namespace_annotations
     };
     let opted = annotations::opted_in(settings.check, namespace_annotations);
     (opted.then_some(settings), plan)

@@ -1,5 +1,5 @@
 //! Discovery while this replica leads: watches of the Ingresses, of the
-//! HTTPRoutes and Gateways (once the Gateway API is found installed: it is
+//! Services, of the HTTPRoutes and Gateways (once the Gateway API is found installed: it is
 //! looked for every [`GATEWAY_API_LOOK`] until it is), of the Namespaces'
 //! annotations and of the generated checkers' metadata (only those
 //! labelled as generated), each resumed with a backoff after an error; a
@@ -8,7 +8,8 @@
 //! Namespaces' and the checkers' have listed: a Namespace not listed yet
 //! would look as if it had not opted in, and its checkers would be deleted.
 //!
-//! Memory: the Ingresses, HTTPRoutes and Gateways of the watched scope, each
+//! Memory: the Ingresses, HTTPRoutes and Gateways of the watched scope, its
+//! Services trimmed (name, UID, our annotations, ports), each
 //! Namespace's webchecker annotations, and (name, UID, fingerprint) per
 //! generated checker.
 
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -34,10 +35,10 @@ use super::metrics::DiscoveryMetrics;
 use super::queue::WorkQueue;
 use super::views::{
     Change, Key, Kind, State, enqueue_all, on_checker, on_gateway, on_ingress, on_namespace,
-    on_route,
+    on_route, on_service,
 };
 use super::writer::{Stopped, Work, Writer};
-use super::{Defaults, Plan, SOURCE_LABEL, Source, httproute, ingress, patch};
+use super::{Defaults, Plan, SOURCE_LABEL, Source, httproute, ingress, patch, service};
 use crate::api::WebChecker;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, WATCH_TIMEOUT_SECS, WatchBackoff};
@@ -67,6 +68,7 @@ const NAMESPACES: &str = "discovery-namespaces";
 const CHECKERS: &str = "discovery-checkers";
 const ROUTES: &str = "discovery-httproutes";
 const GATEWAYS: &str = "discovery-gateways";
+const SERVICES: &str = "discovery-services";
 
 impl Session {
     /// Runs until a watch stream ends (it does not: the watchers retry).
@@ -79,6 +81,7 @@ impl Session {
         let mut look = tokio::time::interval(GATEWAY_API_LOOK);
         let mut gateway_api = Look::default();
         self.discovery.watched(ingress::LABEL, true);
+        self.discovery.watched(service::LABEL, true);
         self.discovery.watched(httproute::LABEL, false);
         loop {
             self.start_work(&mut state, &mut queue, &mut work);
@@ -163,9 +166,10 @@ impl Session {
         };
         let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(self.watches.clone());
         let generated = cfg().labels(&format!(
-            "{SOURCE_LABEL} in ({},{})",
+            "{SOURCE_LABEL} in ({},{},{})",
             ingress::LABEL,
-            httproute::LABEL
+            httproute::LABEL,
+            service::LABEL
         ));
         let mut all = SelectAll::new();
         all.push(
@@ -174,6 +178,7 @@ impl Session {
                 .map(tagged(INGRESSES, Change::Ingress))
                 .boxed(),
         );
+        all.push(self.service_stream());
         all.push(
             watcher::watcher(namespaces, ns_cfg)
                 .backoff(WatchBackoff::default())
@@ -187,6 +192,21 @@ impl Session {
                 .boxed(),
         );
         all
+    }
+
+    /// The Services (of the watched scope), each trimmed to what a plan
+    /// reads as it arrives.
+    fn service_stream(&self) -> BoxStream<'static, Change> {
+        let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+        let services: Api<Service> = match &self.watch_namespace {
+            Some(ns) => Api::namespaced(self.watches.clone(), ns),
+            None => Api::all(self.watches.clone()),
+        };
+        watcher::watcher(services, cfg)
+            .backoff(WatchBackoff::default())
+            .map(|r| r.map(|ev| ev.modify(service::trim)))
+            .map(tagged(SERVICES, |ev| Change::Service(Box::new(ev))))
+            .boxed()
     }
 
     /// Adds the watches of HTTPRoutes and Gateways (of the watched scope).
@@ -277,6 +297,11 @@ impl Session {
                 let plan = httproute::plan(route, ns_annotations, &self.defaults, gateways);
                 (plan, httproute::source(route))
             }
+            Kind::Service => {
+                let svc = state.services.map.get(&at)?;
+                let plan = service::plan(svc, ns_annotations, &self.defaults);
+                (plan, service::source(svc))
+            }
         })
     }
 
@@ -321,11 +346,16 @@ impl Session {
     }
 
     fn take(&self, change: Change, state: &mut State, queue: &mut WorkQueue<Key>) {
-        let was = [state.ready(Kind::Ingress), state.ready(Kind::HttpRoute)];
+        let was = [
+            state.ready(Kind::Ingress),
+            state.ready(Kind::HttpRoute),
+            state.ready(Kind::Service),
+        ];
         let watch = match &change {
             Change::Ingress(_) => INGRESSES,
             Change::Route(_) => ROUTES,
             Change::Gateway(_) => GATEWAYS,
+            Change::Service(_) => SERVICES,
             Change::Namespace(_) => NAMESPACES,
             Change::Checker(_) => CHECKERS,
             Change::Failed(w, _) => w,
@@ -334,6 +364,7 @@ impl Session {
             Change::Ingress(ev) => on_ingress(ev, state, queue),
             Change::Route(ev) => on_route(ev, state, queue),
             Change::Gateway(ev) => on_gateway(ev, state, queue),
+            Change::Service(ev) => on_service(*ev, state, queue),
             Change::Namespace(ev) => on_namespace(ev, state, queue),
             Change::Checker(ev) => on_checker(ev, state, queue),
             Change::Failed(watch, e) => {
@@ -343,7 +374,7 @@ impl Session {
                     debug!(watch, error = %e, "route discovery: watch still failing");
                 } else {
                     state.failing.push(watch);
-                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, httproutes, gateways, namespaces and webcheckers");
+                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, httproutes, gateways, services, namespaces and webcheckers");
                 }
                 return;
             }
@@ -359,6 +390,13 @@ impl Session {
                 "route discovery: Ingresses, Namespaces and generated checkers listed"
             );
             self.discovery.active.set(1);
+            enqueue_all(state, queue);
+        }
+        if state.ready(Kind::Service) && !was[2] {
+            info!(
+                services = state.services.map.len(),
+                "route discovery: Services listed"
+            );
             enqueue_all(state, queue);
         }
         if state.ready(Kind::HttpRoute) && !was[1] {

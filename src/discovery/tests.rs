@@ -1,18 +1,19 @@
-//! The rules of discovery from YAML fixtures (`fixtures/*.yaml`: an Ingress
-//! or an HTTPRoute with the Gateways it may name, its Namespace's
+//! The rules of discovery from YAML fixtures (`fixtures/*.yaml`: an Ingress,
+//! a Service or an HTTPRoute with the Gateways it may name, its Namespace's
 //! annotations, the checkers wanted, the annotations named as problems, the
 //! rules skipped), and the bound on checkers per source.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::Deserialize;
 
 use super::gateway_api::{Gateway, HTTPRoute};
-use super::httproute;
 use super::ingress::{TOO_MANY, plan};
 use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Skip};
+use super::{httproute, service};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -21,6 +22,8 @@ struct Fixture {
     ingress: Option<serde_yaml::Value>,
     #[serde(default)]
     httproute: Option<serde_yaml::Value>,
+    #[serde(default)]
+    service: Option<serde_yaml::Value>,
     #[serde(default)]
     gateways: Vec<serde_yaml::Value>,
     want: Vec<Desired>,
@@ -42,6 +45,12 @@ fn route(mut v: serde_yaml::Value) -> HTTPRoute {
     serde_yaml::from_value(v).expect("an HTTPRoute")
 }
 
+fn svc(mut v: serde_yaml::Value) -> Service {
+    v["apiVersion"] = "v1".into();
+    v["kind"] = "Service".into();
+    serde_yaml::from_value(v).expect("a Service")
+}
+
 fn gateway(mut v: serde_yaml::Value) -> Gateway {
     v["apiVersion"] = "gateway.networking.k8s.io/v1".into();
     v["kind"] = "Gateway".into();
@@ -60,9 +69,20 @@ fn skip_name(s: Skip) -> &'static str {
 fn check(path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
-    let p = match (f.ingress, f.httproute) {
-        (Some(i), None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
-        (None, Some(r)) => {
+    let p = match (f.ingress, f.httproute, f.service) {
+        (Some(i), None, None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
+        (None, None, Some(s)) => {
+            let mut s = svc(s);
+            let before = service::plan(&s, &f.namespace, &Defaults::default());
+            // What the watch keeps plans alike.
+            service::trim(&mut s);
+            let after = service::plan(&s, &f.namespace, &Defaults::default());
+            if before != after {
+                return Err(format!("trimmed: {after:?}, whole: {before:?}"));
+            }
+            after
+        }
+        (None, Some(r), None) => {
             let gateways: Vec<Gateway> = f.gateways.into_iter().map(gateway).collect();
             let find = |ns: &str, name: &str| {
                 gateways.iter().find(|g| {
@@ -72,7 +92,7 @@ fn check(path: &Path) -> Result<(), String> {
             };
             httproute::plan(&route(r), &f.namespace, &Defaults::default(), find)
         }
-        _ => return Err("a fixture has one of ingress and httproute".into()),
+        _ => return Err("a fixture has one of ingress, httproute and service".into()),
     };
     let json = |v: &Vec<Desired>| serde_json::to_string(v).unwrap_or_default();
     if p.checkers != f.want {

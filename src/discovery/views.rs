@@ -1,13 +1,13 @@
 //! What discovery's watches keep while this replica leads, and which source
 //! objects each watch event makes work for: the Ingresses, the HTTPRoutes
-//! and the Gateways they name, each Namespace's annotations of ours, and
+//! and the Gateways they name, the Services (trimmed to what a plan reads), each Namespace's annotations of ours, and
 //! (name, UID, fingerprint) per generated checker by its owner's UID. A
 //! re-list replaces a map at its end, never leaving it half filled.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
@@ -18,14 +18,12 @@ use super::queue::WorkQueue;
 use super::{FINGERPRINT_ANNOTATION, Problem};
 use crate::api::WebChecker;
 
-/// The prefix of the annotations kept of each Namespace.
-const OUR_ANNOTATIONS: &str = "webchecker.test.network.io/";
-
 /// The kinds of source objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Kind {
     Ingress,
     HttpRoute,
+    Service,
 }
 
 /// An object of a namespace: (namespace, name).
@@ -38,6 +36,8 @@ pub(super) enum Change {
     Ingress(Event<Ingress>),
     Route(Event<HTTPRoute>),
     Gateway(Event<Gateway>),
+    /// Boxed: a Service is the largest of them.
+    Service(Box<Event<Service>>),
     Namespace(Event<PartialObjectMeta<Namespace>>),
     Checker(Event<PartialObjectMeta<WebChecker>>),
     Failed(&'static str, watcher::Error),
@@ -129,6 +129,7 @@ pub(super) struct State {
     pub(super) ingresses: Objects<Ingress>,
     pub(super) routes: Objects<HTTPRoute>,
     pub(super) gateways: Objects<Gateway>,
+    pub(super) services: Objects<Service>,
     pub(super) namespaces: Namespaces,
     pub(super) generated: GeneratedByOwner,
     /// A generated checker -> the UID of its owner in `generated` (a source
@@ -167,6 +168,7 @@ impl State {
             && match kind {
                 Kind::Ingress => self.ingresses.listed,
                 Kind::HttpRoute => self.routes.listed && self.gateways.listed,
+                Kind::Service => self.services.listed,
             }
     }
 
@@ -179,6 +181,7 @@ impl State {
         };
         let mut keys = of(Kind::Ingress, &mut self.ingresses.map.keys());
         keys.extend(of(Kind::HttpRoute, &mut self.routes.map.keys()));
+        keys.extend(of(Kind::Service, &mut self.services.map.keys()));
         keys.sort();
         keys
     }
@@ -192,7 +195,7 @@ pub(super) fn enqueue_all(state: &State, queue: &mut WorkQueue<Key>) {
     }
 }
 
-/// An event of the Ingresses' or the HTTPRoutes' watch.
+/// An event of the watch of a kind of source object.
 fn on_source<T: kube::Resource>(
     kind: Kind,
     taken: Taken<T>,
@@ -233,6 +236,12 @@ pub(super) fn on_route(ev: Event<HTTPRoute>, state: &mut State, queue: &mut Work
     on_source(Kind::HttpRoute, taken, state, queue);
 }
 
+/// An event of the Services' watch (trimmed by the watch, `service::trim`).
+pub(super) fn on_service(ev: Event<Service>, state: &mut State, queue: &mut WorkQueue<Key>) {
+    let taken = state.services.take(ev);
+    on_source(Kind::Service, taken, state, queue);
+}
+
 /// A Gateway changed (its addresses, its listeners): the routes that name
 /// it have work; a list's end: every route.
 pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut WorkQueue<Key>) {
@@ -262,7 +271,7 @@ pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut Work
 fn ours(meta: &PartialObjectMeta<Namespace>) -> BTreeMap<String, String> {
     meta.annotations()
         .iter()
-        .filter(|(k, _)| k.starts_with(OUR_ANNOTATIONS))
+        .filter(|(k, _)| k.starts_with(super::annotations::PREFIX))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -312,6 +321,8 @@ fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
         match (r.kind.as_str(), group) {
             ("Ingress", "networking.k8s.io") => Some((Kind::Ingress, r)),
             ("HTTPRoute", super::gateway_api::GROUP) => Some((Kind::HttpRoute, r)),
+            // The core group: `v1`, no group part.
+            ("Service", "v1") => Some((Kind::Service, r)),
             _ => None,
         }
     })?;

@@ -26,6 +26,9 @@ pub struct Checker {
     pub resource_version: String,
     /// The object its Events are about.
     pub object_ref: ObjectReference,
+    /// The route (or Service) it was generated from, which hears of its
+    /// Ready transitions too (crate::discovery::route_events).
+    pub source_ref: Option<ObjectReference>,
     /// The spec and what it needs, or why the object does not deserialise
     /// (for example written under an older schema).
     pub definition: Result<Definition, String>,

@@ -84,6 +84,8 @@ impl NotProbed {
 /// Ready changed status: the Event's content.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transition {
+    /// Ready's status before.
+    pub from: Truth,
     pub ready: Truth,
     pub reason: String,
     pub message: String,
@@ -338,9 +340,10 @@ impl CheckerStatus {
     ) -> Option<Transition> {
         let mut transition = None;
         if self.ready != target {
-            self.ready = target;
+            let from = std::mem::replace(&mut self.ready, target);
             self.last_transition_time = Some(ctx.now_wall.clone());
             transition = Some(Transition {
+                from,
                 ready: target,
                 reason: reason.to_string(),
                 message: message.clone(),
@@ -463,9 +466,10 @@ impl CheckerStatus {
         let reason = why.as_str();
         let mut transition = None;
         if self.ready != ready {
-            self.ready = ready;
+            let from = std::mem::replace(&mut self.ready, ready);
             self.last_transition_time = Some(ctx.now_wall.clone());
             transition = Some(Transition {
+                from,
                 ready,
                 reason: reason.to_string(),
                 message: message.to_string(),

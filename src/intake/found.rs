@@ -56,6 +56,7 @@ impl Found {
             generation: wc.metadata.generation,
             resource_version: wc.resource_version().unwrap_or_default(),
             object_ref: wc.object_ref(&()),
+            source_ref: crate::discovery::route_events::source_of(&wc.metadata),
             info,
             last_probe,
             status: wc.status.clone(),
@@ -99,6 +100,8 @@ pub fn malformed(
         generation,
         resource_version,
         object_ref,
+        // Never probed: no Ready transition for its source to hear of.
+        source_ref: None,
         definition: Err(error),
         info: Default::default(),
         status: None,

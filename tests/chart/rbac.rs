@@ -74,7 +74,9 @@ pub fn operator_lease_grants() -> BTreeSet<(String, String, String)> {
     grant_set(&[(
         "coordination.k8s.io",
         "leases",
-        &["get", "list", "watch", "create", "update", "delete"],
+        &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
     )])
 }
 

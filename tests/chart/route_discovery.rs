@@ -1,7 +1,7 @@
 //! Route discovery (`discovery.enabled`, the operator's `--discover-routes`):
 //! off by default with no permission for it; on, the operator gets the flag
-//! and exactly the permissions it uses (list/watch ingresses, httproutes,
-//! gateways and namespaces, create/delete webcheckers), within `operator.watchNamespace` when set,
+//! and exactly the permissions it uses (list/watch ingresses, services,
+//! httproutes, gateways and namespaces, create/delete webcheckers), within `operator.watchNamespace` when set,
 //! where it is granted that Namespace and no other.
 
 use super::rbac::{grant_set, grants, operator_cluster_grants};
@@ -65,6 +65,7 @@ fn route_discovery_gets_the_flag_and_what_it_uses_cluster_wide() {
         grants(role[0]),
         grant_set(&[
             ("networking.k8s.io", "ingresses", &["list", "watch"]),
+            ("", "services", &["list", "watch"]),
             (
                 "gateway.networking.k8s.io",
                 "httproutes",
@@ -114,6 +115,7 @@ fn with_a_watched_namespace_route_discovery_is_granted_that_namespace_only() {
         grants(role[0]),
         grant_set(&[
             ("networking.k8s.io", "ingresses", &["list", "watch"]),
+            ("", "services", &["list", "watch"]),
             (
                 "gateway.networking.k8s.io",
                 "httproutes",

@@ -125,15 +125,25 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
     prom.wait_ready().await;
     prom.wait_jobs_up(&jobs).await;
 
-    // 20 probes of each checker in both jobs' TSDB.
-    let count =
-        format!("webchecker_probe_duration_seconds_count{{job=\"classic\",namespace=\"{ns}\"}}");
+    // 20 probes of each checker in both jobs' TSDB (each job scrapes at
+    // its own moments: one may hold a probe the other has not seen yet).
+    let counts = [
+        format!("webchecker_probe_duration_seconds_count{{job=\"classic\",namespace=\"{ns}\"}}"),
+        format!(
+            "histogram_count(webchecker_probe_duration_seconds{{job=\"native\",namespace=\"{ns}\"}})"
+        ),
+    ];
     eventually(
         Duration::from_secs(90),
-        "20 probes of each checker",
+        "20 probes of each checker in both jobs",
         || async {
-            let v = by_name(&prom, &count).await?;
-            (v.len() == 3 && v.values().all(|n| *n >= 20.0)).then_some(())
+            for count in &counts {
+                let v = by_name(&prom, count).await?;
+                if v.len() != 3 || v.values().any(|n| *n < 20.0) {
+                    return None;
+                }
+            }
+            Some(())
         },
     )
     .await;

@@ -25,9 +25,9 @@ use super::*;
 
 /// A generated checker's bound from the Ingress's change to the checker
 /// (the figure): the leader's watch, one apply, the test's poll.
-const WITHIN: Duration = Duration::from_secs(2);
+pub(super) const WITHIN: Duration = Duration::from_secs(2);
 
-fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
+pub(super) fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
     let rules: String = hosts
         .iter()
         .map(|h| {
@@ -43,7 +43,7 @@ fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
 }
 
 /// The `annotations:` block of a manifest's metadata (empty without any).
-fn annotations_block(annotations: &[(&str, &str)]) -> String {
+pub(super) fn annotations_block(annotations: &[(&str, &str)]) -> String {
     if annotations.is_empty() {
         return String::new();
     }
@@ -55,7 +55,7 @@ fn annotations_block(annotations: &[(&str, &str)]) -> String {
 }
 
 /// An operator of namespace `ns` with `--discover-routes`, ready.
-async fn discovering_op(c: &Cluster, ns: &str) -> Operator {
+pub(super) async fn discovering_op(c: &Cluster, ns: &str) -> Operator {
     let op = spawn_op(
         c,
         &format!("op-{ns}"),
@@ -75,7 +75,11 @@ async fn generated(api: &kube::Api<WebChecker>, source: &str) -> Vec<String> {
 
 /// The names of the checkers generated from the `kind` (label value) object
 /// `source`.
-async fn generated_from(api: &kube::Api<WebChecker>, kind: &str, source: &str) -> Vec<String> {
+pub(super) async fn generated_from(
+    api: &kube::Api<WebChecker>,
+    kind: &str,
+    source: &str,
+) -> Vec<String> {
     let lp = kube::api::ListParams::default().labels(&format!(
         "{SOURCE_LABEL}={kind},{SOURCE_NAME_LABEL}={source}"
     ));
@@ -104,7 +108,7 @@ async fn wait_generated(
     wait_generated_from(api, "ingress", source, want, from).await
 }
 
-async fn wait_generated_from(
+pub(super) async fn wait_generated_from(
     api: &kube::Api<WebChecker>,
     kind: &str,
     source: &str,
@@ -128,7 +132,7 @@ async fn wait_generated_from(
 }
 
 /// A loopback address of this test's own (port 80 is then free on it).
-fn loopback_ip() -> String {
+pub(super) fn loopback_ip() -> String {
     let r: u32 = rand::random();
     format!(
         "127.{}.{}.{}",
@@ -138,7 +142,7 @@ fn loopback_ip() -> String {
     )
 }
 
-async fn kubectl(args: &[&str]) {
+pub(super) async fn kubectl(args: &[&str]) {
     let out = cluster().kubectl_async(args).await;
     assert!(
         out.status.success(),
@@ -203,6 +207,7 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let sel = format!("{SOURCE_NAME_LABEL}=shop");
     let out = c.kubectl_async(&["get", "wc", "-n", &ns, "-l", &sel]).await;
     println!("$ kubectl get wc -l {sel}\n{}", text(&out.stdout));
+    assert_eq!(source_column(&text(&out.stdout)), ["ingress", "ingress"]);
     owned_by_the_ingress(&client, &wcs, &ns, &names[0]).await;
 
     // A host edited: the old checker goes, the new one comes.
@@ -259,6 +264,21 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
             &[("result", "deleted")]
         ),
     );
+}
+
+/// The SOURCE column of each row of a `kubectl get wc` table.
+pub(super) fn source_column(table: &str) -> Vec<String> {
+    let mut lines = table.lines();
+    let head = lines.next().unwrap_or_default();
+    let (from, to) = (head.find("SOURCE").unwrap(), head.find("AGE").unwrap());
+    lines
+        .map(|l| {
+            l.get(from..to.min(l.len()))
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .collect()
 }
 
 /// The checker names its Ingress as controller owner (the garbage collector
@@ -350,29 +370,8 @@ async fn a_hand_set_interval_survives(
 
 /// A bad annotation value: a Warning Event on the Ingress naming it.
 async fn a_bad_annotation_is_named_on_the_ingress(client: &kube::Client, ns: &str, manifest: &str) {
-    use k8s_openapi::api::events::v1::Event;
     apply_ok(ns, manifest).await;
-    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
-    let note = eventually(
-        Duration::from_secs(10),
-        "a Warning Event on Ingress shop",
-        || async {
-            api.list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find_map(|e| {
-                    let about = e.regarding.as_ref()?;
-                    (about.kind.as_deref() == Some("Ingress")
-                        && about.name.as_deref() == Some("shop")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("InvalidAnnotation"))
-                    .then(|| e.note.clone().unwrap_or_default())
-                })
-        },
-    )
-    .await;
+    let note = warning_note(client, ns, "Ingress", "shop", "InvalidAnnotation").await;
     assert!(note.contains(EXPECTED_STATUS_CODES), "{note}");
     println!("a bad annotation: Warning InvalidAnnotation on the Ingress: {note}");
 }
@@ -577,4 +576,37 @@ async fn owned_by_the_route(
             Some(true)
         )
     );
+}
+
+/// The note of a Warning Event with `reason` regarding `kind`/`name` in `ns`,
+/// once there is one.
+pub(super) async fn warning_note(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> String {
+    use k8s_openapi::api::events::v1::Event;
+    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
+    eventually(
+        Duration::from_secs(10),
+        &format!("a Warning Event {reason} on {kind} {name}"),
+        || async {
+            api.list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find_map(|e| {
+                    let about = e.regarding.as_ref()?;
+                    (about.kind.as_deref() == Some(kind)
+                        && about.name.as_deref() == Some(name)
+                        && e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(reason))
+                    .then(|| e.note.clone().unwrap_or_default())
+                })
+        },
+    )
+    .await
 }

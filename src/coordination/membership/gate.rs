@@ -102,6 +102,7 @@ impl Gate {
         self.epoch.as_deref()
     }
 
+    #[cfg(test)]
     pub fn resource_version(&self) -> Option<&str> {
         self.resource_version.as_deref()
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{DeleteParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
@@ -415,67 +415,69 @@ impl Membership {
 
     /// Starts one renewal attempt (`None` while we hold no Lease). The
     /// attempt is timed from its start and bounded by its own deadline.
+    ///
+    /// A merge patch that names the Lease's UID: the API server refuses it
+    /// (422, the UID is immutable) once the Lease is another incarnation's,
+    /// and 404 once it is gone. It carries no resourceVersion, so attempts
+    /// that overlap never conflict with each other: with a resourceVersion,
+    /// an attempt that landed after its deadline left every later one
+    /// holding a stale version, each one's conflict and re-read outlasted
+    /// its deadline on a slow API server, and a live replica's Lease expired
+    /// while it renewed twice a second.
     fn attempt(
         &self,
         client: &Client,
     ) -> Option<impl std::future::Future<Output = Attempt> + Send + 'static> {
         let api = self.api(client);
         let name = member_lease_name(&self.identity);
-        let (epoch, rv, timing) = {
+        let (epoch, timing) = {
             let g = self.lock();
-            (
-                g.epoch().map(str::to_string)?,
-                g.resource_version().map(str::to_string),
-                g.timing(),
-            )
+            (g.epoch().map(str::to_string)?, g.timing())
         };
-        // Long enough for a busy API server (a timeout here stops status
-        // writes); attempts overlap (see `run`), so a long one does not delay
-        // the next.
-        let deadline = timing.retry_period.max(timing.renew_deadline / 2);
-        let mut lease = self.desired();
-        lease.metadata.resource_version = rv;
-        lease.metadata.uid = Some(epoch.clone());
+        // An answer within the renew deadline still proves the Lease was ours
+        // when the attempt started; attempts overlap (see `run`), so a slow
+        // one does not delay the next.
+        let deadline = timing.renew_deadline.max(timing.retry_period);
+        let patch = self.renewal(&epoch);
         let started = clock::now();
         Some(async move {
             let mut shed = false;
             let call = tokio::time::timeout(deadline, async {
-                let mut conflicts = 0;
-                loop {
-                    match api.replace(&name, &PostParams::default(), &lease).await {
-                        Err(e) if api_code(&e) == Some(409) => {
-                            // Another attempt of ours (attempts overlap) or one
-                            // whose answer we never heard renewed it first: the
-                            // Lease is still ours if its UID is our epoch.
-                            conflicts += 1;
-                            match api.get_opt(&name).await {
-                                Ok(Some(current))
-                                    if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
-                                {
-                                    if conflicts > MAX_OVERLAP {
-                                        // Says nothing either way.
-                                        return Answer::Unanswered;
-                                    }
-                                    lease.metadata.resource_version =
-                                        current.metadata.resource_version;
-                                }
-                                Ok(_) => {
-                                    warn!(error = %e, "membership Lease renewal failed: the Lease is not ours");
-                                    return answer_of(Err(e));
-                                }
-                                Err(e2) => {
-                                    warn!(error = %e2, "membership Lease renewal failed");
-                                    return answer_of(Err(e2));
-                                }
-                            }
-                        }
-                        other => {
-                            if let Err(e) = &other {
-                                shed = matches!(api_code(e), Some(429 | 503));
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Err(e) if matches!(api_code(&e), Some(409 | 422)) => {
+                        // 422: the UID changed (not ours) or our patch is
+                        // invalid; 409: the server gave up on concurrent
+                        // writes. Only the Lease can say which.
+                        match api.get_opt(&name).await {
+                            Ok(Some(current))
+                                if current.metadata.uid.as_deref() == Some(epoch.as_str()) =>
+                            {
                                 warn!(error = %e, "membership Lease renewal failed");
+                                if api_code(&e) == Some(409) {
+                                    Answer::Unanswered
+                                } else {
+                                    Answer::Rejected
+                                }
                             }
-                            return answer_of(other);
+                            Ok(_) => {
+                                warn!(error = %e, "membership Lease renewal failed: the Lease is not ours");
+                                Answer::Lost
+                            }
+                            Err(e2) => {
+                                warn!(error = %e2, "membership Lease renewal failed");
+                                answer_of(Err(e2))
+                            }
                         }
+                    }
+                    other => {
+                        if let Err(e) = &other {
+                            shed = matches!(api_code(e), Some(429 | 503));
+                            warn!(error = %e, "membership Lease renewal failed");
+                        }
+                        answer_of(other)
                     }
                 }
             })
@@ -490,6 +492,24 @@ impl Membership {
                 answer,
                 shed,
             }
+        })
+    }
+
+    /// The renewal's merge patch: the UID as a precondition, the Lease's
+    /// annotations (what this process advertises) and its spec.
+    fn renewal(&self, epoch: &str) -> serde_json::Value {
+        let desired = self.desired();
+        let spec = desired.spec.unwrap_or_default();
+        serde_json::json!({
+            "metadata": {
+                "uid": epoch,
+                "annotations": desired.metadata.annotations.unwrap_or_default(),
+            },
+            "spec": {
+                "holderIdentity": spec.holder_identity,
+                "leaseDurationSeconds": spec.lease_duration_seconds,
+                "renewTime": spec.renew_time,
+            },
         })
     }
 

@@ -34,14 +34,20 @@ fn failures(m: &Membership, reason: &str) -> u64 {
 }
 
 #[tokio::test]
-async fn a_renewal_carries_our_version_and_keeps_the_epoch() {
+async fn a_renewal_is_a_merge_patch_that_names_our_epoch_and_no_version() {
     let (m, client, mut h) = membership(Duration::from_secs(1));
     let api = tokio::spawn(async move {
         let (req, send) = h.next_request().await.unwrap();
-        assert_eq!(req.method(), "PUT");
+        assert_eq!(req.method(), "PATCH");
+        assert_eq!(
+            req.headers()["content-type"],
+            "application/merge-patch+json"
+        );
         let v = crate::kubeio::mock_api::body_json(req).await;
-        assert_eq!(v["metadata"]["resourceVersion"], "1");
         assert_eq!(v["metadata"]["uid"], "uid-r1");
+        assert!(v["metadata"].get("resourceVersion").is_none(), "{v}");
+        assert_eq!(v["spec"]["holderIdentity"], "r1");
+        assert!(v["spec"]["renewTime"].is_string(), "{v}");
         send.send_response(lease("uid-r1", "2"));
     });
     assert!(!m.renew(&client).await);
@@ -50,26 +56,13 @@ async fn a_renewal_carries_our_version_and_keeps_the_epoch() {
     assert!(m.can_write());
 }
 
+/// The UID is immutable: a patch naming ours on another incarnation's Lease
+/// is refused with 422.
 #[tokio::test]
-async fn a_conflict_on_our_own_lease_is_retried_with_its_version() {
-    // Our previous renewal landed but its answer was lost.
+async fn a_lease_of_another_incarnation_is_a_loss() {
     let (m, client, mut h) = membership(Duration::from_secs(1));
     let api = tokio::spawn(async move {
-        answer(&mut h, "PUT", status(409)).await;
-        answer(&mut h, "GET", lease("uid-r1", "7")).await;
-        answer(&mut h, "PUT", lease("uid-r1", "8")).await;
-    });
-    assert!(!m.renew(&client).await);
-    api.await.unwrap();
-    assert!(m.can_write());
-    assert_eq!(failures(&m, "lost"), 0);
-}
-
-#[tokio::test]
-async fn a_conflict_on_a_foreign_lease_is_a_loss() {
-    let (m, client, mut h) = membership(Duration::from_secs(1));
-    let api = tokio::spawn(async move {
-        answer(&mut h, "PUT", status(409)).await;
+        answer(&mut h, "PATCH", status(422)).await;
         answer(&mut h, "GET", lease("uid-other", "9")).await;
     });
     assert!(m.renew(&client).await, "lost");
@@ -79,10 +72,30 @@ async fn a_conflict_on_a_foreign_lease_is_a_loss() {
     assert_eq!(failures(&m, "lost"), 1);
 }
 
+/// A 422 while the Lease is still ours refuses our patch itself; a 409 (the
+/// server gave up on concurrent writes) says nothing.
+#[tokio::test]
+async fn a_422_or_409_on_our_own_lease_is_no_loss() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    let api = tokio::spawn(async move {
+        answer(&mut h, "PATCH", status(409)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+        answer(&mut h, "PATCH", status(422)).await;
+        answer(&mut h, "GET", lease("uid-r1", "7")).await;
+    });
+    assert!(!m.renew(&client).await);
+    assert_eq!(failures(&m, "unreachable"), 1);
+    assert!(!m.renew(&client).await);
+    assert_eq!(failures(&m, "rejected"), 1);
+    api.await.unwrap();
+    assert_eq!(failures(&m, "lost"), 0);
+    assert_eq!(m.epoch().as_deref(), Some("uid-r1"));
+}
+
 #[tokio::test]
 async fn a_deleted_lease_is_a_loss() {
     let (m, client, mut h) = membership(Duration::from_secs(1));
-    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(404)).await });
+    let api = tokio::spawn(async move { answer(&mut h, "PATCH", status(404)).await });
     assert!(m.renew(&client).await);
     api.await.unwrap();
     assert_eq!(m.epoch(), None);
@@ -93,7 +106,7 @@ async fn a_deleted_lease_is_a_loss() {
 #[tokio::test]
 async fn a_refused_renewal_is_not_an_outage() {
     let (m, client, mut h) = membership(Duration::from_secs(1));
-    let api = tokio::spawn(async move { answer(&mut h, "PUT", status(403)).await });
+    let api = tokio::spawn(async move { answer(&mut h, "PATCH", status(403)).await });
     assert!(!m.renew(&client).await);
     api.await.unwrap();
     assert_eq!(failures(&m, "rejected"), 1);
@@ -135,12 +148,12 @@ async fn a_renewal_answered_after_an_outage_is_told_as_a_reconnect() {
     let (m, client, mut h) = membership(retry);
     let reconnects = m.reconnects();
     let api = tokio::spawn(async move {
-        answer(&mut h, "PUT", lease("uid-r1", "2")).await;
-        answer(&mut h, "PUT", status(503)).await;
-        answer(&mut h, "PUT", lease("uid-r1", "3")).await;
-        answer(&mut h, "PUT", status(503)).await;
-        answer(&mut h, "PUT", status(503)).await;
-        answer(&mut h, "PUT", lease("uid-r1", "4")).await;
+        answer(&mut h, "PATCH", lease("uid-r1", "2")).await;
+        answer(&mut h, "PATCH", status(503)).await;
+        answer(&mut h, "PATCH", lease("uid-r1", "3")).await;
+        answer(&mut h, "PATCH", status(503)).await;
+        answer(&mut h, "PATCH", status(503)).await;
+        answer(&mut h, "PATCH", lease("uid-r1", "4")).await;
     });
     assert!(!m.renew(&client).await);
     assert!(!m.renew(&client).await);
@@ -176,11 +189,11 @@ async fn a_loss_is_heard_within_a_retry_period_while_an_earlier_attempt_hangs() 
     }));
     // The first attempt goes into the void...
     let (req, hung) = h.next_request().await.unwrap();
-    assert_eq!(req.method(), "PUT");
+    assert_eq!(req.method(), "PATCH");
     let hung_at = tokio::time::Instant::now();
     // ...the API server answers again: the next attempt hears the loss.
     let (req, send) = h.next_request().await.unwrap();
-    assert_eq!(req.method(), "PUT");
+    assert_eq!(req.method(), "PATCH");
     assert!(
         hung_at.elapsed() <= retry,
         "the next attempt waits for no deadline"
@@ -216,11 +229,11 @@ async fn a_renewal_answered_429_is_tried_again_soon() {
     let (m, client, mut h) = membership(retry);
     let run = tokio::spawn(m.clone().run(client, || std::future::ready(())));
     let (req, send) = h.next_request().await.unwrap();
-    assert_eq!(req.method(), "PUT");
+    assert_eq!(req.method(), "PATCH");
     send.send_response(status(429));
     let failed_at = tokio::time::Instant::now();
     let (req, send) = h.next_request().await.unwrap();
-    assert_eq!(req.method(), "PUT");
+    assert_eq!(req.method(), "PATCH");
     assert!(
         failed_at.elapsed() <= retry / 4,
         "the next attempt came {:?} after the 429",
@@ -230,23 +243,34 @@ async fn a_renewal_answered_429_is_tried_again_soon() {
     run.abort();
 }
 
-/// Overlapping attempts renew one Lease: each may find that another of ours
-/// renewed it first, more than once. That is not a loss (campaign seed
-/// 874556080: after etcd came back, every replica fenced itself).
-#[tokio::test]
-async fn conflicts_with_our_own_attempts_are_not_a_loss() {
-    let (m, client, mut h) = membership(Duration::from_secs(1));
-    let api = tokio::spawn(async move {
-        answer(&mut h, "PUT", status(409)).await;
-        answer(&mut h, "GET", lease("uid-r1", "7")).await;
-        answer(&mut h, "PUT", status(409)).await;
-        answer(&mut h, "GET", lease("uid-r1", "8")).await;
-        answer(&mut h, "PUT", lease("uid-r1", "9")).await;
-    });
-    assert!(!m.renew(&client).await);
-    api.await.unwrap();
-    assert!(m.can_write());
+/// A slow API server (campaign seed 589230722, window 27: 786 ms added to
+/// every call): an attempt answered after the next one started must leave
+/// that one nothing stale to conflict on. With a resourceVersion, each later
+/// attempt met a conflict, re-read, ran out of time, and a live replica's
+/// Lease expired.
+#[tokio::test(start_paused = true)]
+async fn overlapping_attempts_on_a_slow_api_server_all_renew() {
+    let retry = Duration::from_millis(500);
+    let (m, client, mut h) = membership(retry);
+    let run = tokio::spawn(m.clone().run(client, || std::future::ready(())));
+    let mut held = Vec::new();
+    for rv in 2..6 {
+        // Each call is answered after 1.5 retry periods: attempts overlap.
+        let (req, send) = h.next_request().await.unwrap();
+        assert_eq!(req.method(), "PATCH", "no re-read: nothing conflicts");
+        held.push((tokio::time::Instant::now(), send, rv));
+        while held
+            .first()
+            .is_some_and(|(at, _, _)| at.elapsed() >= retry * 3 / 2)
+        {
+            let (_, send, rv) = held.remove(0);
+            send.send_response(lease("uid-r1", &rv.to_string()));
+        }
+    }
     assert_eq!(failures(&m, "lost"), 0);
+    assert_eq!(failures(&m, "unreachable"), 0);
+    assert!(m.can_write());
+    run.abort();
 }
 
 /// A member that has not joined yet, advertising `address` (if any) and

@@ -239,6 +239,38 @@ pub(super) fn transition_notice(
     }
 }
 
+/// The Event on the route (or Service) a checker was generated from, when
+/// the checker turns Ready=False (Warning `CheckerDown`, also from Unknown:
+/// a new route that is down from its first probe) or True again after
+/// False (Normal `CheckerUp`; a new checker turning True is no news). It
+/// names the checker; the reason and message are the checker's.
+pub(super) fn source_notice(
+    namespace: &str,
+    source: &ObjectReference,
+    checker: &str,
+    t: &Transition,
+) -> Option<Notice> {
+    use crate::discovery::route_events::{CHECKER_DOWN, CHECKER_UP};
+    let (warning, reason) = match (t.from, t.ready) {
+        (Truth::True | Truth::Unknown, Truth::False) => (true, CHECKER_DOWN),
+        (Truth::False, Truth::True) => (false, CHECKER_UP),
+        _ => return None,
+    };
+    let note = format!(
+        "checker {checker}: Ready={} ({}): {}",
+        t.ready.as_str(),
+        t.reason,
+        t.message
+    );
+    Some(Notice {
+        namespace: namespace.to_string(),
+        object_ref: source.clone(),
+        warning,
+        reason: reason.to_string(),
+        note: note.chars().take(1000).collect(),
+    })
+}
+
 /// The Warning Event of a condition beside Ready turning True
 /// (CertificateExpiring, or Degraded with reason UnconfirmedFailure).
 pub(super) fn warning_notice(

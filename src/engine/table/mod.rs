@@ -68,6 +68,8 @@ struct Entry {
     definition: Option<Definition>,
     plan: Option<Arc<ProbePlan>>,
     object_ref: ObjectReference,
+    /// Its route's, when generated (crate::discovery::route_events).
+    source_ref: Option<ObjectReference>,
     /// Whether its timer is armed (for `due`).
     timer: bool,
     due: Instant,
@@ -566,6 +568,9 @@ impl Table {
             let (ready, reason) = (t.ready.as_str(), &t.reason);
             tracing::info!(checker = %key, ready, reason, "Ready changed");
             notices.push(effect::transition_notice(&namespace, &e.object_ref, t));
+            if let Some(source) = &e.source_ref {
+                notices.extend(effect::source_notice(&namespace, source, &name, t));
+            }
         }
         if let Some(message) = &fx.degraded {
             tracing::info!(checker = %key, "{message}");

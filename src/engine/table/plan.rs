@@ -71,6 +71,9 @@ impl Table {
                 self.out
                     .push(Effect::Writer(ToWriter::Withdraw { key: key.clone() }));
             }
+            // A route made again under the same name owns the checker anew
+            // (a new UID): its Events follow without a new spec.
+            e.source_ref = c.source_ref.clone();
             // Labels change without a new spec: the info series follows them.
             if definition.is_some() && c.info != e.info {
                 e.info = c.info.clone();
@@ -111,6 +114,7 @@ impl Table {
                     definition: None,
                     plan: None,
                     object_ref: c.object_ref.clone(),
+                    source_ref: None,
                     timer: false,
                     due: clock.now,
                     inflight: false,
@@ -127,6 +131,7 @@ impl Table {
         e.generation = c.generation;
         e.definition = definition;
         e.object_ref = c.object_ref;
+        e.source_ref = c.source_ref;
         let arrival = self.arrivals.of(initial, seen);
         self.apply_plan(&key, plan, handover, arrival, clock);
     }

@@ -16,6 +16,7 @@ use crate::probe::{Compiled, Outcome, PatternError, Phases, Reason};
 mod cadence;
 mod confirm;
 mod handover;
+mod route_events;
 mod spec;
 mod zones;
 
@@ -47,6 +48,7 @@ fn checker(name: &str, spec: WebCheckerSpec) -> Checker {
             uid: Some(format!("uid-{name}")),
             ..Default::default()
         },
+        source_ref: None,
         definition: Ok(Definition {
             patterns: compiled(&spec),
             spec,

@@ -1,0 +1,129 @@
+//! The source object a generated checker reports to: when its checker
+//! turns Ready=False or back to True, the replica that writes the
+//! transition also puts an Event on the route (or Service), where the
+//! route's owner looks (`kubectl describe ingress`), through the same
+//! per-namespace Event queue as the checker's own Events. Pure.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::{SOURCE_LABEL, httproute, ingress, service};
+
+/// The Warning Event's reason on the source when a checker turns Ready=False.
+pub const CHECKER_DOWN: &str = "CheckerDown";
+/// The Normal Event's reason on the source when it turns True again.
+pub const CHECKER_UP: &str = "CheckerUp";
+
+/// The source object of a generated checker: its controller ownerReference,
+/// when it is of the kind its `source` label names (Ingress, HTTPRoute,
+/// Service), in the checker's namespace. None for any other checker: a
+/// checker made by hand, or one another controller owns, reports only on
+/// itself.
+pub fn source_of(meta: &ObjectMeta) -> Option<ObjectReference> {
+    let label = meta.labels.as_ref()?.get(SOURCE_LABEL)?;
+    let (api_version, kind) = match label.as_str() {
+        ingress::LABEL => ("networking.k8s.io/v1", "Ingress"),
+        httproute::LABEL => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        service::LABEL => ("v1", "Service"),
+        _ => return None,
+    };
+    let owner = meta
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| o.controller == Some(true))?;
+    let group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g).to_string();
+    if owner.kind != kind || group(&owner.api_version) != group(api_version) {
+        return None;
+    }
+    Some(ObjectReference {
+        api_version: Some(owner.api_version.clone()),
+        kind: Some(owner.kind.clone()),
+        namespace: meta.namespace.clone(),
+        name: Some(owner.name.clone()),
+        uid: Some(owner.uid.clone()),
+        ..ObjectReference::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn meta(label: Option<&str>, owner: Option<(&str, &str, bool)>) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some("shop".into()),
+            name: Some("web-www.example.com".into()),
+            labels: label.map(|l| [(SOURCE_LABEL.to_string(), l.to_string())].into()),
+            owner_references: owner.map(|(api_version, kind, controller)| {
+                vec![OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: "web".into(),
+                    uid: "u-web".into(),
+                    controller: Some(controller),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_generated_checker_reports_to_its_controller_owner() {
+        let r = source_of(&meta(
+            Some("ingress"),
+            Some(("networking.k8s.io/v1", "Ingress", true)),
+        ))
+        .unwrap();
+        assert_eq!(r.kind.as_deref(), Some("Ingress"));
+        assert_eq!(r.name.as_deref(), Some("web"));
+        assert_eq!(r.uid.as_deref(), Some("u-web"));
+        assert_eq!(r.namespace.as_deref(), Some("shop"));
+        let svc = source_of(&meta(Some("service"), Some(("v1", "Service", true)))).unwrap();
+        assert_eq!(svc.api_version.as_deref(), Some("v1"));
+        let route = meta(
+            Some("httproute"),
+            Some(("gateway.networking.k8s.io/v1beta1", "HTTPRoute", true)),
+        );
+        assert!(source_of(&route).is_some(), "any version of the group");
+    }
+
+    #[test]
+    fn other_checkers_report_only_on_themselves() {
+        let cases = [
+            ("made by hand", meta(None, None)),
+            ("a label, no owner", meta(Some("ingress"), None)),
+            (
+                "an owner, no label",
+                meta(None, Some(("networking.k8s.io/v1", "Ingress", true))),
+            ),
+            (
+                "not the controller",
+                meta(
+                    Some("ingress"),
+                    Some(("networking.k8s.io/v1", "Ingress", false)),
+                ),
+            ),
+            (
+                "the label names another kind",
+                meta(
+                    Some("service"),
+                    Some(("networking.k8s.io/v1", "Ingress", true)),
+                ),
+            ),
+            (
+                "a kind of the same name in another group",
+                meta(Some("ingress"), Some(("example.com/v1", "Ingress", true))),
+            ),
+            (
+                "an unknown source",
+                meta(Some("grpcroute"), Some(("v1", "Service", true))),
+            ),
+        ];
+        for (case, m) in cases {
+            assert_eq!(source_of(&m), None, "{case}");
+        }
+    }
+}
