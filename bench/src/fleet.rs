@@ -63,17 +63,6 @@ impl Fleet {
         replicas: usize,
         m: usize,
     ) -> Res<Fleet> {
-        Self::start_every(cl, prefix, replicas, m, INTERVAL).await
-    }
-
-    /// [`Fleet::start`] with every checker at `interval` seconds.
-    pub async fn start_every(
-        cl: &'static Cluster,
-        prefix: &str,
-        replicas: usize,
-        m: usize,
-        interval: u32,
-    ) -> Res<Fleet> {
         let ns = cl.namespace(&format!("bench-{prefix}"));
         let witness = Witness::start().await;
         witness.set_lean();
@@ -101,7 +90,7 @@ impl Fleet {
         }
         let t = Instant::now();
         let url = f.witness.url();
-        create_checkers_concurrently(&f.client, &f.ns, &url, &f.names, interval, 64).await;
+        create_checkers_concurrently(&f.client, &f.ns, &url, &f.names, INTERVAL, 64).await;
         f.create_s = t.elapsed().as_secs_f64();
         eprintln!(
             "bench: {}: created {m} checkers in {:.1} s",

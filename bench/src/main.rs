@@ -290,10 +290,8 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     let prom = if cfg.part("prom") {
         let settings = prom_memory::Settings {
             checkers: cfg.prom_checkers,
-            scrapes: if cfg.quick { 8 } else { 144 },
-            // A production-like interval would take 20 min to fill one chunk
-            // per series; every 5 s, 144 scrapes are 12 min.
-            scrape: std::time::Duration::from_secs(5),
+            // Half of a head chunk's 120 samples: prom_memory.rs says why.
+            scrapes: if cfg.quick { 8 } else { 60 },
             work: cfg.work.join("prom"),
         };
         Some(caught(prom_memory::part(cl, settings)).await)

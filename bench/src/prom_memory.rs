@@ -1,15 +1,14 @@
 //! Part 6: what the per-checker duration histogram costs Prometheus 3
-//! itself at 10,000 checkers, classic against native (issue 29). One fleet
-//! (part 3's: 3 release replicas on the kit's control plane, checkers on one
-//! witness, here at 30 s: a third of part 3's probing, on a shared machine),
-//! whose witness holds each answer 20-400 ms so that the native histograms
-//! fill as a real endpoint's do. For each configuration,
-//! in turn: fresh replicas with its flags, a fresh Prometheus 3 with its
-//! scrape settings, N scrapes of every replica, then Prometheus's own
-//! figures (RSS, peak RSS, heap, live heap after a forced collection, head
-//! series and chunks), what it stored (series per checker, native buckets)
-//! and what crossed the wire (each format, plain and gzip, fetched from the
-//! replicas; the body Prometheus itself read).
+//! itself at 10,000 checkers: classic buckets, native only, both (issue 29).
+//! One fleet (part 3's: 3 release replicas, every checker at 10 s, one
+//! witness), whose witness holds each answer 20-400 ms so that the native
+//! histograms fill as a real endpoint's do. For each configuration in turn:
+//! fresh replicas with its flags, a fresh Prometheus 3 with its scrape
+//! settings scraping at the checkers' interval, and after a fixed number of
+//! scrapes of every replica Prometheus's own figures (RSS, peak RSS, heap,
+//! live heap after a forced collection, head series and chunks), what it
+//! stored (series per checker, native buckets) and what the replicas serve
+//! (each format, plain and gzip).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -17,18 +16,19 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use webchecker_kit::Cluster;
 
-use crate::fleet::Fleet;
-use crate::prometheus::{Prometheus, bin_dir, get_raw, version};
+use crate::fleet::{Fleet, INTERVAL};
+use crate::prometheus::{Prometheus, bin_dir, version};
 use crate::report::Section;
 use crate::stats::fmt_int;
 use crate::{Res, err};
 
 const JOB: &str = "webchecker-operator";
-/// Every checker's interval: what Prometheus stores does not depend on it.
-const INTERVAL: u32 = 30;
 const TEXT: &str = "text/plain;version=0.0.4";
 const PROTO: &str =
     "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
+const CLASSIC: &str = "classic";
+const NATIVE: &str = "native only";
+const BOTH: &str = "native + classic";
 
 /// One configuration: the operator's flags and the scrape job's settings.
 struct Mode {
@@ -38,30 +38,24 @@ struct Mode {
     settings: fn() -> Value,
 }
 
-const MODES: [Mode; 4] = [
+const MODES: [Mode; 3] = [
     Mode {
-        name: "classic",
+        name: CLASSIC,
         flags: &[],
-        prom: "defaults (text)",
+        prom: "defaults (asks for text)",
         settings: || json!({}),
     },
     Mode {
-        name: "native only",
+        name: NATIVE,
         flags: &["--native-histograms=true", "--classic-histograms=false"],
-        prom: "`scrape_native_histograms: true` (protobuf)",
+        prom: "`scrape_native_histograms: true` (asks for protobuf)",
         settings: || json!({"scrape_native_histograms": true}),
     },
     Mode {
-        name: "classic + native, both stored",
+        name: BOTH,
         flags: &["--native-histograms=true"],
         prom: "`scrape_native_histograms: true`, `always_scrape_classic_histograms: true` (protobuf)",
         settings: || json!({"scrape_native_histograms": true, "always_scrape_classic_histograms": true}),
-    },
-    Mode {
-        name: "no histogram",
-        flags: &["--per-checker-histogram=false"],
-        prom: "defaults (text)",
-        settings: || json!({}),
     },
 ];
 
@@ -76,7 +70,7 @@ struct Row {
     mode: &'static Mode,
     head_series: f64,
     head_chunks: f64,
-    /// Series with a `name` label (per-checker series), and those of the
+    /// Series with a `name` label (the per-checker ones), and those of the
     /// duration histogram.
     checker_series: f64,
     histogram_series: f64,
@@ -89,27 +83,30 @@ struct Row {
     rss: f64,
     peak_rss: f64,
     heap_inuse: f64,
-    /// (scrapes, heap in use, heap allocated), each after a forced
-    /// collection, at each quarter of the scrapes: whether the head settled.
-    trajectory: Vec<(u32, f64, f64)>,
-    live_end: f64,
+    /// Heap in use after a forced collection at each quarter of the
+    /// scrapes: whether only the open chunks still grow.
+    live: Vec<f64>,
+}
+
+impl Row {
+    fn live_end(&self) -> f64 {
+        self.live.last().copied().unwrap_or(f64::NAN)
+    }
 }
 
 pub struct Settings {
     pub checkers: usize,
-    /// Scrapes of every replica before the figures are read, and their
-    /// interval (also the scrape timeout).
+    /// Scrapes of every replica, at the checkers' interval, before the
+    /// figures are read.
     pub scrapes: u32,
-    pub scrape: Duration,
     pub work: PathBuf,
 }
 
-/// The part: its own fleet on `cl`, the four configurations in turn.
+/// The part: its own fleet on `cl`, the configurations in turn.
 pub async fn part(cl: &'static Cluster, s: Settings) -> Res<Section> {
     let bin = tokio::task::spawn_blocking(bin_dir).await?;
     let prom_version = version(&bin);
-    let mut f =
-        Fleet::start_every(cl, &format!("p{}", s.checkers), 3, s.checkers, INTERVAL).await?;
+    let mut f = Fleet::start(cl, &format!("p{}", s.checkers), 3, s.checkers).await?;
     f.witness
         .set_hold(Duration::from_millis(20), Duration::from_millis(400));
     let (mut rows, mut errors) = (Vec::new(), Vec::new());
@@ -141,9 +138,9 @@ pub async fn part(cl: &'static Cluster, s: Settings) -> Res<Section> {
 }
 
 /// Waits until Prometheus has `n` successful scrapes of every target.
-async fn wait_scrapes(p: &Prometheus, targets: usize, n: u32, every: Duration) -> Res<()> {
+async fn wait_scrapes(p: &Prometheus, targets: usize, n: u32) -> Res<()> {
     // Generous: a starved replica may miss a scrape's timeout now and then.
-    let deadline = Instant::now() + every * (3 * n) + Duration::from_secs(600);
+    let deadline = Instant::now() + Duration::from_secs(3 * n as u64 * INTERVAL as u64 + 600);
     loop {
         let up = p.query("sum_over_time(up[1h])").await?;
         let counts: Vec<f64> = up
@@ -158,6 +155,7 @@ async fn wait_scrapes(p: &Prometheus, targets: usize, n: u32, every: Duration) -
                 "Prometheus: {counts:?} successful scrapes of {targets} targets, {n} expected"
             )));
         }
+        // A poll of the condition, a fifth of a scrape interval apart.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
@@ -169,17 +167,17 @@ async fn measure(f: &Fleet, bin: &Path, mode: &'static Mode, s: &Settings) -> Re
         .filter(|o| o.live())
         .map(|o| format!("{}:{}", o.ip, o.port))
         .collect();
-    let dir = s.work.join(format!(
-        "prometheus-{}",
-        mode.name.replace([' ', ',', '+'], "")
-    ));
-    let p = Prometheus::start(bin, &dir, JOB, &addrs, s.scrape, &(mode.settings)())?;
+    let dir = s
+        .work
+        .join(format!("prometheus-{}", mode.name.replace([' ', '+'], "")));
+    let every = Duration::from_secs(INTERVAL.into());
+    let p = Prometheus::start(bin, &dir, JOB, &addrs, every, &(mode.settings)())?;
     p.wait_ready(Duration::from_secs(60)).await?;
-    let mut trajectory = Vec::new();
+    let mut live = Vec::new();
     let (mut rss, mut heap_inuse, mut peak_rss) = (0.0, 0.0, 0.0);
     for q in 1..=4 {
         let n = s.scrapes * q / 4;
-        wait_scrapes(&p, addrs.len(), n, s.scrape).await?;
+        wait_scrapes(&p, addrs.len(), n).await?;
         if q == 4 {
             // As it is, before the collection and the queries below.
             rss = p.own("process_resident_memory_bytes").await?;
@@ -188,41 +186,43 @@ async fn measure(f: &Fleet, bin: &Path, mode: &'static Mode, s: &Settings) -> Re
         }
         p.collect_garbage().await?;
         let inuse = p.own("go_memstats_heap_inuse_bytes").await?;
-        let alloc = p.own("go_memstats_heap_alloc_bytes").await?;
         eprintln!(
-            "bench: part 6, {}: {n} scrapes: live heap {:.0} MiB in use, {:.0} MiB allocated",
+            "bench: part 6, {}: {n} scrapes: live heap {:.0} MiB",
             mode.name,
-            inuse / 1048576.0,
-            alloc / 1048576.0
+            inuse / 1048576.0
         );
-        trajectory.push((n, inuse, alloc));
+        live.push(inuse);
     }
-    let live_end = trajectory.last().map_or(0.0, |t| t.1);
     let head_series = p.own("prometheus_tsdb_head_series").await?;
     let head_chunks = p.own("prometheus_tsdb_head_chunks").await?;
     let checker_series = p.scalar("count({name!=\"\"})").await?;
+    // Classic buckets are `_bucket`, `_sum`, `_count`; a native histogram is
+    // one series under the bare name.
     let histogram_series = p
         .scalar("count({__name__=~\"webchecker_probe_duration_seconds.*\", name!=\"\"})")
-        .await
-        .map(|v| if v.is_nan() { 0.0 } else { v })?;
+        .await?;
     let body = p.scalar("sum(scrape_body_size_bytes)").await?;
     let native_buckets = native_buckets(&p).await?;
     drop(p);
-    // Its TSDB is no longer needed; four of them add up.
+    // Its TSDB is no longer needed; three of them add up.
     let _ = std::fs::remove_dir_all(&dir);
     let (mut text, mut proto) = (Wire::default(), Wire::default());
     for a in &addrs {
-        text = add(text, wire(a, TEXT, "text/plain").await?);
-        proto = add(
-            proto,
-            wire(a, PROTO, "application/vnd.google.protobuf").await?,
-        );
+        let t = wire(a, TEXT, "text/plain").await?;
+        let p = wire(a, PROTO, "application/vnd.google.protobuf").await?;
+        text = Wire {
+            plain: text.plain + t.plain,
+            gzip: text.gzip + t.gzip,
+        };
+        proto = Wire {
+            plain: proto.plain + p.plain,
+            gzip: proto.gzip + p.gzip,
+        };
     }
     eprintln!(
-        "bench: part 6, {}: {} head series, live heap {:.0} MiB, RSS {:.0} MiB",
+        "bench: part 6, {}: {} head series, RSS {:.0} MiB",
         mode.name,
         fmt_int(head_series),
-        live_end / 1048576.0,
         rss / 1048576.0
     );
     Ok(Row {
@@ -238,16 +238,8 @@ async fn measure(f: &Fleet, bin: &Path, mode: &'static Mode, s: &Settings) -> Re
         rss,
         peak_rss,
         heap_inuse,
-        trajectory,
-        live_end,
+        live,
     })
-}
-
-fn add(a: Wire, b: Wire) -> Wire {
-    Wire {
-        plain: a.plain + b.plain,
-        gzip: a.gzip + b.gzip,
-    }
 }
 
 /// /metrics of one replica in one format, plain and gzip; the answer must
@@ -262,8 +254,12 @@ async fn wire(addr: &str, accept: &str, content_type: &str) -> Res<Wire> {
         )
         .await
         .ok_or_else(|| err(format!("no /metrics from {addr}")))?;
-        if code != 200 || !head.to_ascii_lowercase().contains(content_type) {
-            return Err(err(format!("/metrics of {addr} as {accept}: {head}")));
+        let head = head.to_ascii_lowercase();
+        let gzipped = head.contains("content-encoding: gzip");
+        if code != 200 || !head.contains(content_type) || gzipped != (*enc == "gzip") {
+            return Err(err(format!(
+                "/metrics of {addr} as {accept}, {enc}: {head}"
+            )));
         }
         out[i] = len as f64;
     }
@@ -271,6 +267,34 @@ async fn wire(addr: &str, accept: &str, content_type: &str) -> Res<Wire> {
         plain: out[0],
         gzip: out[1],
     })
+}
+
+/// The raw response of a GET with these request headers: (status, response
+/// headers, body bytes as sent, compressed or not). HTTP/1.0, so the body is
+/// everything after the headers (the kit's GET decodes it as text).
+async fn get_raw(addr: &str, path: &str, headers: &[(&str, &str)]) -> Option<(u16, String, usize)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.ok()?;
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, head, buf.len() - end - 4))
+    };
+    // A starved replica renders 3,333 checkers' series slowly.
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Mean populated native buckets per checker over c0..c99 (None when the
@@ -290,8 +314,13 @@ fn mib(b: f64) -> String {
     format!("{:.0} MiB", b / 1048576.0)
 }
 
-fn ratio(x: f64, of: f64) -> String {
-    format!("{:.2}x", x / of)
+fn by<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
+    rows.iter().find(|r| r.mode.name == name)
+}
+
+/// `x` against the classic row's figure, "–" without one.
+fn vs_classic(rows: &[Row], r: &Row, f: fn(&Row) -> f64) -> String {
+    by(rows, CLASSIC).map_or_else(|| "–".into(), |c| format!("{:.2}x", f(r) / f(c)))
 }
 
 /// The report's section of part 6; `errors`: configurations not measured.
@@ -301,7 +330,6 @@ fn section(rows: &[Row], errors: &[String], s: &Settings, prom_version: &str) ->
     b.push_str(&stored_table(rows, m));
     b.push_str(&wire_table(rows, m));
     b.push_str(&memory_table(rows, s));
-    b.push_str(&shares(rows, m));
     let mut summary: Vec<String> = summary_line(rows, s, prom_version).into_iter().collect();
     for e in errors {
         b.push_str(&format!("\n**Not measured:** {e}\n"));
@@ -312,52 +340,43 @@ fn section(rows: &[Row], errors: &[String], s: &Settings, prom_version: &str) ->
     Section { body: b, summary }
 }
 
-fn by<'a>(rows: &'a [Row], name: &str) -> Option<&'a Row> {
-    rows.iter().find(|r| r.mode.name == name)
-}
-
 fn intro(s: &Settings, prom_version: &str) -> String {
     let m = fmt_int(s.checkers as f64);
     format!(
-        "Prometheus {prom_version} (hack/build-prometheus.sh) scraping {m} checkers on 3 release replicas (part 3's fleet, \
-         but every checker at `intervalSeconds: {INTERVAL}`, a third of part 3's probing on this shared machine: \
-         what Prometheus stores does not depend on it; the witness holds each answer 20-400 ms, uniformly at \
-         random, so that native histograms fill as a real endpoint's do). For each configuration in \
-         turn: fresh replicas with its flags (each checker probed again before Prometheus starts), a fresh \
-         Prometheus with a new TSDB, one job over the 3 replicas (`honor_labels`, `scrape_interval: {}s`, \
-         `extra_scrape_metrics: true` for `scrape_body_size_bytes`), {} successful scrapes of every replica (enough \
-         for every series to fill and cut its first head chunk: 120 float samples, about 1 KiB of a native \
-         histogram's), then \
-         Prometheus's own `/metrics`: `process_resident_memory_bytes` (RSS), VmHWM of the process (peak RSS), \
-         `go_memstats_heap_inuse_bytes` (heap in use, as it was, and after a garbage collection forced through \
-         `/debug/pprof/heap?gc=1`, twice: the live heap; at each quarter of the scrapes too, to show whether the \
-         head settled), \
-         `prometheus_tsdb_head_series` and `prometheus_tsdb_head_chunks`. Prometheus runs with its defaults \
-         (GOGC 75, GOMEMLIMIT 90% of the machine's memory, no limit in reach here). Series per checker is the \
-         head's total / {m}: it includes the replicas' own series (a few hundred each) and the 8 per target \
-         Prometheus adds. Wire bytes are `/metrics` fetched from the 3 replicas after the scrapes, in each format, \
-         plain and with `Accept-Encoding: gzip` (Prometheus asks for gzip, so that is what crosses the network), \
-         summed and divided by {m}.\n\n",
-        s.scrape.as_secs(),
-        s.scrapes,
+        "Prometheus {prom_version} (hack/build-prometheus.sh) scraping {m} checkers on 3 release replicas (part 3's \
+         fleet: every checker at `intervalSeconds: {INTERVAL}`; the witness holds each answer 20-400 ms, uniformly \
+         at random, so that native histograms fill as a real endpoint's do). For each configuration in turn: fresh \
+         replicas with its flags (every checker probed again before Prometheus starts), a fresh Prometheus with a \
+         new TSDB and its defaults otherwise (GOGC 75), one job over the 3 replicas (`honor_labels`, \
+         `scrape_interval: {INTERVAL}s`, the checkers' interval, so that every sample is a new probe; \
+         `extra_scrape_metrics: true` for `scrape_body_size_bytes`), then {} successful scrapes of every replica. \
+         Why {}: every series exists from the first scrape, and from then on the head grows only by its open \
+         chunks, which it cuts at 120 samples (native histograms at about 1 KiB) and memory-maps to disk; half of \
+         that is the mean over a chunk's life, so the head now weighs what it weighs on average in a long run (the \
+         live heap at each quarter of the scrapes shows the chunks' growth). Then Prometheus's own `/metrics`: \
+         `process_resident_memory_bytes` (RSS), VmHWM (peak RSS), `go_memstats_heap_inuse_bytes` (heap in use as \
+         it is, and after a garbage collection forced through `/debug/pprof/heap?gc=1`, twice: the *live heap*), \
+         `prometheus_tsdb_head_series` and `prometheus_tsdb_head_chunks`. Series per checker is the head's total \
+         / {m}: it includes the replicas' own series (a few hundred each) and the few Prometheus adds per target.\n\n",
+        s.scrapes, s.scrapes,
     )
 }
 
 fn stored_table(rows: &[Row], m: f64) -> String {
     let mut b = String::from(
-        "| configuration | operator flags | Prometheus scrape settings | head series | per checker | of which the duration histogram | head chunks | native buckets per checker (mean, c0..c99) |\n\
-         |---|---|---|---:|---:|---:|---:|---:|\n",
+        "| configuration | operator flags | Prometheus scrape settings | head series | per checker | with a `name` label | of the duration histogram | head chunks | native buckets per checker (mean, c0..c99) |\n\
+         |---|---|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
-        let flags = if r.mode.flags.is_empty() {
-            "defaults".to_string()
-        } else {
-            let f: Vec<String> = r.mode.flags.iter().map(|f| format!("`{f}`")).collect();
-            f.join(" ")
-        };
+        let flags: Vec<String> = r.mode.flags.iter().map(|f| format!("`{f}`")).collect();
         b.push_str(&format!(
-            "| {} | {flags} | {} | {} | {:.2} ({:.2} with a `name` label) | {:.2} | {} | {} |\n",
+            "| {} | {} | {} | {} | **{:.2}** | {:.2} | {:.2} | {} | {} |\n",
             r.mode.name,
+            if flags.is_empty() {
+                "defaults".to_string()
+            } else {
+                flags.join(" ")
+            },
             r.mode.prom,
             fmt_int(r.head_series),
             r.head_series / m,
@@ -365,8 +384,7 @@ fn stored_table(rows: &[Row], m: f64) -> String {
             r.histogram_series / m,
             fmt_int(r.head_chunks),
             r.native_buckets
-                .map(|n| format!("{n:.1}"))
-                .unwrap_or_else(|| "–".into()),
+                .map_or_else(|| "–".into(), |n| format!("{n:.1}")),
         ));
     }
     b
@@ -374,9 +392,12 @@ fn stored_table(rows: &[Row], m: f64) -> String {
 
 fn wire_table(rows: &[Row], m: f64) -> String {
     let mut b = String::from(
-        "\nBytes per checker on the wire (the whole exposition over the checkers: every per-checker series, \
-         and the replicas' own series spread over them):\n\n\
-         | configuration | text | text, gzip | protobuf | protobuf, gzip | Prometheus read (`scrape_body_size_bytes`) |\n\
+        "\nBytes per checker that the replicas serve, fetched from the 3 after the scrapes in each format, plain \
+         and with `Accept-Encoding: gzip` (Prometheus asks for gzip: that is what crosses the network), summed \
+         and divided by the checkers: every per-checker series and the replicas' own series spread over them. \
+         *Prometheus read*: `scrape_body_size_bytes`, the uncompressed body of its own last scrapes, in the format \
+         it asked for.\n\n\
+         | configuration | text | text, gzip | protobuf | protobuf, gzip | Prometheus read |\n\
          |---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
@@ -395,97 +416,74 @@ fn wire_table(rows: &[Row], m: f64) -> String {
 
 fn memory_table(rows: &[Row], s: &Settings) -> String {
     let m = s.checkers as f64;
-    let classic = by(rows, "classic");
-    let to_classic =
-        |f: fn(&Row) -> f64, r: &Row| classic.map_or_else(|| "–".into(), |c| ratio(f(r), f(c)));
     let at: Vec<String> = (1..=4).map(|q| (s.scrapes * q / 4).to_string()).collect();
     let mut b = format!(
-        "\nPrometheus's memory after {} scrapes (ratio: to classic). *Live heap*: heap in use after a forced \
-         collection, at {} scrapes (the last one bold); *live objects*: `go_memstats_heap_alloc_bytes` after the \
-         last collection, without the partly used spans that heap in use counts whole.\n\n\
-         | configuration | RSS | peak RSS | heap in use | live heap | live objects | live heap per checker | RSS ratio | live heap ratio |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\nPrometheus's memory after {} scrapes; *live heap* at {} scrapes (the last bold); ratios to classic.\n\n\
+         | configuration | RSS | peak RSS | heap in use | live heap | RSS per checker | live heap per checker | RSS ratio | heap in use ratio | live heap ratio |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         s.scrapes,
         at.join(", ")
     );
     for r in rows {
-        let steps: Vec<String> = r
-            .trajectory
+        let mut steps: Vec<String> = r
+            .live
             .iter()
-            .map(|t| format!("{:.0}", t.1 / 1048576.0))
+            .map(|v| format!("{:.0}", v / 1048576.0))
             .collect();
-        let (last, before) = steps
-            .split_last()
-            .map_or(("", &[][..]), |(l, b)| (l.as_str(), b));
+        if let Some(last) = steps.last_mut() {
+            *last = format!("**{last}**");
+        }
         b.push_str(&format!(
-            "| {} | {} | {} | {} | {} → **{last}** MiB | {} | {:.1} KiB | {} | {} |\n",
+            "| {} | {} | {} | {} | {} MiB | {:.1} KiB | {:.1} KiB | {} | {} | {} |\n",
             r.mode.name,
             mib(r.rss),
             mib(r.peak_rss),
             mib(r.heap_inuse),
-            before.join(" → "),
-            mib(r.trajectory.last().map_or(0.0, |t| t.2)),
-            r.live_end / m / 1024.0,
-            to_classic(|r| r.rss, r),
-            to_classic(|r| r.live_end, r),
+            steps.join(" → "),
+            r.rss / m / 1024.0,
+            r.live_end() / m / 1024.0,
+            vs_classic(rows, r, |r| r.rss),
+            vs_classic(rows, r, |r| r.heap_inuse),
+            vs_classic(rows, r, Row::live_end),
         ));
     }
     b
 }
 
-/// What the histogram alone costs: each configuration less *no histogram*.
-fn shares(rows: &[Row], m: f64) -> String {
-    let Some(none) = by(rows, "no histogram") else {
-        return String::new();
-    };
-    let parts: Vec<String> = rows
-        .iter()
-        .filter(|r| r.mode.name != none.mode.name)
-        .map(|r| {
-            format!(
-                "{} {:.1} series and {:.2} KiB of live heap",
-                r.mode.name,
-                (r.head_series - none.head_series) / m,
-                (r.live_end - none.live_end) / m / 1024.0
-            )
-        })
-        .collect();
-    format!(
-        "\nThe duration histogram's own share (each configuration less *no histogram*), per checker: {}. RSS \
-         follows the live heap with the collector's slack (GOGC 75) and what the Go runtime has not yet returned \
-         to the system; the peak is the first scrapes', when every series is created at once.\n",
-        parts.join("; ")
-    )
-}
-
 fn summary_line(rows: &[Row], s: &Settings, prom_version: &str) -> Option<String> {
     let m = s.checkers as f64;
-    let (classic, native) = (by(rows, "classic")?, by(rows, "native only")?);
-    let both = by(rows, "classic + native, both stored").map_or_else(String::new, |b| {
+    let (classic, native) = (by(rows, CLASSIC)?, by(rows, NATIVE)?);
+    let one = |r: &Row| {
         format!(
-            "; both stored {:.1} series, live heap {} ({})",
-            b.head_series / m,
-            mib(b.live_end),
-            ratio(b.live_end, classic.live_end)
+            "{:.1} series per checker, RSS {}, live heap {}",
+            r.head_series / m,
+            mib(r.rss),
+            mib(r.live_end())
         )
+    };
+    let ratios = |r: &Row| {
+        format!(
+            "{:.2}x the series, {:.2}x the RSS, {:.2}x the live heap",
+            r.head_series / classic.head_series,
+            r.rss / classic.rss,
+            r.live_end() / classic.live_end()
+        )
+    };
+    let both = by(rows, BOTH).map_or_else(String::new, |b| {
+        format!("; both stored {} ({})", one(b), ratios(b))
     });
     Some(format!(
-        "Prometheus {prom_version} at {} checkers on 3 replicas, {} scrapes at {} s: classic histograms {:.1} series \
-         per checker, live heap {} (RSS {}); native only **{:.1}** series (**{}**), live heap {} (**{}**), RSS {} \
-         ({}){both}. Per checker on the wire (gzip): classic text {} B, native-only protobuf {} B.",
+        "Prometheus {prom_version}, {} checkers on 3 replicas, {} scrapes at {INTERVAL} s: classic histograms {}; \
+         native only {} (**{}**){both}. Served per checker: text {} B classic, {} B native only; protobuf {} B \
+         classic, {} B native only.",
         fmt_int(m),
         s.scrapes,
-        s.scrape.as_secs(),
-        classic.head_series / m,
-        mib(classic.live_end),
-        mib(classic.rss),
-        native.head_series / m,
-        ratio(native.head_series, classic.head_series),
-        mib(native.live_end),
-        ratio(native.live_end, classic.live_end),
-        mib(native.rss),
-        ratio(native.rss, classic.rss),
-        fmt_int(classic.text.gzip / m),
-        fmt_int(native.proto.gzip / m),
+        one(classic),
+        one(native),
+        ratios(native),
+        fmt_int(classic.text.plain / m),
+        fmt_int(native.text.plain / m),
+        fmt_int(classic.proto.plain / m),
+        fmt_int(native.proto.plain / m),
     ))
 }

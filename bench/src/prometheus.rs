@@ -1,8 +1,9 @@
 //! A real Prometheus 3 (hack/build-prometheus.sh) for part 6: one scrape job
-//! over the replicas at the bench's own interval, its HTTP API and its own
-//! /metrics. The tests' helper (tests/support/prom.rs) scrapes every second
-//! with settings fit for assertions; the bench needs a production-like
-//! interval and a fresh TSDB per configuration, so it starts its own.
+//! over the replicas at the checkers' interval, its HTTP API and its own
+//! /metrics. The tests' helper (tests/support/prom.rs, not a library the
+//! bench can use) scrapes every second with settings fit for assertions; the
+//! bench needs a production-like interval and a fresh TSDB per
+//! configuration, so it starts its own.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -187,37 +188,6 @@ fn encode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// The raw response of a GET with these request headers: (status, response
-/// headers, body bytes as sent, compressed or not). HTTP/1.0, so the body is
-/// everything after the headers.
-pub async fn get_raw(
-    addr: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Option<(u16, String, usize)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let extra: String = headers
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}\r\n"))
-            .collect();
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
-        let head = String::from_utf8_lossy(&buf[..end]).to_string();
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, head, buf.len() - end - 4))
-    };
-    tokio::time::timeout(Duration::from_secs(180), fut)
-        .await
-        .ok()
-        .flatten()
 }
 
 #[cfg(test)]

@@ -212,11 +212,13 @@ fn method_notes() -> String {
        `webchecker_probes_total` over the same window.\n\
      - Part 4's gaps are the witness's receive times, so they include connection setup; the normal cadence \
        shows as gaps of about the interval.\n\
-     - Part 6 reads Prometheus's memory from Prometheus itself after a fixed number of scrapes into a fresh TSDB: \
-       the head then holds every series with one open chunk of those few samples. What comes later (chunks filled \
-       up to 120 samples, then cut and memory-mapped; a block every 2 h) is not in the figures, and a native \
-       histogram sample takes more room in a chunk than a float one: this compares the cost per series, not that \
-       of a day's chunks. Memory does not depend on timing, so a loaded machine changes these figures little.\n\
+     - Part 6 reads Prometheus's memory from Prometheus itself, at a fixed number of scrapes into a fresh TSDB, \
+       when its open head chunks are half full (the mean of the long run). Not in the figures: the blocks compacted \
+       every 2 h (on disk, read through the page cache), a query's memory, and the memory-mapped head chunks: each \
+       cut chunk leaves about 40 bytes of heap until the head is compacted, and a head holds 1-3 h, so at 10 s \
+       scrapes up to 9 of them, some 0.3 KiB, per series in a long run, which adds to each configuration in \
+       proportion to its series. The three configurations run one after the other on the same objects; memory \
+       depends on series and samples, not on timing, so the load of the machine changes it little.\n\
      - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
        `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom` runs a subset and, into an existing report, \
        replaces only those parts' sections and summary lines (each says when it was measured); `BENCH_OUT=DIR` \
