@@ -137,6 +137,23 @@ pub async fn part(cl: &'static Cluster, s: Settings) -> Res<Section> {
     Ok(section(&rows, &errors, &s, &prom_version))
 }
 
+/// Waits, when an even UTC hour falls within `window` from now, until it
+/// has passed: Prometheus cuts every head chunk there (the boundary of its
+/// 2 h blocks), and a configuration read just after that cut would have
+/// near-empty chunks where the others have half-full ones.
+async fn clear_of_block_boundary(window: Duration) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let left = 7200 - now % 7200;
+    if left < window.as_secs() {
+        eprintln!("bench: part 6: {left} s to the next 2 h block boundary; starting after it");
+        // A wait for a time of day, not for another process.
+        tokio::time::sleep(Duration::from_secs(left + 5)).await;
+    }
+}
+
 /// Waits until Prometheus has `n` successful scrapes of every target.
 async fn wait_scrapes(p: &Prometheus, targets: usize, n: u32) -> Res<()> {
     // Generous: a starved replica may miss a scrape's timeout now and then.
@@ -171,6 +188,8 @@ async fn measure(f: &Fleet, bin: &Path, mode: &'static Mode, s: &Settings) -> Re
         .work
         .join(format!("prometheus-{}", mode.name.replace([' ', '+'], "")));
     let every = Duration::from_secs(INTERVAL.into());
+    // The scrapes, with room for slow ones and for Prometheus's start.
+    clear_of_block_boundary(every * s.scrapes * 3 / 2 + Duration::from_secs(120)).await;
     let p = Prometheus::start(bin, &dir, JOB, &addrs, every, &(mode.settings)())?;
     p.wait_ready(Duration::from_secs(60)).await?;
     let mut live = Vec::new();
@@ -350,15 +369,22 @@ fn intro(s: &Settings, prom_version: &str) -> String {
          new TSDB and its defaults otherwise (GOGC 75), one job over the 3 replicas (`honor_labels`, \
          `scrape_interval: {INTERVAL}s`, the checkers' interval, so that every sample is a new probe; \
          `extra_scrape_metrics: true` for `scrape_body_size_bytes`), then {} successful scrapes of every replica. \
-         Why {}: every series exists from the first scrape, and from then on the head grows only by its open \
-         chunks, which it cuts at 120 samples (native histograms at about 1 KiB) and memory-maps to disk; half of \
-         that is the mean over a chunk's life, so the head now weighs what it weighs on average in a long run (the \
-         live heap at each quarter of the scrapes shows the chunks' growth). Then Prometheus's own `/metrics`: \
+         Why: every series exists from the first scrape, and from then on the head grows only by its open \
+         chunks, which it cuts at 120 samples (native histograms at about 1 KiB) and memory-maps to disk; at 60 \
+         samples they are half full, the mean over a chunk's life, so the head weighs what it weighs on average \
+         in a long run{} (the live heap at each quarter of the scrapes shows the chunks' growth). Every \
+         configuration's scrapes stay clear of an even UTC hour, where Prometheus cuts every chunk at once (its \
+         2 h block boundary). Then Prometheus's own `/metrics`: \
          `process_resident_memory_bytes` (RSS), VmHWM (peak RSS), `go_memstats_heap_inuse_bytes` (heap in use as \
          it is, and after a garbage collection forced through `/debug/pprof/heap?gc=1`, twice: the *live heap*), \
          `prometheus_tsdb_head_series` and `prometheus_tsdb_head_chunks`. Series per checker is the head's total \
          / {m}: it includes the replicas' own series (a few hundred each) and the few Prometheus adds per target.\n\n",
-        s.scrapes, s.scrapes,
+        s.scrapes,
+        if s.scrapes == 60 {
+            ""
+        } else {
+            " (not this run's figures, after another number of scrapes)"
+        },
     )
 }
 
