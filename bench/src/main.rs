@@ -34,7 +34,8 @@
 //! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
-//! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000),
+//! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES
+//! (part 6's scrapes per configuration, default 60),
 //! BENCH_COMMAND (the command line shown in the report),
 //! WEBCHECKER_OPERATOR_BIN (the operator; default: the one built next to
 //! the bench, target/release/webchecker-operator under `make bench`).
@@ -104,6 +105,7 @@ struct Cfg {
     /// BENCH_PARTS named a subset: merged into an existing report.
     subset: bool,
     prom_checkers: usize,
+    prom_scrapes: u32,
     out: PathBuf,
     rounds: usize,
     failover_checkers: usize,
@@ -132,6 +134,10 @@ impl Cfg {
             prom_checkers: env("BENCH_PROM_CHECKERS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10_000),
+            // Half of a head chunk's 120 samples: prom_memory.rs says why.
+            prom_scrapes: env("BENCH_PROM_SCRAPES")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 8 } else { 60 }),
             out: env("BENCH_OUT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| repo.join("docs")),
@@ -290,8 +296,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     let prom = if cfg.part("prom") {
         let settings = prom_memory::Settings {
             checkers: cfg.prom_checkers,
-            // Half of a head chunk's 120 samples: prom_memory.rs says why.
-            scrapes: if cfg.quick { 8 } else { 60 },
+            scrapes: cfg.prom_scrapes,
             work: cfg.work.join("prom"),
         };
         Some(caught(prom_memory::part(cl, settings)).await)

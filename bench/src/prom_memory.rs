@@ -189,7 +189,7 @@ async fn measure(f: &Fleet, bin: &Path, mode: &'static Mode, s: &Settings) -> Re
         .join(format!("prometheus-{}", mode.name.replace([' ', '+'], "")));
     let every = Duration::from_secs(INTERVAL.into());
     // The scrapes, with room for slow ones and for Prometheus's start.
-    clear_of_block_boundary(every * s.scrapes * 3 / 2 + Duration::from_secs(120)).await;
+    clear_of_block_boundary(every * s.scrapes * 6 / 5 + Duration::from_secs(120)).await;
     let p = Prometheus::start(bin, &dir, JOB, &addrs, every, &(mode.settings)())?;
     p.wait_ready(Duration::from_secs(60)).await?;
     let mut live = Vec::new();
@@ -370,9 +370,9 @@ fn intro(s: &Settings, prom_version: &str) -> String {
          `scrape_interval: {INTERVAL}s`, the checkers' interval, so that every sample is a new probe; \
          `extra_scrape_metrics: true` for `scrape_body_size_bytes`), then {} successful scrapes of every replica. \
          Why: every series exists from the first scrape, and from then on the head grows only by its open \
-         chunks, which it cuts at 120 samples (native histograms at about 1 KiB) and memory-maps to disk; at 60 \
-         samples they are half full, the mean over a chunk's life, so the head weighs what it weighs on average \
-         in a long run{} (the live heap at each quarter of the scrapes shows the chunks' growth). Every \
+         chunks, which it cuts at 120 samples (native histograms at a predicted 1 KiB, after at least 10 samples) \
+         and memory-maps to disk; {}, the mean over a chunk's life (the live heap at each quarter of the scrapes \
+         shows the chunks' growth; a cut shows as more head chunks than series). Every \
          configuration's scrapes stay clear of an even UTC hour, where Prometheus cuts every chunk at once (its \
          2 h block boundary). Then Prometheus's own `/metrics`: \
          `process_resident_memory_bytes` (RSS), VmHWM (peak RSS), `go_memstats_heap_inuse_bytes` (heap in use as \
@@ -380,10 +380,10 @@ fn intro(s: &Settings, prom_version: &str) -> String {
          `prometheus_tsdb_head_series` and `prometheus_tsdb_head_chunks`. Series per checker is the head's total \
          / {m}: it includes the replicas' own series (a few hundred each) and the few Prometheus adds per target.\n\n",
         s.scrapes,
-        if s.scrapes == 60 {
-            ""
+        if s.scrapes % 120 == 60 {
+            "half a chunk past a cut, as here, float chunks are half full"
         } else {
-            " (not this run's figures, after another number of scrapes)"
+            "half a chunk past a cut (60, 180, ... scrapes; not this run) float chunks are half full"
         },
     )
 }
