@@ -157,7 +157,9 @@ impl Fleet {
         for o in &self.ops[first..] {
             o.wait_ready(Duration::from_secs(90)).await;
         }
-        self.wait_probed_since(Instant::now(), Duration::from_secs(240))
+        // Every checker moves to the new identities: 10,000 of them on a
+        // machine busy with builds took longer than 240 s.
+        self.wait_probed_since(Instant::now(), Duration::from_secs(600))
             .await?;
         let pre = rss_mib(&self.ops[first..]);
         let texts = self.scrape_all().await?;

@@ -14,7 +14,10 @@
 //! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,
 //!    leader loss, rolling restart) with the default lease timings;
 //! 5. what confirmation costs, healthy and with one replica's path to the
-//!    targets cut (confirm.rs), on and off.
+//!    targets cut (confirm.rs), on and off;
+//! 6. what the per-checker duration histogram costs Prometheus 3 itself at
+//!    10,000 checkers, classic against native (prom_memory.rs, with the
+//!    Prometheus of prometheus.rs).
 //!
 //! Parts 3 and 4 run on the end-to-end kit the tests use (webchecker-kit:
 //! control plane, operator processes, witness, checker creation, ports);
@@ -28,8 +31,11 @@
 //! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
-//! (adds 30,000 checkers), BENCH_PARTS=probe,ring,scale,failover,confirm (subset),
+//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom
+//! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
+//! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES
+//! (part 6's scrapes per configuration, default 60),
 //! BENCH_COMMAND (the command line shown in the report),
 //! WEBCHECKER_OPERATOR_BIN (the operator; default: the one built next to
 //! the bench, target/release/webchecker-operator under `make bench`).
@@ -39,8 +45,11 @@ mod engines;
 mod failover;
 mod fleet;
 mod kinds;
+mod merge;
 mod plots;
 mod probe;
+mod prom_memory;
+mod prometheus;
 mod report;
 mod ring;
 mod scale;
@@ -55,7 +64,32 @@ use std::time::Instant;
 use webchecker_kit::Cluster;
 
 use crate::fleet::Fleet;
+use crate::merge::Part;
 use crate::report::Section;
+
+/// The parts in the report's order: key (BENCH_PARTS), title, and how its
+/// summary lines begin (merge.rs).
+const PARTS: [(&str, &str, &[&str]); 7] = [
+    (
+        "probe",
+        "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
+        &["probe engine:"],
+    ),
+    (
+        "kinds",
+        "1b. Probe engine efficiency: gRPC health and TCP connect vs blackbox_exporter 0.28",
+        &["probe engine, checks"],
+    ),
+    ("ring", "2. Ring quality (simulation)", &["ring"]),
+    ("scale", "3. Scale on a real control plane", &["scale"]),
+    ("failover", "4. Failover", &["failover"]),
+    ("confirm", "5. Confirmation", &["confirmation"]),
+    (
+        "prom",
+        "6. Prometheus 3's own memory: classic vs native histograms",
+        &["prometheus 3"],
+    ),
+];
 
 type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
 
@@ -68,6 +102,10 @@ struct Cfg {
     quick: bool,
     large: bool,
     parts: HashSet<String>,
+    /// BENCH_PARTS named a subset: merged into an existing report.
+    subset: bool,
+    prom_checkers: usize,
+    prom_scrapes: u32,
     out: PathBuf,
     rounds: usize,
     failover_checkers: usize,
@@ -81,16 +119,25 @@ impl Cfg {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
         let large = env("BENCH_LARGE").is_some_and(|v| v != "0");
-        let parts = env("BENCH_PARTS")
-            .unwrap_or_else(|| "probe,kinds,ring,scale,failover,confirm".into())
+        let parts: HashSet<String> = env("BENCH_PARTS")
+            .unwrap_or_else(|| PARTS.map(|p| p.0).join(","))
             .split(',')
             .map(|s| s.trim().to_string())
             .collect();
+        let subset = PARTS.iter().any(|p| !parts.contains(p.0));
         let repo = webchecker_kit::repo();
         Cfg {
             quick,
             large,
             parts,
+            subset,
+            prom_checkers: env("BENCH_PROM_CHECKERS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10_000),
+            // Half of a head chunk's 120 samples: prom_memory.rs says why.
+            prom_scrapes: env("BENCH_PROM_SCRAPES")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(if quick { 8 } else { 60 }),
             out: env("BENCH_OUT")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| repo.join("docs")),
@@ -139,10 +186,12 @@ type ClusterParts = (
     Option<Res<Section>>,
     Option<Res<Section>>,
     Option<Res<Section>>,
+    Option<Res<Section>>,
 );
 
-/// Parts 3 and 4 on one control plane: 1,000 checkers (scale figures, then
-/// the failover scenarios on the same fleet), then 10,000 (and 30,000).
+/// Parts 3 to 6 on one control plane: 1,000 checkers (scale figures, then
+/// the failover scenarios on the same fleet), then 10,000 (and 30,000),
+/// then part 6's own 10,000.
 async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     let dir = cfg.work.join("cluster");
     let started = std::panic::catch_unwind(|| Cluster::start_in(dir, ""));
@@ -153,7 +202,8 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             return (
                 cfg.part("scale").then(|| Err(err(msg.clone()))),
                 cfg.part("failover").then(|| Err(err(msg.clone()))),
-                cfg.part("confirm").then(|| Err(err(msg))),
+                cfg.part("confirm").then(|| Err(err(msg.clone()))),
+                cfg.part("prom").then(|| Err(err(msg))),
             );
         }
     };
@@ -243,6 +293,16 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             }
         }
     }
+    let prom = if cfg.part("prom") {
+        let settings = prom_memory::Settings {
+            checkers: cfg.prom_checkers,
+            scrapes: cfg.prom_scrapes,
+            work: cfg.work.join("prom"),
+        };
+        Some(caught(prom_memory::part(cl, settings)).await)
+    } else {
+        None
+    };
     cl.down();
     let scale = cfg.part("scale").then(|| {
         let mut sec = scale::section(
@@ -257,7 +317,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
         }
         Ok(sec)
     });
-    (scale, failover, confirmation)
+    (scale, failover, confirmation, prom)
 }
 
 fn driver_main() {
@@ -272,7 +332,10 @@ fn driver_main() {
             "bench: no TrueType font found (apt-get install fonts-dejavu-core): plots are skipped"
         );
     }
-    if !cfg.operator.is_file() && (cfg.part("scale") || cfg.part("failover")) {
+    let on_cluster = ["scale", "failover", "confirm", "prom"]
+        .iter()
+        .any(|p| cfg.part(p));
+    if !cfg.operator.is_file() && on_cluster {
         eprintln!(
             "bench: {} not found: build it with `cargo build --release` (make bench does)",
             cfg.operator.display()
@@ -292,39 +355,40 @@ fn driver_main() {
         eprintln!("bench: part 2, ring simulation");
         ring::part(&cfg, &img)
     });
-    let (scale, failover, confirmation) =
-        if cfg.part("scale") || cfg.part("failover") || cfg.part("confirm") {
-            eprintln!("bench: parts 3 and 4, real control plane");
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(cluster_parts(&cfg, &img))
-        } else {
-            (None, None, None)
-        };
+    let (scale, failover, confirmation, prom) = if on_cluster {
+        eprintln!("bench: parts 3 to 6, real control plane");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(cluster_parts(&cfg, &img))
+    } else {
+        (None, None, None, None)
+    };
 
     let took = t_start.elapsed().as_secs_f64();
+    let results = [probe, kinds, ring, scale, failover, confirmation, prom];
     let (doc, failures) = report::document(
         &cfg,
         &m,
         took,
-        vec![
-            (
-                "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
-                probe,
-            ),
-            (
-                "1b. Probe engine efficiency: gRPC health and TCP connect vs blackbox_exporter 0.28",
-                kinds,
-            ),
-            ("2. Ring quality (simulation)", ring),
-            ("3. Scale on a real control plane", scale),
-            ("4. Failover", failover),
-            ("5. Confirmation", confirmation),
-        ],
+        PARTS.iter().map(|p| p.1).zip(results).collect(),
     );
     let path = cfg.out.join("benchmarks.md");
+    let doc = match std::fs::read_to_string(&path) {
+        Ok(old) if cfg.subset => {
+            let parts: Vec<Part<'_>> = PARTS
+                .iter()
+                .map(|p| Part {
+                    title: p.1,
+                    prefixes: p.2,
+                    ran: cfg.part(p.0),
+                })
+                .collect();
+            merge::merge(&old, &doc, &parts, &report::partial_note(&cfg, &m, took))
+        }
+        _ => doc,
+    };
     std::fs::write(&path, doc).expect("write the report");
     eprintln!("bench: wrote {} in {:.1} min", path.display(), took / 60.0);
     if failures > 0 {

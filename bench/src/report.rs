@@ -116,12 +116,7 @@ pub fn document(
     took: f64,
     parts: Vec<(&str, Option<crate::Res<Section>>)>,
 ) -> (String, usize) {
-    let load_end = std::fs::read_to_string("/proc/loadavg")
-        .unwrap_or_default()
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ");
+    let load_end = load_now();
     let mut doc = String::new();
     doc.push_str("# Benchmarks\n\n");
     doc.push_str(&format!(
@@ -177,6 +172,30 @@ pub fn document(
     (doc, failures)
 }
 
+fn load_now() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What a partial run (merge.rs) says of the sections it wrote: the
+/// machine table above them is another run's.
+pub fn partial_note(cfg: &Cfg, m: &Machine, took: f64) -> String {
+    format!(
+        "measured on its own by `{}`, {}, commit {}, load average {} / {}, {:.1} min; the machine table is of the last \
+         full run",
+        cfg.command,
+        m.date,
+        m.commit,
+        m.load_start,
+        load_now(),
+        took / 60.0
+    )
+}
+
 fn method_notes() -> String {
     "## Method notes\n\n\
      - Part 1 counts every probe the prober finished in the measured run and divides by the CPU time \
@@ -193,7 +212,16 @@ fn method_notes() -> String {
        `webchecker_probes_total` over the same window.\n\
      - Part 4's gaps are the witness's receive times, so they include connection setup; the normal cadence \
        shows as gaps of about the interval.\n\
+     - Part 6 reads Prometheus's memory from Prometheus itself, at a fixed number of scrapes into a fresh TSDB, \
+       when its open head chunks are half full (the mean of the long run). Not in the figures: the blocks compacted \
+       every 2 h (on disk, read through the page cache), a query's memory, and the memory-mapped head chunks: each \
+       cut chunk leaves about 40 bytes of heap until the head is compacted, and a head holds 1-3 h, so at 10 s \
+       scrapes up to 9 of them, some 0.3 KiB, per series in a long run, which adds to each configuration in \
+       proportion to its series. The three configurations run one after the other on the same objects; memory \
+       depends on series and samples, not on timing, so the load of the machine changes it little.\n\
      - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
-       `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm` runs a subset; `BENCH_OUT=DIR` writes elsewhere.\n"
+       `BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom` runs a subset and, into an existing report, \
+       replaces only those parts' sections and summary lines (each says when it was measured); \
+       `BENCH_PROM_CHECKERS`, `BENCH_PROM_SCRAPES` size part 6; `BENCH_OUT=DIR` writes elsewhere.\n"
         .to_string()
 }
