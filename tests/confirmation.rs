@@ -175,11 +175,21 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
             &[("zone", "c")],
         )
         .await;
+    let mut busy = 0.0;
+    for o in fleet.ops.iter().filter(|o| o.identity != cut_one) {
+        busy += fleet
+            .counter(
+                &o.identity,
+                "webchecker_confirm_requests_total",
+                &[("result", "busy")],
+            )
+            .await;
+    }
     println!(
         "60 s cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
          Ready=False (its share: {}); without confirmation {false_opted} of {OPTED_OUT} \
          (its share: {mine_opted}); all its checkers Degraded after {all_degraded_after:?}; \
-         {unconfirmed} unconfirmed failures counted in zone c",
+         {unconfirmed} unconfirmed failures counted in zone c; {busy} asks refused busy",
         mine.len()
     );
     assert_eq!(false_confirming, 0, "a replica's broken path paged");

@@ -14,6 +14,7 @@
 pub mod asker;
 pub mod choice;
 pub mod service;
+pub mod shares;
 pub mod tokens;
 pub mod zones;
 
@@ -47,7 +48,7 @@ pub struct Ask {
 }
 
 /// Why an owner asks another replica to probe.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Purpose {
     /// Confirm a failure that would turn Ready False.
     #[default]

@@ -12,7 +12,8 @@
 //! once (and [`ZONE_TOTAL`] zones' probes); a namespace always gets
 //! [`PER_NAMESPACE`] (and [`ZONE_PER_NAMESPACE`]) of them and may borrow more only
 //! while under half are in use, so one team's failing checkers cannot take
-//! the confirmations of others.
+//! the confirmations of others; an ask beyond waits up to [`SHARE_WAIT`]
+//! for a share ([`super::shares`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
+use super::shares::{Share, Shares};
 use super::tokens::Reviewer;
 use super::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::{OWNER_LABEL, WebChecker};
@@ -30,9 +32,11 @@ use crate::intake::secrets::{self, ObjectId, Resolved};
 use crate::observe::metrics::Metrics;
 use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
 
-/// How long a zone's probe plan is used before the checker and its Secrets
-/// are read again (a zone probes every interval; reading the object each
-/// time would cost the API server a GET per probe).
+/// How long a probe plan is used before the checker and its Secrets are
+/// read again (a zone probes every interval, and an owner whose own path is
+/// broken asks at each failure; reading the object each time would cost
+/// the API server a GET per probe). A Secret's new value reaches
+/// confirmations and zones' probes within this.
 const PLAN_FRESH: Duration = Duration::from_secs(30);
 /// Plans kept at most (the owners' namespace budgets bound what each costs).
 const PLANS: usize = 4096;
@@ -48,6 +52,10 @@ pub const TOTAL: usize = 64;
 pub const ZONE_PER_NAMESPACE: usize = 64;
 /// Zones' probes in work at once, at most.
 pub const ZONE_TOTAL: usize = 256;
+/// How long an ask waits for its namespace's share before it is refused
+/// busy: the owner waits its probe timeout plus two seconds, and the
+/// probe may take the timeout.
+pub const SHARE_WAIT: Duration = Duration::from_secs(1);
 /// Asks waiting for the service, at most (the HTTP server answers busy
 /// beyond).
 const WAITING: usize = 256;
@@ -78,60 +86,10 @@ impl Desk {
     }
 }
 
-/// Asks in work, per namespace.
-struct Shares {
-    /// What a namespace always gets, and the replica's limit.
-    per_namespace: usize,
-    limit: usize,
-    by_namespace: HashMap<String, usize>,
-    total: usize,
-}
-
-impl Shares {
-    fn new(per_namespace: usize, limit: usize) -> Self {
-        Shares {
-            per_namespace,
-            limit,
-            by_namespace: HashMap::new(),
-            total: 0,
-        }
-    }
-
-    /// Whether one more ask of `namespace` may start: within its own share,
-    /// or borrowed while fewer than half of all are in use.
-    fn admits(&self, namespace: &str) -> bool {
-        let n = self.by_namespace.get(namespace).copied().unwrap_or(0);
-        let own = n < self.per_namespace && self.total < self.limit;
-        let borrowed = self.total < self.limit / 2;
-        own || borrowed
-    }
-
-    fn take(&mut self, namespace: &str) {
-        self.total += 1;
-        *self.by_namespace.entry(namespace.to_string()).or_default() += 1;
-    }
-}
-
-/// Gives a namespace's share back when the ask is done.
-struct Share<'a>(&'a Mutex<Shares>, String);
-
-impl Drop for Share<'_> {
-    fn drop(&mut self) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        s.total -= 1;
-        if let Some(n) = s.by_namespace.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                s.by_namespace.remove(&self.1);
-            }
-        }
-    }
-}
-
-/// Zone probe plans, by checker, for as long as [`PLAN_FRESH`]: used for an
-/// ask of the same object (UID), generation and owner only.
+/// Probe plans, by checker and purpose, for as long as [`PLAN_FRESH`]: used
+/// for an ask of the same object (UID), generation and owner only.
 #[derive(Default)]
-struct PlanCache(Mutex<HashMap<(String, String), CachedPlan>>);
+struct PlanCache(Mutex<HashMap<(String, String, Purpose), CachedPlan>>);
 
 struct CachedPlan {
     uid: String,
@@ -143,11 +101,8 @@ struct CachedPlan {
 
 impl PlanCache {
     fn get(&self, ask: &Ask, now: Instant) -> Option<Arc<ProbePlan>> {
-        if ask.purpose != Purpose::Zone {
-            return None;
-        }
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let c = map.get(&(ask.namespace.clone(), ask.name.clone()))?;
+        let c = map.get(&key(ask))?;
         let same = c.uid == ask.uid && c.generation == ask.generation && c.owner == ask.from;
         (same && now.duration_since(c.read) < PLAN_FRESH).then(|| c.plan.clone())
     }
@@ -161,7 +116,7 @@ impl PlanCache {
             }
         }
         map.insert(
-            (ask.namespace.clone(), ask.name.clone()),
+            key(ask),
             CachedPlan {
                 uid: ask.uid.clone(),
                 generation: ask.generation,
@@ -173,13 +128,18 @@ impl PlanCache {
     }
 }
 
+/// A plan carries the header of its purpose: one entry per purpose.
+fn key(ask: &Ask) -> (String, String, Purpose) {
+    (ask.namespace.clone(), ask.name.clone(), ask.purpose)
+}
+
 pub struct Service {
     pub client: Client,
     pub reviewer: Reviewer,
     pub prober: Arc<Prober>,
     pub metrics: Arc<Metrics>,
-    shares: Mutex<Shares>,
-    zone_shares: Mutex<Shares>,
+    shares: Shares,
+    zone_shares: Shares,
     plans: PlanCache,
 }
 
@@ -199,8 +159,8 @@ impl Service {
             reviewer,
             prober,
             metrics,
-            shares: Mutex::new(Shares::new(PER_NAMESPACE, TOTAL)),
-            zone_shares: Mutex::new(Shares::new(ZONE_PER_NAMESPACE, ZONE_TOTAL)),
+            shares: Shares::new(PER_NAMESPACE, TOTAL),
+            zone_shares: Shares::new(ZONE_PER_NAMESPACE, ZONE_TOTAL),
             plans: PlanCache::default(),
         })
     }
@@ -225,17 +185,12 @@ impl Service {
         }
     }
 
-    fn take_share(&self, namespace: &str, purpose: Purpose) -> Option<Share<'_>> {
+    async fn take_share(&self, namespace: &str, purpose: Purpose) -> Option<Share<'_>> {
         let shares = match purpose {
             Purpose::Confirm => &self.shares,
             Purpose::Zone => &self.zone_shares,
         };
-        let mut s = shares.lock().unwrap_or_else(|p| p.into_inner());
-        if !s.admits(namespace) {
-            return None;
-        }
-        s.take(namespace);
-        Some(Share(shares, namespace.to_string()))
+        shares.take(namespace, SHARE_WAIT).await
     }
 
     async fn serve(&self, token: Option<String>, ask: &Ask) -> Result<Reply, Reply> {
@@ -252,7 +207,7 @@ impl Service {
             }
             Ok(_) => {}
         }
-        let Some(_share) = self.take_share(&ask.namespace, ask.purpose) else {
+        let Some(_share) = self.take_share(&ask.namespace, ask.purpose).await else {
             return refused(format!(
                 "busy: namespace {} has its share of asks in work here",
                 ask.namespace
@@ -262,9 +217,7 @@ impl Service {
             Some(plan) => plan,
             None => {
                 let plan = Arc::new(self.plan(ask).await?);
-                if ask.purpose == Purpose::Zone {
-                    self.plans.put(ask, plan.clone(), Instant::now());
-                }
+                self.plans.put(ask, plan.clone(), Instant::now());
                 plan
             }
         };
@@ -359,29 +312,5 @@ impl Service {
                 (r, v)
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_namespace_borrows_half_and_every_other_keeps_its_own_share() {
-        let mut s = Shares::new(PER_NAMESPACE, TOTAL);
-        while s.admits("busy") {
-            s.take("busy");
-        }
-        assert_eq!(s.total, TOTAL / 2, "alone, a namespace borrows up to half");
-        for ns in ["a", "b", "c", "d"] {
-            for _ in 0..PER_NAMESPACE {
-                assert!(s.admits(ns), "{ns} gets its own share");
-                s.take(ns);
-            }
-            assert!(!s.admits(ns), "{ns} borrows nothing while half are in use");
-        }
-        assert_eq!(s.total, TOTAL);
-        assert!(!s.admits("e"), "the replica's total holds");
-        assert!(!s.admits("busy"));
     }
 }

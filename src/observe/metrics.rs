@@ -282,7 +282,7 @@ const UNCONFIRMED_FAILURES: Family = (
 );
 const CONFIRM_REQUESTS: Family = (
     "webchecker_confirm_requests_total",
-    "Asks to confirm a failure that this replica served, by result: probed, refused (not a member, a changed or unknown checker), busy (its namespace's or the replica's share of confirmations in use)",
+    "Asks to confirm a failure that this replica served, by result: probed, refused (not a member, a changed or unknown checker), busy (no share of its namespace's or of the replica's confirmations came free within a second)",
 );
 const REPLICA_PLACE: Family = (
     "webchecker_replica_place",

@@ -163,25 +163,42 @@ impl Prometheus {
                     .to_string(),
             )
         };
-        eventually(
-            Duration::from_secs(30),
-            "Prometheus scrapes every replica",
-            || async {
-                let v = self.api("/api/v1/targets?state=active").await;
-                let active = v["data"]["activeTargets"].as_array()?;
-                let up: BTreeSet<(String, String)> = active
-                    .iter()
-                    .filter(|t| t["health"] == "up")
-                    .map(of)
-                    .collect();
-                // Shown with the failure: why a target is not up.
-                for t in active.iter().filter(|t| t["health"] != "up") {
-                    println!("{:?} not up: {} {}", of(t), t["health"], t["lastError"]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut shown = BTreeMap::new();
+        loop {
+            let v = self.api("/api/v1/targets?state=active").await;
+            let active = v["data"]["activeTargets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let up: BTreeSet<(String, String)> = active
+                .iter()
+                .filter(|t| t["health"] == "up")
+                .map(of)
+                .collect();
+            if active.len() == want.len() && up == want {
+                return;
+            }
+            // Why a target is not up, when that changes.
+            for t in active.iter().filter(|t| t["health"] != "up") {
+                let why = format!("{} {}", t["health"], t["lastError"]);
+                if shown.insert(of(t), why.clone()).as_ref() != Some(&why) {
+                    println!("{} {:?} not up: {why}", self.version.name(), of(t));
                 }
-                (active.len() == want.len() && up == want).then_some(())
-            },
-        )
-        .await
+            }
+            if std::time::Instant::now() > deadline {
+                let log = self.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                panic!(
+                    "{} does not scrape every replica after 30 s: want {want:?}, targets {}\n\
+                     its log's end:\n{}",
+                    self.version.name(),
+                    serde_json::to_string_pretty(&active).unwrap_or_default(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 
     /// GET of an API path: the decoded JSON answer (also for errors); panics
