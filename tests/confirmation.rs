@@ -52,19 +52,24 @@ async fn conditions(
         .collect()
 }
 
-/// Status writes that landed, over every replica.
-async fn status_writes(fleet: &Fleet) -> f64 {
+/// A counter summed over the replicas but `except`.
+async fn summed(fleet: &Fleet, except: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     let mut total = 0.0;
-    for o in &fleet.ops {
-        total += fleet
-            .counter(
-                &o.identity,
-                "webchecker_status_writes_total",
-                &[("result", "ok")],
-            )
-            .await;
+    for o in fleet.ops.iter().filter(|o| o.identity != except) {
+        total += fleet.counter(&o.identity, name, labels).await;
     }
     total
+}
+
+/// Status writes that landed, over every replica.
+async fn status_writes(fleet: &Fleet) -> f64 {
+    summed(
+        fleet,
+        "",
+        "webchecker_status_writes_total",
+        &[("result", "ok")],
+    )
+    .await
 }
 
 fn zone_of(replica: &str) -> &str {
@@ -175,16 +180,13 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
             &[("zone", "c")],
         )
         .await;
-    let mut busy = 0.0;
-    for o in fleet.ops.iter().filter(|o| o.identity != cut_one) {
-        busy += fleet
-            .counter(
-                &o.identity,
-                "webchecker_confirm_requests_total",
-                &[("result", "busy")],
-            )
-            .await;
-    }
+    let busy = summed(
+        &fleet,
+        cut_one,
+        "webchecker_confirm_requests_total",
+        &[("result", "busy")],
+    )
+    .await;
     println!(
         "60 s cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
          Ready=False (its share: {}); without confirmation {false_opted} of {OPTED_OUT} \

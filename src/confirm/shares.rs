@@ -121,12 +121,11 @@ impl Shares {
     /// none when the wait ends first or too many of the namespace wait.
     pub async fn take(&self, namespace: &str, wait: Duration) -> Option<Share<'_>> {
         let deadline = Instant::now() + wait;
+        if let Some(share) = self.try_take(namespace) {
+            return Some(share);
+        }
         let _waiting = {
             let mut c = self.lock();
-            if c.admits(namespace) {
-                c.take(namespace);
-                return Some(Share(self, namespace.to_string()));
-            }
             if !c.may_wait(namespace) {
                 return None;
             }
