@@ -53,12 +53,12 @@ PURE=(lib bins generated properties ring_chains chart_test_hook overload)
 # built in the background after the control plane's: placed here they find
 # them built rather than hold the lane up); self_service_rbac and node run
 # the node's binaries: last, so that the background build has the most time.
-BESIDE=(image chart egress spec_limits tenancy confirmation kit protocols chart_alerts
+BESIDE=(image chart egress spec_limits tenancy kit protocols chart_alerts
   metric_labels observability alerts_fire self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to
 # spare); the tightest once it is done.
-ALONE=(reliability probe ha isolation failover chaos foundation tenancy_dns)
+ALONE=(reliability probe ha isolation confirmation failover chaos foundation tenancy_dns)
 
 known=" ${PURE[*]} ${BESIDE[*]} ${ALONE[*]} "
 for f in tests/*.rs; do

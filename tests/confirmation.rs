@@ -28,7 +28,7 @@ const CHECKERS: usize = 300;
 /// Checkers with `confirmFailures: false`: what every checker would do
 /// without confirmation.
 const OPTED_OUT: usize = 60;
-const CUT: Duration = Duration::from_secs(60);
+const CUT: Duration = Duration::from_secs(30);
 
 /// Ready, Degraded (if any, with its message) of every checker.
 async fn conditions(
@@ -50,6 +50,15 @@ async fn conditions(
             (name, (ready.0, degraded, ready.1))
         })
         .collect()
+}
+
+/// A replica's status write delay so far: (sum of seconds, writes).
+async fn write_delay(fleet: &Fleet, identity: &str) -> (f64, f64) {
+    let m = "webchecker_status_write_delay_seconds";
+    (
+        fleet.counter(identity, &format!("{m}_sum"), &[]).await,
+        fleet.counter(identity, &format!("{m}_count"), &[]).await,
+    )
 }
 
 /// A counter summed over the replicas but `except`.
@@ -142,10 +151,12 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         !mine.is_empty() && mine_opted > 0,
         "{cut_one} owns checkers of both kinds"
     );
+    let delay_before = write_delay(&fleet, cut_one).await;
     let cut_at = Instant::now();
     netns.cut_tcp_to(&[fleet.witness.addr.port()]);
     let (mut false_confirming, mut false_opted) = (0usize, 0usize);
-    let mut all_degraded_after = None;
+    // When each of its checkers first showed Degraded naming it.
+    let mut degraded_at: HashMap<String, Duration> = HashMap::new();
     while cut_at.elapsed() < CUT {
         let now = conditions(&api).await;
         let down = |opted: bool| {
@@ -155,16 +166,13 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         };
         false_confirming = false_confirming.max(down(false));
         false_opted = false_opted.max(down(true));
-        let degraded = mine
-            .iter()
-            .filter(|n| {
-                now[n.as_str()].1.as_ref().is_some_and(|(s, m)| {
-                    s == "True" && m.contains(&format!("replica {cut_one} in zone c"))
-                })
-            })
-            .count();
-        if degraded == mine.len() && all_degraded_after.is_none() {
-            all_degraded_after = Some(cut_at.elapsed());
+        let seen = cut_at.elapsed();
+        for n in &mine {
+            if now[n.as_str()].1.as_ref().is_some_and(|(s, m)| {
+                s == "True" && m.contains(&format!("replica {cut_one} in zone c"))
+            }) {
+                degraded_at.entry(n.to_string()).or_insert(seen);
+            }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -187,12 +195,24 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         &[("result", "busy")],
     )
     .await;
+    let delay_after = write_delay(&fleet, cut_one).await;
+    let writes = delay_after.1 - delay_before.1;
     println!(
-        "60 s cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
+        "{cut_one}'s status writes during the cut: {writes}, landed {:.2} s after the change on average",
+        (delay_after.0 - delay_before.0) / writes.max(1.0)
+    );
+    let mut times: Vec<Duration> = degraded_at.values().copied().collect();
+    times.sort();
+    let all_degraded_after = (times.len() == mine.len()).then(|| times[times.len() - 1]);
+    println!(
+        "{CUT:?} cut of {cut_one}'s path to the targets: {false_confirming} of {CHECKERS} checkers \
          Ready=False (its share: {}); without confirmation {false_opted} of {OPTED_OUT} \
-         (its share: {mine_opted}); all its checkers Degraded after {all_degraded_after:?}; \
-         {unconfirmed} unconfirmed failures counted in zone c; {busy} asks refused busy",
-        mine.len()
+         (its share: {mine_opted}); all its checkers Degraded after {all_degraded_after:?} \
+         (first {:?}, median {:?}); {unconfirmed} unconfirmed failures counted in zone c; \
+         {busy} asks refused busy",
+        mine.len(),
+        times.first(),
+        times.get(times.len() / 2),
     );
     assert_eq!(false_confirming, 0, "a replica's broken path paged");
     assert_eq!(

@@ -387,6 +387,9 @@ impl StatusWriter {
                 } else if let Some(v) = g.versions.get_mut(&key)
                     && v.uid == uid
                 {
+                    self.metrics
+                        .status_write_delay
+                        .observe(p.since.elapsed().as_secs_f64());
                     // Only if still ours: `forget` may have run while we wrote.
                     v.rv = rv;
                 }

@@ -158,6 +158,7 @@ pub struct Metrics {
     pub inflight: IntGauge,
     pub pool_size: IntGauge,
     pub status_writes: IntCounterVec,
+    pub status_write_delay: Histogram,
     pub events: IntCounterVec,
     pub events_dropped: IntCounter,
     pub moves: IntCounterVec,
@@ -234,6 +235,10 @@ const DRAINS: Family = (
 const ASSIGNMENT_LATENCY: Family = (
     "webchecker_assignment_latency_seconds",
     "Sharder: checker seen unassigned to assignment written",
+);
+const STATUS_WRITE_DELAY: Family = (
+    "webchecker_status_write_delay_seconds",
+    "Status writes that landed: from the probe result that changed the status to the API server's answer (how late a change shows in kubectl)",
 );
 const FIRST_PROBE_DELAY: Family = (
     "webchecker_first_probe_delay_seconds",
@@ -374,6 +379,7 @@ impl Metrics {
             drains: counter(&r, DRAINS),
             assignment_latency: histogram(&r, ASSIGNMENT_LATENCY, ASSIGN_BUCKETS.to_vec()),
             first_probe_delay: histogram(&r, FIRST_PROBE_DELAY, ASSIGN_BUCKETS.to_vec()),
+            status_write_delay: histogram(&r, STATUS_WRITE_DELAY, ASSIGN_BUCKETS.to_vec()),
             lease_renew_duration: histogram(
                 &r,
                 LEASE_RENEW_DURATION,

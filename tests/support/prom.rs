@@ -225,6 +225,16 @@ impl Prometheus {
         self.api(&query_path(expr, at)).await
     }
 
+    /// Range query (`start`..`end` in unix seconds, `step` seconds), its
+    /// whole answer.
+    pub async fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Value {
+        let q: String = url::form_urlencoded::byte_serialize(expr.as_bytes()).collect();
+        self.api(&format!(
+            "/api/v1/query_range?query={q}&start={start:.3}&end={end:.3}&step={step}"
+        ))
+        .await
+    }
+
     /// Instant query: its samples; None when Prometheus did not answer or
     /// refused the query (for polling).
     pub async fn query(&self, expr: &str) -> Option<Vec<Sample>> {
