@@ -13,8 +13,9 @@
 //!   checker probed by them, one pod's path to the targets cut inside its
 //!   network namespace for 30 s (nothing turns Ready=False: its failures are
 //!   refuted by the other pods), one pod deleted and replaced, an
-//!   Ingress's generated checker deleted with it (route discovery with the
-//!   chart's permissions; the node's garbage collector), uninstall.
+//!   Ingress's and a Service's generated checkers deleted with them (route
+//!   discovery with the chart's permissions; the node's garbage
+//!   collector), uninstall.
 //! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
 //!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
@@ -519,6 +520,40 @@ async fn ingress_checkers_go_with_their_ingress(s: &Suite) {
     .await;
     println!(
         "Ingress deleted: its WebChecker deleted by the garbage collector after {:.1?}",
+        t.elapsed()
+    );
+
+    // A Service opts in itself; its checker goes with it the same way.
+    let service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    webchecker.test.network.io/check: \"true\"\nspec:\n  selector: {app: web}\n  ports:\n  - {name: http, port: 80, targetPort: 8080}\n";
+    let out = s
+        .node
+        .cluster
+        .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], service)
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(Duration::from_secs(30), "the Service's checker", || async {
+        api.get_opt("web-svc").await.ok().flatten()
+    })
+    .await;
+    must(
+        s.node
+            .kubectl(&["delete", "service", "web", "-n", &s.checks]),
+        "delete service",
+    )
+    .await;
+    let t = Instant::now();
+    eventually(
+        Duration::from_secs(60),
+        "the checker deleted with its Service",
+        || async { matches!(api.get_opt("web-svc").await, Ok(None)).then_some(()) },
+    )
+    .await;
+    println!(
+        "Service deleted: its WebChecker deleted by the garbage collector after {:.1?}",
         t.elapsed()
     );
 }
