@@ -32,15 +32,29 @@ impl Cluster {
 
     /// Same, with extra kube-apiserver flags (space separated).
     pub fn start_with(name: &str, apiserver_args: &str) -> Cluster {
+        let c = Self::start_bare(name, apiserver_args);
+        c.install_crd();
+        c
+    }
+
+    /// A control plane of one's own without the WebChecker CRD (a test that
+    /// lets helm install it).
+    pub fn start_bare(name: &str, apiserver_args: &str) -> Cluster {
         let dir = repo()
             .join("target")
             .join("e2e")
             .join(format!("{name}-{}", std::process::id()));
-        Self::start_in(dir, apiserver_args)
+        Self::up(dir, apiserver_args)
     }
 
     /// A control plane with its state in `dir` (the bench's work directory).
     pub fn start_in(dir: PathBuf, apiserver_args: &str) -> Cluster {
+        let c = Self::up(dir, apiserver_args);
+        c.install_crd();
+        c
+    }
+
+    fn up(dir: PathBuf, apiserver_args: &str) -> Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let out = bounded("bash", SETUP_LIMIT)
             .arg(repo().join("hack/cluster.sh"))
@@ -69,13 +83,11 @@ impl Cluster {
             .expect("BIN in cluster.env");
         // Reaper: take the control plane down when this test process exits.
         crate::reap_at_exit(&repo().join("hack/cluster.sh"), &dir);
-        let c = Cluster {
+        Cluster {
             dir,
             kubeconfig,
             bin,
-        };
-        c.install_crd();
-        c
+        }
     }
 
     /// Takes the control plane down now (the reaper would at exit).
