@@ -4,7 +4,7 @@
 //! (watch, write completion, time) and queried for decisions; no I/O, so each
 //! race fixed so far has a millisecond test below.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use kube::api::ObjectMeta;
@@ -152,10 +152,12 @@ pub enum WriteOutcome {
 }
 
 /// The members this sharder sees: every member with a Lease (and its epoch),
-/// and those among them it suspects (stale, not yet proven gone).
+/// those among them it suspects (stale, not yet proven gone), and the
+/// epochs (Lease UIDs) known to be gone.
 pub struct Roster<'a> {
     pub members: &'a BTreeMap<String, String>,
     pub suspects: &'a HashSet<String>,
+    pub retired: &'a HashSet<String>,
 }
 
 impl Roster<'_> {
@@ -164,6 +166,20 @@ impl Roster<'_> {
     }
     fn valid_owner(&self, o: &ObjState) -> bool {
         matches!((&o.owner, &o.epoch), (Some(owner), Some(epoch)) if self.members.get(owner) == Some(epoch))
+    }
+    /// Assigned under an epoch that is not its owner's Lease as the view
+    /// knows it, and not known to be gone either: the view may lag (a newer
+    /// Lease it has not seen yet). Not proof that the owner's session
+    /// ended: such a checker stays until a read settles it.
+    fn unverified<'o>(&self, o: &'o ObjState) -> Option<(&'o str, &'o str)> {
+        match (&o.owner, &o.epoch) {
+            (Some(owner), Some(epoch))
+                if self.members.get(owner) != Some(epoch) && !self.retired.contains(epoch) =>
+            {
+                Some((owner, epoch))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -420,6 +436,9 @@ impl Book {
             {
                 continue;
             }
+            if m.unverified(o).is_some() {
+                continue;
+            }
             let target_fresh = o.drain.as_ref().filter(|t| m.fresh(t));
             let holder = match (valid, target_fresh) {
                 // A drain in progress counts against its target.
@@ -475,6 +494,17 @@ impl Book {
             }
         }
         actions
+    }
+
+    /// (owner, epoch) of every checker whose epoch is neither its owner's
+    /// Lease nor known to be gone ([`Roster::unverified`]): the sharder reads
+    /// those owners' Leases before it moves anything of theirs.
+    pub fn unverified(&self, m: &Roster<'_>) -> BTreeSet<(String, String)> {
+        self.objects
+            .values()
+            .filter_map(|o| m.unverified(o))
+            .map(|(owner, epoch)| (owner.to_string(), epoch.to_string()))
+            .collect()
     }
 
     /// Drains the owner has not acknowledged within `bound` while it stayed

@@ -9,8 +9,14 @@
 //! retried with backoff, and its checkers stay where they are meanwhile.
 //! A member whose process its peers found gone ([`super::peers`]) is a
 //! suspect at once, without waiting for its Lease to stand still.
+//!
+//! An epoch that differs from the owner's Lease in the view proves nothing
+//! by itself: the view may lag or its watch hang, and the epoch be a newer
+//! Lease it has not seen (a restarted member's checkers were moved off its
+//! live session that way). Only an epoch the view saw go, or one a read of
+//! the owner's Lease finds replaced or deleted, moves its checkers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,6 +180,98 @@ async fn prove_gone(
     }
 }
 
+/// What a read of a member's Lease says of an epoch the view does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EpochCheck {
+    /// The member's Lease is another one, or none: that epoch's Lease is gone.
+    Gone,
+    /// It is the member's Lease now: the view lags.
+    Current,
+    /// No answer.
+    Unknown,
+}
+
+/// Reads `owner`'s Lease: is `epoch` still its UID? A UID, once deleted,
+/// never comes back, so another UID under the name (or none) proves the
+/// session of `epoch` ended before this read.
+async fn check_epoch(api: Api<Lease>, owner: &str, epoch: &str) -> EpochCheck {
+    let name = crate::coordination::membership::member_lease_name(owner);
+    match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&name)).await {
+        Ok(Ok(Some(l))) if l.metadata.uid.as_deref() == Some(epoch) => EpochCheck::Current,
+        Ok(Ok(_)) => EpochCheck::Gone,
+        Ok(Err(e)) => {
+            warn!(lease = %name, error = %e, "could not read a member Lease to check an assignment's epoch; will retry");
+            EpochCheck::Unknown
+        }
+        Err(_) => EpochCheck::Unknown,
+    }
+}
+
+/// Reads of member Leases under way for epochs the view does not know, one
+/// per epoch, and when each epoch may be read again.
+struct EpochChecks {
+    api: Api<Lease>,
+    set: tokio::task::JoinSet<(String, EpochCheck)>,
+    under_way: HashSet<String>,
+    retry: HashMap<String, (Instant, Duration)>,
+}
+
+impl EpochChecks {
+    fn new(api: Api<Lease>) -> Self {
+        EpochChecks {
+            api,
+            set: Default::default(),
+            under_way: HashSet::new(),
+            retry: HashMap::new(),
+        }
+    }
+
+    fn start(&mut self, unverified: &BTreeSet<(String, String)>, now: Instant) {
+        for (owner, epoch) in unverified {
+            if self.under_way.contains(epoch)
+                || self.retry.get(epoch).is_some_and(|(at, _)| now < *at)
+            {
+                continue;
+            }
+            self.under_way.insert(epoch.clone());
+            let (api, owner, epoch) = (self.api.clone(), owner.clone(), epoch.clone());
+            self.set.spawn(async move {
+                let check = check_epoch(api, &owner, &epoch).await;
+                (epoch, check)
+            });
+        }
+    }
+
+    /// Records a check's answer; whether the epoch was found gone.
+    fn finished(
+        &mut self,
+        epoch: &str,
+        check: EpochCheck,
+        now: Instant,
+        base: Duration,
+        max: Duration,
+    ) -> bool {
+        self.under_way.remove(epoch);
+        if check == EpochCheck::Gone {
+            self.retry.remove(epoch);
+            return true;
+        }
+        // Current: the view catches up by itself; read again later in case
+        // it does not (a member that left meanwhile).
+        let delay = self
+            .retry
+            .get(epoch)
+            .map_or(base, |(_, d)| (*d * 2).min(max));
+        self.retry.insert(epoch.to_string(), (now + delay, delay));
+        false
+    }
+
+    fn prune(&mut self, named: &BTreeSet<(String, String)>) {
+        self.retry
+            .retain(|e, _| named.iter().any(|(_, epoch)| epoch == e));
+    }
+}
+
 /// Proofs under way: a task per suspect at most (the book knows which),
 /// each ending with the member, its Lease, whether peers had evidence, and
 /// the verdict.
@@ -305,7 +403,7 @@ impl Sharder {
         }
     }
 
-    /// Folds a proof's verdict into the book; whether a member was proven gone.
+    /// Folds a proof's verdict into the book; whether a Lease was found gone.
     fn settled(
         &self,
         book: &mut Book,
@@ -343,8 +441,11 @@ impl Sharder {
                 false
             }
             Proof::Replaced => {
+                // That Lease is gone (its checkers may move), the member is
+                // not: the view learns its new Lease from the watch.
                 book.proof_refuted(id);
-                false
+                self.view.forget(&lease.uid);
+                true
             }
             Proof::Shed => {
                 book.proof_shed(id, Instant::now(), self.retry_period / 4);
@@ -371,6 +472,10 @@ impl Sharder {
         let mut book = Book::default();
         let mut writes = Writes::default();
         let mut proofs = Proofs::default();
+        let mut checks = EpochChecks::new(Api::namespaced(
+            self.clients.requests.clone(),
+            &self.lease_namespace,
+        ));
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
@@ -401,6 +506,9 @@ impl Sharder {
                         Err(_) => book.proofs_abandoned(),
                     }
                 }
+                Some(done) = checks.set.join_next(), if !checks.set.is_empty() => {
+                    dirty |= self.checked(&mut checks, done);
+                }
                 _ = self.view.changed.notified() => { dirty = true; }
                 _ = self.peers.changed.notified() => {}
                 _ = tick.tick() => {}
@@ -418,20 +526,15 @@ impl Sharder {
             let (stale, evidenced) = self.suspects();
             self.start_proofs(&mut book, &stale, &evidenced, &mut proofs);
             let suspects: HashSet<String> = stale.into_iter().map(|(id, _)| id).collect();
+            let retired = self.view.retired();
             let seen = Roster {
                 members: &members,
                 suspects: &suspects,
+                retired: &retired,
             };
             if last_census.elapsed() >= Duration::from_secs(1) {
                 last_census = Instant::now();
-                let Census { orphaned } = book.census(
-                    &seen,
-                    last_census,
-                    self.view.lease_duration,
-                    self.view.lease_duration * 6,
-                );
-                self.metrics.orphaned_checkers.set(orphaned as i64);
-                book.prune(&members);
+                self.census(&mut book, &seen, &mut checks, last_census);
             }
             if book.expire_written(Instant::now()) {
                 dirty = true;
@@ -441,6 +544,7 @@ impl Sharder {
             }
             last_decision = Instant::now();
             dirty = false;
+            checks.start(&book.unverified(&seen), last_decision);
             let actions = self.decisions(&mut book, &seen, last_decision);
             if actions.is_empty() {
                 continue;
@@ -450,6 +554,38 @@ impl Sharder {
                 writes.start(&self, &mut book, &members, a);
             }
         }
+    }
+
+    /// Once a second: the orphan gauge, pruning, and the reads of member
+    /// Leases due again (if nothing else made a decision start them).
+    fn census(&self, book: &mut Book, seen: &Roster<'_>, checks: &mut EpochChecks, now: Instant) {
+        let lease = self.view.lease_duration;
+        let Census { orphaned } = book.census(seen, now, lease, lease * 6);
+        self.metrics.orphaned_checkers.set(orphaned as i64);
+        book.prune(seen.members);
+        let unverified = book.unverified(seen);
+        checks.prune(&unverified);
+        checks.start(&unverified, now);
+    }
+
+    /// Folds a read of a member Lease into the view; whether an epoch was
+    /// found gone.
+    fn checked(
+        &self,
+        checks: &mut EpochChecks,
+        done: Result<(String, EpochCheck), tokio::task::JoinError>,
+    ) -> bool {
+        let Ok((epoch, check)) = done else {
+            checks.under_way.clear();
+            return false;
+        };
+        let (base, max) = (self.retry_period, self.view.lease_duration);
+        if !checks.finished(&epoch, check, Instant::now(), base, max) {
+            return false;
+        }
+        info!(epoch = %epoch, "an assignment's epoch is no member's Lease any more: moving its checkers");
+        self.view.retire(&epoch);
+        true
     }
 
     /// Folds one event of the checkers' watch into the book.
@@ -506,5 +642,74 @@ struct ClearOrphans(Arc<Metrics>);
 impl Drop for ClearOrphans {
     fn drop(&mut self) {
         self.0.orphaned_checkers.set(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubeio::mock_api::{client, ok, status};
+
+    fn lease(uid: &str) -> serde_json::Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": { "name": "webchecker-member-r1", "namespace": "ns", "uid": uid, "resourceVersion": "7" },
+            "spec": { "holderIdentity": "r1" },
+        })
+    }
+
+    /// Only a read that finds another Lease (or none) under the owner's name
+    /// ends an epoch the view does not know.
+    #[tokio::test]
+    async fn an_unknown_epoch_ends_only_when_a_read_finds_it_replaced() {
+        let (c, mut h) = client();
+        let api: Api<Lease> = Api::namespaced(c, "ns");
+        let server = tokio::spawn(async move {
+            let not_found = http::Response::builder()
+                .status(404)
+                .body(kube::client::Body::from(
+                    serde_json::to_vec(&json!({
+                        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+                        "message": "not found", "reason": "NotFound", "code": 404,
+                    }))
+                    .unwrap(),
+                ))
+                .unwrap();
+            for resp in [ok(lease("new")), ok(lease("newer")), not_found, status(500)] {
+                let (req, send) = h.next_request().await.unwrap();
+                assert_eq!(req.method(), "GET");
+                assert!(req.uri().path().ends_with("/leases/webchecker-member-r1"));
+                send.send_response(resp);
+            }
+        });
+        assert_eq!(
+            check_epoch(api.clone(), "r1", "new").await,
+            EpochCheck::Current
+        );
+        assert_eq!(
+            check_epoch(api.clone(), "r1", "new").await,
+            EpochCheck::Gone
+        );
+        assert_eq!(
+            check_epoch(api.clone(), "r1", "new").await,
+            EpochCheck::Gone
+        );
+        assert_eq!(check_epoch(api, "r1", "new").await, EpochCheck::Unknown);
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_current_epoch_is_read_again_later_with_backoff() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (client, _h) = client();
+        let mut c = EpochChecks::new(Api::namespaced(client, "ns"));
+        c.under_way.insert("e".into());
+        assert!(!c.finished("e", EpochCheck::Current, t0, ms(500), ms(3000)));
+        assert_eq!(c.retry["e"], (t0 + ms(500), ms(500)));
+        assert!(!c.finished("e", EpochCheck::Unknown, t0, ms(500), ms(3000)));
+        assert_eq!(c.retry["e"].1, ms(1000));
+        assert!(c.finished("e", EpochCheck::Gone, t0, ms(500), ms(3000)));
+        assert!(c.retry.is_empty() && c.under_way.is_empty());
     }
 }

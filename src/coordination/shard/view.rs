@@ -16,7 +16,7 @@
 //! replica never judges itself. A suspect is only suspected: its checkers move
 //! after it is proven gone (see the sharder), never on silence alone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -95,7 +95,17 @@ pub struct Members {
     fresh_since: Instant,
     /// Since when the watch has been failing (the clocks are paused).
     blind_since: Option<Instant>,
+    /// UIDs of member Leases known to be gone (deleted, proven gone, or
+    /// replaced under their name). Only these prove that an assignment's
+    /// epoch ended: an epoch the view does not know may be a newer Lease
+    /// than it has seen (a lagging or failing watch).
+    /// Shared with the sharder's decisions (copied only when changed while shared).
+    retired: Arc<HashSet<String>>,
 }
+
+/// Retired UIDs kept at most; forgetting them is safe (an unknown epoch is
+/// checked with a read, see the sharder), only slower.
+const RETIRED_MAX: usize = 4096;
 
 impl Members {
     pub fn new(now: Instant) -> Self {
@@ -105,7 +115,25 @@ impl Members {
             watch_ok: false,
             fresh_since: now,
             blind_since: None,
+            retired: Arc::default(),
         }
+    }
+
+    /// The Lease `uid` is gone for good (UIDs never come back).
+    pub fn retire(&mut self, uid: &str) {
+        if self.retired.contains(uid) {
+            return;
+        }
+        let retired = Arc::make_mut(&mut self.retired);
+        if retired.len() >= RETIRED_MAX {
+            retired.clear();
+        }
+        retired.insert(uid.to_string());
+    }
+
+    /// UIDs of member Leases known to be gone.
+    pub fn retired(&self) -> Arc<HashSet<String>> {
+        self.retired.clone()
     }
 
     /// A watch event other than an error arrived at `now`: the clocks go on
@@ -125,6 +153,20 @@ impl Members {
 
     /// A full list replaced the view.
     pub fn listed(&mut self, leases: &[Lease], now: Instant) {
+        // A list is a fresh read: a Lease known before and not listed now is gone.
+        let listed: HashSet<&str> = leases
+            .iter()
+            .filter_map(|l| l.metadata.uid.as_deref())
+            .collect();
+        let gone: Vec<String> = self
+            .leases
+            .values()
+            .filter(|l| !listed.contains(l.uid.as_str()))
+            .map(|l| l.uid.clone())
+            .collect();
+        for uid in gone {
+            self.retire(&uid);
+        }
         self.leases.clear();
         self.synced = true;
         self.watch_ok = true;
@@ -148,9 +190,18 @@ impl Members {
         let Some(holder) = lease.spec.as_ref().and_then(|s| s.holder_identity.clone()) else {
             return;
         };
+        if self.retired.contains(&uid) {
+            // A replayed version of a Lease already gone (proven gone by us).
+            return;
+        }
         match self.leases.get(&holder) {
             Some(l) if l.resource_version == rv && l.uid == uid => {}
-            _ => {
+            prev => {
+                // Another UID under the same name: the earlier Lease is gone.
+                if let Some(p) = prev.filter(|p| p.uid != uid && p.name == name) {
+                    let old = p.uid.clone();
+                    self.retire(&old);
+                }
                 self.leases.insert(
                     holder,
                     ObservedLease {
@@ -170,6 +221,7 @@ impl Members {
     pub fn delete_uid(&mut self, uid: &str, now: Instant) {
         self.watch_healthy(now);
         self.leases.retain(|_, l| l.uid != uid);
+        self.retire(uid);
     }
 
     /// The watch failed at `now`: keep what we know (a resumed watch replays
@@ -283,6 +335,17 @@ impl MemberView {
 
     pub fn places(&self) -> Vec<(String, MemberPlace)> {
         self.lock().places()
+    }
+
+    /// UIDs of member Leases known to be gone (see [`Members::retired`]).
+    pub fn retired(&self) -> Arc<HashSet<String>> {
+        self.lock().retired()
+    }
+
+    /// A read of the API server found the Lease `uid` gone.
+    pub fn retire(&self, uid: &str) {
+        self.lock().retire(uid);
+        self.changed.notify_waiters();
     }
 
     /// The sharder proved a member gone: drop it now, before the watch says so.
@@ -449,6 +512,31 @@ mod tests {
         // 6 spans of 100 ms blind: b is suspect after 3 s + 0.6 s.
         assert!(m.suspects("a", LEASE, Some(t0), t0 + ms(3500)).is_empty());
         assert_eq!(ids(&m.suspects("a", LEASE, Some(t0), t0 + ms(3700))), ["b"]);
+    }
+
+    fn with_uid(mut l: Lease, uid: &str) -> Lease {
+        l.metadata.uid = Some(uid.into());
+        l
+    }
+
+    #[test]
+    fn leases_seen_go_are_retired_and_never_come_back() {
+        let t0 = Instant::now();
+        let mut m = Members::new(t0);
+        m.listed(&[lease("a", "1"), lease("b", "1"), lease("c", "1")], t0);
+        // Replaced under its name (a restart): the old UID is gone.
+        m.apply(&with_uid(lease("a", "2"), "uid-a2"), t0);
+        assert!(m.retired().contains("uid-a"));
+        // Deleted (released, or proven gone).
+        m.delete_uid("uid-b", t0);
+        assert!(m.retired().contains("uid-b"));
+        // A replayed version of a retired Lease does not bring it back.
+        m.apply(&lease("b", "1"), t0);
+        assert_eq!(m.members().unwrap().get("b"), None);
+        // Missing from a re-list.
+        m.listed(&[with_uid(lease("a", "3"), "uid-a2")], t0);
+        assert!(m.retired().contains("uid-c"));
+        assert!(!m.retired().contains("uid-a2"));
     }
 
     #[test]

@@ -47,11 +47,20 @@ fn members(ids: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Decides as a sharder whose view saw every epoch of the book go that is
+/// no member's Lease now.
 fn decide(b: &Book, live: &BTreeMap<String, String>, suspects: &[&str]) -> Vec<Action> {
     let suspects: HashSet<String> = suspects.iter().map(|s| s.to_string()).collect();
+    let retired: HashSet<String> = b
+        .objects
+        .values()
+        .filter_map(|o| o.epoch.clone())
+        .filter(|e| !live.values().any(|uid| uid == e))
+        .collect();
     b.decide(&Roster {
         members: live,
         suspects: &suspects,
+        retired: &retired,
     })
 }
 
@@ -68,6 +77,51 @@ fn a_stale_epoch_means_the_owner_departed() {
     let b = book(&[meta("x", "1", Some("a"), Some("uid-a1"), None)]);
     let acts = decide(&b, &members(&[("a", "uid-a2")]), &[]);
     assert_eq!(acts, [assign("ns/x", "a", Cause::Departed)]);
+}
+
+/// Window #143 of chaos seed 11264228: r1 restarted under Lease "new" and
+/// took its checkers; a sharder whose view still held r1's earlier Lease
+/// "old" (its Lease watch hung since a proxy fault, then failed, so nobody
+/// was suspect) moved them off r1's live session, to r1 under the dead
+/// epoch and to the others. An epoch the view has not seen go is no proof.
+#[test]
+fn an_epoch_the_view_has_not_seen_go_is_no_proof() {
+    let b = book(&[
+        meta("x", "1", Some("r1"), Some("new"), None),
+        meta("y", "1", Some("r1"), Some("old"), None),
+        meta("z", "1", Some("gone"), Some("ug"), None),
+    ]);
+    let lagging = members(&[("r0", "u0"), ("r1", "old"), ("r2", "u2")]);
+    let none = HashSet::new();
+    let m = Roster {
+        members: &lagging,
+        suspects: &none,
+        retired: &none,
+    };
+    let acts = b.decide(&m);
+    assert!(
+        acts.iter().all(|a| a.key() != "ns/x" && a.key() != "ns/z"),
+        "{acts:?}"
+    );
+    let unverified: Vec<(String, String)> = b.unverified(&m).into_iter().collect();
+    assert_eq!(
+        unverified,
+        [
+            ("gone".to_string(), "ug".to_string()),
+            ("r1".to_string(), "new".to_string())
+        ]
+    );
+    // A read found "new" replaced (or the view saw it deleted): now it moves.
+    let retired: HashSet<String> = ["new".to_string(), "ug".to_string()].into();
+    let m = Roster {
+        members: &lagging,
+        suspects: &none,
+        retired: &retired,
+    };
+    let acts = b.decide(&m);
+    assert!(acts.iter().any(|a| a.key() == "ns/x"), "{acts:?}");
+    assert!(acts.iter().any(|a| a.key() == "ns/z"), "{acts:?}");
+    assert!(b.unverified(&m).is_empty());
 }
 
 #[test]
@@ -234,9 +288,11 @@ fn the_census_counts_checkers_nobody_serves_after_the_grace() {
     ]);
     let live = members(&[("a", "ua"), ("b", "ub")]);
     let suspects: HashSet<String> = ["a".to_string()].into();
+    let none = HashSet::new();
     let m = Roster {
         members: &live,
         suspects: &suspects,
+        retired: &none,
     };
     assert_eq!(
         b.census(&m, t0, 10 * s, 60 * s).orphaned,
@@ -380,6 +436,7 @@ fn a_drain_never_acknowledged_is_withdrawn_and_held_back() {
     let m = Roster {
         members: &live,
         suspects: &none,
+        retired: &none,
     };
     assert!(
         b.stuck_drains(&m, t0 + 9 * s, 10 * s).is_empty(),
@@ -431,6 +488,7 @@ fn only_drains_stuck_on_a_valid_owner_towards_a_live_target_are_withdrawn() {
     let m = Roster {
         members: &live,
         suspects: &none,
+        retired: &none,
     };
     assert!(b.stuck_drains(&m, t0 + 60 * s, 10 * s).is_empty());
 }
