@@ -59,6 +59,7 @@ mod target;
 mod tcp;
 mod tls;
 mod tunnel;
+mod verify;
 
 pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use decode::Coding;

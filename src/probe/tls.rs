@@ -1,5 +1,7 @@
-//! The rustls client configurations: which certificates a probe trusts,
-//! its client certificate, the ALPN of its kind and `http2` mode, and no session
+//! The rustls client configurations: which certificates a probe trusts
+//! (checked on every handshake; a chain seen before for the same name and
+//! valid now is not built again: verify.rs), its client
+//! certificate, the ALPN of its kind and `http2` mode, and no session
 //! resumption. The handshake that uses them is handshake.rs.
 
 use std::sync::Arc;
@@ -7,6 +9,7 @@ use std::sync::Arc;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::plan::{Alpn, MinTlsVersion};
+use super::verify::CachingVerifier;
 
 /// Which server certificates a configuration accepts.
 pub(super) enum Trust {
@@ -35,7 +38,19 @@ pub(super) fn client_config(
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(versions)?;
     let builder = match trust {
-        Trust::Roots(roots) => builder.with_root_certificates(roots),
+        // An empty store cannot build a verifier: nothing verifies, as before.
+        Trust::Roots(roots) if roots.is_empty() => builder.with_root_certificates(roots),
+        Trust::Roots(roots) => {
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(CachingVerifier::new(webpki)))
+        }
         Trust::AnyCertificate => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider))),
