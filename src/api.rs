@@ -86,7 +86,7 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         name = "Source",
         type_ = "string",
         json_path = ".metadata.labels.webchecker\\.test\\.network\\.io/source",
-        description = "What route discovery generated this checker from (ingress, httproute, service); empty for a checker made by hand"
+        description = "What route discovery generated this checker from (ingress, httproute, grpcroute, service); empty for a checker made by hand"
     ),
     printcolumn(
         name = "Path",

@@ -7,8 +7,9 @@
 //! leak), thresholds, CertificateExpiring, the cluster's CA (`--ca-bundle`),
 //! the forgery guard, the proxy from the environment, 200 hostile
 //! targets at once (memory), and checkers generated for Ingresses,
-//! HTTPRoutes and Services (`--discover-routes`), with their Events on the
-//! route, through the forgery guard, with and without the Gateway API.
+//! HTTPRoutes, GRPCRoutes and Services (`--discover-routes`), with their
+//! Events on the route, through the forgery guard, with and without the
+//! Gateway API.
 
 #[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
@@ -16,6 +17,8 @@ mod ca_bundle;
 mod discovery;
 #[path = "probe/discovery_gateway_api.rs"]
 mod discovery_gateway_api;
+#[path = "probe/discovery_grpcroutes.rs"]
+mod discovery_grpcroutes;
 #[path = "probe/discovery_guard.rs"]
 mod discovery_guard;
 #[path = "probe/discovery_route_events.rs"]

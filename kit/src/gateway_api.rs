@@ -1,7 +1,8 @@
 //! The Gateway API CRDs of the pinned release (`GATEWAY_API_VERSION` of
 //! hack/versions.env), fetched from the Go module proxy by
 //! hack/fetch-gateway-api.sh and installed on a test control plane: real
-//! HTTPRoute and Gateway objects, validated by the release's own schemas.
+//! HTTPRoute, GRPCRoute and Gateway objects, validated by the release's own
+//! schemas.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
@@ -18,19 +19,21 @@ static INSTALLED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 pub fn gateway_api_crds() -> &'static Path {
     CRDS.get_or_init(|| {
         let dir = script_dir("fetch-gateway-api.sh", "Go and the Go module proxy");
-        assert!(
-            dir.join("gateway.networking.k8s.io_httproutes.yaml")
-                .is_file(),
-            "no HTTPRoute CRD in {}",
-            dir.display()
-        );
+        for kind in ["httproutes", "grpcroutes"] {
+            assert!(
+                dir.join(format!("gateway.networking.k8s.io_{kind}.yaml"))
+                    .is_file(),
+                "no {kind} CRD in {}",
+                dir.display()
+            );
+        }
         dir
     })
 }
 
 impl Cluster {
     /// Installs the Gateway API CRDs (once per control plane and process)
-    /// and waits until HTTPRoutes and Gateways are served.
+    /// and waits until HTTPRoutes, GRPCRoutes and Gateways are served.
     pub fn install_gateway_api(&self) {
         let mut done = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
         if done.contains(&self.kubeconfig) {
@@ -54,6 +57,7 @@ impl Cluster {
             "--for=condition=Established",
             "--timeout=60s",
             "crd/httproutes.gateway.networking.k8s.io",
+            "crd/grpcroutes.gateway.networking.k8s.io",
             "crd/gateways.gateway.networking.k8s.io",
             "crd/gatewayclasses.gateway.networking.k8s.io",
         ]);

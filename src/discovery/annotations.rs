@@ -25,7 +25,7 @@ pub const FAILURE_THRESHOLD: &str = "webchecker.test.network.io/failure-threshol
 pub const PER_PATH: &str = "webchecker.test.network.io/per-path";
 
 /// Where the checkers connect: `dns` (default) the host's own addresses;
-/// `gateway` (HTTPRoute) the addresses in its parent Gateways' status;
+/// `gateway` (HTTPRoute, GRPCRoute) the addresses in its parent Gateways' status;
 /// `load-balancer` (Ingress) the addresses in the Ingress's status
 /// (`spec.connectTo`, the request still naming the host).
 pub const VIA: &str = "webchecker.test.network.io/via";
@@ -36,6 +36,10 @@ pub const PORT: &str = "webchecker.test.network.io/port";
 /// Services only: `http` or `https`; without it, `https` when the port is
 /// named `https` (or its `appProtocol` says so), else `http`.
 pub const SCHEME: &str = "webchecker.test.network.io/scheme";
+
+/// GRPCRoutes only: the service whose health is asked (`spec.grpc.service`,
+/// for example `shop.Orders`); without it, the server as a whole (`""`).
+pub const GRPC_SERVICE: &str = "webchecker.test.network.io/grpc-service";
 
 /// The Event reason of a bad annotation value.
 pub const INVALID_ANNOTATION: &str = "InvalidAnnotation";
@@ -55,6 +59,8 @@ pub struct Settings {
     pub port: Option<PortRef>,
     /// [`SCHEME`] (Services): `true` for https.
     pub https: Option<bool>,
+    /// [`GRPC_SERVICE`] (GRPCRoutes).
+    pub grpc_service: Option<String>,
 }
 
 /// A Service's port as [`PORT`] names it.
@@ -98,8 +104,17 @@ pub fn via_not_for(kind: &str, value: Via, hint: &str) -> Problem {
     invalid(
         VIA,
         value.as_str(),
-        &format!("does not apply to an {kind} ({hint})"),
+        &format!("does not apply to {} {kind} ({hint})", article(kind)),
     )
+}
+
+/// "an Ingress", "an HTTPRoute", "a Service", "a GRPCRoute".
+fn article(kind: &str) -> &'static str {
+    if matches!(kind, "Ingress" | "HTTPRoute") {
+        "an"
+    } else {
+        "a"
+    }
 }
 
 /// Reads the annotations of a source object.
@@ -117,6 +132,7 @@ pub fn read(annotations: &BTreeMap<String, String>) -> (Settings, Vec<Problem>) 
         via: take(a, VIA, via, p).unwrap_or_default(),
         port: take(a, PORT, port_ref, p),
         https: take(a, SCHEME, scheme, p),
+        grpc_service: take(a, GRPC_SERVICE, grpc_service, p),
     };
     (settings, problems)
 }
@@ -139,17 +155,19 @@ fn take<T>(
 }
 
 /// The problems of annotations that `kind` (`Ingress`, `HTTPRoute`,
-/// `Service`) does not have: [`PORT`] and [`SCHEME`] are a Service's, a
-/// Service has no paths ([`PER_PATH`]) and is reached through its own name
-/// ([`VIA`]). The setting is then ignored.
+/// `GRPCRoute`, `Service`) does not have: [`PORT`] and [`SCHEME`] are a
+/// Service's, [`GRPC_SERVICE`] a GRPCRoute's; a Service has no paths
+/// ([`PER_PATH`]) and is reached through its own name ([`VIA`]); a
+/// GRPCRoute's checkers call the gRPC health service: no path, no HTTP
+/// status ([`PATH`], [`EXPECTED_STATUS_CODES`], [`PER_PATH`]). The setting
+/// is then ignored.
 pub fn not_for_kind(kind: &str, s: &mut Settings) -> Vec<Problem> {
     let mut problems = Vec::new();
     let mut say = |key: &str, shown: &str, why: &str| {
-        let a = if kind == "Service" { "a" } else { "an" };
         problems.push(invalid(
             key,
             shown,
-            &format!("does not apply to {a} {kind} ({why})"),
+            &format!("does not apply to {} {kind} ({why})", article(kind)),
         ));
     };
     if kind == "Service" {
@@ -161,21 +179,40 @@ pub fn not_for_kind(kind: &str, s: &mut Settings) -> Vec<Problem> {
             say(VIA, s.via.as_str(), "a Service is probed at its own name");
             s.via = Via::Dns;
         }
-        return problems;
+    } else {
+        if let Some(p) = s.port.take() {
+            let shown = match p {
+                PortRef::Name(n) => n,
+                PortRef::Number(n) => n.to_string(),
+            };
+            say(PORT, &shown, "a Service's annotation");
+        }
+        if let Some(https) = s.https.take() {
+            say(
+                SCHEME,
+                if https { "https" } else { "http" },
+                "a Service's annotation",
+            );
+        }
     }
-    if let Some(p) = s.port.take() {
-        let shown = match p {
-            PortRef::Name(n) => n,
-            PortRef::Number(n) => n.to_string(),
-        };
-        say(PORT, &shown, "a Service's annotation");
-    }
-    if let Some(https) = s.https.take() {
-        say(
-            SCHEME,
-            if https { "https" } else { "http" },
-            "a Service's annotation",
-        );
+    if kind == "GRPCRoute" {
+        let why = "its checkers call grpc.health.v1.Health/Check; name a service with grpc-service";
+        if let Some(p) = s.path.take() {
+            say(PATH, &p, why);
+        }
+        if let Some(codes) = s.expected_status_codes.take() {
+            say(
+                EXPECTED_STATUS_CODES,
+                &codes.join(","),
+                "a gRPC check needs SERVING",
+            );
+        }
+        if s.per_path {
+            say(PER_PATH, "true", "a gRPC health check has no paths");
+            s.per_path = false;
+        }
+    } else if let Some(svc) = s.grpc_service.take() {
+        say(GRPC_SERVICE, &svc, "a GRPCRoute's annotation");
     }
     problems
 }
@@ -222,6 +259,21 @@ fn port_ref(v: &str) -> Result<PortRef, String> {
     } else {
         Err("is not a port number (1 to 65535) or a port name".into())
     }
+}
+
+/// A gRPC service name as the health service knows it (`shop.Orders`): at
+/// most 1024 bytes (the CRD's bound), no spaces or control characters.
+fn grpc_service(v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        return Err("is empty (without the annotation the server as a whole is asked)".into());
+    }
+    if v.len() > 1024 {
+        return Err("is longer than 1024 bytes".into());
+    }
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("contains a space or a control character".into());
+    }
+    Ok(v.to_string())
 }
 
 fn scheme(v: &str) -> Result<bool, String> {

@@ -1,6 +1,6 @@
 //! The few fields of Gateway API objects (`gateway.networking.k8s.io/v1`)
 //! that discovery reads: an HTTPRoute's hostnames, parents and paths, a
-//! Gateway's listeners and the addresses in its status. Every field is
+//! GRPCRoute's hostnames and parents, a Gateway's listeners and the addresses in its status. Every field is
 //! optional and unknown ones are ignored, so that an object of any release
 //! of the CRDs reads (a field this reads that an object has in an
 //! unexpected shape fails its watch, as the release's schema forbids).
@@ -32,6 +32,25 @@ pub struct HTTPRouteSpec {
     pub parent_refs: Option<Vec<ParentRef>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<RouteRule>>,
+}
+
+/// A GRPCRoute's spec, as far as discovery reads it (its rules match gRPC
+/// methods, not paths: a checker asks the health service, whatever they say).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "GRPCRoute",
+    plural = "grpcroutes",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct GRPCRouteSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostnames: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_refs: Option<Vec<ParentRef>>,
 }
 
 /// A parent of a route: a Gateway (the default group and kind), one of its

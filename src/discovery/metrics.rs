@@ -13,13 +13,13 @@ pub struct DiscoveryMetrics {
     pub generated: IntGauge,
     /// 1 while this replica leads and discovery's watches are listed.
     pub active: IntGauge,
-    /// `source`: ingress, httproute, service; 1 while its objects are watched on
-    /// the leader, 0 when not (elsewhere, or the Gateway API is not
-    /// installed).
+    /// `source`: ingress, httproute, grpcroute, service; 1 while its objects
+    /// are watched on the leader, 0 when not (elsewhere, or the Gateway API
+    /// does not serve them).
     pub sources: IntGaugeVec,
 }
 
-pub const SOURCES: [&str; 3] = ["ingress", "httproute", "service"];
+pub const SOURCES: [&str; 4] = ["ingress", "httproute", "grpcroute", "service"];
 
 pub const APPLY_RESULTS: [&str; 4] = ["applied", "conflict", "invalid", "error"];
 pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];
@@ -56,7 +56,7 @@ impl DiscoveryMetrics {
         let sources = IntGaugeVec::new(
             Opts::new(
                 "webchecker_discovery_source_watched",
-                "1 while route discovery watches this kind of source on the leader (httproute: 0 while the Gateway API is not installed)",
+                "1 while route discovery watches this kind of source on the leader (httproute, grpcroute: 0 while the Gateway API does not serve them)",
             ),
             &["source"],
         )?;

@@ -1,6 +1,6 @@
 //! Route discovery (`--discover-routes`, docs/discovery.md): WebCheckers
 //! generated for the cluster's routes that opt in: Ingresses and Gateway API
-//! HTTPRoutes, and annotated Services.
+//! HTTPRoutes and GRPCRoutes, and annotated Services.
 //!
 //! The pure parts turn a source object into the checkers it wants, and those
 //! into what is sent:
@@ -10,9 +10,11 @@
 //!   short hash;
 //! - [`ingress`]: an Ingress (and its Namespace's annotations, the
 //!   operator's defaults) to a [`Plan`]; [`httproute`]: an HTTPRoute (and
-//!   the Gateways it names, [`gateway_api`]) to one; [`service`]: a
-//!   Service to its one checker; `rules`: what they share (opt-in, hosts,
-//!   per-path checkers, the bound);
+//!   the Gateways it names, [`gateway_api`]) to one; [`grpcroute`]: a
+//!   GRPCRoute to gRPC health checkers; [`service`]: a Service to its one
+//!   checker; `rules`: what they share (opt-in, hosts, per-path checkers,
+//!   the bound); `gateways`: what the two routes share (parent Gateways,
+//!   listeners, addresses);
 //! - [`patch`]: the server-side apply body of one checker, its fingerprint,
 //!   and the same body without the fields a person set by hand;
 //! - [`queue`]: the work queue (one entry per source object, retries with
@@ -25,6 +27,8 @@
 
 pub mod annotations;
 pub mod gateway_api;
+mod gateways;
+pub mod grpcroute;
 pub mod httproute;
 pub mod ingress;
 pub(crate) mod metrics;
@@ -45,7 +49,7 @@ mod tests;
 /// The field manager of every server-side apply of a generated checker.
 pub const FIELD_MANAGER: &str = "webchecker-discovery";
 /// Label on a generated checker: the kind of its source (`ingress`,
-/// `httproute`, `service`); the `SOURCE` column of `kubectl get wc`.
+/// `httproute`, `grpcroute`, `service`); the `SOURCE` column of `kubectl get wc`.
 pub const SOURCE_LABEL: &str = "webchecker.test.network.io/source";
 /// Label on a generated checker: the name of its source object (cut to a
 /// label value).
@@ -64,7 +68,7 @@ pub const MAX_CHECKERS_PER_SOURCE: usize = 64;
 #[serde(rename_all = "camelCase")]
 pub struct Desired {
     pub name: String,
-    /// `http://host` or `https://host`.
+    /// `http://host`, `https://host`, `grpc://host:port` or `grpcs://host:port`.
     pub host: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -78,6 +82,15 @@ pub struct Desired {
     /// checker connects to instead of the host's (`via`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_to: Option<String>,
+    /// `spec.grpc`: the service a gRPC health check asks about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcCheck>,
+}
+
+/// `spec.grpc` of a generated gRPC checker.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GrpcCheck {
+    pub service: String,
 }
 
 /// Something wrong in a source object that its author should hear of (a
@@ -128,7 +141,8 @@ pub struct Defaults {
 /// collector deletes the checker with it) and the labels it is found by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
-    /// The `source` label's value: `ingress`, `httproute`, `service`.
+    /// The `source` label's value: `ingress`, `httproute`, `grpcroute`,
+    /// `service`.
     pub label: &'static str,
     pub api_version: &'static str,
     pub kind: &'static str,

@@ -116,6 +116,7 @@ mod tests {
             interval_seconds: Some(30),
             failure_threshold: None,
             connect_to: None,
+            grpc: None,
         }
     }
 

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{SOURCE_LABEL, httproute, ingress, service};
+use super::{SOURCE_LABEL, grpcroute, httproute, ingress, service};
 
 /// The Warning Event's reason on the source when a checker turns Ready=False.
 pub const CHECKER_DOWN: &str = "CheckerDown";
@@ -16,7 +16,7 @@ pub const CHECKER_UP: &str = "CheckerUp";
 
 /// The source object of a generated checker: its controller ownerReference,
 /// when it is of the kind its `source` label names (Ingress, HTTPRoute,
-/// Service), in the checker's namespace. None for any other checker: a
+/// GRPCRoute, Service), in the checker's namespace. None for any other checker: a
 /// checker made by hand, or one another controller owns, reports only on
 /// itself.
 pub fn source_of(meta: &ObjectMeta) -> Option<ObjectReference> {
@@ -24,6 +24,7 @@ pub fn source_of(meta: &ObjectMeta) -> Option<ObjectReference> {
     let (api_version, kind) = match label.as_str() {
         ingress::LABEL => ("networking.k8s.io/v1", "Ingress"),
         httproute::LABEL => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+        grpcroute::LABEL => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
         service::LABEL => ("v1", "Service"),
         _ => return None,
     };
@@ -88,6 +89,16 @@ mod tests {
             Some(("gateway.networking.k8s.io/v1beta1", "HTTPRoute", true)),
         );
         assert!(source_of(&route).is_some(), "any version of the group");
+        let grpc = meta(
+            Some("grpcroute"),
+            Some(("gateway.networking.k8s.io/v1", "GRPCRoute", true)),
+        );
+        assert_eq!(source_of(&grpc).unwrap().kind.as_deref(), Some("GRPCRoute"));
+        let mixed = meta(
+            Some("grpcroute"),
+            Some(("gateway.networking.k8s.io/v1", "HTTPRoute", true)),
+        );
+        assert_eq!(source_of(&mixed), None, "the label names another kind");
     }
 
     #[test]
@@ -119,7 +130,7 @@ mod tests {
             ),
             (
                 "an unknown source",
-                meta(Some("grpcroute"), Some(("v1", "Service", true))),
+                meta(Some("tlsroute"), Some(("v1", "Service", true))),
             ),
         ];
         for (case, m) in cases {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::annotations::{self, Settings};
 use super::names::{checker_name, short_hash};
-use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Plan, Problem, Skip};
+use super::{Defaults, Desired, GrpcCheck, MAX_CHECKERS_PER_SOURCE, Plan, Problem, Skip};
 
 /// The Event reason when a source asks for more checkers than allowed.
 pub const TOO_MANY: &str = "TooManyCheckers";
@@ -28,9 +28,9 @@ pub(super) fn start(
         problems,
         ..Plan::default()
     };
-    // A Namespace's opt-in covers its routes, not its Services: most
-    // Services do not speak HTTP (databases, queues, DNS), so each says so
-    // itself.
+    // A Namespace's opt-in covers its routes (gRPC ones too), not its
+    // Services: most Services do not speak HTTP (databases, queues, DNS), so
+    // each says so itself.
     let empty_ns = BTreeMap::new();
     let namespace_annotations = if kind == "Service" {
         &empty_ns
@@ -92,6 +92,10 @@ impl HostCheckers<'_> {
                     interval_seconds: settings.interval_seconds.or(defaults.interval_seconds),
                     failure_threshold: settings.failure_threshold.or(defaults.failure_threshold),
                     connect_to: self.connect_to.map(str::to_string),
+                    grpc: settings
+                        .grpc_service
+                        .clone()
+                        .map(|service| GrpcCheck { service }),
                 });
             }
         }

@@ -1,6 +1,7 @@
 //! Discovery while this replica leads: watches of the Ingresses, of the
-//! Services, of the HTTPRoutes and Gateways (once the Gateway API is found installed: it is
-//! looked for every [`GATEWAY_API_LOOK`] until it is), of the Namespaces'
+//! Services, of the HTTPRoutes, GRPCRoutes and Gateways (each kind of route
+//! once the Gateway API serves it: looked for every [`GATEWAY_API_LOOK`]
+//! until both are), of the Namespaces'
 //! annotations and of the generated checkers' metadata (only those
 //! labelled as generated), each resumed with a backoff after an error; a
 //! work queue of source objects; at most [`CONCURRENCY`] of them written at
@@ -8,10 +9,10 @@
 //! Namespaces' and the checkers' have listed: a Namespace not listed yet
 //! would look as if it had not opted in, and its checkers would be deleted.
 //!
-//! Memory: the Ingresses, HTTPRoutes and Gateways of the watched scope, its
-//! Services trimmed (name, UID, our annotations, ports), each
-//! Namespace's webchecker annotations, and (name, UID, fingerprint) per
-//! generated checker.
+//! Memory: the Ingresses, HTTPRoutes, GRPCRoutes and Gateways of the
+//! watched scope, its Services trimmed (name, UID, our annotations, ports),
+//! each Namespace's webchecker annotations, and (name, UID, fingerprint)
+//! per generated checker.
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -25,20 +26,21 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::gateway_api::{self, Gateway, HTTPRoute};
+use super::gateway_api::{self, GRPCRoute, Gateway, HTTPRoute};
 use super::metrics::DiscoveryMetrics;
 use super::queue::WorkQueue;
 use super::views::{
-    Change, Key, Kind, State, enqueue_all, on_checker, on_gateway, on_ingress, on_namespace,
-    on_route, on_service,
+    Change, Key, Kind, State, enqueue_all, on_checker, on_gateway, on_grpc_route, on_ingress,
+    on_namespace, on_route, on_service,
 };
 use super::writer::{Stopped, Work, Writer};
-use super::{Defaults, Plan, SOURCE_LABEL, Source, httproute, ingress, patch, service};
+use super::{Defaults, Plan, SOURCE_LABEL, Source, grpcroute, httproute, ingress, patch, service};
 use crate::api::WebChecker;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, WATCH_TIMEOUT_SECS, WatchBackoff};
@@ -67,6 +69,7 @@ const INGRESSES: &str = "discovery-ingresses";
 const NAMESPACES: &str = "discovery-namespaces";
 const CHECKERS: &str = "discovery-checkers";
 const ROUTES: &str = "discovery-httproutes";
+const GRPC_ROUTES: &str = "discovery-grpcroutes";
 const GATEWAYS: &str = "discovery-gateways";
 const SERVICES: &str = "discovery-services";
 
@@ -79,10 +82,11 @@ impl Session {
         let mut work: JoinSet<(Key, bool)> = JoinSet::new();
         let mut resync = tokio::time::interval_at(Instant::now() + RESYNC, RESYNC);
         let mut look = tokio::time::interval(GATEWAY_API_LOOK);
-        let mut gateway_api = Look::default();
+        let mut gateway_api = GatewayApi::default();
         self.discovery.watched(ingress::LABEL, true);
         self.discovery.watched(service::LABEL, true);
         self.discovery.watched(httproute::LABEL, false);
+        self.discovery.watched(grpcroute::LABEL, false);
         loop {
             self.start_work(&mut state, &mut queue, &mut work);
             let retry = queue.next_retry().map(Instant::from_std);
@@ -100,47 +104,63 @@ impl Session {
                 _ = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
                     queue.due(std::time::Instant::now());
                 }
-                _ = look.tick(), if gateway_api != Look::Found => {
-                    gateway_api = self.look_for_gateway_api(gateway_api).await;
-                    if gateway_api == Look::Found {
-                        self.route_streams(&mut streams);
-                        self.discovery.watched(httproute::LABEL, true);
-                    }
+                _ = look.tick(), if !gateway_api.all_found() => {
+                    self.look_for_gateway_api(&mut gateway_api, &mut streams).await;
                 }
                 _ = resync.tick() => enqueue_all(&state, &mut queue),
             }
         }
     }
 
-    /// Whether the Gateway API (HTTPRoutes and Gateways of
-    /// `gateway.networking.k8s.io/v1`) is served; said once when it is not.
-    async fn look_for_gateway_api(&self, before: Look) -> Look {
+    /// Whether the Gateway API (`gateway.networking.k8s.io/v1`) serves
+    /// HTTPRoutes and GRPCRoutes (each with Gateways): those newly served
+    /// are watched from now on; of each that is not, said once. A release
+    /// before v1.1 has HTTPRoutes without GRPCRoutes.
+    async fn look_for_gateway_api(
+        &self,
+        api: &mut GatewayApi,
+        streams: &mut SelectAll<BoxStream<'static, Change>>,
+    ) {
         let group = format!("{}/{}", gateway_api::GROUP, gateway_api::VERSION);
         let call = self.watches.list_api_group_resources(&group);
-        let found = match tokio::time::timeout(CALL_DEADLINE, call).await {
-            Ok(Ok(list)) => {
-                let has = |n: &str| list.resources.iter().any(|r| r.name == n);
-                has("httproutes") && has("gateways")
-            }
-            Ok(Err(e)) if api_code(&e) == Some(404) => false,
+        let served: Vec<String> = match tokio::time::timeout(CALL_DEADLINE, call).await {
+            Ok(Ok(list)) => list.resources.into_iter().map(|r| r.name).collect(),
+            Ok(Err(e)) if api_code(&e) == Some(404) => Vec::new(),
             Ok(Err(e)) => {
                 debug!(error = %e, "route discovery: cannot look for the Gateway API (looked for again)");
-                return before;
+                return;
             }
-            Err(_) => return before,
+            Err(_) => return,
         };
-        match (found, before) {
-            (true, _) => {
+        let found =
+            |r: &str| served.iter().any(|n| n == "gateways") && served.iter().any(|n| n == r);
+        if api.http != Look::Found {
+            if found("httproutes") {
+                self.gateway_stream(api, streams);
+                streams.push(self.watch::<HTTPRoute>(ROUTES, Change::Route));
+                self.discovery.watched(httproute::LABEL, true);
                 info!("route discovery: the Gateway API is installed; HTTPRoutes are watched");
-                Look::Found
-            }
-            (false, Look::NotYet) => {
+                api.http = Look::Found;
+            } else if api.http == Look::NotYet {
                 info!(
                     "route discovery: no HTTPRoutes (the Gateway API's CRDs, {group} httproutes and gateways, are not installed); looked for again every {GATEWAY_API_LOOK:?}"
                 );
-                Look::Absent
+                api.http = Look::Absent;
             }
-            (false, other) => other,
+        }
+        if api.grpc != Look::Found {
+            if found("grpcroutes") {
+                self.gateway_stream(api, streams);
+                streams.push(self.watch::<GRPCRoute>(GRPC_ROUTES, Change::GrpcRoute));
+                self.discovery.watched(grpcroute::LABEL, true);
+                info!("route discovery: GRPCRoutes are watched");
+                api.grpc = Look::Found;
+            } else if api.grpc == Look::NotYet {
+                info!(
+                    "route discovery: no GRPCRoutes (the Gateway API's CRDs, {group} grpcroutes and gateways, are not installed); looked for again every {GATEWAY_API_LOOK:?}"
+                );
+                api.grpc = Look::Absent;
+            }
         }
     }
 
@@ -166,9 +186,10 @@ impl Session {
         };
         let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(self.watches.clone());
         let generated = cfg().labels(&format!(
-            "{SOURCE_LABEL} in ({},{},{})",
+            "{SOURCE_LABEL} in ({},{},{},{})",
             ingress::LABEL,
             httproute::LABEL,
+            grpcroute::LABEL,
             service::LABEL
         ));
         let mut all = SelectAll::new();
@@ -209,31 +230,37 @@ impl Session {
             .boxed()
     }
 
-    /// Adds the watches of HTTPRoutes and Gateways (of the watched scope).
-    fn route_streams(&self, all: &mut SelectAll<BoxStream<'static, Change>>) {
-        let cfg = || watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
-        let (routes, gateways): (Api<HTTPRoute>, Api<Gateway>) = match &self.watch_namespace {
-            Some(ns) => (
-                Api::namespaced(self.watches.clone(), ns),
-                Api::namespaced(self.watches.clone(), ns),
-            ),
-            None => (
-                Api::all(self.watches.clone()),
-                Api::all(self.watches.clone()),
-            ),
+    /// Adds the watch of the Gateways, once.
+    fn gateway_stream(
+        &self,
+        api: &mut GatewayApi,
+        all: &mut SelectAll<BoxStream<'static, Change>>,
+    ) {
+        if !api.gateways {
+            all.push(self.watch::<Gateway>(GATEWAYS, Change::Gateway));
+            api.gateways = true;
+        }
+    }
+
+    /// A watch of the objects of kind `K` (of the watched scope), named `name`.
+    fn watch<K>(&self, name: &'static str, f: fn(Event<K>) -> Change) -> BoxStream<'static, Change>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
+        let api: Api<K> = match &self.watch_namespace {
+            Some(ns) => Api::namespaced(self.watches.clone(), ns),
+            None => Api::all(self.watches.clone()),
         };
-        all.push(
-            watcher::watcher(routes, cfg())
-                .backoff(WatchBackoff::default())
-                .map(tagged(ROUTES, Change::Route))
-                .boxed(),
-        );
-        all.push(
-            watcher::watcher(gateways, cfg())
-                .backoff(WatchBackoff::default())
-                .map(tagged(GATEWAYS, Change::Gateway))
-                .boxed(),
-        );
+        watcher::watcher(api, cfg)
+            .backoff(WatchBackoff::default())
+            .map(tagged(name, f))
+            .boxed()
     }
 
     /// Hands queued sources to writers, up to [`CONCURRENCY`] at once; a
@@ -297,6 +324,15 @@ impl Session {
                 let plan = httproute::plan(route, ns_annotations, &self.defaults, gateways);
                 (plan, httproute::source(route))
             }
+            Kind::GrpcRoute => {
+                let route = state.grpc_routes.map.get(&at)?;
+                let gateways = |ns: &str, name: &str| {
+                    let at = (ns.to_string(), name.to_string());
+                    state.gateways.map.get(&at).map(|g| g.as_ref())
+                };
+                let plan = grpcroute::plan(route, ns_annotations, &self.defaults, gateways);
+                (plan, grpcroute::source(route))
+            }
             Kind::Service => {
                 let svc = state.services.map.get(&at)?;
                 let plan = service::plan(svc, ns_annotations, &self.defaults);
@@ -350,10 +386,12 @@ impl Session {
             state.ready(Kind::Ingress),
             state.ready(Kind::HttpRoute),
             state.ready(Kind::Service),
+            state.ready(Kind::GrpcRoute),
         ];
         let watch = match &change {
             Change::Ingress(_) => INGRESSES,
             Change::Route(_) => ROUTES,
+            Change::GrpcRoute(_) => GRPC_ROUTES,
             Change::Gateway(_) => GATEWAYS,
             Change::Service(_) => SERVICES,
             Change::Namespace(_) => NAMESPACES,
@@ -363,6 +401,7 @@ impl Session {
         match change {
             Change::Ingress(ev) => on_ingress(ev, state, queue),
             Change::Route(ev) => on_route(ev, state, queue),
+            Change::GrpcRoute(ev) => on_grpc_route(ev, state, queue),
             Change::Gateway(ev) => on_gateway(ev, state, queue),
             Change::Service(ev) => on_service(*ev, state, queue),
             Change::Namespace(ev) => on_namespace(ev, state, queue),
@@ -374,7 +413,7 @@ impl Session {
                     debug!(watch, error = %e, "route discovery: watch still failing");
                 } else {
                     state.failing.push(watch);
-                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, httproutes, gateways, services, namespaces and webcheckers");
+                    warn!(watch, error = %e, "route discovery: watch failed (resumed with a backoff); it needs list and watch on ingresses, httproutes, grpcroutes, gateways, services, namespaces and webcheckers");
                 }
                 return;
             }
@@ -407,16 +446,38 @@ impl Session {
             );
             enqueue_all(state, queue);
         }
+        if state.ready(Kind::GrpcRoute) && !was[3] {
+            info!(
+                grpcroutes = state.grpc_routes.map.len(),
+                gateways = state.gateways.map.len(),
+                "route discovery: GRPCRoutes and Gateways listed"
+            );
+            enqueue_all(state, queue);
+        }
     }
 }
 
-/// Where the look for the Gateway API stands.
+/// Where the look for a kind of the Gateway API's routes stands.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Look {
     #[default]
     NotYet,
     Absent,
     Found,
+}
+
+/// The Gateway API's routes looked for, and whether the Gateways are watched.
+#[derive(Debug, Default)]
+struct GatewayApi {
+    http: Look,
+    grpc: Look,
+    gateways: bool,
+}
+
+impl GatewayApi {
+    fn all_found(&self) -> bool {
+        self.http == Look::Found && self.grpc == Look::Found
+    }
 }
 
 /// Maps a watch's items to [`Change`]s, its errors named by `watch`.

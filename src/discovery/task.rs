@@ -45,7 +45,7 @@ pub fn spawn(d: Discovery) {
     };
     info!(
         scope = d.watch_namespace.as_deref().unwrap_or("all namespaces"),
-        "route discovery on: the leader generates WebCheckers for the Ingresses, HTTPRoutes and Services that opt in"
+        "route discovery on: the leader generates WebCheckers for the Ingresses, HTTPRoutes, GRPCRoutes and Services that opt in"
     );
     tokio::spawn(async move {
         loop {

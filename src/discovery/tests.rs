@@ -1,5 +1,5 @@
 //! The rules of discovery from YAML fixtures (`fixtures/*.yaml`: an Ingress,
-//! a Service or an HTTPRoute with the Gateways it may name, its Namespace's
+//! a Service, or an HTTPRoute or a GRPCRoute with the Gateways it may name, its Namespace's
 //! annotations, the checkers wanted, the annotations named as problems, the
 //! rules skipped), and the bound on checkers per source.
 
@@ -10,10 +10,10 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::Deserialize;
 
-use super::gateway_api::{Gateway, HTTPRoute};
+use super::gateway_api::{GRPCRoute, Gateway, HTTPRoute};
 use super::ingress::{TOO_MANY, plan};
 use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Skip};
-use super::{httproute, service};
+use super::{grpcroute, httproute, service};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -22,6 +22,8 @@ struct Fixture {
     ingress: Option<serde_yaml::Value>,
     #[serde(default)]
     httproute: Option<serde_yaml::Value>,
+    #[serde(default)]
+    grpcroute: Option<serde_yaml::Value>,
     #[serde(default)]
     service: Option<serde_yaml::Value>,
     #[serde(default)]
@@ -43,6 +45,12 @@ fn route(mut v: serde_yaml::Value) -> HTTPRoute {
     v["apiVersion"] = "gateway.networking.k8s.io/v1".into();
     v["kind"] = "HTTPRoute".into();
     serde_yaml::from_value(v).expect("an HTTPRoute")
+}
+
+fn grpc_route(mut v: serde_yaml::Value) -> GRPCRoute {
+    v["apiVersion"] = "gateway.networking.k8s.io/v1".into();
+    v["kind"] = "GRPCRoute".into();
+    serde_yaml::from_value(v).expect("a GRPCRoute")
 }
 
 fn svc(mut v: serde_yaml::Value) -> Service {
@@ -69,9 +77,15 @@ fn skip_name(s: Skip) -> &'static str {
 fn check(path: &Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
-    let p = match (f.ingress, f.httproute, f.service) {
-        (Some(i), None, None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
-        (None, None, Some(s)) => {
+    let gateways: Vec<Gateway> = f.gateways.into_iter().map(gateway).collect();
+    let find = |ns: &str, name: &str| {
+        gateways.iter().find(|g| {
+            g.metadata.namespace.as_deref() == Some(ns) && g.metadata.name.as_deref() == Some(name)
+        })
+    };
+    let p = match (f.ingress, f.httproute, f.grpcroute, f.service) {
+        (Some(i), None, None, None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
+        (None, None, None, Some(s)) => {
             let mut s = svc(s);
             let before = service::plan(&s, &f.namespace, &Defaults::default());
             // What the watch keeps plans alike.
@@ -82,17 +96,13 @@ fn check(path: &Path) -> Result<(), String> {
             }
             after
         }
-        (None, Some(r), None) => {
-            let gateways: Vec<Gateway> = f.gateways.into_iter().map(gateway).collect();
-            let find = |ns: &str, name: &str| {
-                gateways.iter().find(|g| {
-                    g.metadata.namespace.as_deref() == Some(ns)
-                        && g.metadata.name.as_deref() == Some(name)
-                })
-            };
+        (None, Some(r), None, None) => {
             httproute::plan(&route(r), &f.namespace, &Defaults::default(), find)
         }
-        _ => return Err("a fixture has one of ingress, httproute and service".into()),
+        (None, None, Some(r), None) => {
+            grpcroute::plan(&grpc_route(r), &f.namespace, &Defaults::default(), find)
+        }
+        _ => return Err("a fixture has one of ingress, httproute, grpcroute and service".into()),
     };
     let json = |v: &Vec<Desired>| serde_json::to_string(v).unwrap_or_default();
     if p.checkers != f.want {
@@ -101,6 +111,9 @@ fn check(path: &Path) -> Result<(), String> {
             json(&p.checkers),
             json(&f.want)
         ));
+    }
+    for d in &p.checkers {
+        admitted(d)?;
     }
     let named: Vec<&str> = p.problems.iter().map(|p| p.subject.as_str()).collect();
     if named != f.problems {
@@ -115,6 +128,26 @@ fn check(path: &Path) -> Result<(), String> {
         return Err(format!("skipped: got {skipped:?}, want {:?}", f.skipped));
     }
     Ok(())
+}
+
+/// What would be applied for `d` is a WebChecker spec that the operator
+/// plans: it holds the CRD's rules of each kind (an HTTP-only field on a
+/// grpc:// host, a grpc:// host without a port, are refused there too).
+fn admitted(d: &Desired) -> Result<(), String> {
+    let owner = super::Source {
+        label: "test",
+        api_version: "v1",
+        kind: "Test",
+        namespace: "web".into(),
+        name: "t".into(),
+        uid: "u".into(),
+    };
+    let body = super::patch::body(d, &owner);
+    let spec: crate::api::WebCheckerSpec =
+        serde_json::from_value(body["spec"].clone()).map_err(|e| format!("{}: {e}", d.name))?;
+    crate::probe::plan(&spec, &|_| Err("no references".into()))
+        .map(|_| ())
+        .map_err(|e| format!("{}: not admitted: {e}", d.name))
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! What discovery's watches keep while this replica leads, and which source
-//! objects each watch event makes work for: the Ingresses, the HTTPRoutes
-//! and the Gateways they name, the Services (trimmed to what a plan reads), each Namespace's annotations of ours, and
-//! (name, UID, fingerprint) per generated checker by its owner's UID. A
-//! re-list replaces a map at its end, never leaving it half filled.
+//! objects each watch event makes work for: the Ingresses, the HTTPRoutes,
+//! the GRPCRoutes and the Gateways they name, the Services (trimmed to what
+//! a plan reads), each Namespace's annotations of ours, and (name, UID,
+//! fingerprint) per generated checker by its owner's UID. A re-list
+//! replaces a map at its end, never leaving it half filled.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
-use super::gateway_api::{Gateway, HTTPRoute};
+use super::gateway_api::{GRPCRoute, Gateway, HTTPRoute, ParentRef};
 use super::queue::WorkQueue;
 use super::{FINGERPRINT_ANNOTATION, Problem};
 use crate::api::WebChecker;
@@ -23,6 +24,7 @@ use crate::api::WebChecker;
 pub(super) enum Kind {
     Ingress,
     HttpRoute,
+    GrpcRoute,
     Service,
 }
 
@@ -35,6 +37,7 @@ pub(super) type Key = (Kind, String, String);
 pub(super) enum Change {
     Ingress(Event<Ingress>),
     Route(Event<HTTPRoute>),
+    GrpcRoute(Event<GRPCRoute>),
     Gateway(Event<Gateway>),
     /// Boxed: a Service is the largest of them.
     Service(Box<Event<Service>>),
@@ -128,6 +131,7 @@ pub(super) type OwnerOf = HashMap<NsName, String>;
 pub(super) struct State {
     pub(super) ingresses: Objects<Ingress>,
     pub(super) routes: Objects<HTTPRoute>,
+    pub(super) grpc_routes: Objects<GRPCRoute>,
     pub(super) gateways: Objects<Gateway>,
     pub(super) services: Objects<Service>,
     pub(super) namespaces: Namespaces,
@@ -161,13 +165,14 @@ impl State {
     }
 
     /// Whether the sources of `kind` may be reconciled: their watches (and
-    /// an HTTPRoute's Gateways), the Namespaces and the checkers listed. A
+    /// a Gateway API route's Gateways), the Namespaces and the checkers listed. A
     /// Namespace not listed yet would look as if it had not opted in.
     pub(super) fn ready(&self, kind: Kind) -> bool {
         self.listed.iter().all(|l| *l)
             && match kind {
                 Kind::Ingress => self.ingresses.listed,
                 Kind::HttpRoute => self.routes.listed && self.gateways.listed,
+                Kind::GrpcRoute => self.grpc_routes.listed && self.gateways.listed,
                 Kind::Service => self.services.listed,
             }
     }
@@ -181,6 +186,7 @@ impl State {
         };
         let mut keys = of(Kind::Ingress, &mut self.ingresses.map.keys());
         keys.extend(of(Kind::HttpRoute, &mut self.routes.map.keys()));
+        keys.extend(of(Kind::GrpcRoute, &mut self.grpc_routes.map.keys()));
         keys.extend(of(Kind::Service, &mut self.services.map.keys()));
         keys.sort();
         keys
@@ -236,6 +242,11 @@ pub(super) fn on_route(ev: Event<HTTPRoute>, state: &mut State, queue: &mut Work
     on_source(Kind::HttpRoute, taken, state, queue);
 }
 
+pub(super) fn on_grpc_route(ev: Event<GRPCRoute>, state: &mut State, queue: &mut WorkQueue<Key>) {
+    let taken = state.grpc_routes.take(ev);
+    on_source(Kind::GrpcRoute, taken, state, queue);
+}
+
 /// An event of the Services' watch (trimmed by the watch, `service::trim`).
 pub(super) fn on_service(ev: Event<Service>, state: &mut State, queue: &mut WorkQueue<Key>) {
     let taken = state.services.take(ev);
@@ -250,17 +261,27 @@ pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut Work
         Taken::Listed(_) => return enqueue_all(state, queue),
         Taken::Applied(k) | Taken::Deleted(k, _) => k,
     };
+    let names = |ns: &str, refs: Option<&Vec<ParentRef>>| {
+        refs.into_iter().flatten().any(|p| {
+            p.is_gateway() && p.name == gw.1 && p.namespace.as_deref().unwrap_or(ns) == gw.0
+        })
+    };
+    let key = |kind: Kind, (ns, name): &NsName| (kind, ns.clone(), name.clone());
     let mut keys: Vec<Key> = state
         .routes
         .map
         .iter()
-        .filter(|((ns, _), r)| {
-            r.spec.parent_refs.iter().flatten().any(|p| {
-                p.is_gateway() && p.name == gw.1 && p.namespace.as_deref().unwrap_or(ns) == gw.0
-            })
-        })
-        .map(|((ns, name), _)| (Kind::HttpRoute, ns.clone(), name.clone()))
+        .filter(|((ns, _), r)| names(ns, r.spec.parent_refs.as_ref()))
+        .map(|(k, _)| key(Kind::HttpRoute, k))
         .collect();
+    keys.extend(
+        state
+            .grpc_routes
+            .map
+            .iter()
+            .filter(|((ns, _), r)| names(ns, r.spec.parent_refs.as_ref()))
+            .map(|(k, _)| key(Kind::GrpcRoute, k)),
+    );
     keys.sort();
     for k in keys {
         queue.push(k);
@@ -321,6 +342,7 @@ fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
         match (r.kind.as_str(), group) {
             ("Ingress", "networking.k8s.io") => Some((Kind::Ingress, r)),
             ("HTTPRoute", super::gateway_api::GROUP) => Some((Kind::HttpRoute, r)),
+            ("GRPCRoute", super::gateway_api::GROUP) => Some((Kind::GrpcRoute, r)),
             // The core group: `v1`, no group part.
             ("Service", "v1") => Some((Kind::Service, r)),
             _ => None,
@@ -574,6 +596,38 @@ mod tests {
             ["c", "r2", "r3"],
             "the Ingress and the routes of shop"
         );
+    }
+
+    #[test]
+    fn a_gateway_makes_work_for_the_grpcroutes_that_name_it_too() {
+        let (mut s, mut q) = listed();
+        on_route(Event::InitDone, &mut s, &mut q);
+        on_gateway(Event::InitDone, &mut s, &mut q);
+        assert!(
+            !s.ready(Kind::GrpcRoute),
+            "the GRPCRoutes are not listed yet"
+        );
+        on_grpc_route(Event::InitDone, &mut s, &mut q);
+        assert!(s.ready(Kind::GrpcRoute));
+        let mut g = GRPCRoute::new("g1", Default::default());
+        g.metadata.namespace = Some("web".into());
+        g.metadata.uid = Some("uid-g1".into());
+        g.spec.parent_refs = route("web", "x", ("gw", None)).spec.parent_refs;
+        on_grpc_route(Event::Apply(g), &mut s, &mut q);
+        on_route(
+            Event::Apply(route("web", "r1", ("gw", None))),
+            &mut s,
+            &mut q,
+        );
+        drain(&mut q);
+        on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
+        assert_eq!(drain(&mut q), ["r1", "g1"]);
+        let mut c = checker("g1-x", "g1");
+        let r = &mut c.metadata.owner_references.as_mut().unwrap()[0];
+        (r.api_version, r.kind) = ("gateway.networking.k8s.io/v1".into(), "GRPCRoute".into());
+        on_checker(Event::Apply(c), &mut s, &mut q);
+        let popped = q.pop().unwrap();
+        assert_eq!(popped, (Kind::GrpcRoute, "web".into(), "g1".into()));
     }
 
     #[test]

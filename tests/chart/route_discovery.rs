@@ -1,7 +1,7 @@
 //! Route discovery (`discovery.enabled`, the operator's `--discover-routes`):
 //! off by default with no permission for it; on, the operator gets the flag
 //! and exactly the permissions it uses (list/watch ingresses, services,
-//! httproutes, gateways and namespaces, create/delete webcheckers), within `operator.watchNamespace` when set,
+//! httproutes, grpcroutes, gateways and namespaces, create/delete webcheckers), within `operator.watchNamespace` when set,
 //! where it is granted that Namespace and no other.
 
 use super::rbac::{grant_set, grants, operator_cluster_grants};
@@ -48,8 +48,9 @@ fn route_discovery_is_off_by_default_with_no_permission_for_it() {
     }
     let g = grants(operator_clusterrole(&docs));
     assert!(
-        !g.iter()
-            .any(|(_, r, _)| ["ingresses", "httproutes", "gateways"].contains(&r.as_str())),
+        !g.iter().any(
+            |(_, r, _)| ["ingresses", "httproutes", "grpcroutes", "gateways"].contains(&r.as_str())
+        ),
         "no routes without discovery: {g:?}"
     );
 }
@@ -69,6 +70,11 @@ fn route_discovery_gets_the_flag_and_what_it_uses_cluster_wide() {
             (
                 "gateway.networking.k8s.io",
                 "httproutes",
+                &["list", "watch"]
+            ),
+            (
+                "gateway.networking.k8s.io",
+                "grpcroutes",
                 &["list", "watch"]
             ),
             ("gateway.networking.k8s.io", "gateways", &["list", "watch"]),
@@ -119,6 +125,11 @@ fn with_a_watched_namespace_route_discovery_is_granted_that_namespace_only() {
             (
                 "gateway.networking.k8s.io",
                 "httproutes",
+                &["list", "watch"]
+            ),
+            (
+                "gateway.networking.k8s.io",
+                "grpcroutes",
                 &["list", "watch"]
             ),
             ("gateway.networking.k8s.io", "gateways", &["list", "watch"]),

@@ -2,8 +2,9 @@
 //! cluster of its own: the shared one gets the CRDs from the HTTPRoute
 //! test). Ingresses are discovered as usual while HTTPRoutes are not
 //! watched (`webchecker_discovery_source_watched{source="httproute"} 0`,
-//! one log line, no failing watch); installing the CRDs starts HTTPRoute
-//! discovery within the leader's look period (30 s), no restart needed.
+//! one log line, no failing watch; GRPCRoutes alike); installing the CRDs
+//! starts HTTPRoute and GRPCRoute discovery within the leader's look period
+//! (30 s), no restart needed.
 
 use webchecker::discovery::annotations::CHECK;
 
@@ -66,6 +67,7 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
     assert!(took < WITHIN, "{took:?}");
     let m = op.scrape().await;
     assert_eq!(watched(&m, "httproute"), Some(0.0));
+    assert_eq!(watched(&m, "grpcroute"), Some(0.0));
     assert_eq!(watched(&m, "ingress"), Some(1.0));
     let restarts = metric(
         &m,
@@ -81,6 +83,8 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
         .matches("no HTTPRoutes (the Gateway API's CRDs")
         .count();
     assert_eq!(said, 1, "said once");
+    let said = op.log_text().matches("no GRPCRoutes (").count();
+    assert_eq!(said, 1, "said once of GRPCRoutes too");
 
     // The leader looks every 30 s, from its start: the CRDs are found at its
     // next look after they are served (the install waits for that), within
@@ -90,21 +94,22 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
         .await
         .unwrap();
     let served = Instant::now();
-    eventually(LOOK + ROOM, "HTTPRoutes watched", || async {
-        (watched(&op.scrape().await, "httproute") == Some(1.0)).then_some(())
+    eventually(LOOK + ROOM, "HTTPRoutes and GRPCRoutes watched", || async {
+        let m = op.scrape().await;
+        (watched(&m, "httproute") == Some(1.0) && watched(&m, "grpcroute") == Some(1.0))
+            .then_some(())
     })
     .await;
     println!(
-        "the Gateway API installed (CRDs served after {:.1?}): HTTPRoutes watched {:.1?} later (looked for every {LOOK:?})",
+        "the Gateway API installed (CRDs served after {:.1?}): HTTPRoutes and GRPCRoutes watched {:.1?} later (looked for every {LOOK:?})",
         served - asked,
         served.elapsed()
     );
-    let restarts = metric(
-        &op.scrape().await,
-        "webchecker_watch_restarts_total",
-        &[("watch", "discovery-httproutes")],
-    );
-    assert!(restarts.unwrap_or(0.0) == 0.0, "{restarts:?}");
+    let m = op.scrape().await;
+    for watch in ["discovery-httproutes", "discovery-grpcroutes"] {
+        let restarts = metric(&m, "webchecker_watch_restarts_total", &[("watch", watch)]);
+        assert!(restarts.unwrap_or(0.0) == 0.0, "{watch}: {restarts:?}");
+    }
 
     let t = Instant::now();
     let route = format!(
