@@ -31,6 +31,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
+use support::dns::Dns;
 use support::node::{CHART, Node, PodNames, must, release_pods, run, wait_ready_pods};
 use support::{
     Witness, create_checkers, eventually, exclusivity_violation, largest_gap, owners, rand_suffix,
@@ -523,22 +524,86 @@ async fn ingress_checkers_go_with_their_ingress(s: &Suite) {
         t.elapsed()
     );
 
-    // A Service opts in itself; its checker goes with it the same way.
-    let service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    webchecker.test.network.io/check: \"true\"\nspec:\n  selector: {app: web}\n  ports:\n  - {name: http, port: 80, targetPort: 8080}\n";
+    service_checkers_probe_through_kube_proxy_and_go_with_their_service(s, &api).await;
+}
+
+/// A Service that opts in itself, its endpoints the witness on the node's
+/// address: its checker probes the Service's cluster name, which the kit's
+/// name server answers with the ClusterIP (on the node's address, port 53,
+/// where the pods' resolv.conf points: the node has no cluster DNS), through
+/// kube-proxy's rules to the witness; deleting the Service deletes it
+/// (the garbage collector).
+async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
+    s: &Suite,
+    api: &Api<WebChecker>,
+) {
+    let dns = Dns::start_on(std::net::SocketAddr::new(
+        s.node.ip.parse().expect("the node's address"),
+        53,
+    ));
+    let port = s.witness.addr.port();
+    let checker = "web-svc";
+    let service = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    webchecker.test.network.io/check: \"true\"\n    webchecker.test.network.io/path: /c/{checker}\n    webchecker.test.network.io/interval-seconds: \"2\"\nspec:\n  ports:\n  - {{name: http, port: 80, targetPort: {port}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-witness\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints:\n- addresses: [\"{}\"]\nports:\n- {{name: http, port: {port}, protocol: TCP}}\n",
+        s.node.ip
+    );
     let out = s
         .node
         .cluster
-        .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], service)
+        .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &service)
         .await;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    eventually(Duration::from_secs(30), "the Service's checker", || async {
-        api.get_opt("web-svc").await.ok().flatten()
+    let cluster_ip = must(
+        s.node.kubectl(&[
+            "get",
+            "service",
+            "web",
+            "-n",
+            &s.checks,
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ]),
+        "get service",
+    )
+    .await;
+    let ip: std::net::IpAddr = cluster_ip.trim().parse().expect("a ClusterIP");
+    dns.add(&format!("web.{}.svc", s.checks), &[ip]);
+    let t = Instant::now();
+    let wc = eventually(Duration::from_secs(30), "the Service's checker", || async {
+        api.get_opt(checker).await.ok().flatten()
     })
     .await;
+    assert_eq!(wc.spec.host, format!("http://web.{}.svc:80", s.checks));
+    let hit = eventually(
+        Duration::from_secs(60),
+        "the witness probed through the Service by a pod of the release",
+        || async {
+            s.witness
+                .hits()
+                .into_iter()
+                .find(|h| h.checker == checker && s.seen.contains(&h.replica))
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(30),
+        "the Service's checker Ready",
+        || async {
+            let wc = api.get_opt(checker).await.ok().flatten()?;
+            let ready = wc.status?.condition("Ready")?.status == "True";
+            ready.then_some(())
+        },
+    )
+    .await;
+    println!(
+        "a Service opted in: probed through {ip}:80 (kube-proxy) by {} and Ready after {:.1?}",
+        hit.replica,
+        t.elapsed()
+    );
     must(
         s.node
             .kubectl(&["delete", "service", "web", "-n", &s.checks]),
@@ -549,7 +614,7 @@ async fn ingress_checkers_go_with_their_ingress(s: &Suite) {
     eventually(
         Duration::from_secs(60),
         "the checker deleted with its Service",
-        || async { matches!(api.get_opt("web-svc").await, Ok(None)).then_some(()) },
+        || async { matches!(api.get_opt(checker).await, Ok(None)).then_some(()) },
     )
     .await;
     println!(

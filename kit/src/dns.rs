@@ -82,7 +82,18 @@ impl Dns {
 
     /// A server of one's own, on its own thread until the process exits.
     pub fn start() -> Dns {
-        let socket = crate::std_udp();
+        Self::serve_on(crate::std_udp())
+    }
+
+    /// The same on `addr` (a node's address, port 53: where the node's pods
+    /// send their queries).
+    pub fn start_on(addr: SocketAddr) -> Dns {
+        let socket = std::net::UdpSocket::bind(addr)
+            .unwrap_or_else(|e| panic!("the test name server cannot bind {addr}: {e}"));
+        Self::serve_on(socket)
+    }
+
+    fn serve_on(socket: std::net::UdpSocket) -> Dns {
         socket.set_nonblocking(true).unwrap();
         let addr = socket.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
