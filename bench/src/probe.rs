@@ -266,7 +266,7 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
         .collect();
     let summary = vec![format!(
         "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
-         rounds at C = {}; goal >= 6x: {verdict}); {} (full verified handshakes on both sides). Our user-space CPU \
+         rounds at C = {}; goal >= 6x: {verdict}); {} (a full handshake per probe on both sides; ours builds a chain it verified before only once: docs/probes.md). Our user-space CPU \
          per probe over HTTP/1.1 is {:.0}x–{:.0}x smaller; the rest is the kernel's work for a fresh TCP connection \
          per probe, which both pay.",
         worst,
