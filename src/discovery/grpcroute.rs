@@ -20,14 +20,12 @@ pub const LABEL: &str = "grpcroute";
 
 /// The owner of a GRPCRoute's checkers.
 pub fn source(route: &GRPCRoute) -> Source {
-    Source {
-        label: LABEL,
-        api_version: "gateway.networking.k8s.io/v1",
-        kind: "GRPCRoute",
-        namespace: route.metadata.namespace.clone().unwrap_or_default(),
-        name: route.metadata.name.clone().unwrap_or_default(),
-        uid: route.metadata.uid.clone().unwrap_or_default(),
-    }
+    Source::of(
+        LABEL,
+        "gateway.networking.k8s.io/v1",
+        "GRPCRoute",
+        &route.metadata,
+    )
 }
 
 /// What `route` wants, given its Namespace's annotations, the defaults and

@@ -18,14 +18,12 @@ pub const LABEL: &str = "httproute";
 
 /// The owner of an HTTPRoute's checkers.
 pub fn source(route: &HTTPRoute) -> Source {
-    Source {
-        label: LABEL,
-        api_version: "gateway.networking.k8s.io/v1",
-        kind: "HTTPRoute",
-        namespace: route.metadata.namespace.clone().unwrap_or_default(),
-        name: route.metadata.name.clone().unwrap_or_default(),
-        uid: route.metadata.uid.clone().unwrap_or_default(),
-    }
+    Source::of(
+        LABEL,
+        "gateway.networking.k8s.io/v1",
+        "HTTPRoute",
+        &route.metadata,
+    )
 }
 
 /// What `route` wants, given its Namespace's annotations, the defaults and

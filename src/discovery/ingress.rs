@@ -17,14 +17,7 @@ pub const LABEL: &str = "ingress";
 
 /// The owner of an Ingress's checkers.
 pub fn source(ing: &Ingress) -> Source {
-    Source {
-        label: LABEL,
-        api_version: "networking.k8s.io/v1",
-        kind: "Ingress",
-        namespace: ing.metadata.namespace.clone().unwrap_or_default(),
-        name: ing.metadata.name.clone().unwrap_or_default(),
-        uid: ing.metadata.uid.clone().unwrap_or_default(),
-    }
+    Source::of(LABEL, "networking.k8s.io/v1", "Ingress", &ing.metadata)
 }
 
 /// What `ing` wants, given its Namespace's annotations and the defaults.

@@ -150,3 +150,23 @@ pub struct Source {
     pub name: String,
     pub uid: String,
 }
+
+impl Source {
+    /// The source of kind `kind` (its `source` label, API version) whose
+    /// metadata is `meta`.
+    pub fn of(
+        label: &'static str,
+        api_version: &'static str,
+        kind: &'static str,
+        meta: &kube::api::ObjectMeta,
+    ) -> Source {
+        Source {
+            label,
+            api_version,
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+        }
+    }
+}

@@ -21,14 +21,7 @@ pub const NO_HTTP_PORT: &str = "NoHTTPPort";
 
 /// The owner of a Service's checker.
 pub fn source(svc: &Service) -> Source {
-    Source {
-        label: LABEL,
-        api_version: "v1",
-        kind: "Service",
-        namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-        name: svc.metadata.name.clone().unwrap_or_default(),
-        uid: svc.metadata.uid.clone().unwrap_or_default(),
-    }
+    Source::of(LABEL, "v1", "Service", &svc.metadata)
 }
 
 /// What `svc` wants, given its Namespace's annotations (whose opt-in does

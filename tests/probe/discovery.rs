@@ -417,7 +417,7 @@ fn httproute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String
 
 /// The Gateway `gw`: an HTTP listener on `http_port` for every name, an
 /// HTTPS one on `https_port` for `secure`.
-fn gateway(http_port: u16, https_port: u16, secure: &str) -> String {
+pub fn gateway(http_port: u16, https_port: u16, secure: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\nspec:\n  gatewayClassName: test\n  listeners:\n  - {{name: web, port: {http_port}, protocol: HTTP}}\n  - name: tls\n    port: {https_port}\n    protocol: HTTPS\n    hostname: {secure}\n    tls: {{mode: Terminate, certificateRefs: [{{name: gw-cert}}]}}\n"
     )

@@ -22,14 +22,6 @@ fn grpcroute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String
     )
 }
 
-/// The Gateway `gw`: an HTTP (h2c) listener on `http_port` for every name,
-/// an HTTPS one on 443 for `secure`.
-fn gateway(http_port: u16, secure: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\nspec:\n  gatewayClassName: test\n  listeners:\n  - {{name: h2c, port: {http_port}, protocol: HTTP}}\n  - name: tls\n    port: 443\n    protocol: HTTPS\n    hostname: {secure}\n    tls: {{mode: Terminate, certificateRefs: [{{name: gw-cert}}]}}\n"
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_grpcroutes_get_grpc_health_checkers_probed_through_their_gateway() {
     let c = cluster();
@@ -54,7 +46,7 @@ async fn discovery_grpcroutes_get_grpc_health_checkers_probed_through_their_gate
     .unwrap();
     let port = grpc.addr().port();
     let secure = format!("secure.{zone}");
-    apply_ok(&ns, &gateway(port, &secure)).await;
+    apply_ok(&ns, &gateway(port, 443, &secure)).await;
     apply_ok(&ns, &grpcroute("plain", &[], &[&format!("plain.{zone}")])).await;
     let op = discovering_op(c, &ns).await;
     eventually(Duration::from_secs(30), "GRPCRoutes watched", || async {
