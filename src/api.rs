@@ -17,6 +17,14 @@ pub const OWNER_LABEL: &str = "webchecker.test.network.io/owner";
 pub const EPOCH_ANNOTATION: &str = "webchecker.test.network.io/epoch";
 /// Annotation: the sharder asks the owner to hand the checker over (value: target replica).
 pub const DRAIN_ANNOTATION: &str = "webchecker.test.network.io/drain";
+/// Annotation beside [`DRAIN_ANNOTATION`]: the target's membership Lease UID,
+/// so the old owner's acknowledgement assigns the target itself (one write
+/// instead of two). Absent when a sharder of an earlier version drains.
+pub const DRAIN_EPOCH_ANNOTATION: &str = "webchecker.test.network.io/drain-epoch";
+/// Annotation written by the old owner's drain acknowledgement: the replica
+/// that handed the checker over. The sharder's assignments remove it, so an
+/// owner change that carries it was made by the old owner, after it stopped.
+pub const HANDED_OVER_FROM_ANNOTATION: &str = "webchecker.test.network.io/handed-over-from";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
 /// Annotation on a membership Lease: `host:port` of the member's HTTP server,

@@ -25,7 +25,9 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::DynamicObject;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use webchecker::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, MEMBER_LABEL, OWNER_LABEL};
+use webchecker::api::{
+    DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, MEMBER_LABEL, OWNER_LABEL,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecKind {
@@ -47,6 +49,9 @@ pub struct ObjRec {
     pub owner: Option<String>,
     pub epoch: Option<String>,
     pub drain: Option<String>,
+    /// The replica whose drain acknowledgement assigned the current owner
+    /// (the sharder's own assignments remove it).
+    pub handed_over_from: Option<String>,
     /// `status.owner`: the replica that wrote the status.
     pub status_owner: Option<String>,
     pub observed_generation: Option<i64>,
@@ -167,6 +172,9 @@ fn obj_rec(o: &DynamicObject, kind: RecKind, at: Instant) -> ObjRec {
         owner: labels.and_then(|l| l.get(OWNER_LABEL)).cloned(),
         epoch: ann.and_then(|a| a.get(EPOCH_ANNOTATION)).cloned(),
         drain: ann.and_then(|a| a.get(DRAIN_ANNOTATION)).cloned(),
+        handed_over_from: ann
+            .and_then(|a| a.get(HANDED_OVER_FROM_ANNOTATION))
+            .cloned(),
         status_owner: status
             .and_then(|s| s.get("owner"))
             .and_then(|v| v.as_str())

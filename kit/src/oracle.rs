@@ -480,9 +480,11 @@ pub fn lease_deletions(leases: &[LeaseRec]) -> HashMap<&str, (u64, Instant, bool
 ///   owner label named in that very version, and not after the Lease named by
 ///   its epoch was deleted (unless `graceful(writer, at)`: a replica flushing
 ///   its last writes after SIGTERM, as docs/invariants.md allows);
-/// - an owner changed from one replica to another (not through a drain
-///   acknowledgement) only after the old owner's Lease was deleted, in
-///   resourceVersion order (the proof that it was gone).
+/// - an owner changed from one replica to another only after the old
+///   owner's Lease was deleted, in resourceVersion order (the proof that it
+///   was gone), unless the old owner made the change itself: its drain
+///   acknowledgement, which assigns the drain's target and says so
+///   (`handed-over-from`, an annotation the sharder's writes remove).
 pub fn fencing(
     objs: &[ObjRec],
     leases: &[LeaseRec],
@@ -549,8 +551,11 @@ pub fn fencing(
                 ));
             }
         }
+        let handed_over =
+            p.drain.as_ref() == e.owner.as_ref() && e.handed_over_from.as_ref() == p.owner.as_ref();
         if let (Some(po), Some(eo)) = (&p.owner, &e.owner)
             && (po, &p.epoch) != (eo, &e.epoch)
+            && !handed_over
         {
             let proven = match p.epoch.as_deref().and_then(|pe| deleted.get(pe)) {
                 Some((drv, _, false)) => *drv < e.rv,
@@ -605,6 +610,9 @@ pub fn moves(objs: &[ObjRec], from: Instant, to: Instant, clk: &Clock) -> Vec<Vi
         }
         let what = match (&e.owner, &e.drain) {
             (Some(o), None) if o == po => format!("re-assigned to {o} under a new epoch"),
+            (Some(o), None) if e.handed_over_from.as_ref() == Some(po) => {
+                format!("handed over to {o}")
+            }
             (Some(o), None) => format!("moved to {o}"),
             (Some(_), Some(d)) => format!("drain to {d} requested"),
             (None, d) => format!(

@@ -73,6 +73,8 @@ pub enum Command {
         uid: String,
         /// The epoch of the assignment it was found under.
         epoch: Option<String>,
+        /// Whom to hand it to, when the sharder named the target's epoch.
+        handover: Option<crate::kubeio::writer::Handover>,
     },
     /// Deleted, or no longer ours.
     Remove { key: String },
@@ -118,6 +120,7 @@ mod tests {
             resource_version: "1".into(),
             uid: "u1".into(),
             epoch: Some(epoch.into()),
+            handover: None,
         };
         assert!(drain("e2").current(Some("e2")));
         assert!(!drain("e1").current(Some("e2")));

@@ -218,6 +218,7 @@ impl Engine {
                 name,
                 resource_version,
                 uid,
+                handover,
                 ..
             } => Input::Drain {
                 key,
@@ -225,6 +226,7 @@ impl Engine {
                 name,
                 resource_version,
                 uid,
+                handover,
             },
             Command::Remove { key } => Input::Remove { key },
             Command::Refresh { key, resolved } => Input::Refresh { key, resolved },

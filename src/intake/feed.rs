@@ -23,6 +23,7 @@ use crate::engine::Command;
 use crate::error::Error;
 use crate::intake::found::{Found, Step, malformed};
 use crate::intake::resolver::Resolver;
+use crate::kubeio::writer::Handover;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HealthFlags;
 
@@ -64,6 +65,7 @@ fn classify(
                 resource_version,
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
                 epoch: ann.get(EPOCH_ANNOTATION).cloned(),
+                handover: Handover::requested(Some(&ann)),
             })),
         );
     }

@@ -29,7 +29,10 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
-use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, WebCheckerStatus};
+use crate::api::{
+    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
+    OWNER_LABEL, WebChecker, WebCheckerStatus,
+};
 use crate::coordination::membership::Membership;
 use crate::error::api_code;
 use crate::kubeio::client::CALL_DEADLINE;
@@ -39,12 +42,37 @@ use crate::observe::metrics::Metrics;
 /// probe, so the new owner keeps the cadence.
 pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
 
+/// Whom a drain hands the checker to: the target and its Lease UID, as the
+/// sharder wrote them beside the drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handover {
+    pub to: String,
+    pub epoch: String,
+}
+
+impl Handover {
+    /// The handover an object's annotations ask for; `None` when the drain
+    /// names no epoch (a sharder of an earlier version: the acknowledgement
+    /// clears the assignment and that sharder assigns the target).
+    pub fn requested(
+        annotations: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Option<Handover> {
+        let a = annotations?;
+        Some(Handover {
+            to: a.get(DRAIN_ANNOTATION)?.clone(),
+            epoch: a.get(DRAIN_EPOCH_ANNOTATION)?.clone(),
+        })
+    }
+}
+
 #[derive(Clone, Debug)]
 pub enum Op {
     Status(Box<WebCheckerStatus>),
-    /// Hand the checker over: clear owner and epoch, keep the drain target.
+    /// Hand the checker over: assign the drain's target (or, without one,
+    /// clear owner and epoch and keep the drain for the sharder).
     AckDrain {
         last_probe_unix_ms: Option<i64>,
+        handover: Option<Handover>,
     },
 }
 
@@ -67,6 +95,41 @@ impl Pending {
     /// A write succeeded after this one failed.
     fn backoff_over(&self, answered_at: Option<Instant>) -> bool {
         matches!((self.failed_at, answered_at), (Some(f), Some(a)) if a > f)
+    }
+}
+
+/// The drain acknowledgement: with a handover, one write assigns the target
+/// (the old owner has stopped, so the target may start at once); without
+/// one, owner and epoch are cleared and the sharder assigns. Either way it
+/// carries the last probe's time, so the new owner keeps the cadence.
+fn ack_patch(
+    rv: Option<String>,
+    last_probe_unix_ms: Option<i64>,
+    handover: Option<&Handover>,
+    me: &str,
+) -> serde_json::Value {
+    let last = last_probe_unix_ms.map(|t| t.to_string());
+    match handover {
+        Some(h) => json!({
+            "metadata": {
+                "resourceVersion": rv,
+                "labels": { OWNER_LABEL: h.to },
+                "annotations": {
+                    EPOCH_ANNOTATION: h.epoch,
+                    DRAIN_ANNOTATION: null,
+                    DRAIN_EPOCH_ANNOTATION: null,
+                    HANDED_OVER_FROM_ANNOTATION: me,
+                    LAST_PROBE_ANNOTATION: last,
+                },
+            }
+        }),
+        None => json!({
+            "metadata": {
+                "resourceVersion": rv,
+                "labels": { OWNER_LABEL: null },
+                "annotations": { EPOCH_ANNOTATION: null, LAST_PROBE_ANNOTATION: last },
+            }
+        }),
     }
 }
 
@@ -276,17 +339,16 @@ impl StatusWriter {
                 api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?
             }
-            Op::AckDrain { last_probe_unix_ms } => {
-                let patch = json!({
-                    "metadata": {
-                        "resourceVersion": rv,
-                        "labels": { OWNER_LABEL: null },
-                        "annotations": {
-                            EPOCH_ANNOTATION: null,
-                            LAST_PROBE_ANNOTATION: last_probe_unix_ms.map(|t| t.to_string()),
-                        },
-                    }
-                });
+            Op::AckDrain {
+                last_probe_unix_ms,
+                handover,
+            } => {
+                let patch = ack_patch(
+                    rv,
+                    *last_probe_unix_ms,
+                    handover.as_ref(),
+                    &self.membership.identity,
+                );
                 api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?
             }
@@ -362,6 +424,11 @@ impl StatusWriter {
                     if obj.metadata.uid.as_deref() == Some(uid.as_str())
                         && self.still_ours(&obj, &p.op) =>
                 {
+                    // The sharder may have re-targeted the drain meanwhile:
+                    // hand over to the target of the version we write on.
+                    if let Op::AckDrain { handover, .. } = &mut p.op {
+                        *handover = Handover::requested(obj.metadata.annotations.as_ref());
+                    }
                     self.attempt(client, &key, &p, obj.metadata.resource_version.clone())
                         .await
                 }

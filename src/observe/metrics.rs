@@ -153,6 +153,7 @@ pub struct Metrics {
     pub leader: IntGauge,
     pub ring_members: IntGauge,
     pub orphaned_checkers: IntGauge,
+    pub handover_window: IntGauge,
     pub schedule_lag: Histogram,
     pub missed_intervals: IntCounter,
     pub inflight: IntGauge,
@@ -207,6 +208,10 @@ const RING_MEMBERS: Family = ("webchecker_ring_members", "Live members this repl
 const ORPHANED_CHECKERS: Family = (
     "webchecker_orphaned_checkers",
     "Checkers the sharder has seen without a valid, live owner for longer than a lease, or draining for longer than six (leader only)",
+);
+const HANDOVER_WINDOW: Family = (
+    "webchecker_handover_window",
+    "Handovers (drains) the sharder lets be in progress at once, sized from its writes' answer times (leader only)",
 );
 const SCHEDULE_LAG: Family = (
     "webchecker_schedule_lag_seconds",
@@ -368,6 +373,7 @@ impl Metrics {
             leader: gauge(&r, LEADER),
             ring_members: gauge(&r, RING_MEMBERS),
             orphaned_checkers: gauge(&r, ORPHANED_CHECKERS),
+            handover_window: gauge(&r, HANDOVER_WINDOW),
             schedule_lag: histogram(&r, SCHEDULE_LAG, LAG_BUCKETS.to_vec()),
             missed_intervals: counter(&r, MISSED_INTERVALS),
             inflight: gauge(&r, INFLIGHT),

@@ -277,6 +277,7 @@ fn rec(
         owner: owner.map(String::from),
         epoch: epoch.map(String::from),
         drain: drain.map(String::from),
+        handed_over_from: None,
         status_owner: status_by.map(String::from),
         observed_generation: Some(1),
         status: status.into(),
@@ -577,6 +578,37 @@ fn oracle_checks_every_status_write_and_every_move() {
         1,
         "one entry per checker"
     );
+    // The old owner's acknowledgement assigns the target itself and says so.
+    let mut handed = drained[2].clone();
+    handed.rv = 13;
+    handed.handed_over_from = Some("r1".into());
+    let two_writes = vec![base.clone(), drained[1].clone(), handed.clone()];
+    assert!(fencing(&two_writes, &leases, t, t + s(10), &never, &clk).is_empty());
+    // Without it (the sharder skipping the handshake), or from a drain to
+    // another target, the move needs its proof.
+    for bad in [
+        {
+            let mut r = handed.clone();
+            r.handed_over_from = None;
+            r
+        },
+        {
+            let mut r = handed.clone();
+            r.owner = Some("r3".into());
+            r
+        },
+    ] {
+        let v = fencing(
+            &[base.clone(), drained[1].clone(), bad],
+            &leases,
+            t,
+            t + s(10),
+            &never,
+            &clk,
+        );
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].inv, Inv::Proof);
+    }
     assert!(
         moves(&ok, t, t + s(10), &clk).is_empty(),
         "a status write is no move"

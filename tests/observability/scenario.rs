@@ -365,10 +365,11 @@ async fn settled(
 
 /// Handovers and drain acknowledgements in the object log, each seen as a
 /// change of one checker (listed baselines are not changes): (handovers,
-/// acks). A handover is the sharder's assignment of a checker whose old
-/// owner acknowledged its drain, to the drain's target (what it counts as a
-/// rebalance move); an ack is the old owner's removal of its owner label
-/// while the drain stands (what it counts as a drain). A drain re-targeted
+/// acks). The old owner's acknowledgement that assigns the drain's target
+/// itself is both (the sharder counts it as a rebalance move, the old owner
+/// as a drain). Of a drain an earlier sharder wrote (no epoch of the
+/// target), the ack is the old owner's removal of its owner label while the
+/// drain stands, and the handover the sharder's assignment after it. A drain re-targeted
 /// because its target looked gone (a starved replica's late renewal) is two
 /// of each, as the counters see it.
 pub fn handovers_and_acks(objs: &[ObjRec]) -> (usize, usize) {
@@ -380,6 +381,12 @@ pub fn handovers_and_acks(objs: &[ObjRec]) -> (usize, usize) {
             && let Some(target) = &prev.drain
         {
             match (&prev.owner, &o.owner) {
+                (Some(old), Some(owner))
+                    if owner == target && old != owner && o.drain.is_none() =>
+                {
+                    handovers += 1;
+                    acks += 1;
+                }
                 (None, Some(owner)) if owner == target && o.drain.is_none() => handovers += 1,
                 (Some(_), None) if o.drain.as_ref() == Some(target) => acks += 1,
                 _ => {}

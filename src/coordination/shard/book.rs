@@ -9,20 +9,15 @@ use std::time::{Duration, Instant};
 
 use kube::api::ObjectMeta;
 
-use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, object_key};
+use super::window::START_WINDOW;
+use crate::api::{
+    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, object_key,
+};
 use crate::coordination::ring::{self, Move, Placement};
 
 /// How long a completed write holds its key while its watch event has not
 /// arrived (a later change may come first and the event never show).
 pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
-
-/// Rebalancing drains in progress at most. Each handover costs three writes
-/// (drain, ack, assign) and leaves its checker unprobed from the drain to the
-/// new owner's first probe; draining a whole share at once queues every one
-/// of those writes behind the others on the API server, so every checker of
-/// the share waits for the slowest. A bounded window keeps each handover a
-/// few round trips long; moves of checkers nobody probes are never held back.
-pub const HANDOVER_WINDOW: usize = 32;
 
 /// A checker whose drain was withdrawn because its owner never acknowledged
 /// it (see [`Book::stuck_drains`]) is not drained again for this many times
@@ -38,6 +33,8 @@ pub struct ObjState {
     pub owner: Option<String>,
     pub epoch: Option<String>,
     pub drain: Option<String>,
+    /// The drain target's Lease UID, as the sharder wrote it beside the drain.
+    pub drain_epoch: Option<String>,
     pub first_seen_unassigned: Option<Instant>,
     pub drain_since: Option<Instant>,
     /// Since when no valid, unsuspected owner probes it (see [`Book::census`]).
@@ -74,6 +71,7 @@ impl ObjState {
                 owner,
                 epoch: ann.and_then(|a| a.get(EPOCH_ANNOTATION)).cloned(),
                 drain,
+                drain_epoch: ann.and_then(|a| a.get(DRAIN_EPOCH_ANNOTATION)).cloned(),
                 first_seen_unassigned,
                 drain_since,
                 orphan_since: prev.and_then(|p| p.orphan_since),
@@ -164,6 +162,15 @@ impl Roster<'_> {
     fn fresh(&self, id: &str) -> bool {
         self.members.contains_key(id) && !self.suspects.contains(id)
     }
+    /// Draining towards a fresh member under the epoch it holds now (a
+    /// drain that names no epoch was written by an earlier sharder).
+    fn drain_target<'o>(&self, o: &'o ObjState) -> Option<&'o String> {
+        let t = o.drain.as_ref().filter(|t| self.fresh(t))?;
+        match &o.drain_epoch {
+            Some(e) if self.members.get(t) != Some(e) => None,
+            _ => Some(t),
+        }
+    }
     fn valid_owner(&self, o: &ObjState) -> bool {
         matches!((&o.owner, &o.epoch), (Some(owner), Some(epoch)) if self.members.get(owner) == Some(epoch))
     }
@@ -216,6 +223,9 @@ pub struct Book {
     /// verdict (the Lease's deletion, our own proof's, may be seen by the
     /// view before the verdict comes back).
     proving: HashSet<String>,
+    /// Handovers in progress at most ([`super::window`]); the start width
+    /// until the sharder sets one.
+    window: Option<usize>,
 }
 
 impl Book {
@@ -243,11 +253,20 @@ impl Book {
         self.synced = true;
     }
 
-    pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) {
+    /// Folds a watched change in; whether it completed a handover (the old
+    /// owner assigned the drain's target itself).
+    pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) -> bool {
         let prev = key_of(meta).and_then(|k| self.objects.get(&k));
         let Some((k, s)) = ObjState::from_meta(meta, prev, now) else {
-            return;
+            return false;
         };
+        let handed_over = prev.is_some_and(|p| {
+            p.owner.is_some()
+                && p.owner != s.owner
+                && p.drain.is_some()
+                && p.drain == s.owner
+                && s.drain.is_none()
+        });
         if self
             .written
             .get(&k)
@@ -261,6 +280,12 @@ impl Book {
             seen.insert(s.resource_version.clone());
         }
         self.objects.insert(k, s);
+        handed_over
+    }
+
+    /// Sets how many handovers may be in progress at once.
+    pub fn set_window(&mut self, width: usize) {
+        self.window = Some(width);
     }
 
     pub fn deleted(&mut self, meta: &ObjectMeta) {
@@ -439,12 +464,13 @@ impl Book {
             if m.unverified(o).is_some() {
                 continue;
             }
-            let target_fresh = o.drain.as_ref().filter(|t| m.fresh(t));
+            let target_fresh = m.drain_target(o);
             let holder = match (valid, target_fresh) {
                 // A drain in progress counts against its target.
                 (true, Some(t)) => Some(t.clone()),
                 (true, None) if o.drain.is_none() => o.owner.clone(),
-                // Draining towards a member that left or is suspect: re-target.
+                // Draining towards a member that left, is suspect or holds
+                // another Lease than the drain names: re-target.
                 (true, None) => None,
                 (false, Some(t)) if o.owner.is_none() => {
                     // The old owner acknowledged the drain: hand over to the target.
@@ -463,7 +489,8 @@ impl Book {
             });
         }
         let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
-        let mut window = HANDOVER_WINDOW.saturating_sub(self.handovers_in_progress());
+        let width = self.window.unwrap_or(START_WINDOW);
+        let mut window = width.saturating_sub(self.handovers_in_progress());
         let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
             if window > 0 && !self.held_back.contains_key(&key) {
                 window -= 1;
@@ -520,7 +547,7 @@ impl Book {
             let stuck = o
                 .drain_since
                 .is_some_and(|t| now.saturating_duration_since(t) > bound);
-            let target_fresh = o.drain.as_deref().is_some_and(|t| m.fresh(t));
+            let target_fresh = m.drain_target(o).is_some();
             if !stuck || !target_fresh || !m.valid_owner(o) || self.pending(key) {
                 continue;
             }

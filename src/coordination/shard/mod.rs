@@ -9,9 +9,12 @@
 //!   sharder reassigns at once;
 //! - owner suspect (its Lease stood still for a lease duration of time the
 //!   judge could count, see [`view`]) but not proven gone: its checkers stay;
-//! - move between two live members: the sharder writes `drain=<target>`; the old
-//!   owner stops probing, waits for its in-flight probe, then clears `owner` and
-//!   `epoch` (keeping `drain`); the sharder then assigns the target.
+//! - move between two live members: the sharder writes `drain=<target>` and
+//!   `drain-epoch=<target's Lease UID>`; the old owner stops probing, waits
+//!   for its in-flight probe, then assigns the target itself (`owner`,
+//!   `epoch`, drain cleared, `handed-over-from`) in one write. A drain without
+//!   `drain-epoch` (an earlier sharder's) is acknowledged by clearing `owner`
+//!   and `epoch`, and the sharder assigns.
 //!
 //! Every write carries a resourceVersion precondition and is made only while
 //! this replica leads ([`elector::LeaderGate`]).
@@ -21,6 +24,7 @@ pub mod elector;
 pub mod peers;
 pub mod sharder;
 pub mod view;
+pub mod window;
 
 pub use elector::{LeaderElector, LeaderGate};
 pub use peers::Peers;

@@ -34,12 +34,16 @@ use super::book::{Action, Book, Census, Roster, WriteOutcome};
 use super::elector::LeaderGate;
 use super::peers::Peers;
 use super::view::{MemberView, ObservedLease};
+use super::window::Window;
 
 /// Leases after which a drain its owner never acknowledged is withdrawn
 /// (crate::coordination::shard::book::Book::stuck_drains): a handover takes
 /// a probe's timeout and two writes, far less.
 const STUCK_LEASES: u32 = 3;
-use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker};
+use crate::api::{
+    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
+    OWNER_LABEL, WebChecker,
+};
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS};
@@ -60,13 +64,24 @@ enum Proof {
     Unknown,
 }
 
+/// How the API server took a write, for the handover window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Answered (written or refused on its merits) after this long.
+    In(Duration),
+    /// Shed (429, 503) or unanswered within the deadline.
+    Shed,
+    /// Not sent (not leader any more).
+    NotSent,
+}
+
 /// The assignment writes in flight, each with its action and when its
 /// checker was first seen unassigned (taken when the write starts: the watch
 /// event of the write itself may reach the book before the write's answer
 /// does).
 #[derive(Default)]
 struct Writes {
-    set: tokio::task::JoinSet<WriteOutcome>,
+    set: tokio::task::JoinSet<(WriteOutcome, Answer)>,
     actions: HashMap<tokio::task::Id, (Action, Option<Instant>)>,
 }
 
@@ -104,10 +119,18 @@ impl Writes {
         &mut self,
         sharder: &Sharder,
         book: &mut Book,
-        done: Result<(tokio::task::Id, WriteOutcome), tokio::task::JoinError>,
+        window: &mut Window,
+        done: Result<(tokio::task::Id, (WriteOutcome, Answer)), tokio::task::JoinError>,
     ) {
         let (id, outcome) = match done {
-            Ok((id, outcome)) => (id, outcome),
+            Ok((id, (outcome, answer))) => {
+                match answer {
+                    Answer::In(took) => window.answered(took, Instant::now()),
+                    Answer::Shed => window.shed(),
+                    Answer::NotSent => {}
+                }
+                (id, outcome)
+            }
             Err(e) => {
                 warn!(error = %e, "an assignment write task failed");
                 (e.id(), WriteOutcome::Failed)
@@ -293,9 +316,9 @@ impl Sharder {
         resource_version: String,
         action: Action,
         epoch: Option<String>,
-    ) -> WriteOutcome {
+    ) -> (WriteOutcome, Answer) {
         if !leader.valid() {
-            return WriteOutcome::Failed;
+            return (WriteOutcome::Failed, Answer::NotSent);
         }
         let api: Api<DynamicObject> = Api::namespaced_with(
             client,
@@ -307,33 +330,51 @@ impl Sharder {
                 "metadata": {
                     "resourceVersion": resource_version,
                     "labels": { OWNER_LABEL: to },
-                    "annotations": { EPOCH_ANNOTATION: epoch, DRAIN_ANNOTATION: null },
+                    "annotations": {
+                        EPOCH_ANNOTATION: epoch,
+                        DRAIN_ANNOTATION: null,
+                        DRAIN_EPOCH_ANNOTATION: null,
+                        HANDED_OVER_FROM_ANNOTATION: null,
+                    },
                 }
             }),
+            // The target's epoch goes with the drain: the old owner's
+            // acknowledgement assigns the target itself.
             Action::SetDrain { to, .. } => json!({
                 "metadata": {
                     "resourceVersion": resource_version,
-                    "annotations": { DRAIN_ANNOTATION: to },
+                    "annotations": { DRAIN_ANNOTATION: to, DRAIN_EPOCH_ANNOTATION: epoch },
                 }
             }),
             Action::ClearDrain { .. } => json!({
                 "metadata": {
                     "resourceVersion": resource_version,
-                    "annotations": { DRAIN_ANNOTATION: null },
+                    "annotations": { DRAIN_ANNOTATION: null, DRAIN_EPOCH_ANNOTATION: null },
                 }
             }),
         };
         let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let started = Instant::now();
+        let key = || format!("{namespace}/{name}");
         match tokio::time::timeout(CALL_DEADLINE, api.patch(&name, &pp, &patch)).await {
-            Ok(Ok(r)) => WriteOutcome::Written(r.metadata.resource_version.unwrap_or_default()),
-            Ok(Err(e)) if matches!(api_code(&e), Some(409 | 404)) => WriteOutcome::Raced,
+            Ok(Ok(r)) => (
+                WriteOutcome::Written(r.metadata.resource_version.unwrap_or_default()),
+                Answer::In(started.elapsed()),
+            ),
+            Ok(Err(e)) if matches!(api_code(&e), Some(409 | 404)) => {
+                (WriteOutcome::Raced, Answer::In(started.elapsed()))
+            }
             Ok(Err(e)) => {
-                warn!(checker = %format!("{namespace}/{name}"), error = %e, "assignment write failed");
-                WriteOutcome::Failed
+                warn!(checker = %key(), error = %e, "assignment write failed");
+                let answer = match api_code(&e) {
+                    Some(429) | Some(500..) | None => Answer::Shed,
+                    Some(_) => Answer::In(started.elapsed()),
+                };
+                (WriteOutcome::Failed, answer)
             }
             Err(_) => {
-                warn!(checker = %format!("{namespace}/{name}"), "assignment write got no answer in time");
-                WriteOutcome::Failed
+                warn!(checker = %key(), "assignment write got no answer in time");
+                (WriteOutcome::Failed, Answer::Shed)
             }
         }
     }
@@ -471,6 +512,7 @@ impl Sharder {
             .boxed();
         let mut book = Book::default();
         let mut writes = Writes::default();
+        let mut window = Window::new(Instant::now());
         let mut proofs = Proofs::default();
         let mut checks = EpochChecks::new(Api::namespaced(
             self.clients.requests.clone(),
@@ -494,7 +536,7 @@ impl Sharder {
                     // Decisions skip keys with a write in flight; now that this one
                     // is done, decide again even if no watch event follows.
                     dirty = true;
-                    writes.finished(&self, &mut book, done);
+                    writes.finished(&self, &mut book, &mut window, done);
                     continue;
                 }
                 Some(done) = proofs.join_next(), if !proofs.is_empty() => {
@@ -544,6 +586,9 @@ impl Sharder {
             }
             last_decision = Instant::now();
             dirty = false;
+            window.step(last_decision);
+            book.set_window(window.width());
+            self.metrics.handover_window.set(window.width() as i64);
             checks.start(&book.unverified(&seen), last_decision);
             let actions = self.decisions(&mut book, &seen, last_decision);
             if actions.is_empty() {
@@ -599,7 +644,12 @@ impl Sharder {
             Ok(Some(Event::Init)) => book.list_begin(),
             Ok(Some(Event::InitApply(o))) => book.list_item(&o.metadata, now),
             Ok(Some(Event::InitDone)) => book.list_done(),
-            Ok(Some(Event::Apply(o))) => book.applied(&o.metadata, now),
+            Ok(Some(Event::Apply(o))) => {
+                if book.applied(&o.metadata, now) {
+                    // The old owner assigned the target itself: a move.
+                    self.metrics.moves.with_label_values(&["rebalance"]).inc();
+                }
+            }
             Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
             Ok(None) => return Err(Error::TaskDied("sharder watch")),
             Err(e) => {
@@ -642,6 +692,7 @@ struct ClearOrphans(Arc<Metrics>);
 impl Drop for ClearOrphans {
     fn drop(&mut self) {
         self.0.orphaned_checkers.set(0);
+        self.0.handover_window.set(0);
     }
 }
 

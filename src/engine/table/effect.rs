@@ -13,7 +13,7 @@ use crate::confirm::{Ask, Verdict};
 use crate::engine::command::Checker;
 use crate::engine::status::{Transition, Truth};
 use crate::intake::secrets::Resolved;
-use crate::kubeio::writer::Op;
+use crate::kubeio::writer::{Handover, Op};
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Compiled, Outcome, ProbePlan};
@@ -42,6 +42,7 @@ pub enum Input {
         name: String,
         resource_version: String,
         uid: String,
+        handover: Option<Handover>,
     },
     /// Deleted, or no longer ours.
     Remove { key: String },

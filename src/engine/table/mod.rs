@@ -25,7 +25,7 @@ use crate::engine::arrival::Arrivals;
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
-use crate::kubeio::writer::Op;
+use crate::kubeio::writer::{Handover, Op};
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};
@@ -75,6 +75,8 @@ struct Entry {
     due: Instant,
     inflight: bool,
     draining: bool,
+    /// Whom the drain hands it to (see [`Handover`]).
+    handover: Option<Handover>,
     status: CheckerStatus,
     /// With spec.locations: the other zones were asked and have not all
     /// answered (one round out at a time).
@@ -175,7 +177,8 @@ impl Table {
                 name,
                 resource_version,
                 uid,
-            } => self.drain(key, namespace, name, resource_version, uid),
+                handover,
+            } => self.drain(key, namespace, name, resource_version, uid, handover),
             Input::Remove { key } => {
                 self.remove(&key);
                 self.shrink_if_sparse();
@@ -293,6 +296,7 @@ impl Table {
             // handshake would never complete and the checker would stay unowned.
             let op = Op::AckDrain {
                 last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
+                handover: e.handover.clone(),
             };
             let (namespace, name) = (e.namespace.clone(), e.name.clone());
             self.submit(key, namespace, name, op);
@@ -426,12 +430,14 @@ impl Table {
         name: String,
         resource_version: String,
         uid: String,
+        handover: Option<Handover>,
     ) {
         self.forget_if_recreated(&key, &uid);
         self.observe_version(&key, resource_version, uid);
         let (inflight, last) = match self.entries.get_mut(&key) {
             Some(e) => {
                 e.draining = true;
+                e.handover = handover.clone();
                 (e.inflight, e.last_probe_wall)
             }
             None => (false, None),
@@ -444,6 +450,7 @@ impl Table {
         if !inflight {
             let op = Op::AckDrain {
                 last_probe_unix_ms: last.map(unix_ms),
+                handover,
             };
             self.submit(key, namespace, name, op);
         }

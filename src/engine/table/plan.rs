@@ -68,6 +68,7 @@ impl Table {
                 // A drain was requested earlier and since withdrawn: resume, and
                 // do not hand over after all.
                 e.draining = false;
+                e.handover = None;
                 self.out
                     .push(Effect::Writer(ToWriter::Withdraw { key: key.clone() }));
             }
@@ -120,6 +121,7 @@ impl Table {
                     inflight: false,
                     zones_asked: false,
                     draining: false,
+                    handover: None,
                     status: CheckerStatus::from_existing(c.status.as_ref()),
                     last_probe_wall: None,
                     first_probe_since: None,

@@ -217,6 +217,7 @@ fn the_newest_command_for_a_checker_wins() {
             resource_version: "2".into(),
             uid: "u1".into(),
             epoch: None,
+            handover: None,
         }),
         cmd(crate::intake::found::malformed(
             "ns".into(),

@@ -28,13 +28,15 @@ fn a_status_write_never_replaces_a_queued_drain_ack() {
         "a",
         Op::AckDrain {
             last_probe_unix_ms: Some(1),
+            handover: None,
         },
     );
     w.submit("ns/a", "ns", "a", Op::Status(Box::default()));
     assert!(matches!(
         queued(&w, "ns/a"),
         Some(Op::AckDrain {
-            last_probe_unix_ms: Some(1)
+            last_probe_unix_ms: Some(1),
+            ..
         })
     ));
 }
@@ -55,6 +57,7 @@ fn a_newer_status_replaces_an_older_one_and_an_ack_replaces_a_status() {
         "a",
         Op::AckDrain {
             last_probe_unix_ms: None,
+            handover: None,
         },
     );
     assert!(matches!(queued(&w, "ns/a"), Some(Op::AckDrain { .. })));
@@ -232,6 +235,7 @@ fn drain_acks_are_written_before_status() {
         "ack",
         Op::AckDrain {
             last_probe_unix_ms: None,
+            handover: None,
         },
     );
     let (batch, _) = w.take_batch(1, Instant::now());
@@ -267,6 +271,7 @@ fn a_drain_ack_jumps_a_batch_already_taken() {
         "ack",
         Op::AckDrain {
             last_probe_unix_ms: None,
+            handover: None,
         },
     );
     let (key, _) = w.take_ack(Instant::now()).expect("the ack goes next");
@@ -287,6 +292,7 @@ async fn nothing_is_written_after_our_drain_ack_landed() {
         "a",
         Op::AckDrain {
             last_probe_unix_ms: None,
+            handover: None,
         },
     );
     let p = w.lock().pending.remove("ns/a").unwrap();
@@ -422,4 +428,129 @@ async fn a_backoff_ends_when_the_api_server_answers_again() {
     let (batch, _) = w.take_batch(10, Instant::now());
     assert_eq!(batch.len(), 1, "a's backoff is over");
     assert_eq!(batch[0].0, "ns/a");
+}
+
+fn draining_json(to: &str, to_epoch: &str, rv: &str) -> serde_json::Value {
+    let mut v = checker_json("r1", "uid-r1", rv);
+    v["metadata"]["annotations"][DRAIN_ANNOTATION] = json!(to);
+    v["metadata"]["annotations"][DRAIN_EPOCH_ANNOTATION] = json!(to_epoch);
+    v
+}
+
+/// Answers the next PATCH (fenced by `rv`) with `resp`; returns its body.
+async fn patched(
+    h: &mut ApiHandle,
+    rv: &str,
+    resp: http::Response<kube::client::Body>,
+) -> serde_json::Value {
+    let (req, send) = h.next_request().await.expect("a request");
+    assert_eq!(req.method().as_str(), "PATCH");
+    let v = crate::kubeio::mock_api::body_json(req).await;
+    assert_eq!(
+        v["metadata"]["resourceVersion"], rv,
+        "fenced by the version last seen"
+    );
+    send.send_response(resp);
+    v
+}
+
+/// The two-write handover: the old owner's acknowledgement assigns the
+/// drain's target itself (owner, epoch), clears the drain, says who handed
+/// it over, and keeps the cadence.
+#[tokio::test]
+async fn a_drain_ack_with_a_handover_assigns_the_target_in_one_write() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5", "u1");
+    let annotations: std::collections::BTreeMap<String, String> = [
+        (DRAIN_ANNOTATION.to_string(), "r2".to_string()),
+        (DRAIN_EPOCH_ANNOTATION.to_string(), "uid-r2".to_string()),
+    ]
+    .into();
+    let handover = Handover::requested(Some(&annotations));
+    assert_eq!(
+        handover,
+        Some(Handover {
+            to: "r2".into(),
+            epoch: "uid-r2".into()
+        })
+    );
+    w.submit(
+        "ns/a",
+        "ns",
+        "a",
+        Op::AckDrain {
+            last_probe_unix_ms: Some(1234),
+            handover,
+        },
+    );
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        let body = patched(&mut h, "5", ok(checker_json("r2", "uid-r2", "6"))).await;
+        (h, body)
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    let (_h, body) = api.await.unwrap();
+    let m = &body["metadata"];
+    assert_eq!(m["labels"][OWNER_LABEL], "r2");
+    assert_eq!(m["annotations"][EPOCH_ANNOTATION], "uid-r2");
+    assert_eq!(m["annotations"][DRAIN_ANNOTATION], serde_json::Value::Null);
+    assert_eq!(
+        m["annotations"][DRAIN_EPOCH_ANNOTATION],
+        serde_json::Value::Null
+    );
+    assert_eq!(m["annotations"][HANDED_OVER_FROM_ANNOTATION], "r1");
+    assert_eq!(m["annotations"][LAST_PROBE_ANNOTATION], "1234");
+    assert_eq!(count(&w, "ok"), 1);
+    assert!(!w.lock().versions.contains_key("ns/a"), "not ours any more");
+}
+
+/// The sharder re-targeted the drain (its target left) while our ack was on
+/// its way: the retry hands over to the target of the version it is fenced
+/// by, never to the one that left.
+#[tokio::test]
+async fn a_drain_retargeted_meanwhile_is_handed_to_the_new_target() {
+    let (w, client, mut h) = mocked();
+    w.observe_version("ns/a", "5", "u1");
+    let handover = Some(Handover {
+        to: "r2".into(),
+        epoch: "uid-r2".into(),
+    });
+    w.submit(
+        "ns/a",
+        "ns",
+        "a",
+        Op::AckDrain {
+            last_probe_unix_ms: None,
+            handover,
+        },
+    );
+    let p = w.lock().pending.remove("ns/a").unwrap();
+    let api = tokio::spawn(async move {
+        patched(&mut h, "5", status(409)).await;
+        answer(&mut h, "GET", None, ok(draining_json("r3", "uid-r3", "6"))).await;
+        let body = patched(&mut h, "6", ok(checker_json("r3", "uid-r3", "7"))).await;
+        (h, body)
+    });
+    w.write(&client, "ns/a".into(), p).await;
+    let (_h, body) = api.await.unwrap();
+    assert_eq!(body["metadata"]["labels"][OWNER_LABEL], "r3");
+    assert_eq!(body["metadata"]["annotations"][EPOCH_ANNOTATION], "uid-r3");
+}
+
+/// A drain from a sharder of an earlier version names no epoch: the ack
+/// clears the assignment and leaves the drain for that sharder to assign.
+#[test]
+fn a_drain_without_an_epoch_is_acknowledged_the_earlier_way() {
+    let mut a = std::collections::BTreeMap::new();
+    a.insert(DRAIN_ANNOTATION.to_string(), "r2".to_string());
+    assert_eq!(Handover::requested(Some(&a)), None);
+    let body = ack_patch(Some("5".into()), Some(9), None, "r1");
+    let m = &body["metadata"];
+    assert_eq!(m["labels"][OWNER_LABEL], serde_json::Value::Null);
+    assert_eq!(m["annotations"][EPOCH_ANNOTATION], serde_json::Value::Null);
+    assert!(
+        m["annotations"].get(DRAIN_ANNOTATION).is_none(),
+        "the drain stays"
+    );
+    assert!(m["annotations"].get(HANDED_OVER_FROM_ANNOTATION).is_none());
 }

@@ -1,6 +1,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::coordination::shard::window::START_WINDOW;
 
 fn meta(
     name: &str,
@@ -334,7 +335,7 @@ fn a_drain_whose_target_left_is_withdrawn_when_the_owner_is_best() {
 /// share stays unprobed for the whole queue. Unowned checkers never wait.
 #[test]
 fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
-    let n = 4 * HANDOVER_WINDOW;
+    let n = 4 * START_WINDOW;
     let mut items: Vec<ObjectMeta> = (0..n)
         .map(|i| meta(&format!("c{i}"), "1", Some("a"), Some("ua"), None))
         .collect();
@@ -346,7 +347,7 @@ fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
         .iter()
         .filter(|a| matches!(a, Action::SetDrain { .. }))
         .collect();
-    assert_eq!(drains.len(), HANDOVER_WINDOW);
+    assert_eq!(drains.len(), START_WINDOW);
     assert_eq!(
         first
             .iter()
@@ -387,7 +388,7 @@ fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
         "acknowledged or not, a drain holds its place until it is handed over"
     );
     // Half of them handed over: as many new drains start.
-    for (i, a) in drains.iter().take(HANDOVER_WINDOW / 2).enumerate() {
+    for (i, a) in drains.iter().take(START_WINDOW / 2).enumerate() {
         let name = a.key().trim_start_matches("ns/");
         b.applied(
             &meta(name, &format!("h{i}"), Some("b"), Some("ub"), None),
@@ -399,7 +400,7 @@ fn rebalancing_drains_a_bounded_window_and_never_holds_back_orphans() {
         next.iter()
             .filter(|a| matches!(a, Action::SetDrain { .. }))
             .count(),
-        HANDOVER_WINDOW / 2
+        START_WINDOW / 2
     );
 }
 
@@ -504,4 +505,105 @@ fn a_members_checkers_wait_for_the_verdict_of_its_proof_under_way() {
     assert!(decide(&b, &live, &[]).is_empty());
     b.proven("gone");
     assert_eq!(decide(&b, &live, &[]), [assign("ns/x", "a", Cause::Dead)]);
+}
+
+fn drain_meta(
+    name: &str,
+    rv: &str,
+    owner: &str,
+    epoch: &str,
+    to: &str,
+    to_epoch: &str,
+) -> ObjectMeta {
+    let mut m = meta(name, rv, Some(owner), Some(epoch), Some(to));
+    m.annotations
+        .get_or_insert_default()
+        .insert(DRAIN_EPOCH_ANNOTATION.to_string(), to_epoch.to_string());
+    m
+}
+
+/// The two-write handover: the old owner's acknowledgement assigns the
+/// target itself. The sharder writes nothing more for it, counts the move,
+/// and its window slot is free for the next drain at once.
+#[test]
+fn a_handover_acknowledged_by_assigning_the_target_needs_no_third_write() {
+    let n = 4 * START_WINDOW;
+    let items: Vec<ObjectMeta> = (0..n)
+        .map(|i| meta(&format!("c{i:03}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    let mut b = book(&items);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    let drains = decide(&b, &live, &[]);
+    assert_eq!(drains.len(), START_WINDOW);
+    let now = Instant::now();
+    for a in &drains {
+        let name = a.key().trim_start_matches("ns/");
+        assert!(!b.applied(&drain_meta(name, "2", "a", "ua", "b", "ub"), now));
+    }
+    assert!(decide(&b, &live, &[]).is_empty(), "the window is full");
+    let mut handed = 0;
+    for a in drains.iter().take(10) {
+        let name = a.key().trim_start_matches("ns/");
+        handed += b.applied(&meta(name, "3", Some("b"), Some("ub"), None), now) as usize;
+    }
+    assert_eq!(handed, 10, "each completed handover is seen as one move");
+    let next = decide(&b, &live, &[]);
+    assert_eq!(next.len(), 10, "{next:?}");
+    assert!(
+        next.iter()
+            .all(|a| matches!(a, Action::SetDrain { to, .. } if to == "b"))
+    );
+    assert!(
+        next.iter()
+            .all(|a| drains.iter().all(|d| d.key() != a.key()))
+    );
+}
+
+/// A drain written by an earlier sharder names no epoch; its owner clears
+/// the assignment and the sharder assigns the target (a rolling upgrade).
+#[test]
+fn a_drain_acknowledged_the_earlier_way_is_still_assigned() {
+    let b = book(&[meta("x", "1", None, None, Some("b"))]);
+    let acts = decide(&b, &members(&[("a", "ua"), ("b", "ub")]), &[]);
+    assert_eq!(acts, [assign("ns/x", "b", Cause::Rebalance)]);
+}
+
+/// The target restarted after the drain was written: the drain names its
+/// earlier Lease, and an acknowledgement would assign the checker to a
+/// session that ended. The sharder drains again under the current epoch.
+#[test]
+fn a_drain_naming_the_targets_earlier_lease_is_written_again() {
+    let mut items: Vec<ObjectMeta> = (0..3)
+        .map(|i| meta(&format!("a{i}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    items.push(drain_meta("x", "1", "a", "ua", "b", "ub-old"));
+    let b = book(&items);
+    let acts = decide(&b, &members(&[("a", "ua"), ("b", "ub")]), &[]);
+    assert!(
+        acts.iter()
+            .any(|a| matches!(a, Action::SetDrain { key, to } if key == "ns/x" && to == "b")),
+        "{acts:?}"
+    );
+    // Under the current epoch it is left alone.
+    let mut items: Vec<ObjectMeta> = (0..3)
+        .map(|i| meta(&format!("a{i}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    items.push(drain_meta("x", "1", "a", "ua", "b", "ub"));
+    let b = book(&items);
+    let acts = decide(&b, &members(&[("a", "ua"), ("b", "ub")]), &[]);
+    assert!(acts.iter().all(|a| a.key() != "ns/x"), "{acts:?}");
+}
+
+/// The window's width comes from the sharder (measured answer times).
+#[test]
+fn the_window_set_by_the_sharder_bounds_the_drains() {
+    let items: Vec<ObjectMeta> = (0..400)
+        .map(|i| meta(&format!("c{i:03}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    let mut b = book(&items);
+    let live = members(&[("a", "ua"), ("b", "ub")]);
+    b.set_window(150);
+    assert_eq!(decide(&b, &live, &[]).len(), 150);
+    b.set_window(8);
+    assert_eq!(decide(&b, &live, &[]).len(), 8);
 }

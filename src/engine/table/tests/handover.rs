@@ -11,7 +11,20 @@ fn drain(key: &str, rv: &str) -> Input {
         name: name.into(),
         resource_version: rv.into(),
         uid: format!("uid-{name}"),
+        handover: None,
     }
+}
+
+/// A drain whose sharder named the target's epoch.
+fn drain_to(key: &str, rv: &str, to: &str) -> Input {
+    let mut input = drain(key, rv);
+    if let Input::Drain { handover, .. } = &mut input {
+        *handover = Some(Handover {
+            to: to.into(),
+            epoch: format!("uid-{to}"),
+        });
+    }
+    input
 }
 
 fn sorted(mut lines: Vec<String>) -> Vec<String> {
@@ -66,6 +79,34 @@ fn a_drain_with_a_probe_in_flight_is_acknowledged_when_the_probe_ends() {
         [format!("ack ns/a last={last}")]
     );
     assert!(!sim.table.wants_worker());
+}
+
+/// The two-write handover: the ack names the drain's target, and a drain
+/// re-targeted while the probe was in flight hands over to the latest one.
+#[test]
+fn the_ack_hands_over_to_the_latest_target_of_the_drain() {
+    let mut sim = Sim::warm();
+    probed_once(&mut sim, "a");
+    let last = sim.wall_ms();
+    let lines = sim.command(drain_to("ns/a", "7", "r2"));
+    assert_eq!(
+        only(&lines, &["ack"]),
+        [format!("ack ns/a last={last} to=r2@uid-r2")]
+    );
+
+    let next = probed_once(&mut sim, "b");
+    let seq = sim.start("ns/b", next);
+    let lines = sim.command(drain_to("ns/b", "7", "r2"));
+    assert_eq!(only(&lines, &["ack"]), Vec::<String>::new());
+    // r2 left; the sharder drains towards r3 before the probe ends.
+    let lines = sim.command(drain_to("ns/b", "8", "r3"));
+    assert_eq!(only(&lines, &["ack"]), Vec::<String>::new());
+    sim.advance(Duration::from_millis(100));
+    let last = sim.wall_ms();
+    assert_eq!(
+        sim.done("ns/b", seq, Some(ok())),
+        [format!("ack ns/b last={last} to=r3@uid-r3")]
+    );
 }
 
 #[test]

@@ -220,10 +220,20 @@ impl Sim {
                         let c = s.condition("Ready").expect("a Ready condition");
                         format!("status {key} Ready={} {}", c.status, c.reason)
                     }
-                    Op::AckDrain { last_probe_unix_ms } => match last_probe_unix_ms {
-                        Some(ms) => format!("ack {key} last={ms}"),
-                        None => format!("ack {key}"),
-                    },
+                    Op::AckDrain {
+                        last_probe_unix_ms,
+                        handover,
+                    } => {
+                        let last = last_probe_unix_ms.map(|ms| format!(" last={ms}"));
+                        let to = handover
+                            .as_ref()
+                            .map(|h| format!(" to={}@{}", h.to, h.epoch));
+                        format!(
+                            "ack {key}{}{}",
+                            last.unwrap_or_default(),
+                            to.unwrap_or_default()
+                        )
+                    }
                 },
                 ToWriter::Withdraw { key } => format!("withdraw {key}"),
                 ToWriter::Forget { key } => format!("forget {key}"),
