@@ -10,7 +10,8 @@
 //!    grpc-go's health server;
 //! 2. ring quality by simulation (ring.rs, pure `webchecker::coordination::ring`);
 //! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
-//!    replicas);
+//!    replicas); 3b. a rebalance at scale, 10,000 checkers from 3 to 4
+//!    replicas (rebalance.rs);
 //! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,
 //!    leader loss, rolling restart) with the default lease timings;
 //! 5. what confirmation costs, healthy and with one replica's path to the
@@ -34,6 +35,7 @@
 //! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
+//! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000),
 //! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES
 //! (part 6's scrapes per configuration, default 60),
 //! BENCH_COMMAND (the command line shown in the report),
@@ -50,6 +52,7 @@ mod plots;
 mod probe;
 mod prom_memory;
 mod prometheus;
+mod rebalance;
 mod report;
 mod ring;
 mod scale;
@@ -69,7 +72,7 @@ use crate::report::Section;
 
 /// The parts in the report's order: key (BENCH_PARTS), title, and how its
 /// summary lines begin (merge.rs).
-const PARTS: [(&str, &str, &[&str]); 7] = [
+const PARTS: [(&str, &str, &[&str]); 8] = [
     (
         "probe",
         "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
@@ -82,6 +85,11 @@ const PARTS: [(&str, &str, &[&str]); 7] = [
     ),
     ("ring", "2. Ring quality (simulation)", &["ring"]),
     ("scale", "3. Scale on a real control plane", &["scale"]),
+    (
+        "rebalance",
+        "3b. Rebalance at scale: 3 -> 4 replicas",
+        &["rebalance"],
+    ),
     ("failover", "4. Failover", &["failover"]),
     ("confirm", "5. Confirmation", &["confirmation"]),
     (
@@ -187,6 +195,7 @@ type ClusterParts = (
     Option<Res<Section>>,
     Option<Res<Section>>,
     Option<Res<Section>>,
+    Option<Res<Section>>,
 );
 
 /// Parts 3 to 6 on one control plane: 1,000 checkers (scale figures, then
@@ -201,6 +210,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             let msg = format!("control plane did not start: {}", panic_text(&*p));
             return (
                 cfg.part("scale").then(|| Err(err(msg.clone()))),
+                cfg.part("rebalance").then(|| Err(err(msg.clone()))),
                 cfg.part("failover").then(|| Err(err(msg.clone()))),
                 cfg.part("confirm").then(|| Err(err(msg.clone()))),
                 cfg.part("prom").then(|| Err(err(msg))),
@@ -293,6 +303,15 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             }
         }
     }
+    let rebalance = if cfg.part("rebalance") {
+        let m = std::env::var("BENCH_REBALANCE_CHECKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if cfg.quick { 2_000 } else { 10_000 });
+        Some(Ok(rebalance::section(&caught(rebalance::run(cl, m)).await)))
+    } else {
+        None
+    };
     let prom = if cfg.part("prom") {
         let settings = prom_memory::Settings {
             checkers: cfg.prom_checkers,
@@ -317,7 +336,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
         }
         Ok(sec)
     });
-    (scale, failover, confirmation, prom)
+    (scale, rebalance, failover, confirmation, prom)
 }
 
 fn driver_main() {
@@ -332,7 +351,7 @@ fn driver_main() {
             "bench: no TrueType font found (apt-get install fonts-dejavu-core): plots are skipped"
         );
     }
-    let on_cluster = ["scale", "failover", "confirm", "prom"]
+    let on_cluster = ["scale", "rebalance", "failover", "confirm", "prom"]
         .iter()
         .any(|p| cfg.part(p));
     if !cfg.operator.is_file() && on_cluster {
@@ -355,7 +374,7 @@ fn driver_main() {
         eprintln!("bench: part 2, ring simulation");
         ring::part(&cfg, &img)
     });
-    let (scale, failover, confirmation, prom) = if on_cluster {
+    let (scale, rebalance, failover, confirmation, prom) = if on_cluster {
         eprintln!("bench: parts 3 to 6, real control plane");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -363,11 +382,20 @@ fn driver_main() {
             .unwrap();
         rt.block_on(cluster_parts(&cfg, &img))
     } else {
-        (None, None, None, None)
+        (None, None, None, None, None)
     };
 
     let took = t_start.elapsed().as_secs_f64();
-    let results = [probe, kinds, ring, scale, failover, confirmation, prom];
+    let results = [
+        probe,
+        kinds,
+        ring,
+        scale,
+        rebalance,
+        failover,
+        confirmation,
+        prom,
+    ];
     let (doc, failures) = report::document(
         &cfg,
         &m,

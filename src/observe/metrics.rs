@@ -154,6 +154,7 @@ pub struct Metrics {
     pub ring_members: IntGauge,
     pub orphaned_checkers: IntGauge,
     pub handover_window: IntGauge,
+    pub handover_duration: Histogram,
     pub schedule_lag: Histogram,
     pub missed_intervals: IntCounter,
     pub inflight: IntGauge,
@@ -212,6 +213,10 @@ const ORPHANED_CHECKERS: Family = (
 const HANDOVER_WINDOW: Family = (
     "webchecker_handover_window",
     "Handovers (drains) the sharder lets be in progress at once, sized from its writes' answer times (leader only)",
+);
+const HANDOVER_DURATION: Family = (
+    "webchecker_handover_duration_seconds",
+    "From a drain to the old owner's handover, as the sharder's watch sees them (leader only)",
 );
 const SCHEDULE_LAG: Family = (
     "webchecker_schedule_lag_seconds",
@@ -374,6 +379,7 @@ impl Metrics {
             ring_members: gauge(&r, RING_MEMBERS),
             orphaned_checkers: gauge(&r, ORPHANED_CHECKERS),
             handover_window: gauge(&r, HANDOVER_WINDOW),
+            handover_duration: histogram(&r, HANDOVER_DURATION, ASSIGN_BUCKETS.to_vec()),
             schedule_lag: histogram(&r, SCHEDULE_LAG, LAG_BUCKETS.to_vec()),
             missed_intervals: counter(&r, MISSED_INTERVALS),
             inflight: gauge(&r, INFLIGHT),

@@ -253,20 +253,21 @@ impl Book {
         self.synced = true;
     }
 
-    /// Folds a watched change in; whether it completed a handover (the old
-    /// owner assigned the drain's target itself).
-    pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) -> bool {
+    /// Folds a watched change in. When it completed a handover (the old
+    /// owner assigned the drain's target itself): how long since the drain
+    /// was first seen.
+    pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) -> Option<Duration> {
         let prev = key_of(meta).and_then(|k| self.objects.get(&k));
-        let Some((k, s)) = ObjState::from_meta(meta, prev, now) else {
-            return false;
-        };
-        let handed_over = prev.is_some_and(|p| {
-            p.owner.is_some()
-                && p.owner != s.owner
-                && p.drain.is_some()
-                && p.drain == s.owner
-                && s.drain.is_none()
-        });
+        let (k, s) = ObjState::from_meta(meta, prev, now)?;
+        let handed_over = prev
+            .filter(|p| {
+                p.owner.is_some()
+                    && p.owner != s.owner
+                    && p.drain.is_some()
+                    && p.drain == s.owner
+                    && s.drain.is_none()
+            })
+            .map(|p| now.saturating_duration_since(p.drain_since.unwrap_or(now)));
         if self
             .written
             .get(&k)

@@ -125,7 +125,7 @@ impl Writes {
         let (id, outcome) = match done {
             Ok((id, (outcome, answer))) => {
                 match answer {
-                    Answer::In(took) => window.answered(took, Instant::now()),
+                    Answer::In(took) => window.answered(took),
                     Answer::Shed => window.shed(),
                     Answer::NotSent => {}
                 }
@@ -586,7 +586,11 @@ impl Sharder {
             }
             last_decision = Instant::now();
             dirty = false;
+            let width = window.width();
             window.step(last_decision);
+            if window.width() != width {
+                debug!(width = window.width(), answers_ms = ?window.smoothed().map(|d| d.as_millis()), "handover window");
+            }
             book.set_window(window.width());
             self.metrics.handover_window.set(window.width() as i64);
             checks.start(&book.unverified(&seen), last_decision);
@@ -645,9 +649,10 @@ impl Sharder {
             Ok(Some(Event::InitApply(o))) => book.list_item(&o.metadata, now),
             Ok(Some(Event::InitDone)) => book.list_done(),
             Ok(Some(Event::Apply(o))) => {
-                if book.applied(&o.metadata, now) {
+                if let Some(took) = book.applied(&o.metadata, now) {
                     // The old owner assigned the target itself: a move.
                     self.metrics.moves.with_label_values(&["rebalance"]).inc();
+                    self.metrics.handover_duration.observe(took.as_secs_f64());
                 }
             }
             Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),

@@ -2,42 +2,37 @@
 //! API server's measured answer time to the sharder's writes.
 //!
 //! Every handover is two writes in sequence (the sharder's drain, the old
-//! owner's acknowledgement) and leaves its checker unprobed from the drain to
-//! the new owner's first probe. When the API server answers quickly, a wide
-//! window finishes a rebalance in a few seconds; when our writes queue there
-//! (its answer time grows well past the quickest seen lately) each handover
-//! waits behind all the others, so the window narrows. Shed or unanswered
-//! writes (429, 5xx, timeouts) halve it at once. Pure logic: fed samples and
-//! the time, asked for the width.
+//! owner's acknowledgement), each followed by a watch delivery, and leaves
+//! its checker unprobed from the drain to the new owner's first probe. While
+//! writes are answered quickly a wide window finishes a rebalance in
+//! seconds; once they queue at the API server (answers slower than
+//! [`NARROW_ABOVE`], so that a handover's four steps no longer fit in about
+//! a second) every handover waits behind the others, so the window narrows.
+//! Shed or unanswered writes (429, 5xx, timeouts) halve it at once. Pure
+//! logic: fed samples and the time, asked for the width.
 
 use std::time::{Duration, Instant};
 
 /// The window never goes below this: a rebalance always progresses.
 pub const MIN_WINDOW: usize = 8;
-/// Nor above this: the sharder keeps 64 writes in flight, and a window much
-/// wider than what it can write in one round trip only queues drains.
+/// Nor above this: the sharder keeps 64 writes in flight and each old owner
+/// 4, so a wider window only queues drains.
 pub const MAX_WINDOW: usize = 256;
 /// Where a sharder starts, before it has measured anything.
 pub const START_WINDOW: usize = 32;
 /// How often the width is reconsidered.
 const STEP: Duration = Duration::from_millis(200);
-/// The quickest answer is looked for over the last two spans of this.
-const BASE_SPAN: Duration = Duration::from_secs(10);
-/// An answer time within this factor of the quickest seen lately (plus
-/// [`SLACK`], for API servers whose quickest answer is a millisecond) means
-/// our writes do not queue.
-const QUEUE_FACTOR: f64 = 2.0;
-const SLACK: Duration = Duration::from_millis(20);
+/// Answers (smoothed) quicker than this widen the window by a quarter.
+pub const WIDEN_BELOW: Duration = Duration::from_millis(100);
+/// Answers slower than this halve it: a handover is two writes and two
+/// watch deliveries, and should take about a second at most.
+pub const NARROW_ABOVE: Duration = Duration::from_millis(250);
 
 #[derive(Debug)]
 pub struct Window {
     width: usize,
-    /// Smoothed answer time of successful writes (1/8 per sample).
+    /// Smoothed answer time of answered writes (1/8 per sample).
     smoothed: Option<Duration>,
-    /// Quickest answer in the current and the previous span.
-    base_now: Option<Duration>,
-    base_prev: Option<Duration>,
-    span_start: Instant,
     last_step: Instant,
     /// A write was shed or went unanswered since the last step.
     shed: bool,
@@ -48,9 +43,6 @@ impl Window {
         Window {
             width: START_WINDOW,
             smoothed: None,
-            base_now: None,
-            base_prev: None,
-            span_start: now,
             last_step: now,
             shed: false,
         }
@@ -60,14 +52,14 @@ impl Window {
         self.width
     }
 
+    /// The smoothed answer time, once there is one.
+    pub fn smoothed(&self) -> Option<Duration> {
+        self.smoothed
+    }
+
     /// A write the API server answered (written or refused on its merits)
     /// after `took`.
-    pub fn answered(&mut self, took: Duration, now: Instant) {
-        if now.saturating_duration_since(self.span_start) >= BASE_SPAN {
-            self.base_prev = self.base_now.take();
-            self.span_start = now;
-        }
-        self.base_now = Some(self.base_now.map_or(took, |b| b.min(took)));
+    pub fn answered(&mut self, took: Duration) {
         self.smoothed = Some(match self.smoothed {
             None => took,
             Some(s) => (s * 7 + took) / 8,
@@ -79,18 +71,9 @@ impl Window {
         self.shed = true;
     }
 
-    /// The answer time under which our writes are taken not to queue.
-    pub fn target(&self) -> Option<Duration> {
-        let base = match (self.base_now, self.base_prev) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b)?,
-        };
-        Some(base.mul_f64(QUEUE_FACTOR) + SLACK)
-    }
-
     /// Reconsiders the width at most every [`STEP`]: halve after a shed
-    /// write, widen by a quarter while answers are quick, halve when they
-    /// take more than twice the target, hold in between.
+    /// write or while answers are slow, widen by a quarter while they are
+    /// quick, hold in between.
     pub fn step(&mut self, now: Instant) {
         if now.saturating_duration_since(self.last_step) < STEP {
             return;
@@ -100,9 +83,9 @@ impl Window {
         self.width = if std::mem::take(&mut self.shed) {
             w / 2
         } else {
-            match (self.smoothed, self.target()) {
-                (Some(s), Some(t)) if s <= t => w + w / 4,
-                (Some(s), Some(t)) if s > t * 2 => w / 2,
+            match self.smoothed {
+                Some(s) if s < WIDEN_BELOW => w + w / 4,
+                Some(s) if s > NARROW_ABOVE => w / 2,
                 _ => w,
             }
         }
@@ -120,7 +103,7 @@ mod tests {
     fn feed(w: &mut Window, t: &mut Instant, took: Duration, n: usize) -> usize {
         for _ in 0..n {
             *t += STEP;
-            w.answered(took, *t);
+            w.answered(took);
             w.step(*t);
         }
         w.width()
@@ -136,23 +119,18 @@ mod tests {
     }
 
     #[test]
-    fn answers_queued_at_the_api_server_narrow_it_and_it_recovers() {
+    fn slow_answers_narrow_it_moderate_ones_hold_it_and_it_recovers() {
         let mut t = Instant::now();
         let mut w = Window::new(t);
         feed(&mut w, &mut t, 10 * MS, 20);
         assert_eq!(w.width(), MAX_WINDOW);
-        // Our writes queue: answers ten times slower than the quickest.
-        let narrowed = feed(&mut w, &mut t, 100 * MS, 20);
-        assert_eq!(narrowed, MIN_WINDOW);
-        // Moderately slower (within twice the target): held.
-        let mut t2 = Instant::now();
-        let mut h = Window::new(t2);
-        feed(&mut h, &mut t2, 10 * MS, 3);
-        let before = h.width();
-        feed(&mut h, &mut t2, 50 * MS, 5);
-        assert!(h.width() >= before, "{} < {before}", h.width());
+        // Our writes queue at the API server.
+        assert_eq!(feed(&mut w, &mut t, 600 * MS, 40), MIN_WINDOW);
+        // Between the two bounds: held.
+        let held = feed(&mut w, &mut t, 170 * MS, 60);
+        assert_eq!(feed(&mut w, &mut t, 170 * MS, 10), held);
         // The queue drains: quick again, wide again.
-        assert_eq!(feed(&mut w, &mut t, 10 * MS, 40), MAX_WINDOW);
+        assert_eq!(feed(&mut w, &mut t, 10 * MS, 60), MAX_WINDOW);
     }
 
     #[test]
@@ -171,23 +149,6 @@ mod tests {
             w.step(t);
         }
         assert_eq!(w.width(), MIN_WINDOW);
-    }
-
-    #[test]
-    fn the_quickest_answer_is_forgotten_after_two_spans() {
-        let mut t = Instant::now();
-        let mut w = Window::new(t);
-        w.answered(MS, t);
-        assert_eq!(w.target(), Some(2 * MS + SLACK));
-        // The API server got slower for good (another load, a bigger etcd):
-        // after two spans the target follows, and the window is not held
-        // narrow by a quick answer of long ago.
-        t += BASE_SPAN;
-        w.answered(40 * MS, t);
-        assert_eq!(w.target(), Some(2 * MS + SLACK));
-        t += BASE_SPAN;
-        w.answered(40 * MS, t);
-        assert_eq!(w.target(), Some(80 * MS + SLACK));
     }
 
     #[test]

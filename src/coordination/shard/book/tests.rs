@@ -538,13 +538,19 @@ fn a_handover_acknowledged_by_assigning_the_target_needs_no_third_write() {
     let now = Instant::now();
     for a in &drains {
         let name = a.key().trim_start_matches("ns/");
-        assert!(!b.applied(&drain_meta(name, "2", "a", "ua", "b", "ub"), now));
+        assert_eq!(
+            b.applied(&drain_meta(name, "2", "a", "ua", "b", "ub"), now),
+            None
+        );
     }
     assert!(decide(&b, &live, &[]).is_empty(), "the window is full");
     let mut handed = 0;
     for a in drains.iter().take(10) {
         let name = a.key().trim_start_matches("ns/");
-        handed += b.applied(&meta(name, "3", Some("b"), Some("ub"), None), now) as usize;
+        let later = now + Duration::from_millis(300);
+        let took = b.applied(&meta(name, "3", Some("b"), Some("ub"), None), later);
+        assert_eq!(took, Some(Duration::from_millis(300)));
+        handed += 1;
     }
     assert_eq!(handed, 10, "each completed handover is seen as one move");
     let next = decide(&b, &live, &[]);
