@@ -168,6 +168,29 @@ impl Fleet {
         Ok((pre, post, series))
     }
 
+    /// Waits until the first status write of every checker is written (the
+    /// first probe of each writes one): the steady state begins after that
+    /// backlog. Returns the seconds waited (at most 240).
+    pub async fn wait_writes_settled(&self) -> Res<f64> {
+        let writes = |texts: &[String]| -> f64 {
+            texts
+                .iter()
+                .filter_map(|t| webchecker_kit::metric(t, "webchecker_status_writes_total", &[]))
+                .sum()
+        };
+        let t = Instant::now();
+        let mut last = writes(&self.scrape_all().await?);
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let now = writes(&self.scrape_all().await?);
+            let settled = now >= self.m as f64 && now - last <= (self.m as f64 / 500.0).max(3.0);
+            last = now;
+            if settled || t.elapsed() > Duration::from_secs(240) {
+                return Ok(t.elapsed().as_secs_f64());
+            }
+        }
+    }
+
     /// /metrics of every live replica.
     pub async fn scrape_all(&self) -> Res<Vec<String>> {
         let mut out = Vec::new();

@@ -95,6 +95,9 @@ fn settled(log: &ObjectLog, newcomer: &str, share: usize, m: usize) -> bool {
 pub async fn run(cl: &'static Cluster, m: usize) -> Res<Rebalance> {
     let mut f = Fleet::start(cl, "rebal", 3, m).await?;
     let before = f.wait_stable(Duration::from_secs(600)).await?;
+    // The steady state: the first status writes of 10,000 checkers (and
+    // their Events) are a burst of their own, not part of a rebalance.
+    f.wait_writes_settled().await?;
     let log = ObjectLog::start(f.client.clone(), &f.ns).await;
     let spawned = Instant::now();
     let i = f.spawn();

@@ -44,29 +44,9 @@ pub struct ScaleRow {
     metrics_mib: Vec<f64>,
 }
 
-fn writes_total(texts: &[String]) -> f64 {
-    texts
-        .iter()
-        .map(|t| metric_sum(t, "webchecker_status_writes_total"))
-        .sum()
-}
-
 /// Steady-state figures of a settled fleet over a whole number of intervals.
 pub async fn measure(f: &Fleet, quick: bool) -> Res<ScaleRow> {
-    // Settle: the first probe of every checker writes its status once; wait
-    // until that backlog is written before measuring the steady state.
-    let t = Instant::now();
-    let mut last = writes_total(&f.scrape_all().await?);
-    loop {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let now = writes_total(&f.scrape_all().await?);
-        let settled = now >= f.m as f64 && now - last <= (f.m as f64 / 500.0).max(3.0);
-        last = now;
-        if settled || t.elapsed() > Duration::from_secs(240) {
-            break;
-        }
-    }
-    let settle_s = t.elapsed().as_secs_f64() + f.all_probed_s;
+    let settle_s = f.wait_writes_settled().await? + f.all_probed_s;
     // A whole number of intervals, so every checker is due the same number of times.
     let window = Duration::from_secs(INTERVAL as u64 * if quick { 2 } else { 4 });
     let pids: Vec<u32> = f.ops.iter().filter_map(pid).collect();

@@ -529,7 +529,7 @@ impl Sharder {
         loop {
             tokio::select! {
                 ev = stream.try_next() => {
-                    self.apply(&mut book, ev)?;
+                    self.apply(&mut book, &mut window, ev)?;
                     dirty = true;
                 }
                 Some(done) = writes.set.join_next_with_id(), if !writes.set.is_empty() => {
@@ -641,6 +641,7 @@ impl Sharder {
     fn apply(
         &self,
         book: &mut Book,
+        window: &mut Window,
         ev: Result<Option<Event<PartialObjectMeta<WebChecker>>>, watcher::Error>,
     ) -> Result<(), Error> {
         let now = Instant::now();
@@ -653,6 +654,7 @@ impl Sharder {
                     // The old owner assigned the target itself: a move.
                     self.metrics.moves.with_label_values(&["rebalance"]).inc();
                     self.metrics.handover_duration.observe(took.as_secs_f64());
+                    window.handed_over(took);
                 }
             }
             Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),

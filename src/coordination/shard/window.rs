@@ -1,13 +1,16 @@
-//! How many handovers (drains) may be in progress at once, sized from the
-//! API server's measured answer time to the sharder's writes.
+//! How many handovers (drains) may be in progress at once, sized from what
+//! the sharder measures: the API server's answer time to its writes, and how
+//! long handovers take from the drain to the old owner's acknowledgement.
 //!
 //! Every handover is two writes in sequence (the sharder's drain, the old
 //! owner's acknowledgement), each followed by a watch delivery, and leaves
-//! its checker unprobed from the drain to the new owner's first probe. While
-//! writes are answered quickly a wide window finishes a rebalance in
-//! seconds; once they queue at the API server (answers slower than
-//! [`NARROW_ABOVE`], so that a handover's four steps no longer fit in about
-//! a second) every handover waits behind the others, so the window narrows.
+//! its checker unprobed from the old owner's last probe to the new owner's
+//! first: a handover that takes longer than the rest of its checker's
+//! interval makes that gap longer than the interval. While writes are
+//! answered quickly and handovers end within half a second, a wide window
+//! finishes a rebalance in seconds; once writes queue at the API server, or
+//! the old owners' acknowledgements queue behind each other (each replica
+//! writes a few at a time), handovers take longer, and the window narrows.
 //! Shed or unanswered writes (429, 5xx, timeouts) halve it at once. Pure
 //! logic: fed samples and the time, asked for the width.
 
@@ -15,27 +18,41 @@ use std::time::{Duration, Instant};
 
 /// The window never goes below this: a rebalance always progresses.
 pub const MIN_WINDOW: usize = 8;
-/// Nor above this: the sharder keeps 64 writes in flight and each old owner
-/// 4, so a wider window only queues drains.
+/// Nor above this: the sharder keeps 64 writes in flight.
 pub const MAX_WINDOW: usize = 256;
 /// Where a sharder starts, before it has measured anything.
 pub const START_WINDOW: usize = 32;
 /// How often the width is reconsidered.
 const STEP: Duration = Duration::from_millis(200);
-/// Answers (smoothed) quicker than this widen the window by a quarter.
+/// Write answers (smoothed) quicker than this allow widening.
 pub const WIDEN_BELOW: Duration = Duration::from_millis(100);
-/// Answers slower than this halve it: a handover is two writes and two
-/// watch deliveries, and should take about a second at most.
+/// Slower than this halve the window.
 pub const NARROW_ABOVE: Duration = Duration::from_millis(250);
+/// Handovers (the 90th percentile of a step's) quicker than this allow
+/// widening; slower than [`HANDOVER_NARROW`] halve the window.
+pub const HANDOVER_WIDEN: Duration = Duration::from_millis(500);
+pub const HANDOVER_NARROW: Duration = Duration::from_secs(1);
+/// Fewer handovers than this in a step say nothing about their tail.
+const HANDOVER_SAMPLES: usize = 10;
 
 #[derive(Debug)]
 pub struct Window {
     width: usize,
     /// Smoothed answer time of answered writes (1/8 per sample).
     smoothed: Option<Duration>,
+    /// Handovers completed since the last step: how long each took.
+    handovers: Vec<Duration>,
     last_step: Instant,
     /// A write was shed or went unanswered since the last step.
     shed: bool,
+}
+
+/// What the latest samples say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Quick,
+    Slow,
+    Between,
 }
 
 impl Window {
@@ -43,6 +60,7 @@ impl Window {
         Window {
             width: START_WINDOW,
             smoothed: None,
+            handovers: Vec::new(),
             last_step: now,
             shed: false,
         }
@@ -66,26 +84,61 @@ impl Window {
         });
     }
 
+    /// A handover completed `took` after its drain was seen.
+    pub fn handed_over(&mut self, took: Duration) {
+        self.handovers.push(took);
+    }
+
     /// A write shed (429, 503) or unanswered within the call deadline.
     pub fn shed(&mut self) {
         self.shed = true;
     }
 
+    fn writes(&self) -> Signal {
+        match self.smoothed {
+            Some(s) if s < WIDEN_BELOW => Signal::Quick,
+            Some(s) if s > NARROW_ABOVE => Signal::Slow,
+            Some(_) => Signal::Between,
+            // Nothing written yet: nothing against widening.
+            None => Signal::Quick,
+        }
+    }
+
+    /// The 90th percentile of this step's handovers, when there are enough
+    /// (a few checkers whose in-flight probe waits for a slow target must
+    /// not narrow everyone's window).
+    fn handovers(&mut self) -> Signal {
+        let mut h = std::mem::take(&mut self.handovers);
+        if h.len() < HANDOVER_SAMPLES {
+            return Signal::Quick;
+        }
+        let i = (h.len() * 9 / 10).min(h.len() - 1);
+        let p90 = *h.select_nth_unstable(i).1;
+        if p90 < HANDOVER_WIDEN {
+            Signal::Quick
+        } else if p90 > HANDOVER_NARROW {
+            Signal::Slow
+        } else {
+            Signal::Between
+        }
+    }
+
     /// Reconsiders the width at most every [`STEP`]: halve after a shed
-    /// write or while answers are slow, widen by a quarter while they are
-    /// quick, hold in between.
+    /// write, or while writes or handovers are slow; widen by a quarter
+    /// while both are quick; hold in between.
     pub fn step(&mut self, now: Instant) {
         if now.saturating_duration_since(self.last_step) < STEP {
             return;
         }
         self.last_step = now;
         let w = self.width;
+        let (writes, handovers) = (self.writes(), self.handovers());
         self.width = if std::mem::take(&mut self.shed) {
             w / 2
         } else {
-            match self.smoothed {
-                Some(s) if s < WIDEN_BELOW => w + w / 4,
-                Some(s) if s > NARROW_ABOVE => w / 2,
+            match (writes, handovers) {
+                (Signal::Slow, _) | (_, Signal::Slow) => w / 2,
+                (Signal::Quick, Signal::Quick) if self.smoothed.is_some() => w + w / 4,
                 _ => w,
             }
         }
@@ -149,6 +202,46 @@ mod tests {
             w.step(t);
         }
         assert_eq!(w.width(), MIN_WINDOW);
+    }
+
+    /// The old owners' acknowledgements queue (each replica writes a few
+    /// at a time) while the sharder's own writes are quick: the handovers'
+    /// tail narrows the window; a minority of slow ones (probes in flight
+    /// on slow targets) does not.
+    #[test]
+    fn slow_handovers_narrow_it_a_few_slow_ones_do_not() {
+        let mut t = Instant::now();
+        let mut w = Window::new(t);
+        feed(&mut w, &mut t, 5 * MS, 30);
+        assert_eq!(w.width(), MAX_WINDOW);
+        let step = |w: &mut Window, t: &mut Instant, quick: usize, slow: usize| {
+            *t += STEP;
+            w.answered(5 * MS);
+            for _ in 0..quick {
+                w.handed_over(200 * MS);
+            }
+            for _ in 0..slow {
+                w.handed_over(Duration::from_secs(3));
+            }
+            w.step(*t);
+            w.width()
+        };
+        assert_eq!(
+            step(&mut w, &mut t, 19, 1),
+            MAX_WINDOW,
+            "5% slow: the tail is fine"
+        );
+        assert_eq!(step(&mut w, &mut t, 15, 5), MAX_WINDOW / 2);
+        assert_eq!(step(&mut w, &mut t, 0, 20), MAX_WINDOW / 4);
+        // Between the bounds: held; too few samples: writes decide.
+        for _ in 0..20 {
+            t += STEP;
+            w.answered(5 * MS);
+            (0..20).for_each(|_| w.handed_over(700 * MS));
+            w.step(t);
+        }
+        assert_eq!(w.width(), MAX_WINDOW / 4);
+        assert_eq!(step(&mut w, &mut t, 0, 3), MAX_WINDOW / 4 + MAX_WINDOW / 16);
     }
 
     #[test]
