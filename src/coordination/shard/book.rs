@@ -333,7 +333,7 @@ impl Book {
 
     /// Handovers in progress: drains requested (acknowledged or not, until
     /// the assignment clears them) and drain writes not yet seen back.
-    fn handovers_in_progress(&self) -> usize {
+    pub fn handovers_in_progress(&self) -> usize {
         let annotated = self.objects.values().filter(|o| o.drain.is_some()).count();
         let unseen = self
             .drain_writes

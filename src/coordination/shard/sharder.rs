@@ -587,7 +587,7 @@ impl Sharder {
             last_decision = Instant::now();
             dirty = false;
             let width = window.width();
-            window.step(last_decision);
+            window.step(last_decision, book.handovers_in_progress());
             if window.width() != width {
                 debug!(width = window.width(), answers_ms = ?window.smoothed().map(|d| d.as_millis()), "handover window");
             }

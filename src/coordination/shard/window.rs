@@ -125,8 +125,12 @@ impl Window {
 
     /// Reconsiders the width at most every [`STEP`]: halve after a shed
     /// write, or while writes or handovers are slow; widen by a quarter
-    /// while both are quick; hold in between.
-    pub fn step(&mut self, now: Instant) {
+    /// while both are quick and the window is in use (`in_progress`
+    /// handovers fill three quarters of it: an idle sharder's quick writes
+    /// say nothing of how a rebalance's handovers will go, so each one
+    /// starts from the width it earned, not a width grown while idle);
+    /// hold in between.
+    pub fn step(&mut self, now: Instant, in_progress: usize) {
         if now.saturating_duration_since(self.last_step) < STEP {
             return;
         }
@@ -138,7 +142,11 @@ impl Window {
         } else {
             match (writes, handovers) {
                 (Signal::Slow, _) | (_, Signal::Slow) => w / 2,
-                (Signal::Quick, Signal::Quick) if self.smoothed.is_some() => w + w / 4,
+                (Signal::Quick, Signal::Quick)
+                    if self.smoothed.is_some() && in_progress * 4 >= w * 3 =>
+                {
+                    w + w / 4
+                }
                 _ => w,
             }
         }
@@ -157,7 +165,7 @@ mod tests {
         for _ in 0..n {
             *t += STEP;
             w.answered(took);
-            w.step(*t);
+            w.step(*t, w.width());
         }
         w.width()
     }
@@ -192,14 +200,14 @@ mod tests {
         let mut w = Window::new(t);
         feed(&mut w, &mut t, 5 * MS, 30);
         w.shed();
-        w.step(t + MS);
+        w.step(t + MS, MAX_WINDOW);
         assert_eq!(w.width(), MAX_WINDOW, "at most one step per {STEP:?}");
-        w.step(t + STEP);
+        w.step(t + STEP, MAX_WINDOW);
         assert_eq!(w.width(), MAX_WINDOW / 2);
         for _ in 0..10 {
             t += STEP;
             w.shed();
-            w.step(t);
+            w.step(t, MAX_WINDOW);
         }
         assert_eq!(w.width(), MIN_WINDOW);
     }
@@ -223,7 +231,7 @@ mod tests {
             for _ in 0..slow {
                 w.handed_over(Duration::from_secs(3));
             }
-            w.step(*t);
+            w.step(*t, w.width());
             w.width()
         };
         assert_eq!(
@@ -238,7 +246,7 @@ mod tests {
             t += STEP;
             w.answered(5 * MS);
             (0..20).for_each(|_| w.handed_over(700 * MS));
-            w.step(t);
+            w.step(t, MAX_WINDOW);
         }
         assert_eq!(w.width(), MAX_WINDOW / 4);
         assert_eq!(step(&mut w, &mut t, 0, 3), MAX_WINDOW / 4 + MAX_WINDOW / 16);
@@ -248,7 +256,25 @@ mod tests {
     fn without_a_sample_it_holds_its_start() {
         let t = Instant::now();
         let mut w = Window::new(t);
-        w.step(t + 10 * STEP);
+        w.step(t + 10 * STEP, START_WINDOW);
         assert_eq!(w.width(), START_WINDOW);
+    }
+
+    /// Quick writes while nothing is handed over (new checkers, status
+    /// changes) do not widen it: the next rebalance starts at the width the
+    /// last one ended with, and earns more with quick handovers.
+    #[test]
+    fn an_idle_window_does_not_grow() {
+        let mut t = Instant::now();
+        let mut w = Window::new(t);
+        for _ in 0..50 {
+            t += STEP;
+            w.answered(5 * MS);
+            w.step(t, 3);
+        }
+        assert_eq!(w.width(), START_WINDOW);
+        t += STEP;
+        w.step(t, START_WINDOW * 3 / 4);
+        assert_eq!(w.width(), 40);
     }
 }
