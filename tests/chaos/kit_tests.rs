@@ -579,7 +579,7 @@ fn oracle_checks_every_status_write_and_every_move() {
         "one entry per checker"
     );
     // The old owner's acknowledgement assigns the target itself and says so.
-    let mut handed = drained[2].clone();
+    let mut handed = drained[3].clone();
     handed.rv = 13;
     handed.handed_over_from = Some("r1".into());
     let two_writes = vec![base.clone(), drained[1].clone(), handed.clone()];
