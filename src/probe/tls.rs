@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::plan::{Alpn, MinTlsVersion};
@@ -24,13 +25,29 @@ pub(super) struct ClientIdentity {
     pub key: PrivateKeyDer<'static>,
 }
 
+/// The operator's rustls provider: ring, whose key shares start with X25519
+/// (a test checks it: other providers' defaults may put a post-quantum
+/// hybrid first, which costs every handshake a larger key generation).
+pub fn crypto_provider() -> CryptoProvider {
+    rustls::crypto::ring::default_provider()
+}
+
+/// The provider of the configurations built here: the process's default when
+/// one is installed (main.rs installs [`crypto_provider`]; the bench installs
+/// another one, or a timed one, in its prober's process), else [`crypto_provider`].
+fn provider() -> Arc<CryptoProvider> {
+    CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(crypto_provider()))
+}
+
 pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,
     client: Option<ClientIdentity>,
     alpn: Alpn,
 ) -> Result<rustls::ClientConfig, rustls::Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider();
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
         MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
@@ -173,6 +190,20 @@ mod tests {
         drop(tls);
         served.await.unwrap();
         kind
+    }
+
+    #[test]
+    fn x25519_is_the_first_key_share() {
+        let groups: Vec<_> = crypto_provider()
+            .kx_groups
+            .iter()
+            .map(|g| g.name())
+            .collect();
+        assert_eq!(
+            groups.first(),
+            Some(&rustls::NamedGroup::X25519),
+            "{groups:?}"
+        );
     }
 
     /// The control: the same server and roots with rustls's default
