@@ -32,17 +32,13 @@ pub fn provider(name: &str) -> Option<CryptoProvider> {
     }
 }
 
-/// aws-lc-rs with the key exchange groups of the operator's ring provider,
-/// in its order (X25519 first): the comparison is of the same handshake, not
-/// of a post-quantum hybrid (which rustls's `prefer-post-quantum` feature
-/// would put first) against X25519.
+/// aws-lc-rs with the operator's preferences (X25519 first, the same suites
+/// in the same order): the comparison is of the same handshake, not of a
+/// post-quantum hybrid (which rustls's `prefer-post-quantum` feature would
+/// put first) against X25519.
 #[cfg(feature = "aws-lc")]
 fn aws_lc() -> CryptoProvider {
-    use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
-    CryptoProvider {
-        kx_groups: vec![kx_group::X25519, kx_group::SECP256R1, kx_group::SECP384R1],
-        ..default_provider()
-    }
+    webchecker::probe::operator_preferences(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// CPU time (ns) and calls counted by the timed provider since [`reset`].

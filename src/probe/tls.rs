@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{CipherSuite, NamedGroup};
 
 use super::plan::{Alpn, MinTlsVersion};
 use super::verify::CachingVerifier;
@@ -25,11 +26,48 @@ pub(super) struct ClientIdentity {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// The operator's rustls provider: ring, whose key shares start with X25519
-/// (a test checks it: other providers' defaults may put a post-quantum
-/// hybrid first, which costs every handshake a larger key generation).
+/// The operator's rustls provider: ring, with [`operator_preferences`].
 pub fn crypto_provider() -> CryptoProvider {
-    rustls::crypto::ring::default_provider()
+    operator_preferences(rustls::crypto::ring::default_provider())
+}
+
+/// Cipher suites offered, in this order (TLS 1.3's, then 1.2's).
+const SUITES: [CipherSuite; 9] = [
+    CipherSuite::TLS13_AES_128_GCM_SHA256,
+    CipherSuite::TLS13_AES_256_GCM_SHA384,
+    CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+];
+/// Key exchange groups offered, in this order.
+const GROUPS: [NamedGroup; 3] = [
+    NamedGroup::X25519,
+    NamedGroup::secp256r1,
+    NamedGroup::secp384r1,
+];
+
+/// `p` offering [`SUITES`] and [`GROUPS`] (those it has), in their order.
+/// AES-128-GCM first, as Go's client does on CPUs with AES instructions
+/// (TLS 1.3's mandatory suite; a server that follows the client's order,
+/// as rustls's does, picks it):
+/// its transcript hash and key schedule run on SHA-256, which the CPU
+/// accelerates, where AES-256's SHA-384 is computed in software, some 10% of
+/// a TLS probe's CPU (docs/benchmarks.md, part 1). X25519 is the only key
+/// share sent: another provider's defaults may put a post-quantum hybrid
+/// first, a larger key generation on every handshake.
+pub fn operator_preferences(mut p: CryptoProvider) -> CryptoProvider {
+    fn place<T: PartialEq>(all: &[T], x: T) -> Option<usize> {
+        all.iter().position(|y| *y == x)
+    }
+    p.cipher_suites.retain(|s| SUITES.contains(&s.suite()));
+    p.cipher_suites.sort_by_key(|s| place(&SUITES, s.suite()));
+    p.kx_groups.retain(|g| GROUPS.contains(&g.name()));
+    p.kx_groups.sort_by_key(|g| place(&GROUPS, g.name()));
+    p
 }
 
 /// The provider of the configurations built here: the process's default when
@@ -193,17 +231,12 @@ mod tests {
     }
 
     #[test]
-    fn x25519_is_the_first_key_share() {
-        let groups: Vec<_> = crypto_provider()
-            .kx_groups
-            .iter()
-            .map(|g| g.name())
-            .collect();
-        assert_eq!(
-            groups.first(),
-            Some(&rustls::NamedGroup::X25519),
-            "{groups:?}"
-        );
+    fn x25519_is_the_first_key_share_and_aes_128_the_first_suite() {
+        let p = crypto_provider();
+        let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(groups, GROUPS, "{groups:?}");
+        let suites: Vec<_> = p.cipher_suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(suites, SUITES, "ring has them all: {suites:?}");
     }
 
     /// The control: the same server and roots with rustls's default
