@@ -1,6 +1,6 @@
 //! The rustls providers part 1 runs our prober's worker with: the
-//! operator's (`webchecker::probe::crypto_provider`, ring), aws-lc-rs (when
-//! the bench is built with its `aws-lc` feature, as `make bench` does), and
+//! operator's (`webchecker::probe::crypto_provider`, aws-lc-rs), ring (when
+//! the bench is built with its `ring` feature, as `make bench` does), and
 //! either of them timed: key exchange and signature verification wrapped so
 //! that the CPU time spent in them is counted (the CPU split of a TLS probe).
 //! Only the worker installs these; the operator never sees them.
@@ -15,30 +15,25 @@ use rustls::{Error, NamedGroup, SignatureScheme};
 
 /// The providers a worker can run with, by name: the operator's first.
 pub fn names() -> Vec<&'static str> {
-    let mut v = vec!["ring"];
-    if cfg!(feature = "aws-lc") {
-        v.push("aws-lc-rs");
+    let mut v = vec!["aws-lc-rs"];
+    if cfg!(feature = "ring") {
+        v.push("ring");
     }
     v
 }
 
 /// The provider called `name` (see [`names`]); `None` if not compiled in.
+/// ring gets the operator's preferences (X25519 first, the same suites in
+/// the same order): the comparison is of the same handshake.
 pub fn provider(name: &str) -> Option<CryptoProvider> {
     match name {
-        "ring" => Some(webchecker::probe::crypto_provider()),
-        #[cfg(feature = "aws-lc")]
-        "aws-lc-rs" => Some(aws_lc()),
+        "aws-lc-rs" => Some(webchecker::probe::crypto_provider()),
+        #[cfg(feature = "ring")]
+        "ring" => Some(webchecker::probe::operator_preferences(
+            rustls::crypto::ring::default_provider(),
+        )),
         _ => None,
     }
-}
-
-/// aws-lc-rs with the operator's preferences (X25519 first, the same suites
-/// in the same order): the comparison is of the same handshake, not of a
-/// post-quantum hybrid (which rustls's `prefer-post-quantum` feature would
-/// put first) against X25519.
-#[cfg(feature = "aws-lc")]
-fn aws_lc() -> CryptoProvider {
-    webchecker::probe::operator_preferences(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// CPU time (ns) and calls counted by the timed provider since [`reset`].

@@ -435,7 +435,7 @@ fn report(cfg: &Cfg, img: &Path, pinned: bool, bb_bin: &Path, m: &Measured) -> R
         "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
          rounds at C = {}; goal >= 6x: {verdict}); {} (goal >= {TLS_GOAL}x: {}; a full handshake per probe on both \
          sides; ours builds a chain it verified before only once: docs/probes.md). Against blackbox_exporter {}: {}. \
-         Ours with another TLS provider, probes per CPU-second against ring: {}. Our user-space CPU \
+         Ours with another TLS provider, probes per CPU-second against the operator's aws-lc-rs: {}. Our user-space CPU \
          per probe over HTTP/1.1 is {:.0}x–{:.0}x smaller; the rest is the kernel's work for a fresh TCP connection \
          per probe, which both pay.",
         worst,
@@ -448,7 +448,7 @@ fn report(cfg: &Cfg, img: &Path, pinned: bool, bb_bin: &Path, m: &Measured) -> R
         m.latest.1,
         newest.join(", "),
         if alt.is_empty() {
-            "not measured (the bench was built without its `aws-lc` feature)".to_string()
+            "not measured (the bench was built without its `ring` feature)".to_string()
         } else {
             alt.join(", ")
         },
@@ -486,7 +486,7 @@ fn method(pinned: bool, bb_bin: &Path, rounds: usize, d: Duration) -> String {
          (`httpVersions`, `valid_http_versions`): a probe that negotiated another version counts as an error. \
          \"blackbox\" in the first tables is Debian's 0.23; the newest release runs in the same rounds, with the \
          same configuration, and has a table of its own, as has our worker with each rustls provider the bench \
-         was built with (aws-lc-rs beside the operator's ring, over TLS only). \
+         was built with (ring beside the operator's aws-lc-rs, over TLS only). \
          {}",
         if pinned { ", pinned to core 0" } else { "" },
         bb_bin.display(),

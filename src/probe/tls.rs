@@ -26,9 +26,11 @@ pub(super) struct ClientIdentity {
     pub key: PrivateKeyDer<'static>,
 }
 
-/// The operator's rustls provider: ring, with [`operator_preferences`].
+/// The operator's rustls provider: aws-lc-rs, with [`operator_preferences`].
+/// Not ring: its X25519 takes twice the CPU, and a TLS probe spends a
+/// third of its CPU in key exchange (docs/benchmarks.md, part 1).
 pub fn crypto_provider() -> CryptoProvider {
-    operator_preferences(rustls::crypto::ring::default_provider())
+    operator_preferences(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Cipher suites offered, in this order (TLS 1.3's, then 1.2's).
@@ -55,8 +57,8 @@ const GROUPS: [NamedGroup; 3] = [
 /// (TLS 1.3's mandatory suite; a server that follows the client's order,
 /// as rustls's does, picks it):
 /// its transcript hash and key schedule run on SHA-256, which the CPU
-/// accelerates, where AES-256's SHA-384 is computed in software, some 10% of
-/// a TLS probe's CPU (docs/benchmarks.md, part 1). X25519 is the only key
+/// accelerates, where ring computed AES-256's SHA-384 in software, some 10%
+/// of a TLS probe's CPU (docs/benchmarks.md, part 1). X25519 is the only key
 /// share sent: another provider's defaults may put a post-quantum hybrid
 /// first, a larger key generation on every handshake.
 pub fn operator_preferences(mut p: CryptoProvider) -> CryptoProvider {
@@ -191,14 +193,14 @@ mod tests {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ck.cert.der().clone()).unwrap();
         let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![ck.cert.der().clone()], key)
             .unwrap();
-        cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+        cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
         (Arc::new(cfg), roots)
     }
 
@@ -236,7 +238,7 @@ mod tests {
         let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
         assert_eq!(groups, GROUPS, "{groups:?}");
         let suites: Vec<_> = p.cipher_suites.iter().map(|s| s.suite()).collect();
-        assert_eq!(suites, SUITES, "ring has them all: {suites:?}");
+        assert_eq!(suites, SUITES, "aws-lc-rs has them all: {suites:?}");
     }
 
     /// The control: the same server and roots with rustls's default
