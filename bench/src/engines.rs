@@ -173,15 +173,17 @@ pub fn target_main(args: &[String]) {
 }
 
 /// `bench prober-worker [PROVIDER [timed]]`: our prober in a process of its
-/// own, with the rustls provider PROVIDER (crypto.rs; the operator's, ring,
-/// by default), timed if asked. Protocol on stdin/stdout: `run URL C MILLIS
+/// own, with the rustls provider PROVIDER (crypto.rs; the operator's by
+/// default), timed if asked. Protocol on stdin/stdout: `run URL C MILLIS
 /// [CA_FILE [VERSION]]` -> `done PROBES ERRORS` (with a CA file the probes
 /// verify the target's certificate against it, `tls.caBundle`; with a
 /// version they require that HTTP version); `report` -> `lat P50_US P99_US`
 /// of the last run; `cost` -> `cost KX_NS KX_CALLS SIG_NS SIG_CALLS`, what
 /// the timed provider counted in the last run; EOF ends.
 pub fn worker_main(args: &[String]) {
-    let name = args.first().map_or("ring", String::as_str);
+    let name = args
+        .first()
+        .map_or(crate::crypto::names()[0], String::as_str);
     let provider = crate::crypto::provider(name).expect("a provider compiled into the bench");
     let provider = if args.get(1).is_some_and(|a| a == "timed") {
         crate::crypto::timed_provider(provider)
