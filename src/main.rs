@@ -31,6 +31,10 @@ fn init_logging(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
 
 #[tokio::main]
 async fn main() {
+    // One rustls provider for the whole process (the prober and kube's
+    // client), named here rather than left to the crate features a build
+    // unified: the bench's build compiles a second provider in.
+    let _ = webchecker::probe::crypto_provider().install_default();
     let cfg = Config::parse();
     let logs = init_logging(&cfg);
     if let Err(e) = webchecker::run(cfg).await {

@@ -250,7 +250,7 @@ impl Proxy {
 // ============================================================== certificates
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A rustls server configuration: protocol versions, and client

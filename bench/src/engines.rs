@@ -172,12 +172,27 @@ pub fn target_main(args: &[String]) {
     });
 }
 
-/// `bench prober-worker`: our prober in a process of its own. Protocol on
-/// stdin/stdout: `run URL C MILLIS [CA_FILE [VERSION]]` -> `done PROBES
-/// ERRORS` (with a CA file the probes verify the target's certificate
-/// against it, `tls.caBundle`; with a version they require that HTTP
-/// version); `report` -> `lat P50_US P99_US` of the last run; EOF ends.
-pub fn worker_main() {
+/// `bench prober-worker [PROVIDER [timed]]`: our prober in a process of its
+/// own, with the rustls provider PROVIDER (crypto.rs; the operator's by
+/// default), timed if asked. Protocol on stdin/stdout: `run URL C MILLIS
+/// [CA_FILE [VERSION]]` -> `done PROBES ERRORS` (with a CA file the probes
+/// verify the target's certificate against it, `tls.caBundle`; with a
+/// version they require that HTTP version); `report` -> `lat P50_US P99_US`
+/// of the last run; `cost` -> `cost KX_NS KX_CALLS SIG_NS SIG_CALLS`, what
+/// the timed provider counted in the last run; EOF ends.
+pub fn worker_main(args: &[String]) {
+    let name = args
+        .first()
+        .map_or(crate::crypto::names()[0], String::as_str);
+    let provider = crate::crypto::provider(name).expect("a provider compiled into the bench");
+    let provider = if args.get(1).is_some_and(|a| a == "timed") {
+        crate::crypto::timed_provider(provider)
+    } else {
+        provider
+    };
+    provider
+        .install_default()
+        .expect("the worker installs the only provider");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -211,6 +226,7 @@ pub fn worker_main() {
                     spec["httpVersions"] = serde_json::json!([version]);
                 }
                 let spec: WebCheckerSpec = serde_json::from_value(spec).unwrap();
+                crate::crypto::reset();
                 let plan = Arc::new(
                     webchecker::probe::plan(&spec, &|_| ca.clone().ok_or("no CA".into())).unwrap(),
                 );
@@ -250,6 +266,11 @@ pub fn worker_main() {
                 out.flush().unwrap();
                 last = lat;
             }
+            Some("cost") => {
+                let [kx, kxn, sig, sign] = crate::crypto::counted();
+                writeln!(out, "cost {kx} {kxn} {sig} {sign}").unwrap();
+                out.flush().unwrap();
+            }
             Some("report") => {
                 last.sort_unstable();
                 let q = |q: f64| {
@@ -274,9 +295,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    pub fn spawn(cpu: Option<usize>) -> Res<Worker> {
+    /// A worker on `cpu` with the arguments of [`worker_main`].
+    pub fn spawn(cpu: Option<usize>, args: &[&str]) -> Res<Worker> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("prober-worker")
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         if let Some(c) = cpu {

@@ -43,6 +43,7 @@
 //! the bench, target/release/webchecker-operator under `make bench`).
 
 mod confirm;
+mod crypto;
 mod engines;
 mod failover;
 mod fleet;
@@ -58,6 +59,7 @@ mod ring;
 mod scale;
 mod stats;
 mod sys;
+mod tls_cost;
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -426,13 +428,18 @@ fn driver_main() {
 
 fn main() {
     match std::env::args().nth(1).as_deref() {
-        Some("prober-worker") => probe::worker_main(),
+        Some("prober-worker") => probe::worker_main(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("target-server") => probe::target_main(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("-h") | Some("--help") | Some("help") => {
             eprintln!(
                 "usage: bench            run the benchmarks, write docs/benchmarks.md (see the module docs for BENCH_* variables)\n       bench prober-worker  (internal)\n       bench target-server [PROTO CA_FILE]  (internal)"
             );
         }
-        _ => driver_main(),
+        _ => {
+            // kube's clients (the kit's) take the process's provider: with
+            // the `aws-lc` feature rustls has two and would not pick one.
+            let _ = webchecker::probe::crypto_provider().install_default();
+            driver_main()
+        }
     }
 }

@@ -17,7 +17,7 @@ use rustls::sign::CertifiedKey;
 use super::targets::{Answer, Leaf};
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// The certificate a target serves; [`SwapCert::set`] replaces it for the
@@ -94,7 +94,7 @@ impl Target {
                     .with_no_client_auth()
                     .with_cert_resolver(cert.clone());
                 cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-                cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+                cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
                 Some(tokio_rustls::TlsAcceptor::from(Arc::new(cfg)))
             }
             _ => None,

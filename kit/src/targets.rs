@@ -223,7 +223,7 @@ impl RecordingTarget {
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// Serves one certificate whatever the SNI, and records the SNI.

@@ -196,7 +196,7 @@ impl Reviewer {
     /// The pod the token is bound to (`None`: not bound), or why it is not
     /// accepted.
     pub async fn review(&self, token: &str) -> Result<Option<String>, String> {
-        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, token.as_bytes())
             .as_ref()
             .to_vec();
         let now = Instant::now();

@@ -34,7 +34,7 @@ pub fn label_value(value: &str) -> String {
 /// The first [`HASH_LEN`] hex digits of SHA-256 of `text`: specified and
 /// stable across builds and platforms (unlike Rust's `DefaultHasher`).
 pub fn short_hash(text: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    let d = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes());
     d.as_ref()
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -99,7 +99,9 @@ pub fn chain(presented: &[CertificateDer<'_>]) -> Option<Chain> {
             subject: name(p.cert.subject()),
             issuer: name(p.cert.issuer()),
             serial: hex(p.cert.tbs_certificate.raw_serial()),
-            fingerprint_sha256: hex(ring::digest::digest(&ring::digest::SHA256, p.der).as_ref()),
+            fingerprint_sha256: hex(
+                aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, p.der).as_ref()
+            ),
             not_after,
         })
         .collect();

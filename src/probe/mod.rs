@@ -86,3 +86,4 @@ pub use resolve::{
 };
 pub use roots::Roots;
 pub use target::Target;
+pub use tls::{crypto_provider, operator_preferences};

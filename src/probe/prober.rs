@@ -48,7 +48,7 @@ fn verified_configs(roots: &Roots) -> [Arc<rustls::ClientConfig>; 4] {
     Alpn::ALL.map(|m| {
         Arc::new(
             client_config(Trust::Roots(roots.store()), MinTlsVersion::Tls12, None, m)
-                .expect("ring supports TLS 1.2 and 1.3"),
+                .expect("the provider supports TLS 1.2 and 1.3"),
         )
     })
 }
@@ -60,7 +60,7 @@ impl Prober {
         let unverified = Alpn::ALL.map(|m| {
             Arc::new(
                 client_config(Trust::AnyCertificate, MinTlsVersion::Tls12, None, m)
-                    .expect("ring supports TLS 1.2 and 1.3"),
+                    .expect("the provider supports TLS 1.2 and 1.3"),
             )
         });
         Prober {

@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{CipherSuite, NamedGroup};
 
 use super::plan::{Alpn, MinTlsVersion};
 use super::verify::CachingVerifier;
@@ -24,13 +26,68 @@ pub(super) struct ClientIdentity {
     pub key: PrivateKeyDer<'static>,
 }
 
+/// The operator's rustls provider: aws-lc-rs, with [`operator_preferences`].
+/// Not ring: its X25519 takes twice the CPU, and a TLS probe spends a
+/// third of its CPU in key exchange (docs/benchmarks.md, part 1).
+pub fn crypto_provider() -> CryptoProvider {
+    operator_preferences(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+/// Cipher suites offered, in this order (TLS 1.3's, then 1.2's).
+const SUITES: [CipherSuite; 9] = [
+    CipherSuite::TLS13_AES_128_GCM_SHA256,
+    CipherSuite::TLS13_AES_256_GCM_SHA384,
+    CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+];
+/// Key exchange groups offered, in this order.
+const GROUPS: [NamedGroup; 3] = [
+    NamedGroup::X25519,
+    NamedGroup::secp256r1,
+    NamedGroup::secp384r1,
+];
+
+/// `p` offering [`SUITES`] and [`GROUPS`] (those it has), in their order.
+/// AES-128-GCM first, as Go's client does on CPUs with AES instructions
+/// (TLS 1.3's mandatory suite; a server that follows the client's order,
+/// as rustls's does, picks it):
+/// its transcript hash and key schedule run on SHA-256, which the CPU
+/// accelerates, where ring computed AES-256's SHA-384 in software, some 10%
+/// of a TLS probe's CPU (docs/benchmarks.md, part 1). X25519 is the only key
+/// share sent: another provider's defaults may put a post-quantum hybrid
+/// first, a larger key generation on every handshake.
+pub fn operator_preferences(mut p: CryptoProvider) -> CryptoProvider {
+    fn place<T: PartialEq>(all: &[T], x: T) -> Option<usize> {
+        all.iter().position(|y| *y == x)
+    }
+    p.cipher_suites.retain(|s| SUITES.contains(&s.suite()));
+    p.cipher_suites.sort_by_key(|s| place(&SUITES, s.suite()));
+    p.kx_groups.retain(|g| GROUPS.contains(&g.name()));
+    p.kx_groups.sort_by_key(|g| place(&GROUPS, g.name()));
+    p
+}
+
+/// The provider of the configurations built here: the process's default when
+/// one is installed (main.rs installs [`crypto_provider`]; the bench installs
+/// another one, or a timed one, in its prober's process), else [`crypto_provider`].
+fn provider() -> Arc<CryptoProvider> {
+    CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(crypto_provider()))
+}
+
 pub(super) fn client_config(
     trust: Trust,
     min_version: MinTlsVersion,
     client: Option<ClientIdentity>,
     alpn: Alpn,
 ) -> Result<rustls::ClientConfig, rustls::Error> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = provider();
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
         MinTlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinTlsVersion::Tls13 => &[&rustls::version::TLS13],
@@ -136,14 +193,14 @@ mod tests {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(ck.cert.der().clone()).unwrap();
         let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
             .with_protocol_versions(versions)
             .unwrap()
             .with_no_client_auth()
             .with_single_cert(vec![ck.cert.der().clone()], key)
             .unwrap();
-        cfg.ticketer = rustls::crypto::ring::Ticketer::new().unwrap();
+        cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new().unwrap();
         (Arc::new(cfg), roots)
     }
 
@@ -173,6 +230,15 @@ mod tests {
         drop(tls);
         served.await.unwrap();
         kind
+    }
+
+    #[test]
+    fn x25519_is_the_first_key_share_and_aes_128_the_first_suite() {
+        let p = crypto_provider();
+        let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(groups, GROUPS, "{groups:?}");
+        let suites: Vec<_> = p.cipher_suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(suites, SUITES, "aws-lc-rs has them all: {suites:?}");
     }
 
     /// The control: the same server and roots with rustls's default

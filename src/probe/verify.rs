@@ -91,7 +91,7 @@ fn key(
     name: &ServerName<'_>,
     ocsp: &[u8],
 ) -> [u8; 32] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
     let mut part = |bytes: &[u8]| {
         ctx.update(&(bytes.len() as u64).to_be_bytes());
         ctx.update(bytes);

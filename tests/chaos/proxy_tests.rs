@@ -19,7 +19,7 @@ async fn tls_upstream() -> (std::net::SocketAddr, String) {
     use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject;
     let cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
@@ -84,7 +84,7 @@ async fn client_conn(proxy: &FaultProxy) -> std::io::Result<Sender> {
         roots.add(c.unwrap()).unwrap();
     }
     let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
+        rustls::crypto::aws_lc_rs::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()

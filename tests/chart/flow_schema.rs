@@ -434,7 +434,7 @@ impl Raw {
             roots.add(c.unwrap()).unwrap();
         }
         let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
+            rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()

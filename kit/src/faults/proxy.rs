@@ -458,7 +458,7 @@ async fn handle_connection(
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
 /// A TLS-terminating proxy in front of an API server, for one replica. It

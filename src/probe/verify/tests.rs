@@ -98,7 +98,7 @@ impl Pki {
     }
 
     fn verifier(&self) -> (CachingVerifier, Arc<Counting>) {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let inner =
             WebPkiServerVerifier::builder_with_provider(Arc::new(self.root.clone()), provider)
                 .build()
