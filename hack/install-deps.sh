@@ -31,6 +31,8 @@ want() { # want COMMAND PACKAGE
 want runc runc
 want nft nftables
 want gcc gcc
+# aws-lc-rs, the operator's TLS provider, builds its C library with cmake (gcc above).
+want cmake cmake
 if [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ]; then
   echo "install-deps: CNI plugins found"
 else
