@@ -127,13 +127,17 @@ package: chart-sync ## the chart as target/charts/webchecker-operator-<version>.
 
 ## benchmarks
 
-.PHONY: bench overload busy discovery-scale
+.PHONY: bench sim overload busy discovery-scale
 
 bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last run's wall time is in docs/benchmarks.md; BENCH_LARGE=1 adds 30,000 checkers; BENCH_PARTS=prom,... updates only those parts)
 	hack/install-deps.sh
 	hack/build-tools.sh >/dev/null
 	cargo build --release --locked -p webchecker-bench -p webchecker-operator --features webchecker-bench/ring --bin bench --bin webchecker-operator
 	BENCH_COMMAND="$(if $(BENCH_PARTS),BENCH_PARTS=$(BENCH_PARTS) )make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" $${CARGO_TARGET_DIR:-target}/release/bench
+
+sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane) -> docs/benchmarks.md
+	cargo build --release --locked -p webchecker-bench --bin bench
+	BENCH_PARTS=sim BENCH_COMMAND="make sim" $${CARGO_TARGET_DIR:-target}/release/bench
 
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
 	hack/build-tools.sh >/dev/null

@@ -46,7 +46,7 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 # caches of ~30 test binaries would double the target directory.
 export CARGO_INCREMENTAL=0
 
-PURE=(lib bins generated properties ring_chains chart_test_hook overload)
+PURE=(lib bins bench-bench generated properties ring_chains chart_test_hook overload)
 # After the pure ones, the end-to-end ones that need only the control plane;
 # then those that need the probe peers or Prometheus 3 (kit, protocols,
 # chart_alerts and metric_labels need no control plane but those tools,
@@ -72,7 +72,7 @@ for f in tests/*.rs; do
   esac
 done
 for b in ${PURE[@]} ${BESIDE[@]} ${ALONE[@]}; do
-  case $b in lib | bins | kit) continue ;; esac
+  case $b in lib | bins | kit | bench-bench) continue ;; esac
   [ -f "tests/$b.rs" ] || { echo "test.sh: hack/test.sh names tests/$b.rs, which does not exist" >&2; exit 1; }
 done
 
@@ -247,6 +247,18 @@ tests_start=$(date +%s)
     exit 0
   fi
   echo "$(( $(date +%s) - rest_start ))" >"$logs/rest-build.took"
+  # A test executable no group names (a new crate's unit tests) would never run.
+  if [ -z "${TEST_ONLY:-}" ]; then
+    for b in $(awk '{print $1}' "$executables" | sort -u); do
+      case $known in
+        *" $b "*) ;;
+        *)
+          echo "test.sh: the test executable $b is in no group of hack/test.sh" >"$logs/unclassified.log"
+          echo "unclassified 1 0 0" >>"$results"
+          ;;
+      esac
+    done
+  fi
   images_start=$(date +%s)
   env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS hack/image.sh >"$logs/images.log" 2>&1 || {
     echo "test.sh: the images did not build (hack/image.sh)" >>"$logs/images.log"
@@ -263,7 +275,7 @@ wait "$beside_pid"
 tests_took=$(( $(date +%s) - tests_start ))
 rest_build_took=$(cat "$logs/rest-build.took" 2>/dev/null || echo "?")
 images_took=$(cat "$logs/images.took" 2>/dev/null || echo "?")
-for b in build images; do
+for b in build images unclassified; do
   grep -q "^$b " "$results" && { cat "$logs/$b.log"; echo "test.sh: FAILED $b"; }
 done
 for b in "${PURE[@]}" "${BESIDE[@]}" "${ALONE[@]}"; do report "$b"; done

@@ -18,7 +18,10 @@
 //!    targets cut (confirm.rs), on and off;
 //! 6. what the per-checker duration histogram costs Prometheus 3 itself at
 //!    10,000 checkers, classic against native (prom_memory.rs, with the
-//!    Prometheus of prometheus.rs).
+//!    Prometheus of prometheus.rs);
+//! 7. the cost curve of rebalancing, 10,000 and 100,000 checkers over
+//!    3 -> 10 -> 30 -> 10 -> 3 members: the real sharder against a fake API
+//!    server with a given write latency and rate (sim/).
 //!
 //! Parts 3 and 4 run on the end-to-end kit the tests use (webchecker-kit:
 //! control plane, operator processes, witness, checker creation, ports);
@@ -32,10 +35,12 @@
 //! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
-//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom
+//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom,sim
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
-//! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000),
+//! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000), BENCH_SIM_RUNS
+//! (part 7's scenarios, checkers:latency_ms:rate,...), BENCH_SIM_STEP_TIMEOUT
+//! (seconds, default 900),
 //! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES
 //! (part 6's scrapes per configuration, default 60),
 //! BENCH_COMMAND (the command line shown in the report),
@@ -57,6 +62,7 @@ mod rebalance;
 mod report;
 mod ring;
 mod scale;
+mod sim;
 mod stats;
 mod sys;
 mod tls_cost;
@@ -74,7 +80,7 @@ use crate::report::Section;
 
 /// The parts in the report's order: key (BENCH_PARTS), title, and how its
 /// summary lines begin (merge.rs).
-const PARTS: [(&str, &str, &[&str]); 8] = [
+const PARTS: [(&str, &str, &[&str]); 9] = [
     (
         "probe",
         "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
@@ -98,6 +104,11 @@ const PARTS: [(&str, &str, &[&str]); 8] = [
         "prom",
         "6. Prometheus 3's own memory: classic vs native histograms",
         &["prometheus 3"],
+    ),
+    (
+        "sim",
+        "7. Rebalancing cost curve (simulation): 10,000 and 100,000 checkers",
+        &["rebalance simulation"],
     ),
 ];
 
@@ -376,6 +387,10 @@ fn driver_main() {
         eprintln!("bench: part 2, ring simulation");
         ring::part(&cfg, &img)
     });
+    let sim = cfg.part("sim").then(|| {
+        eprintln!("bench: part 7, rebalancing cost curve (simulation)");
+        sim::part(&cfg, &img)
+    });
     let (scale, rebalance, failover, confirmation, prom) = if on_cluster {
         eprintln!("bench: parts 3 to 6, real control plane");
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -397,6 +412,7 @@ fn driver_main() {
         failover,
         confirmation,
         prom,
+        sim,
     ];
     let (doc, failures) = report::document(
         &cfg,

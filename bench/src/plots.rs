@@ -312,3 +312,60 @@ pub fn rolling_restart(png: &Path, r: &RollResult) -> Res<()> {
         Ok(())
     })
 }
+
+/// Part 7: time to settle each step, one line per simulated scenario
+/// (labelled), log scale.
+pub fn rebalance_curve(png: &Path, runs: &[(String, Vec<(String, f64)>)]) -> Res<()> {
+    let steps: Vec<String> = runs
+        .first()
+        .map(|r| r.1.iter().map(|s| s.0.clone()).collect())
+        .unwrap_or_default();
+    let all = runs.iter().flat_map(|r| r.1.iter().map(|s| s.1));
+    let (lo, hi) = all.fold((f64::MAX, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
+    let (lo, hi) = ((lo * 0.7).max(0.05), (hi * 1.5).max(1.0));
+    save_png(png, (1000, 520), |root| {
+        let mut c = ChartBuilder::on(root)
+            .caption(
+                "Simulated rebalance: time to settle each step",
+                ("sans-serif", 20),
+            )
+            .margin(14)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(-0.2f64..(steps.len() as f64 - 0.8), (lo..hi).log_scale())?;
+        let names = steps.clone();
+        c.configure_mesh()
+            .x_desc("members")
+            .y_desc("seconds (log)")
+            .x_labels(steps.len())
+            .x_label_formatter(&move |x| {
+                let i = x.round();
+                if (x - i).abs() < 0.05 && i >= 0.0 {
+                    names.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|y| format!("{y:.1}"))
+            .draw()?;
+        for (i, (label, pts)) in runs.iter().enumerate() {
+            let col = Palette99::pick(i).to_rgba();
+            let st = ShapeStyle::from(col).stroke_width(2);
+            let xy: Vec<(f64, f64)> = pts
+                .iter()
+                .enumerate()
+                .map(|(j, p)| (j as f64, p.1))
+                .collect();
+            c.draw_series(LineSeries::new(xy.clone(), st))?
+                .label(label.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], st));
+            c.draw_series(xy.into_iter().map(|p| Circle::new(p, 3, st.filled())))?;
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .draw()?;
+        Ok(())
+    })
+}

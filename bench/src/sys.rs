@@ -35,7 +35,12 @@ pub fn which(names: &[&str]) -> Option<PathBuf> {
 
 /// (utime, stime) of a process, in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_ticks_of(&format!("/proc/{pid}/stat"))
+}
+
+/// (utime, stime) from a stat file of /proc (a process's or a thread's).
+pub fn cpu_ticks_of(path: &str) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(path).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     Some((

@@ -24,6 +24,7 @@ use crate::confirm::choice::Candidate;
 use crate::confirm::service::{Desk, Request as ConfirmRequest, Service as ConfirmService};
 use crate::confirm::tokens::{Reviewer, TokenSource};
 use crate::coordination::membership::{Advert, Membership};
+use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
 use crate::coordination::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
 use crate::engine::{Command, Engine, EngineSettings};
 use crate::error::Error;
@@ -509,11 +510,11 @@ fn start_coordination(
         peers,
         metrics: metrics.clone(),
         retry_period: cfg.retry_period,
-        write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
+        write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };
     let leader = coordination.spawn(elector.run(clients.leases.clone(), stop_leader, move || {
         Sharder {
-            write_limit: Arc::new(tokio::sync::Semaphore::new(64)),
+            write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
             ..sharder.clone()
         }
         .run()

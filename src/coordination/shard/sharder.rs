@@ -40,6 +40,35 @@ use super::window::Window;
 /// (crate::coordination::shard::book::Book::stuck_drains): a handover takes
 /// a probe's timeout and two writes, far less.
 const STUCK_LEASES: u32 = 3;
+
+/// Decisions are at least this far apart...
+const MIN_DECISION_SPACING: Duration = Duration::from_millis(50);
+/// ...and at least this many times the last one's cost apart, so that with
+/// 100,000 checkers (tens of ms a decision) the sharder's thread still has
+/// most of its time for the watch, the writes' answers and the Leases.
+const DECISION_DUTY_INVERSE: u32 = 3;
+
+fn decision_spacing(last_cost: Duration) -> Duration {
+    MIN_DECISION_SPACING.max(last_cost * DECISION_DUTY_INVERSE)
+}
+
+/// CPU time of this thread (the coordination runtime's): what a decision
+/// costs, not how long a loaded machine kept the thread from running.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec it is given a valid pointer to.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Assignment writes a sharder keeps in flight at most.
+pub const WRITES_IN_FLIGHT: usize = 64;
 use crate::api::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
     OWNER_LABEL, WebChecker,
@@ -295,6 +324,14 @@ impl EpochChecks {
     }
 }
 
+/// What a decision reads and changes, besides the roster.
+struct Decision<'a> {
+    book: &'a mut Book,
+    window: &'a mut Window,
+    checks: &'a mut EpochChecks,
+    writes: &'a mut Writes,
+}
+
 /// Proofs under way: a task per suspect at most (the book knows which),
 /// each ending with the member, its Lease, whether peers had evidence, and
 /// the verdict.
@@ -522,6 +559,7 @@ impl Sharder {
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
         let mut last_decision = Instant::now() - Duration::from_secs(1);
+        let mut last_cost = Duration::ZERO;
         let mut last_census = Instant::now() - Duration::from_secs(1);
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -581,27 +619,47 @@ impl Sharder {
             if book.expire_written(Instant::now()) {
                 dirty = true;
             }
-            if !dirty || last_decision.elapsed() < Duration::from_millis(50) {
+            if !dirty || last_decision.elapsed() < decision_spacing(last_cost) {
                 continue;
             }
             last_decision = Instant::now();
             dirty = false;
-            let width = window.width();
-            window.step(last_decision, book.handovers_in_progress());
-            if window.width() != width {
-                debug!(width = window.width(), answers_ms = ?window.smoothed().map(|d| d.as_millis()), "handover window");
-            }
-            book.set_window(window.width());
-            self.metrics.handover_window.set(window.width() as i64);
-            checks.start(&book.unverified(&seen), last_decision);
-            let actions = self.decisions(&mut book, &seen, last_decision);
-            if actions.is_empty() {
-                continue;
-            }
-            debug!(actions = actions.len(), "sharder writing assignments");
-            for a in actions {
-                writes.start(&self, &mut book, &members, a);
-            }
+            let cpu_before = thread_cpu();
+            let mut step = Decision {
+                book: &mut book,
+                window: &mut window,
+                checks: &mut checks,
+                writes: &mut writes,
+            };
+            self.decide(&mut step, &seen, last_decision);
+            last_cost = thread_cpu().saturating_sub(cpu_before);
+        }
+    }
+
+    /// One decision: the window's width from what was measured, the reads
+    /// of unknown epochs, then the writes.
+    fn decide(&self, d: &mut Decision<'_>, seen: &Roster<'_>, now: Instant) {
+        let width = d.window.width();
+        let in_progress = d.book.handovers_in_progress();
+        d.window.step(now, in_progress);
+        if d.window.width() != width {
+            debug!(width = d.window.width(), answers_ms = ?d.window.smoothed().map(|d| d.as_millis()), "handover window");
+        }
+        d.book.set_window(d.window.width());
+        self.metrics.handover_window.set(d.window.width() as i64);
+        d.checks.start(&d.book.unverified(seen), now);
+        let actions = self.decisions(d.book, seen, now);
+        if actions.is_empty() {
+            return;
+        }
+        debug!(actions = actions.len(), "sharder writing assignments");
+        let drains = actions
+            .iter()
+            .filter(|a| matches!(a, Action::SetDrain { .. }))
+            .count();
+        d.window.in_use(in_progress + drains);
+        for a in actions {
+            d.writes.start(self, d.book, seen.members, a);
         }
     }
 
@@ -754,6 +812,14 @@ mod tests {
         );
         assert_eq!(check_epoch(api, "r1", "new").await, EpochCheck::Unknown);
         server.await.unwrap();
+    }
+
+    #[test]
+    fn decisions_leave_the_thread_two_thirds_of_its_time() {
+        let ms = Duration::from_millis;
+        assert_eq!(decision_spacing(Duration::ZERO), ms(50));
+        assert_eq!(decision_spacing(ms(10)), ms(50));
+        assert_eq!(decision_spacing(ms(40)), ms(120));
     }
 
     #[tokio::test]

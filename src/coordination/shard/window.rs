@@ -45,6 +45,8 @@ pub struct Window {
     last_step: Instant,
     /// A write was shed or went unanswered since the last step.
     shed: bool,
+    /// The most handovers in progress since the last step ([`Window::in_use`]).
+    peak_use: usize,
 }
 
 /// What the latest samples say.
@@ -63,6 +65,7 @@ impl Window {
             handovers: Vec::new(),
             last_step: now,
             shed: false,
+            peak_use: 0,
         }
     }
 
@@ -87,6 +90,13 @@ impl Window {
     /// A handover completed `took` after its drain was seen.
     pub fn handed_over(&mut self, took: Duration) {
         self.handovers.push(took);
+    }
+
+    /// Handovers in progress right after a decision started its drains:
+    /// the window's use peaks there, and quick handovers may all be done by
+    /// the next step, so the step judges the use by the peak since the last.
+    pub fn in_use(&mut self, in_progress: usize) {
+        self.peak_use = self.peak_use.max(in_progress);
     }
 
     /// A write shed (429, 503) or unanswered within the call deadline.
@@ -126,7 +136,8 @@ impl Window {
     /// Reconsiders the width at most every [`STEP`]: halve after a shed
     /// write, or while writes or handovers are slow; widen by a quarter
     /// while both are quick and the window is in use (`in_progress`
-    /// handovers fill three quarters of it: an idle sharder's quick writes
+    /// handovers, or the peak since the last step, fill three quarters of
+    /// it: an idle sharder's quick writes
     /// say nothing of how a rebalance's handovers will go, so each one
     /// starts from the width it earned, not a width grown while idle);
     /// hold in between.
@@ -136,6 +147,7 @@ impl Window {
         }
         self.last_step = now;
         let w = self.width;
+        let in_progress = in_progress.max(std::mem::take(&mut self.peak_use));
         let (writes, handovers) = (self.writes(), self.handovers());
         self.width = if std::mem::take(&mut self.shed) {
             w / 2
@@ -276,5 +288,30 @@ mod tests {
         t += STEP;
         w.step(t, START_WINDOW * 3 / 4);
         assert_eq!(w.width(), 40);
+    }
+
+    /// Handovers that finish within a decision's spacing leave few in
+    /// progress at the next step: the window is full right after each
+    /// decision, and that is what counts.
+    #[test]
+    fn a_window_filled_after_each_decision_grows() {
+        let mut t = Instant::now();
+        let mut w = Window::new(t);
+        for _ in 0..30 {
+            t += STEP;
+            w.answered(5 * MS);
+            w.handed_over(40 * MS);
+            w.in_use(w.width());
+            w.step(t, 0);
+        }
+        assert_eq!(w.width(), MAX_WINDOW);
+        // Without the peak, the same steps hold it.
+        let mut w = Window::new(t);
+        for _ in 0..30 {
+            t += STEP;
+            w.answered(5 * MS);
+            w.step(t, 0);
+        }
+        assert_eq!(w.width(), START_WINDOW);
     }
 }
