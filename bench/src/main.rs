@@ -39,7 +39,8 @@
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
 //! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000), BENCH_SIM_RUNS
-//! (part 7's scenarios, checkers:latency_ms:rate,...), BENCH_SIM_STEP_TIMEOUT
+//! (part 7's scenarios, checkers:latency_ms:rate,...), BENCH_SIM_MEMBERS
+//! (part 7's member counts, default 3,10,30,10,3), BENCH_SIM_STEP_TIMEOUT
 //! (seconds, default 900),
 //! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES
 //! (part 6's scrapes per configuration, default 60),

@@ -85,6 +85,14 @@ pub struct Placement {
     pub holder: Option<String>,
 }
 
+/// A [`Placement`] borrowed from where the caller keeps it (the sharder's
+/// book: no copy of 100,000 keys per decision).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlacementRef<'a> {
+    pub key: &'a str,
+    pub holder: Option<&'a str>,
+}
+
 /// One change the sharder should make.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Move {
@@ -164,6 +172,19 @@ fn targets(members: &[&str], held: &[usize], m: usize) -> Targets {
 /// holder or its holder is over its target. Deterministic for a given input,
 /// and independent of the order of `members`.
 pub fn plan(members: &[String], placements: &[Placement]) -> Vec<Move> {
+    let refs: Vec<PlacementRef<'_>> = placements
+        .iter()
+        .map(|p| PlacementRef {
+            key: &p.key,
+            holder: p.holder.as_deref(),
+        })
+        .collect();
+    plan_refs(members, &refs)
+}
+
+/// [`plan`] over borrowed placements, in any order: the moves depend on
+/// the placements, not on their order.
+pub fn plan_refs(members: &[String], placements: &[PlacementRef<'_>]) -> Vec<Move> {
     // Distinct members in name order.
     let mut names: Vec<&str> = members.iter().map(String::as_str).collect();
     names.sort_unstable();
@@ -175,9 +196,9 @@ pub fn plan(members: &[String], placements: &[Placement]) -> Vec<Move> {
     let mut held: Vec<Vec<&str>> = vec![Vec::new(); names.len()];
     let mut orphans: Vec<&str> = Vec::new();
     for p in placements {
-        match p.holder.as_deref().and_then(|h| index.get(h)) {
-            Some(&i) => held[i].push(&p.key),
-            None => orphans.push(&p.key),
+        match p.holder.and_then(|h| index.get(h)) {
+            Some(&i) => held[i].push(p.key),
+            None => orphans.push(p.key),
         }
     }
     let mut load: Vec<usize> = held.iter().map(Vec::len).collect();
@@ -201,8 +222,9 @@ pub fn plan(members: &[String], placements: &[Placement]) -> Vec<Move> {
                     (score_hashed(hashes[i], kh), kh, *k)
                 })
                 .collect();
-            ranked.sort_unstable_by(|a, b| (a.0, a.2).cmp(&(b.0, b.2)));
             let excess = keys.len() - target[i];
+            // The `excess` it prefers least, in no order (pending is sorted below).
+            ranked.select_nth_unstable_by(excess - 1, |a, b| (a.0, a.2).cmp(&(b.0, b.2)));
             pending.extend(ranked[..excess].iter().map(|&(_, kh, k)| (kh, k, Some(i))));
             load[i] = target[i];
         }
@@ -309,6 +331,28 @@ mod tests {
             score("webchecker-operator-1", "default/badnews"),
             0x884c90d4f531a3be
         );
+    }
+
+    /// The book hands its placements over in its map's order.
+    #[test]
+    fn the_plan_does_not_depend_on_the_order_of_its_placements() {
+        let members = names(5);
+        let mut placements: Vec<Placement> = keys(400)
+            .into_iter()
+            .enumerate()
+            .map(|(i, key)| Placement {
+                key,
+                // Some unassigned, the rest on the first three: both kinds of move.
+                holder: (i % 5 != 0).then(|| members[i % 3].clone()),
+            })
+            .collect();
+        let moves = plan(&members, &placements);
+        assert!(moves.iter().any(|m| matches!(m, Move::Drain { .. })));
+        assert!(moves.iter().any(|m| matches!(m, Move::Assign { .. })));
+        placements.reverse();
+        assert_eq!(plan(&members, &placements), moves);
+        placements.sort_by_key(|p| fnv1a64(p.key.as_bytes()));
+        assert_eq!(plan(&members, &placements), moves);
     }
 
     #[test]

@@ -164,9 +164,14 @@ fn table(s: &Scenario, steps: &[Step]) -> String {
 }
 
 /// The scenarios: BENCH_SIM_RUNS=checkers:latency_ms:rate,... (rate `none`
-/// for unlimited) replaces the default set.
+/// for unlimited) replaces the default set; BENCH_SIM_MEMBERS=3,10,...
+/// the member counts.
 pub fn scenarios(cfg: &Cfg) -> Vec<Scenario> {
-    let members = vec![3, 10, 30, 10, 3];
+    let members: Vec<usize> = std::env::var("BENCH_SIM_MEMBERS")
+        .ok()
+        .and_then(|v| v.split(',').map(|n| n.trim().parse().ok()).collect())
+        .filter(|m: &Vec<usize>| m.len() >= 2 && !m.contains(&0))
+        .unwrap_or_else(|| vec![3, 10, 30, 10, 3]);
     let probe = Duration::from_millis(50);
     let parse = |spec: &str| -> Option<Scenario> {
         let mut f = spec.split(':');

@@ -121,31 +121,34 @@ impl World {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (api, handle) = (self.api.clone(), self.rt.handle().clone());
-        let thread = std::thread::spawn(move || {
-            let _ = tid_tx.send(unsafe { libc::gettid() });
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("the sharder's runtime");
-            rt.block_on(async move {
-                // The API server answers on its own runtime, as another process would.
-                let service = tower::service_fn(move |req| {
-                    let (api, handle) = (api.clone(), handle.clone());
-                    async move {
-                        let answer = handle.spawn(api.handle(req)).await;
-                        Ok::<_, Infallible>(answer.expect("the fake API server's task"))
+        let thread = std::thread::Builder::new()
+            .name("sharder".into())
+            .spawn(move || {
+                let _ = tid_tx.send(unsafe { libc::gettid() });
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the sharder's runtime");
+                rt.block_on(async move {
+                    // The API server answers on its own runtime, as another process would.
+                    let service = tower::service_fn(move |req| {
+                        let (api, handle) = (api.clone(), handle.clone());
+                        async move {
+                            let answer = handle.spawn(api.handle(req)).await;
+                            Ok::<_, Infallible>(answer.expect("the fake API server's task"))
+                        }
+                    });
+                    let client = kube::Client::new(service, NAMESPACE);
+                    let leader = member_name(0);
+                    tokio::select! {
+                        r = run_sharder(client, &leader, NAMESPACE, TIMINGS) => {
+                            eprintln!("bench: the simulated sharder stopped: {r:?}");
+                        }
+                        _ = stop_rx => {}
                     }
                 });
-                let client = kube::Client::new(service, NAMESPACE);
-                let leader = member_name(0);
-                tokio::select! {
-                    r = run_sharder(client, &leader, NAMESPACE, TIMINGS) => {
-                        eprintln!("bench: the simulated sharder stopped: {r:?}");
-                    }
-                    _ = stop_rx => {}
-                }
             });
-        });
+        let thread = thread.expect("the sharder's thread");
         self.sharder_tid = tid_rx.recv().expect("the sharder thread's id");
         self.stop = Some(stop_tx);
         self.sharder = Some(thread);

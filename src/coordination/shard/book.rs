@@ -13,7 +13,7 @@ use super::window::START_WINDOW;
 use crate::api::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, object_key,
 };
-use crate::coordination::ring::{self, Move, Placement};
+use crate::coordination::ring::{self, Move, PlacementRef};
 
 /// How long a completed write holds its key while its watch event has not
 /// arrived (a later change may come first and the event never show).
@@ -437,18 +437,17 @@ impl Book {
         }
         let mut actions = Vec::new();
         let mut placements = Vec::with_capacity(self.objects.len());
-        let mut keys: Vec<&String> = self.objects.keys().collect();
-        keys.sort();
-        for key in keys {
-            let o = &self.objects[key];
+        // In the map's order: the plan does not depend on it, and the
+        // handovers below are sorted.
+        for (key, o) in &self.objects {
             let pending = self
                 .inflight
                 .get(key)
                 .or_else(|| self.written.get(key).map(|w| &w.1));
             if let Some(t) = pending {
-                placements.push(Placement {
-                    key: key.clone(),
-                    holder: m.fresh(t).then(|| t.clone()),
+                placements.push(PlacementRef {
+                    key,
+                    holder: m.fresh(t).then_some(t.as_str()),
                 });
                 continue;
             }
@@ -468,8 +467,8 @@ impl Book {
             let target_fresh = m.drain_target(o);
             let holder = match (valid, target_fresh) {
                 // A drain in progress counts against its target.
-                (true, Some(t)) => Some(t.clone()),
-                (true, None) if o.drain.is_none() => o.owner.clone(),
+                (true, Some(t)) => Some(t.as_str()),
+                (true, None) if o.drain.is_none() => o.owner.as_deref(),
                 // Draining towards a member that left, is suspect or holds
                 // another Lease than the drain names: re-target.
                 (true, None) => None,
@@ -480,15 +479,13 @@ impl Book {
                         to: t.clone(),
                         cause: Cause::Rebalance,
                     });
-                    Some(t.clone())
+                    Some(t.as_str())
                 }
                 (false, _) => None,
             };
-            placements.push(Placement {
-                key: key.clone(),
-                holder,
-            });
+            placements.push(PlacementRef { key, holder });
         }
+        actions.sort_by(|a, b| a.key().cmp(b.key()));
         let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
         let width = self.window.unwrap_or(START_WINDOW);
         let mut window = width.saturating_sub(self.handovers_in_progress());
@@ -498,7 +495,7 @@ impl Book {
                 actions.push(Action::SetDrain { key, to });
             }
         };
-        for mv in ring::plan(&ring_members, &placements) {
+        for mv in ring::plan_refs(&ring_members, &placements) {
             match mv {
                 Move::Assign { key, .. } | Move::Drain { key, .. }
                     if self.pending(&key) || handovers.contains(&key) => {}
