@@ -135,7 +135,7 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last
 	cargo build --release --locked -p webchecker-bench -p webchecker-operator --features webchecker-bench/ring --bin bench --bin webchecker-operator
 	BENCH_COMMAND="$(if $(BENCH_PARTS),BENCH_PARTS=$(BENCH_PARTS) )make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" $${CARGO_TARGET_DIR:-target}/release/bench
 
-sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane) -> docs/benchmarks.md
+sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane; ~10 min) -> docs/benchmarks.md
 	cargo build --release --locked -p webchecker-bench --bin bench
 	BENCH_PARTS=sim BENCH_COMMAND="make sim" $${CARGO_TARGET_DIR:-target}/release/bench
 

@@ -191,7 +191,7 @@ pub fn scenarios(cfg: &Cfg) -> Vec<Scenario> {
     let default = if cfg.quick {
         "2000:5:none,2000:20:200"
     } else {
-        "10000:5:none,10000:20:500,10000:50:200,100000:5:none,100000:20:1000"
+        "10000:5:none,10000:20:500,10000:50:200,100000:5:none"
     };
     std::env::var("BENCH_SIM_RUNS")
         .ok()
