@@ -22,6 +22,7 @@ struct World {
     index: HashMap<String, usize>,
     salt: u64,
     created: u64,
+    used: HashSet<String>,
 }
 
 impl World {
@@ -43,6 +44,7 @@ impl World {
             index,
             salt,
             created: 0,
+            used: HashSet::new(),
         };
         for _ in 0..n {
             let name = w.fresh();
@@ -54,11 +56,18 @@ impl World {
         w
     }
 
-    /// A new member name, like a Deployment pod's.
+    /// A new member name, like a Deployment pod's, never used before in this
+    /// world: five hex digits collide now and then, and a name given twice is
+    /// one member, not two.
     fn fresh(&mut self) -> String {
-        self.created += 1;
-        let h = mix64((self.salt << 20) ^ self.created);
-        format!("webchecker-operator-7d9f8c6b5-{:05x}", h & 0xfffff)
+        loop {
+            self.created += 1;
+            let h = mix64((self.salt << 20) ^ self.created);
+            let name = format!("webchecker-operator-7d9f8c6b5-{:05x}", h & 0xfffff);
+            if self.used.insert(name.clone()) {
+                return name;
+            }
+        }
     }
 
     fn apply(&mut self, moves: &[Move]) {
