@@ -109,7 +109,7 @@ const PARTS: [(&str, &str, &[&str]); 9] = [
     (
         "sim",
         "7. Rebalancing cost curve (simulation): 10,000 and 100,000 checkers",
-        &["rebalance simulation"],
+        &["rebalancing cost curve"],
     ),
 ];
 

@@ -248,17 +248,29 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
                         })
                         .collect::<Vec<_>>(),
                 ));
-                let worst = steps
+                let times: Vec<String> = steps
                     .iter()
                     .skip(1)
-                    .filter_map(|st| st.settled)
-                    .max()
-                    .unwrap_or_default();
+                    .map(|st| {
+                        let t = st.settled.unwrap_or_default().as_secs_f64();
+                        format!("{} -> {} **{t:.1} s**", st.from, st.to)
+                    })
+                    .collect();
+                let per_move = |up: bool| {
+                    steps
+                        .iter()
+                        .skip(1)
+                        .filter(|st| (st.to > st.from) == up && st.counts.owner_changes > 0)
+                        .map(|st| st.writes() as f64 / st.counts.owner_changes as f64)
+                        .fold(0.0, f64::max)
+                };
                 summary.push(format!(
-                    "rebalance simulation, {} checkers ({}): every step of 3 -> 10 -> 30 -> 10 -> 3 settled, the longest in {:.1} s",
+                    "Rebalancing cost curve (simulation: the real sharder, a fake API server), {} checkers ({}): {}; at most {:.2} writes per move scaling out, {:.2} scaling in",
                     fmt_int(s.checkers as f64),
                     limits_text(&s.limits),
-                    worst.as_secs_f64()
+                    times.join(", "),
+                    per_move(true),
+                    per_move(false),
                 ));
             }
             Err(e) => failures.push(e.to_string()),
