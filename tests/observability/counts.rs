@@ -153,8 +153,13 @@ async fn prometheus_counts_match_the_witness(run: &Run) {
         let replicas: BTreeSet<&str> = hs.iter().map(|h| h.replica.as_str()).collect();
         let pods: BTreeSet<&str> = owners_of.iter().map(|(_, p)| p.as_str()).collect();
         assert_eq!(
-            pods, replicas,
-            "{n}: replicas with series vs replicas seen by the witness"
+            pods,
+            replicas,
+            "{n}: replicas with series vs replicas seen by the witness (owner before the \
+             scale-out {:?}, after {:?}; the witness's probes per replica: {})",
+            run.before.get(n),
+            run.after.get(n),
+            probe_spans(run, hs)
         );
         for k in owners_of {
             let (t, v) = last[k];
@@ -185,6 +190,21 @@ async fn prometheus_counts_match_the_witness(run: &Run) {
          old owners' probes after their last scrape (never exported) {unexported_old}, \
          current owners' probes after the last scrape {unscraped_current}"
     );
+}
+
+/// Each replica's probes of one checker: how many, and the Unix times of the
+/// first start and the last end.
+fn probe_spans(run: &Run, hs: &[&Hit]) -> String {
+    let mut by: BTreeMap<&str, (usize, f64, f64)> = BTreeMap::new();
+    for h in hs {
+        let (s, e) = (run.clock.wall(h.start), run.clock.wall(h.end));
+        let v = by.entry(h.replica.as_str()).or_insert((0, s, e));
+        *v = (v.0 + 1, v.1.min(s), v.2.max(e));
+    }
+    by.iter()
+        .map(|(r, (k, s, e))| format!("{r} {k} probes {s:.3}..{e:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The witness's log by checker, each in the order the probes started.

@@ -158,15 +158,19 @@ impl Run {
         let rules = [repo().join("alerts/webchecker.rules.yaml")];
         let prom = Prometheus::start(&targets(&ops), &rules);
         let prom_other = Prometheus::start_with(prom.version.other(), &targets(&ops), &rules);
-        for s in specs.iter().filter(|s| !s.name.starts_with("new-")) {
-            create(s).await;
-        }
         for o in &ops {
             o.wait_ready(Duration::from_secs(60)).await;
         }
         for p in [&prom, &prom_other] {
             p.wait_ready().await;
             p.wait_targets_up(&targets(&ops)).await;
+        }
+        // The checkers only now: every owner from the first is scraped (a
+        // replica that held a checker before Prometheus' first scrape of it
+        // left no series), and the three replicas are up, so that placement
+        // does not hand checkers from the first replica to the others.
+        for s in specs.iter().filter(|s| !s.name.starts_with("new-")) {
+            create(s).await;
         }
         let live = identities(&ops);
         let initial: Vec<String> = names
