@@ -49,13 +49,30 @@ impl Step {
     }
 }
 
+/// A scenario's steps, and the live heap the sharder held at the end.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub steps: Vec<Step>,
+    /// Bytes in use that the sharder's stop freed: its watch caches, book and
+    /// runtime, for every checker (the leader's cost beyond a replica's).
+    pub sharder_heap: u64,
+}
+
+/// Bytes the process's allocator has handed out and not taken back (glibc,
+/// every arena, mmapped chunks included).
+fn live_heap() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
+
 fn thread_cpu_s(tid: i32) -> f64 {
     sys::cpu_ticks_of(&format!("/proc/self/task/{tid}/stat"))
         .map_or(0.0, |(u, s)| (u + s) as f64 / sys::clk_tck())
 }
 
 /// Runs one scenario; `timeout` bounds each step.
-pub fn simulate(s: &Scenario, timeout: Duration) -> Res<Vec<Step>> {
+pub fn simulate(s: &Scenario, timeout: Duration) -> Res<Outcome> {
     let keys = (0..s.checkers).map(|i| format!("team-{}/checker-{i}", i % 100));
     let api = FakeApi::new("webchecker-system", keys, s.limits);
     let mut w = World::new(api.clone(), s.probe);
@@ -121,7 +138,27 @@ pub fn simulate(s: &Scenario, timeout: Duration) -> Res<Vec<Step>> {
             )));
         }
     }
-    Ok(steps)
+    let held = live_heap();
+    w.stop_sharder();
+    let sharder_heap = held.saturating_sub(live_heap());
+    eprintln!(
+        "bench: sim {} checkers: the sharder's stop freed {:.1} MiB",
+        s.checkers,
+        sharder_heap as f64 / (1 << 20) as f64
+    );
+    Ok(Outcome {
+        steps,
+        sharder_heap,
+    })
+}
+
+/// The leader's extra memory, as the tables and the summary say it.
+fn sharder_heap_text(s: &Scenario, o: &Outcome) -> String {
+    format!(
+        "the leader's sharder {:.1} MiB ({:.2} KiB per checker)",
+        o.sharder_heap as f64 / (1 << 20) as f64,
+        o.sharder_heap as f64 / 1024.0 / s.checkers.max(1) as f64
+    )
 }
 
 fn limits_text(l: &Limits) -> String {
@@ -234,9 +271,13 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
     let mut curves = Vec::new();
     for s in scenarios(cfg) {
         match simulate(&s, timeout) {
-            Ok(steps) => {
-                body.push_str(&table(&s, &steps));
-                body.push('\n');
+            Ok(outcome) => {
+                let steps = &outcome.steps;
+                body.push_str(&table(&s, steps));
+                body.push_str(&format!(
+                    "\nMemory: {} of live heap at the end (freed when it stopped); a member holds its share's checkers (the last column) at part 3's cost per owned checker.\n\n",
+                    sharder_heap_text(&s, &outcome)
+                ));
                 curves.push((
                     format!("{}, {}", fmt_int(s.checkers as f64), limits_text(&s.limits)),
                     steps
@@ -265,12 +306,13 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
                         .fold(0.0, f64::max)
                 };
                 summary.push(format!(
-                    "Rebalancing cost curve (simulation: the real sharder, a fake API server), {} checkers ({}): {}; at most {:.2} writes per move scaling out, {:.2} scaling in",
+                    "Rebalancing cost curve (simulation: the real sharder, a fake API server), {} checkers ({}): {}; at most {:.2} writes per move scaling out, {:.2} scaling in; {}",
                     fmt_int(s.checkers as f64),
                     limits_text(&s.limits),
                     times.join(", "),
                     per_move(true),
                     per_move(false),
+                    sharder_heap_text(&s, &outcome),
                 ));
             }
             Err(e) => failures.push(e.to_string()),
@@ -306,7 +348,7 @@ mod tests {
             },
             probe: Duration::from_millis(10),
         };
-        let steps = simulate(&s, Duration::from_secs(60)).unwrap();
+        let steps = simulate(&s, Duration::from_secs(60)).unwrap().steps;
         let written = |st: &Step| st.writes() - st.counts.conflicts;
         assert_eq!(steps[0].counts.owner_changes, 600);
         assert_eq!(written(&steps[0]), 600);

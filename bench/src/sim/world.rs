@@ -154,6 +154,16 @@ impl World {
         self.sharder = Some(thread);
     }
 
+    /// Stops the sharder and waits until its thread (and runtime) is gone.
+    pub fn stop_sharder(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.sharder.take() {
+            let _ = t.join();
+        }
+    }
+
     /// Waits on the API server's runtime.
     pub fn sleep(&self, d: Duration) {
         self.rt.block_on(async move { tokio::time::sleep(d).await });
@@ -162,11 +172,6 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.sharder.take() {
-            let _ = t.join();
-        }
+        self.stop_sharder();
     }
 }
