@@ -141,15 +141,16 @@ pub fn simulate(s: &Scenario, timeout: Duration) -> Res<Outcome> {
     let held = live_heap();
     w.stop_sharder();
     let sharder_heap = held.saturating_sub(live_heap());
-    eprintln!(
-        "bench: sim {} checkers: the sharder's stop freed {:.1} MiB",
-        s.checkers,
-        sharder_heap as f64 / (1 << 20) as f64
-    );
-    Ok(Outcome {
+    let outcome = Outcome {
         steps,
         sharder_heap,
-    })
+    };
+    eprintln!(
+        "bench: sim {} checkers: {}",
+        s.checkers,
+        sharder_heap_text(s, &outcome)
+    );
+    Ok(outcome)
 }
 
 /// The leader's extra memory, as the tables and the summary say it.
