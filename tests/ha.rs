@@ -41,16 +41,21 @@ async fn three_replicas_share_3000_checkers_evenly_and_exclusively() {
         );
     }
     assert_eq!(exclusivity_violation(&hits), None);
-    let (gap, who) = largest_gap(
-        &hits,
-        &fleet.names,
-        from + Duration::from_secs(INTERVAL as u64),
-        Instant::now(),
-    );
+    let (window, to) = (from + Duration::from_secs(INTERVAL as u64), Instant::now());
+    let (gap, who) = largest_gap(&hits, &fleet.names, window, to);
     println!("largest gap in steady state: {gap:?} ({who})");
     assert!(
         gap <= Duration::from_millis(INTERVAL as u64 * 1000 + 500),
-        "{who}: {gap:?}"
+        "{who}: {gap:?}; its probes (start, end from the window's start, which is {:?} long): {:?}",
+        to - window,
+        hits.iter()
+            .filter(|h| h.checker == who)
+            .map(|h| (
+                h.start.saturating_duration_since(window),
+                h.end.saturating_duration_since(window),
+                &h.replica
+            ))
+            .collect::<Vec<_>>()
     );
     // Owned-checker gauges add up to the fleet.
     let total = fleet.sum("webchecker_owned_checkers").await;

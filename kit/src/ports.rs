@@ -51,16 +51,38 @@ pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr}: {e}"))
     })?;
     if a.port() != 0 {
-        return tokio::net::TcpListener::bind(a).await;
+        return listen(a);
     }
     let mut last = None;
     for _ in 0..1000 {
-        match tokio::net::TcpListener::bind(SocketAddr::new(a.ip(), candidate())).await {
+        match listen(SocketAddr::new(a.ip(), candidate())) {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }
     }
     Err(last.expect("tried"))
+}
+
+/// Listens on `a` with the longest accept queue the kernel allows
+/// (`net.core.somaxconn`; tokio's own bind asks for 1,024). A witness that
+/// 1,500 fresh connections a second reach falls that far behind when the
+/// two cores are saturated for under a second, and a connection the full
+/// queue drops waits out the client's 1 s SYN retransmission: a probe
+/// timeout the operator did not cause.
+fn listen(a: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let backlog = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(4096)
+        .max(1024);
+    let socket = if a.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(a)?;
+    socket.listen(backlog)
 }
 
 /// A port free on `ip` now (see [`free_port`]).

@@ -329,7 +329,7 @@ impl Witness {
 
     pub async fn resume(&mut self) {
         let listener = loop {
-            match TcpListener::bind(self.addr).await {
+            match crate::ports::bind(&self.addr.to_string()).await {
                 Ok(l) => break l,
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
