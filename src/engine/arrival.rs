@@ -77,6 +77,56 @@ pub fn first_due(
     now + spread.mul_f64(draw.clamp(0.0, 1.0))
 }
 
+/// Where in its interval a checker's probes settle: an offset on the wall
+/// clock's grid of that interval, from a hash of its key. Checkers created
+/// in one burst are probed at once (within the jitter), so without it they
+/// would go on probing their targets and filling the pool in the same
+/// second of every interval; every replica (and a restarted one) picks the
+/// same offset.
+pub fn phase(key: &str, interval: Duration) -> Duration {
+    // FNV-1a: stable across builds and processes, unlike std's hasher.
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    Duration::from_millis(h % (interval.as_millis() as u64).max(1))
+}
+
+/// The checker's first slot after `now` (`now_unix_ms` on the wall clock):
+/// at most one interval on.
+pub fn next_slot(now: Instant, now_unix_ms: i64, interval: Duration, phase: Duration) -> Instant {
+    let i = (interval.as_millis() as i64).max(1);
+    let wait = (phase.as_millis() as i64 - now_unix_ms - 1).rem_euclid(i) + 1;
+    now + Duration::from_millis(wait as u64)
+}
+
+/// The probe after one due at `due` (`due_unix_ms` on the wall clock) of a
+/// checker still settling into its `phase`, and whether it has settled. The
+/// gap shrinks, never grows: the next probe is at the checker's slot if that
+/// lies between half an interval and an interval on; else at half an
+/// interval before the slot after that, which the probe after it then
+/// reaches. So a checker settles within two probes, never more than one
+/// interval apart nor less than half of one.
+pub fn settling_due(
+    due: Instant,
+    due_unix_ms: i64,
+    interval: Duration,
+    phase: Duration,
+) -> (Instant, bool) {
+    let i = (interval.as_millis() as i64).max(1);
+    let half = i / 2;
+    let from = due_unix_ms + half;
+    let slot = from + (phase.as_millis() as i64 - from).rem_euclid(i);
+    let (at, settled) = if slot <= due_unix_ms + i {
+        (slot, true)
+    } else {
+        (slot - half, false)
+    };
+    (
+        due + Duration::from_millis((at - due_unix_ms) as u64),
+        settled,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +176,59 @@ mod tests {
             assert_eq!(first_due(t, S10, arrival, Some(25_000), 0.9), t);
             assert_eq!(first_due(t, S10, arrival, Some(-5_000), 0.9), t + S10);
         }
+    }
+
+    #[test]
+    fn a_checker_settles_into_its_phase_within_two_probes_and_no_gap_grows() {
+        let t = Instant::now();
+        let i = Duration::from_secs(10);
+        let ms = |d: Duration| d.as_millis() as i64;
+        for (wall, phase) in [
+            (1_000, 6_000),
+            (1_000, 2_000),
+            (1_000, 1_000),
+            (7_500, 0),
+            (9_999, 5_000),
+        ] {
+            let phase = Duration::from_millis(phase);
+            let (mut due, mut due_ms, mut probes) = (t, wall, 0);
+            loop {
+                let (next, settled) = settling_due(due, due_ms, i, phase);
+                let gap = next - due;
+                assert!(gap >= i / 2 && gap <= i, "{wall} {phase:?}: gap {gap:?}");
+                due_ms += ms(gap);
+                due = next;
+                probes += 1;
+                if settled {
+                    break;
+                }
+            }
+            assert!(probes <= 2, "{wall} {phase:?}: {probes} probes");
+            assert_eq!(due_ms.rem_euclid(ms(i)), ms(phase), "{wall} {phase:?}");
+        }
+    }
+
+    #[test]
+    fn the_next_slot_is_within_an_interval_and_never_now() {
+        let t = Instant::now();
+        let i = Duration::from_secs(10);
+        let ms = Duration::from_millis;
+        assert_eq!(next_slot(t, 21_000, i, ms(4_000)), t + ms(3_000));
+        assert_eq!(next_slot(t, 24_000, i, ms(4_000)), t + i);
+        assert_eq!(next_slot(t, 24_001, i, ms(4_000)), t + ms(9_999));
+        assert_eq!(next_slot(t, 23_999, i, ms(4_000)), t + ms(1));
+    }
+
+    #[test]
+    fn phases_are_fixed_per_key_and_spread_over_the_interval() {
+        let i = Duration::from_secs(2);
+        assert_eq!(phase("ns/c1", i), phase("ns/c1", i));
+        assert!(phase("ns/c1", i) < i);
+        // 3,000 keys like a burst's fall about evenly into tenths of it.
+        let mut tenths = [0; 10];
+        for n in 0..3000 {
+            tenths[(phase(&format!("share-x/c{n}"), i).as_millis() / 200) as usize] += 1;
+        }
+        assert!(tenths.iter().all(|n| (240..=360).contains(n)), "{tenths:?}");
     }
 }

@@ -21,7 +21,7 @@ use tracing::debug;
 
 use crate::confirm::zones::{ZoneAnswer, ZoneResult};
 use crate::confirm::{Purpose, Verdict};
-use crate::engine::arrival::Arrivals;
+use crate::engine::arrival::{self, Arrivals};
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
@@ -84,6 +84,9 @@ struct Entry {
     last_probe_wall: Option<SystemTime>,
     /// A new arrival not yet probed: when the watch delivered it.
     first_probe_since: Option<Instant>,
+    /// Its probes have yet to reach their phase (crate::engine::arrival::phase):
+    /// it came at once as a new arrival, or its interval was shortened.
+    settling: bool,
     info: Arc<CheckerInfo>,
 }
 
@@ -351,11 +354,23 @@ impl Table {
             });
         }
         self.status_effects(&key, fx);
-        let Some(e) = self.entries.get(&key) else {
+        let Some(e) = self.entries.get_mut(&key) else {
             return;
         };
         // Keep the cadence; skip whole intervals the checker could not make.
         let mut next = e.due + plan.interval;
+        if e.settling {
+            let ago = clock.now.saturating_duration_since(e.due).as_millis() as i64;
+            let phase = arrival::phase(&key, plan.interval);
+            let (at, settled) =
+                arrival::settling_due(e.due, unix_ms(clock.wall) - ago, plan.interval, phase);
+            // A probe that outlasted the shorter gap keeps the cadence (and
+            // tries again next time).
+            if at > clock.now {
+                next = at;
+                e.settling = !settled;
+            }
+        }
         let mut missed = 0;
         while next < clock.now {
             next += plan.interval;

@@ -10,7 +10,7 @@ use tracing::warn;
 
 use super::effect::{Clock, Effect, Metric, ToWriter};
 use super::{Entry, Table, context, unix_ms};
-use crate::engine::arrival::{Arrival, first_due};
+use crate::engine::arrival::{self, Arrival, first_due};
 use crate::engine::command::{Checker, Definition};
 use crate::engine::status::{CheckerStatus, NotProbed};
 use crate::intake::secrets::Resolved;
@@ -125,6 +125,7 @@ impl Table {
                     status: CheckerStatus::from_existing(c.status.as_ref()),
                     last_probe_wall: None,
                     first_probe_since: None,
+                    settling: false,
                     info: c.info.clone(),
                 })
             }
@@ -216,14 +217,25 @@ impl Table {
                         && handover.is_none()
                     {
                         e.first_probe_since = Some(seen);
+                        e.settling = true;
                     }
                     let since = handover.map(|ms| unix_ms(clock.wall) - ms);
                     let at = first_due(clock.now, interval, arrival, since, clock.draw);
                     self.schedule(key, at);
-                } else if old_interval.is_some_and(|old| interval < old) && !e.inflight {
-                    // A shorter interval takes effect now, not after the old one ran out.
-                    let at = e.due.min(clock.now + interval);
-                    self.schedule(key, at);
+                } else if old_interval.is_some_and(|old| old != interval) {
+                    // Its probes settle into the phase of the new interval.
+                    e.settling = true;
+                    if old_interval.is_some_and(|old| interval < old) && !e.inflight {
+                        // A shorter interval takes effect now, not after the
+                        // old one ran out: at the checker's slot, so that
+                        // checkers edited together are not probed together.
+                        let phase = arrival::phase(key, interval);
+                        let slot =
+                            arrival::next_slot(clock.now, unix_ms(clock.wall), interval, phase);
+                        e.settling = e.due < slot;
+                        let at = e.due.min(slot);
+                        self.schedule(key, at);
+                    }
                 }
             }
             Err((reason, msg)) => {

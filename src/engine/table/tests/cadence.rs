@@ -7,7 +7,7 @@ use super::*;
 #[test]
 fn the_next_probe_is_due_one_interval_after_the_last_was_due() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     // A slow probe (2 s) does not push the cadence back.
     let seq = sim.start("ns/a", next);
     sim.advance(2 * S);
@@ -22,7 +22,7 @@ fn the_next_probe_is_due_one_interval_after_the_last_was_due() {
 #[test]
 fn whole_missed_intervals_are_skipped_and_counted() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     sim.advance(next - sim.now);
     sim.due("ns/a");
     // No worker for 25 s (an overload): the probe starts that late.
@@ -45,28 +45,42 @@ fn a_shorter_interval_takes_effect_at_once_and_a_longer_one_from_the_next_probe(
     let first = sim.upsert(checker("a", spec("/", 60, "")), false);
     let seq = sim.start("ns/a", scheduled(&sim, &first));
     let done = sim.done("ns/a", seq, Some(ok()));
-    assert_eq!(only(&done, &["schedule"]), ["schedule ns/a in 60000ms"]);
+    let old_due = scheduled(&sim, &done);
+    assert!(old_due - sim.now >= 30 * S);
     sim.advance(5 * S);
-    // 60 s -> 10 s: due in 10 s, not in the 55 s left of the old interval.
+    // 60 s -> 10 s: at its next 10 s slot, not after what is left of the old
+    // interval.
     let mut c = checker("a", spec("/", 10, ""));
     c.generation = Some(2);
     let lines = sim.upsert(c, false);
-    assert_eq!(only(&lines, &["schedule"]), ["schedule ns/a in 10000ms"]);
-    // 10 s -> 30 s: the probe due in 10 s stays; the one after is 30 s later.
+    let at = scheduled(&sim, &lines);
+    assert!(at <= sim.now + 10 * S, "{lines:?}");
+    assert!(on_phase(&sim, "ns/a", at, 10 * S), "{lines:?}");
+    // 10 s -> 30 s: the probe due stays; the ones after it are at most 30 s
+    // apart and settle into the 30 s phase.
     sim.advance(S);
     let lines = sim.upsert(checker("a", spec("/", 30, "")), false);
     assert_eq!(only(&lines, &["schedule", "cancel"]), Vec::<String>::new());
-    let due = sim.now + 9 * S;
-    let seq = sim.start("ns/a", due);
-    let done = sim.done("ns/a", seq, Some(ok()));
-    assert_eq!(only(&done, &["schedule"]), ["schedule ns/a in 30000ms"]);
+    let mut due = at;
+    for _ in 0..2 {
+        let seq = sim.start("ns/a", due);
+        let done = sim.done("ns/a", seq, Some(ok()));
+        let next = scheduled(&sim, &done);
+        assert!(next - due >= 15 * S && next - due <= 30 * S, "{done:?}");
+        due = next;
+    }
+    assert!(on_phase(&sim, "ns/a", due, 30 * S));
     // Shorter while a probe is in flight: the end of the probe reschedules,
     // on the new interval.
-    let seq = sim.start("ns/a", due + 30 * S);
+    let seq = sim.start("ns/a", due);
     let lines = sim.upsert(checker("a", spec("/", 5, "")), false);
     assert_eq!(only(&lines, &["schedule"]), Vec::<String>::new());
     let done = sim.done("ns/a", seq, Some(ok()));
-    assert_eq!(only(&done, &["schedule"]), ["schedule ns/a in 5000ms"]);
+    let next = scheduled(&sim, &done);
+    assert!(
+        next - due <= 5 * S && next - due >= Duration::from_millis(2500),
+        "{done:?}"
+    );
 }
 
 #[test]
@@ -120,7 +134,7 @@ fn the_first_list_spreads_first_probes_and_a_later_list_is_warm() {
 #[test]
 fn a_resync_removes_the_checkers_it_did_not_list() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     sim.upsert(checker("b", spec("/", 10, "")), false);
     let lines = sim.command(Input::Resync {
         present: HashSet::from(["ns/b".to_string()]),
@@ -137,4 +151,35 @@ fn a_resync_removes_the_checkers_it_did_not_list() {
     // Its timer is gone; a late expiry finds nothing.
     assert_eq!(sim.due("ns/a"), Vec::<String>::new());
     assert!(!sim.table.wants_worker());
+}
+
+#[test]
+fn a_burst_of_new_checkers_spreads_over_the_interval_within_two_probes() {
+    let mut sim = Sim::warm();
+    // 200 checkers created at once: each probed at once (the same jitter
+    // draw, so in the same millisecond).
+    let mut due = std::collections::BTreeSet::new();
+    for n in 0..200 {
+        let lines = sim.upsert(checker(&format!("c{n}"), spec("/", 10, "")), false);
+        due.insert((scheduled(&sim, &lines), format!("ns/c{n}"), 0));
+    }
+    let mut settled = Vec::new();
+    while let Some((at, key, probes)) = due.pop_first() {
+        let seq = sim.start(&key, at);
+        let done = sim.done(&key, seq, Some(ok()));
+        let next = scheduled(&sim, &done);
+        assert!(next - at <= 10 * S, "{key}: {done:?}");
+        if probes == 0 {
+            due.insert((next, key, 1));
+        } else {
+            assert!(on_phase(&sim, &key, next, 10 * S), "{key}");
+            settled.push(next);
+        }
+    }
+    // After two probes each, every second of the interval has its share.
+    let mut seconds = [0; 10];
+    for at in settled {
+        seconds[(wall_ms_at(&sim, at).rem_euclid(10_000) / 1_000) as usize] += 1;
+    }
+    assert!(seconds.iter().all(|n| (8..=32).contains(n)), "{seconds:?}");
 }

@@ -44,7 +44,7 @@ fn written(fx: &[Effect]) -> Option<(String, String, String, Option<String>)> {
 
 /// `a` probed once with success, then a probe that fails: the lines of its end.
 fn failing(sim: &mut Sim) -> (u64, Vec<String>) {
-    let next = probed_once(sim, "a");
+    let next = probed_until_settled(sim, "a");
     let seq = sim.start("ns/a", next);
     sim.advance(Duration::from_millis(300));
     (seq, sim.done("ns/a", seq, Some(refused())))
@@ -188,7 +188,7 @@ fn a_success_before_the_answer_makes_it_moot_and_an_opted_out_checker_never_asks
 #[test]
 fn shutdown_waits_for_a_held_failure_and_writes_it() {
     let mut sim = confirming_sim();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     let seq = sim.start("ns/a", next);
     assert!(
         !sim.command(Input::Shutdown)

@@ -35,7 +35,7 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
 #[test]
 fn a_drain_without_a_probe_in_flight_is_acknowledged_at_once() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let last = sim.wall_ms();
     sim.advance(2 * S);
     assert_eq!(
@@ -64,7 +64,7 @@ fn a_drain_without_a_probe_in_flight_is_acknowledged_at_once() {
 #[test]
 fn a_drain_with_a_probe_in_flight_is_acknowledged_when_the_probe_ends() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     let seq = sim.start("ns/a", next);
     sim.advance(Duration::from_millis(200));
     assert_eq!(
@@ -86,7 +86,7 @@ fn a_drain_with_a_probe_in_flight_is_acknowledged_when_the_probe_ends() {
 #[test]
 fn the_ack_hands_over_to_the_latest_target_of_the_drain() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let last = sim.wall_ms();
     let lines = sim.command(drain_to("ns/a", "7", "r2"));
     assert_eq!(
@@ -94,7 +94,7 @@ fn the_ack_hands_over_to_the_latest_target_of_the_drain() {
         [format!("ack ns/a last={last} to=r2@uid-r2")]
     );
 
-    let next = probed_once(&mut sim, "b");
+    let next = probed_until_settled(&mut sim, "b");
     let seq = sim.start("ns/b", next);
     let lines = sim.command(drain_to("ns/b", "7", "r2"));
     assert_eq!(only(&lines, &["ack"]), Vec::<String>::new());
@@ -112,7 +112,7 @@ fn the_ack_hands_over_to_the_latest_target_of_the_drain() {
 #[test]
 fn a_drain_withdrawn_by_a_later_upsert_resumes_probing() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let lines = sim.command(drain("ns/a", "7"));
     assert_eq!(only(&lines, &["ack"]).len(), 1);
     sim.advance(S);
@@ -135,7 +135,7 @@ fn a_drain_withdrawn_by_a_later_upsert_resumes_probing() {
 #[test]
 fn a_probe_held_back_at_the_last_moment_is_tried_again_at_the_same_due_time() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     let seq = sim.start("ns/a", next);
     sim.advance(Duration::from_millis(100));
     // The membership gate closed before the request was written: the probe
@@ -152,7 +152,7 @@ fn a_probe_held_back_at_the_last_moment_is_tried_again_at_the_same_due_time() {
 #[test]
 fn a_probe_held_back_while_draining_still_acknowledges_the_drain() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     let last = sim.wall_ms();
     let seq = sim.start("ns/a", next);
     let lines = sim.command(drain("ns/a", "7"));
@@ -170,7 +170,7 @@ fn a_probe_held_back_while_draining_still_acknowledges_the_drain() {
 #[test]
 fn a_fence_drops_everything_and_the_next_list_fills_a_cold_table() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let b = sim.upsert(checker("b", spec("/", 10, "")), false);
     let old_b = sim.start("ns/b", scheduled(&sim, &b));
     sim.upsert(checker("c", spec("/", 10, "")), false);
@@ -204,7 +204,7 @@ fn a_fence_drops_everything_and_the_next_list_fills_a_cold_table() {
 #[test]
 fn shutdown_stops_dispatching_and_ends_when_the_probes_in_flight_are_done() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let b = sim.upsert(checker("b", spec("/", 10, "")), false);
     let seq = sim.start("ns/b", scheduled(&sim, &b));
     let c = sim.upsert(checker("c", spec("/", 10, "")), false);
@@ -223,6 +223,6 @@ fn shutdown_stops_dispatching_and_ends_when_the_probes_in_flight_are_done() {
     assert_eq!(done.iter().filter(|l| *l == "stopped").count(), 1);
     // With nothing in flight it stops at once.
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     assert_eq!(sim.command(Input::Shutdown), ["cancel ns/a", "stopped"]);
 }

@@ -165,7 +165,7 @@ impl Sim {
     /// Moves to the checker's due time, fires its timer and starts its probe.
     fn start(&mut self, key: &str, due: Instant) -> u64 {
         if due > self.now {
-            self.now += due - self.now;
+            self.advance(due - self.now);
         }
         self.due(key);
         let (started, seq, _) = self.dispatch().expect("a probe starts");
@@ -342,16 +342,39 @@ fn scheduled(sim: &Sim, lines: &[String]) -> Instant {
     sim.now + Duration::from_millis(ms)
 }
 
-/// Makes `name` (interval 10 s) known to a warm table and runs its first
-/// probe: returns when its next probe is due.
-fn probed_once(sim: &mut Sim, name: &str) -> Instant {
+/// Makes `name` (interval 10 s) known to a warm table and runs its probes
+/// (each taking 300 ms) until it has settled into its phase; returns when the
+/// next is due, one interval after the last.
+fn probed_until_settled(sim: &mut Sim, name: &str) -> Instant {
     let key = format!("ns/{name}");
     let first = sim.upsert(checker(name, spec("/", 10, "")), false);
-    let at = scheduled(sim, &first);
-    let seq = sim.start(&key, at);
-    sim.advance(Duration::from_millis(300));
-    let done = sim.done(&key, seq, Some(ok()));
-    scheduled(sim, &done)
+    let mut at = scheduled(sim, &first);
+    for _ in 0..3 {
+        let seq = sim.start(&key, at);
+        sim.advance(Duration::from_millis(300));
+        let done = sim.done(&key, seq, Some(ok()));
+        let next = scheduled(sim, &done);
+        if next - at == 10 * S {
+            return next;
+        }
+        at = next;
+    }
+    panic!("{key} settled into its phase within two probes");
+}
+
+/// What the wall clock reads at `at`, in ms since the epoch.
+fn wall_ms_at(sim: &Sim, at: Instant) -> i64 {
+    if at >= sim.now {
+        sim.wall_ms() + (at - sim.now).as_millis() as i64
+    } else {
+        sim.wall_ms() - (sim.now - at).as_millis() as i64
+    }
+}
+
+/// Whether the wall clock reads the checker's phase at `at` (a due time).
+fn on_phase(sim: &Sim, key: &str, at: Instant, interval: Duration) -> bool {
+    wall_ms_at(sim, at).rem_euclid(interval.as_millis() as i64)
+        == crate::engine::arrival::phase(key, interval).as_millis() as i64
 }
 
 #[test]
@@ -383,13 +406,26 @@ fn a_new_checker_is_probed_within_the_jitter_and_its_result_written() {
         [
             "status ns/a Ready=True ProbeSucceeded",
             "event Normal ProbeSucceeded",
-            "schedule ns/a in 9695ms",
+            "schedule ns/a in 5379ms",
             "metric probe ns/a ProbeSucceeded ready=true"
         ]
     );
+    // Its phase is 734 ms past the 10 s grid and its first probe was due at
+    // 50 ms: the slot at 10,734 ms is more than an interval on, so the next
+    // probe is half an interval before it (5,734 ms), and the one after on it.
+    let phase = crate::engine::arrival::phase("ns/a", 10 * S);
+    assert_eq!(phase, Duration::from_millis(734));
     // The next probe is no new arrival: no first-probe delay.
-    sim.advance(Duration::from_millis(9695));
+    sim.advance(Duration::from_millis(5379));
     sim.due("ns/a");
     let fx = sim.step(Input::Dispatch { free: 4 });
     assert_eq!(sim.show(&fx), ["probe ns/a", "metric lag 0ms"]);
+    let done = sim.done("ns/a", 1, Some(ok()));
+    let next = scheduled(&sim, &done);
+    assert_eq!(next - sim.now, 5 * S);
+    assert!(on_phase(&sim, "ns/a", next, 10 * S));
+    // Settled: one interval from then on.
+    let seq = sim.start("ns/a", next);
+    let done = sim.done("ns/a", seq, Some(ok()));
+    assert_eq!(scheduled(&sim, &done) - next, 10 * S);
 }

@@ -21,7 +21,7 @@ fn over_budget(message: &str) -> Compiled {
 #[test]
 fn a_spec_change_probes_the_new_plan_next_on_the_same_cadence() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     // The watch echoes our own status write: same spec, nothing to do but
     // fence the next write with the new resourceVersion.
     let mut echo = checker("a", spec("/", 10, ""));
@@ -116,7 +116,7 @@ fn a_malformed_object_is_invalid_spec_and_its_next_error_changes_nothing() {
 #[test]
 fn a_suspended_checker_is_not_probed_and_drops_its_series_until_resumed() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     assert_eq!(
         sim.upsert(checker("a", spec("/", 10, ", suspend: true")), false),
         [
@@ -142,7 +142,7 @@ fn a_suspended_checker_is_not_probed_and_drops_its_series_until_resumed() {
 #[test]
 fn a_checker_over_its_namespace_budget_is_quota_exceeded_until_room_is_made() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     // Its patterns no longer fit (an older checker arrived).
     let lines = sim.command(Input::Patterns {
         key: "ns/a".into(),
@@ -165,7 +165,7 @@ fn a_checker_over_its_namespace_budget_is_quota_exceeded_until_room_is_made() {
     });
     assert_eq!(lines, ["schedule ns/a in 50ms", "metric owned 1"]);
     // The same through its values.
-    probed_once(&mut sim, "b");
+    probed_until_settled(&mut sim, "b");
     let lines = sim.command(Input::Refresh {
         key: "ns/b".into(),
         resolved: Resolved::over_budget("values over the budget".into()),
@@ -184,7 +184,7 @@ fn a_checker_over_its_namespace_budget_is_quota_exceeded_until_room_is_made() {
 #[test]
 fn a_removed_checker_is_never_probed_again() {
     let mut sim = Sim::warm();
-    let next = probed_once(&mut sim, "a");
+    let next = probed_until_settled(&mut sim, "a");
     let seq = sim.start("ns/a", next);
     assert_eq!(
         sim.command(Input::Remove { key: "ns/a".into() }),
@@ -255,7 +255,7 @@ fn rotated_values_are_used_by_the_next_probe_on_the_same_cadence() {
 #[test]
 fn a_checker_recreated_under_its_name_starts_afresh() {
     let mut sim = Sim::warm();
-    probed_once(&mut sim, "a");
+    probed_until_settled(&mut sim, "a");
     let mut again = checker("a", spec("/", 10, ""));
     again.object_ref.uid = Some("uid-a-2".into());
     again.resource_version = "9".into();
