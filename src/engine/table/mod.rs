@@ -354,16 +354,22 @@ impl Table {
             });
         }
         self.status_effects(&key, fx);
-        let Some(e) = self.entries.get_mut(&key) else {
+        self.schedule_next(&key, plan.interval, clock);
+    }
+
+    /// Schedules the probe after the one just done: one interval after it was
+    /// due, or sooner while the checker settles into its phase; whole
+    /// intervals the checker could not make are skipped and counted.
+    fn schedule_next(&mut self, key: &str, interval: Duration, clock: Clock) {
+        let Some(e) = self.entries.get_mut(key) else {
             return;
         };
-        // Keep the cadence; skip whole intervals the checker could not make.
-        let mut next = e.due + plan.interval;
+        let mut next = e.due + interval;
         if e.settling {
             let ago = clock.now.saturating_duration_since(e.due).as_millis() as i64;
-            let phase = arrival::phase(&key, plan.interval);
+            let phase = arrival::phase(key, interval);
             let (at, settled) =
-                arrival::settling_due(e.due, unix_ms(clock.wall) - ago, plan.interval, phase);
+                arrival::settling_due(e.due, unix_ms(clock.wall) - ago, interval, phase);
             // A probe that outlasted the shorter gap keeps the cadence (and
             // tries again next time).
             if at > clock.now {
@@ -373,13 +379,13 @@ impl Table {
         }
         let mut missed = 0;
         while next < clock.now {
-            next += plan.interval;
+            next += interval;
             missed += 1;
         }
         if missed > 0 {
             self.out.push(Effect::Metric(Metric::Missed(missed)));
         }
-        self.schedule(&key, next);
+        self.schedule(key, next);
     }
 
     /// Another replica's word on a failure held back (crate::confirm).
