@@ -99,13 +99,19 @@ pub fn next_slot(now: Instant, now_unix_ms: i64, interval: Duration, phase: Dura
     now + Duration::from_millis(wait as u64)
 }
 
+/// How far from its slot a due time may lie and still count as on it: the
+/// wall clock and the monotonic one are read apart and in whole
+/// milliseconds, so a due time computed to land on the slot reads a
+/// millisecond or two either side of it.
+pub const PHASE_TOLERANCE: Duration = Duration::from_millis(10);
+
 /// The probe after one due at `due` (`due_unix_ms` on the wall clock) of a
 /// checker still settling into its `phase`, and whether it has settled. The
 /// gap shrinks, never grows: the next probe is at the checker's slot if that
-/// lies between half an interval and an interval on; else at half an
-/// interval before the slot after that, which the probe after it then
-/// reaches. So a checker settles within two probes, never more than one
-/// interval apart nor less than half of one.
+/// lies between half an interval and an interval on; else half an interval
+/// after the slot before that, and the probe after it on the slot after it.
+/// So a checker settles within two probes, never more than one interval
+/// apart nor (but for the tolerance) less than half of one.
 pub fn settling_due(
     due: Instant,
     due_unix_ms: i64,
@@ -113,18 +119,18 @@ pub fn settling_due(
     phase: Duration,
 ) -> (Instant, bool) {
     let i = (interval.as_millis() as i64).max(1);
-    let half = i / 2;
-    let from = due_unix_ms + half;
-    let slot = from + (phase.as_millis() as i64 - from).rem_euclid(i);
-    let (at, settled) = if slot <= due_unix_ms + i {
-        (slot, true)
+    let (half, tol) = (i / 2, PHASE_TOLERANCE.as_millis() as i64);
+    // How long after its last slot the due time lies.
+    let past = (due_unix_ms - phase.as_millis() as i64).rem_euclid(i);
+    let to_slot = i - past;
+    let (wait, settled) = if past <= tol || to_slot <= tol {
+        (i, true)
+    } else if to_slot + tol >= half {
+        (to_slot, true)
     } else {
-        (slot - half, false)
+        (to_slot + half, false)
     };
-    (
-        due + Duration::from_millis((at - due_unix_ms) as u64),
-        settled,
-    )
+    (due + Duration::from_millis(wait as u64), settled)
 }
 
 #[cfg(test)]
@@ -195,7 +201,10 @@ mod tests {
             loop {
                 let (next, settled) = settling_due(due, due_ms, i, phase);
                 let gap = next - due;
-                assert!(gap >= i / 2 && gap <= i, "{wall} {phase:?}: gap {gap:?}");
+                assert!(
+                    gap + PHASE_TOLERANCE >= i / 2 && gap <= i,
+                    "{wall} {phase:?}: gap {gap:?}"
+                );
                 due_ms += ms(gap);
                 due = next;
                 probes += 1;
@@ -217,6 +226,46 @@ mod tests {
         assert_eq!(next_slot(t, 24_000, i, ms(4_000)), t + i);
         assert_eq!(next_slot(t, 24_001, i, ms(4_000)), t + ms(9_999));
         assert_eq!(next_slot(t, 23_999, i, ms(4_000)), t + ms(1));
+    }
+
+    #[test]
+    fn a_due_time_read_a_millisecond_off_still_settles_and_stays() {
+        // The wall clock read up to 1 ms either side of where the due time
+        // lies, one way at one probe and the other at the next: it settles
+        // within two probes all the same and then keeps the interval. (Read
+        // exactly, a due time 1 ms past its slot was half an interval off
+        // it, and the next one moved half an interval, in steady state.)
+        let t = Instant::now();
+        let i = Duration::from_secs(4);
+        let phase = Duration::from_millis(1_234);
+        for wall in [0, 1_000, 2_000, 3_233, 3_500, 3_999] {
+            for skews in [[-1_i64, 1], [1, -1], [0, 1], [-1, 0]] {
+                let (mut due, mut due_ms) = (t, wall);
+                let mut gaps = Vec::new();
+                let mut settled_after = None;
+                for n in 0..6 {
+                    let skew = skews[n % 2];
+                    let (next, settled) = settling_due(due, due_ms + skew, i, phase);
+                    if settled && settled_after.is_none() {
+                        settled_after = Some(n + 1);
+                    }
+                    gaps.push((next - due).as_millis() as i64);
+                    due_ms += (next - due).as_millis() as i64;
+                    due = next;
+                }
+                assert!(
+                    settled_after.is_some_and(|n| n <= 2),
+                    "{wall} {skews:?}: {gaps:?}"
+                );
+                let at = settled_after.unwrap();
+                assert!(
+                    gaps[at..].iter().all(|g| *g == 4_000),
+                    "{wall} {skews:?}: {gaps:?}"
+                );
+                let off = (due_ms - 1_234).rem_euclid(4_000);
+                assert!(off.min(4_000 - off) <= 10, "{wall} {skews:?}: {off} ms off");
+            }
+        }
     }
 
     #[test]

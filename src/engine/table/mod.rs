@@ -370,11 +370,14 @@ impl Table {
             let phase = arrival::phase(key, interval);
             let (at, settled) =
                 arrival::settling_due(e.due, unix_ms(clock.wall) - ago, interval, phase);
-            // A probe that outlasted the shorter gap keeps the cadence (and
-            // tries again next time).
+            // A probe that outlasted the shorter gap keeps the cadence, for
+            // good: a gap shrinks only in the probes right after an arrival
+            // or a change, never at some later probe that happened to be quick.
             if at > clock.now {
                 next = at;
                 e.settling = !settled;
+            } else {
+                e.settling = false;
             }
         }
         let mut missed = 0;

@@ -183,3 +183,22 @@ fn a_burst_of_new_checkers_spreads_over_the_interval_within_two_probes() {
     }
     assert!(seconds.iter().all(|n| (8..=32).contains(n)), "{seconds:?}");
 }
+
+#[test]
+fn a_new_checker_whose_probe_outlasts_its_settling_gap_keeps_its_cadence_for_good() {
+    let mut sim = Sim::warm();
+    let first = sim.upsert(checker("a", spec("/", 10, "")), false);
+    let due = scheduled(&sim, &first);
+    // Its slot would have the next probe 5,684 ms after this one was due
+    // (a_new_checker_is_probed_within_the_jitter_and_its_result_written);
+    // this probe takes 6 s.
+    let seq = sim.start("ns/a", due);
+    sim.advance(6 * S);
+    let done = sim.done("ns/a", seq, Some(ok()));
+    let next = scheduled(&sim, &done);
+    assert_eq!(next, due + 10 * S);
+    // A quick probe later moves nothing: a gap never shrinks in steady state.
+    let seq = sim.start("ns/a", next);
+    let done = sim.done("ns/a", seq, Some(ok()));
+    assert_eq!(scheduled(&sim, &done), next + 10 * S);
+}
