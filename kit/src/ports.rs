@@ -70,11 +70,14 @@ pub async fn bind(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
 /// queue drops waits out the client's 1 s SYN retransmission: a probe
 /// timeout the operator did not cause.
 fn listen(a: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let backlog = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
-        .ok()
-        .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(4096)
-        .max(1024);
+    static BACKLOG: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let backlog = *BACKLOG.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(4096)
+            .max(1024)
+    });
     let socket = if a.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {

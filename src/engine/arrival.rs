@@ -84,10 +84,8 @@ pub fn first_due(
 /// second of every interval; every replica (and a restarted one) picks the
 /// same offset.
 pub fn phase(key: &str, interval: Duration) -> Duration {
-    // FNV-1a: stable across builds and processes, unlike std's hasher.
-    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    // The ring's hash: stable across builds and processes, unlike std's.
+    let h = crate::coordination::ring::fnv1a64(key.as_bytes());
     Duration::from_millis(h % (interval.as_millis() as u64).max(1))
 }
 

@@ -85,7 +85,7 @@ struct Entry {
     /// A new arrival not yet probed: when the watch delivered it.
     first_probe_since: Option<Instant>,
     /// Its probes have yet to reach their phase (crate::engine::arrival::phase):
-    /// it came at once as a new arrival, or its interval was shortened.
+    /// it came at once as a new arrival, or its interval changed.
     settling: bool,
     info: Arc<CheckerInfo>,
 }

@@ -222,10 +222,10 @@ impl Table {
                     let since = handover.map(|ms| unix_ms(clock.wall) - ms);
                     let at = first_due(clock.now, interval, arrival, since, clock.draw);
                     self.schedule(key, at);
-                } else if old_interval.is_some_and(|old| old != interval) {
+                } else if let Some(old) = old_interval.filter(|old| *old != interval) {
                     // Its probes settle into the phase of the new interval.
                     e.settling = true;
-                    if old_interval.is_some_and(|old| interval < old) && !e.inflight {
+                    if interval < old && !e.inflight {
                         // A shorter interval takes effect now, not after the
                         // old one ran out: at the checker's slot, so that
                         // checkers edited together are not probed together.
