@@ -112,17 +112,15 @@ async fn owner_counts_match_the_witness(run: &Run) -> Vec<(String, String)> {
 async fn prometheus_counts_match_the_witness(run: &Run) {
     let (prom, sel) = (&run.prom, run.sel());
     let at = now_unix();
-    let agg = prom
-        .query_at(
+    let (agg, raw) = prom
+        .query_pair_at(
             &format!("sum by (name) (last_over_time(webchecker_probes_total{{{sel}}}[10m]))"),
-            Some(at),
+            &format!("webchecker_probes_total{{{sel}}}[10m]"),
+            at,
         )
         .await;
     assert_eq!(agg["status"], "success", "{agg}");
     let agg = by_label(samples(&agg["data"]), "name");
-    let raw = prom
-        .query_at(&format!("webchecker_probes_total{{{sel}}}[10m]"), Some(at))
-        .await;
     assert_eq!(raw["status"], "success", "{raw}");
     // Every probe that ended by the last scrape is in this snapshot.
     let hits = run.witness.all_hits();

@@ -277,11 +277,10 @@ async fn uptime_on(run: &Run, prom: &Prometheus, exprs: &[(String, String)]) {
         .expect("the uptime stat")
         .1;
     let at = now_unix();
-    let panel = prom.query_at(uptime, Some(at)).await;
-    let panel = single(&samples(&panel["data"]), "uptime");
-    let raw = prom
-        .query_at(&format!("webchecker_up{{{}}}[1h]", run.sel()), Some(at))
+    let (panel, raw) = prom
+        .query_pair_at(uptime, &format!("webchecker_up{{{}}}[1h]", run.sel()), at)
         .await;
+    let panel = single(&samples(&panel["data"]), "uptime");
     let mut per_checker: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     let mut per_series = Vec::new();
     for s in raw["data"]["result"].as_array().unwrap() {

@@ -225,6 +225,21 @@ impl Prometheus {
         self.api(&query_path(expr, at)).await
     }
 
+    /// Two instant queries at one time `at` that saw the same samples. A
+    /// sample is stamped when its scrape starts and appended when the scrape
+    /// ends, so one stamped just before `at` can land between two queries;
+    /// `first` is read again after `second` until both of its reads agree.
+    pub async fn query_pair_at(&self, first: &str, second: &str, at: f64) -> (Value, Value) {
+        for _ in 0..20 {
+            let a = self.query_at(first, Some(at)).await;
+            let b = self.query_at(second, Some(at)).await;
+            if self.query_at(first, Some(at)).await["data"] == a["data"] {
+                return (a, b);
+            }
+        }
+        panic!("{first} at {at}: a scrape landed between every pair of reads in 20 tries");
+    }
+
     /// Range query (`start`..`end` in unix seconds, `step` seconds), its
     /// whole answer.
     pub async fn query_range(&self, expr: &str, start: f64, end: f64, step: f64) -> Value {
