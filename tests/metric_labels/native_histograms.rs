@@ -75,7 +75,9 @@ fn promtool_check(version: PromVersion, text: &str) -> (bool, String) {
 /// observations. Each job scrapes once a second at its own offset and the
 /// checker is probed once a second, so of the two spans between the jobs'
 /// scrapes in a second one holds no probe of it: such a moment recurs
-/// every second.
+/// every second. The moments end 3 s back: a sample is stamped when its
+/// scrape starts and appended when it ends (scrape_timeout 1 s), so a later
+/// query at a more recent moment could see a sample this one did not.
 async fn same_probes_at(prom: &Prometheus, ns: &str, name: &str) -> f64 {
     let native = format!(
         "histogram_count(webchecker_probe_duration_seconds{{job=\"native\",namespace=\"{ns}\",name=\"{name}\"}})"
@@ -92,7 +94,7 @@ async fn same_probes_at(prom: &Prometheus, ns: &str, name: &str) -> f64 {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_secs_f64();
-            let v = prom.query_range(&expr, now - 20.0, now - 1.0, 0.05).await;
+            let v = prom.query_range(&expr, now - 20.0, now - 3.0, 0.05).await;
             let values = v["data"]["result"][0]["values"].as_array()?.clone();
             values.iter().rev().find_map(|p| {
                 (p[1].as_str() == Some("0"))
