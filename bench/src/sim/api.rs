@@ -88,13 +88,27 @@ struct Feed {
 
 impl Feed {
     fn publish(&mut self, rv: u64, line: Bytes) {
-        if self.history.len() == HISTORY
-            && let Some((old, _)) = self.history.pop_front()
-        {
-            self.trimmed_below = old + 1;
+        self.publish_together(vec![(rv, line)]);
+    }
+
+    /// Events written at one moment reach each watch in one chunk, as an
+    /// API server's flush of them does.
+    fn publish_together(&mut self, events: Vec<(u64, Bytes)>) {
+        if events.is_empty() {
+            return;
         }
-        self.history.push_back((rv, line.clone()));
-        self.subscribers.retain(|s| s.send(line.clone()).is_ok());
+        let mut chunk = Vec::new();
+        for (rv, line) in events {
+            if self.history.len() == HISTORY
+                && let Some((old, _)) = self.history.pop_front()
+            {
+                self.trimmed_below = old + 1;
+            }
+            chunk.extend_from_slice(&line);
+            self.history.push_back((rv, line));
+        }
+        let chunk = Bytes::from(chunk);
+        self.subscribers.retain(|s| s.send(chunk.clone()).is_ok());
     }
 
     /// A subscription from `rv` on; `None` when that is older than the history.
@@ -375,19 +389,22 @@ impl FakeApi {
         queues
     }
 
-    /// Releases member Leases (graceful shutdown): their holders stop.
+    /// Releases member Leases (graceful shutdown, all at one moment): their
+    /// holders stop.
     pub fn leave(&self, holders: &[String]) {
         let mut s = self.lock();
+        let mut deleted = Vec::new();
         for h in holders {
             let name = format!("webchecker-member-{h}");
             if let Some(l) = s.leases.remove(&name) {
                 let rv = s.next_rv();
                 let mut v = lease_json(&s.namespace, &name, &l);
                 v["metadata"]["resourceVersion"] = json!(rv.to_string());
-                s.lease_feed.publish(rv, event_line("DELETED", v));
+                deleted.push((rv, event_line("DELETED", v)));
             }
             s.acks.remove(h);
         }
+        s.lease_feed.publish_together(deleted);
     }
 
     /// Renews one member's Lease (a new resourceVersion, as a renewal writes).

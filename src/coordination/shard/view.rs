@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::stream::FusedStream;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -300,6 +301,25 @@ impl Members {
     }
 }
 
+/// Watch events taken as one change at most.
+const BURST_MAX: usize = 256;
+
+/// The next event and every event ready behind it (at most [`BURST_MAX`]);
+/// `None` when the stream has ended. Members that leave together delete
+/// their Leases in a burst: seen one at a time, a decision between two
+/// deletions hands a checker to a member that leaves next, which moves it
+/// a second time.
+async fn next_burst<S: FusedStream + Unpin>(stream: &mut S) -> Option<Vec<S::Item>> {
+    let mut burst = vec![stream.next().await?];
+    while burst.len() < BURST_MAX {
+        match stream.next().now_or_never() {
+            Some(Some(ev)) => burst.push(ev),
+            _ => break,
+        }
+    }
+    Some(burst)
+}
+
 /// The shared, watched view.
 pub struct MemberView {
     pub lease_duration: Duration,
@@ -367,35 +387,50 @@ impl MemberView {
             .timeout(crate::kubeio::client::WATCH_TIMEOUT_SECS);
         let mut stream = watcher::watcher(api, cfg)
             .backoff(crate::kubeio::client::WatchBackoff::default())
-            .boxed();
+            .boxed()
+            .fuse();
         let mut listing: Vec<Lease> = Vec::new();
-        while let Some(ev) = stream.next().await {
-            let now = Instant::now();
+        while let Some(burst) = next_burst(&mut stream).await {
+            self.take(burst, &mut listing, &metrics);
+            self.changed.notify_waiters();
+        }
+        Err(Error::TaskDied("membership lease watch"))
+    }
+
+    /// Applies a burst of watch events under one lock: the sharder sees it
+    /// whole or not at all.
+    fn take(
+        &self,
+        burst: Vec<Result<Event<Lease>, watcher::Error>>,
+        listing: &mut Vec<Lease>,
+        metrics: &Metrics,
+    ) {
+        let now = Instant::now();
+        let mut m = self.lock();
+        for ev in burst {
             match ev {
                 Ok(Event::Init) => listing.clear(),
                 Ok(Event::InitApply(l)) => listing.push(l),
                 Ok(Event::InitDone) => {
-                    self.lock().listed(&std::mem::take(&mut listing), now);
+                    m.listed(&std::mem::take(listing), now);
                     info!("membership Leases listed");
                 }
-                Ok(Event::Apply(l)) => self.lock().apply(&l, now),
+                Ok(Event::Apply(l)) => m.apply(&l, now),
                 Ok(Event::Delete(l)) => {
                     if let Some(uid) = l.metadata.uid.as_deref() {
-                        self.lock().delete_uid(uid, now);
+                        m.delete_uid(uid, now);
                     }
                 }
                 Err(e) => {
                     metrics.watch_failed("leases", &e);
                     warn!(error = %e, "membership Lease watch failed; nobody is judged until it delivers again");
-                    self.lock().watch_failed(now);
+                    m.watch_failed(now);
                 }
             }
-            if let Some(m) = self.members() {
-                metrics.ring_members.set(m.len() as i64);
-            }
-            self.changed.notify_waiters();
         }
-        Err(Error::TaskDied("membership lease watch"))
+        if let Some(members) = m.members() {
+            metrics.ring_members.set(members.len() as i64);
+        }
     }
 }
 
@@ -424,6 +459,26 @@ mod tests {
 
     fn ids(s: &[(String, ObservedLease)]) -> Vec<&str> {
         s.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn events_ready_together_are_one_burst() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut rx = rx.fuse();
+        for i in 0..3 {
+            tx.unbounded_send(i).unwrap();
+        }
+        assert_eq!(next_burst(&mut rx).await, Some(vec![0, 1, 2]));
+        tx.unbounded_send(3).unwrap();
+        assert_eq!(next_burst(&mut rx).await, Some(vec![3]));
+        for i in 0..BURST_MAX + 1 {
+            tx.unbounded_send(i).unwrap();
+        }
+        assert_eq!(next_burst(&mut rx).await.map(|b| b.len()), Some(BURST_MAX));
+        assert_eq!(next_burst(&mut rx).await, Some(vec![BURST_MAX]));
+        drop(tx);
+        assert_eq!(next_burst(&mut rx).await, None);
+        assert_eq!(next_burst(&mut rx).await, None);
     }
 
     #[test]
