@@ -391,7 +391,7 @@ impl MemberView {
             .fuse();
         let mut listing: Vec<Lease> = Vec::new();
         while let Some(burst) = next_burst(&mut stream).await {
-            self.take(burst, &mut listing, &metrics);
+            self.apply_burst(burst, &mut listing, &metrics);
             self.changed.notify_waiters();
         }
         Err(Error::TaskDied("membership lease watch"))
@@ -399,7 +399,7 @@ impl MemberView {
 
     /// Applies a burst of watch events under one lock: the sharder sees it
     /// whole or not at all.
-    fn take(
+    fn apply_burst(
         &self,
         burst: Vec<Result<Event<Lease>, watcher::Error>>,
         listing: &mut Vec<Lease>,
