@@ -25,6 +25,9 @@ pub const DRAIN_EPOCH_ANNOTATION: &str = "webchecker.test.network.io/drain-epoch
 /// that handed the checker over. The sharder's assignments remove it, so an
 /// owner change that carries it was made by the old owner, after it stopped.
 pub const HANDED_OVER_FROM_ANNOTATION: &str = "webchecker.test.network.io/handed-over-from";
+/// Annotation left by the old owner on a drain: unix milliseconds of its last
+/// probe, so the new owner keeps the cadence.
+pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
 /// Annotation on a membership Lease: `host:port` of the member's HTTP server,

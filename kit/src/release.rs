@@ -151,11 +151,28 @@ pub struct Replica(pub Operator);
 
 impl Replica {
     pub fn spawn(cluster: &Cluster, kubeconfig: &Path, lease_ns: &str, watch_ns: &str) -> Replica {
-        let identity = format!("op-{watch_ns}");
+        Self::spawn_as(
+            cluster,
+            kubeconfig,
+            lease_ns,
+            watch_ns,
+            &format!("op-{watch_ns}"),
+        )
+    }
+
+    /// [`Replica::spawn`] under the pod name `identity` (a release's
+    /// replicas need one each).
+    pub fn spawn_as(
+        cluster: &Cluster,
+        kubeconfig: &Path,
+        lease_ns: &str,
+        watch_ns: &str,
+        identity: &str,
+    ) -> Replica {
         let mut extra = FAST_LEASES.to_vec();
         extra.push("--log-level=info,webchecker=trace");
         Replica(Operator::spawn_scoped(
-            cluster, &identity, lease_ns, watch_ns, &extra, kubeconfig,
+            cluster, identity, lease_ns, watch_ns, &extra, kubeconfig,
         ))
     }
 

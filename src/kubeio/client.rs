@@ -38,8 +38,47 @@ pub struct Clients {
     pub leases: Client,
 }
 
+/// What the API server's audit log and `managedFields` (for requests without
+/// a field manager of their own) call this operator.
+pub const USER_AGENT: &str = concat!("webchecker-operator/", env!("CARGO_PKG_VERSION"));
+
+/// The field managers of the operator's writes, one per component, so that
+/// `managedFields` and audit logs say which part of the operator wrote what.
+pub mod managers {
+    /// Status writes and the owners' drain acknowledgements.
+    pub const STATUS: &str = "webchecker-operator/status";
+    /// The sharder's assignments and drains.
+    pub const SHARDER: &str = "webchecker-operator/sharder";
+    /// Member Leases.
+    pub const MEMBERSHIP: &str = "webchecker-operator/membership";
+    /// The leader Lease.
+    pub const ELECTOR: &str = "webchecker-operator/elector";
+}
+
+/// Merge-patch parameters under field manager `manager`.
+pub fn patch_params(manager: &str) -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Create and replace parameters under field manager `manager`.
+pub fn post_params(manager: &str) -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    }
+}
+
 impl Clients {
-    pub fn new(config: Config) -> Result<Self, Error> {
+    pub fn new(mut config: Config) -> Result<Self, Error> {
+        let ua = http::header::USER_AGENT;
+        if !config.headers.iter().any(|(k, _)| k == ua) {
+            config
+                .headers
+                .push((ua, http::HeaderValue::from_static(USER_AGENT)));
+        }
         let requests = Shape {
             read_timeout: CALL_DEADLINE,
             head_timeout: None,
@@ -181,5 +220,37 @@ mod tests {
         }
         b.reset();
         assert!(b.next().unwrap() <= WATCH_BACKOFF_MIN * 3 / 2);
+    }
+
+    /// Every client names the operator to the API server (audit logs).
+    #[tokio::test]
+    async fn every_client_sends_the_operators_user_agent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url: http::Uri = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let clients = Clients::new(Config::new(url)).unwrap();
+        let server = tokio::spawn(async move {
+            let mut heads = Vec::new();
+            for _ in 0..3 {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut buf = vec![0u8; 4096];
+                let n = conn.read(&mut buf).await.unwrap();
+                heads.push(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+                let _ = conn
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                    .await;
+            }
+            heads
+        });
+        for client in [&clients.requests, &clients.watches, &clients.leases] {
+            let req = http::Request::get("/version").body(Vec::new()).unwrap();
+            let _ = client.request_text(req).await;
+        }
+        let want = format!("user-agent: {}", USER_AGENT.to_lowercase());
+        for head in server.await.unwrap() {
+            assert!(head.contains(&want), "{head}");
+        }
     }
 }

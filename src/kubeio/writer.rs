@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::Patch;
 use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
@@ -35,12 +35,10 @@ use crate::api::{
 };
 use crate::coordination::membership::Membership;
 use crate::error::api_code;
-use crate::kubeio::client::CALL_DEADLINE;
+use crate::kubeio::client::{CALL_DEADLINE, managers, patch_params};
 use crate::observe::metrics::Metrics;
 
-/// Annotation left by the old owner on a drain: unix milliseconds of its last
-/// probe, so the new owner keeps the cadence.
-pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
+pub use crate::api::LAST_PROBE_ANNOTATION;
 
 /// Whom a drain hands the checker to: the target and its Lease UID, as the
 /// sharder wrote them beside the drain.
@@ -336,8 +334,12 @@ impl StatusWriter {
                     "metadata": { "resourceVersion": rv },
                     "status": status,
                 });
-                api.patch_status(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?
+                api.patch_status(
+                    &p.name,
+                    &patch_params(managers::STATUS),
+                    &Patch::Merge(&patch),
+                )
+                .await?
             }
             Op::AckDrain {
                 last_probe_unix_ms,
@@ -349,8 +351,12 @@ impl StatusWriter {
                     handover.as_ref(),
                     &self.membership.identity,
                 );
-                api.patch(&p.name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?
+                api.patch(
+                    &p.name,
+                    &patch_params(managers::STATUS),
+                    &Patch::Merge(&patch),
+                )
+                .await?
             }
         };
         let _ = key;

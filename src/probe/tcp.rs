@@ -41,6 +41,30 @@ impl Conn {
 struct Received {
     pending: Vec<u8>,
     total: usize,
+    /// The first bytes of `pending` known to hold no line end: a server
+    /// that trickles one long line is searched once per byte, not once per
+    /// byte per read.
+    scanned: usize,
+}
+
+impl Received {
+    /// The end of the last whole line pending (its `\n`), searching only
+    /// the bytes not searched before.
+    fn last_line_end(&mut self) -> Option<usize> {
+        let from = self.scanned;
+        self.scanned = self.pending.len();
+        self.pending[from..]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map(|i| from + i)
+    }
+
+    /// Drops the first `n` bytes; what is left of a searched stretch stays
+    /// searched.
+    fn consume(&mut self, n: usize) {
+        self.pending.drain(..n);
+        self.scanned = self.scanned.saturating_sub(n);
+    }
 }
 
 impl Probe<'_> {
@@ -93,13 +117,15 @@ impl Probe<'_> {
         let max = self.prober.max_body_bytes;
         let mut chunk = vec![0u8; 4096];
         loop {
-            if let Some(end) = received.pending.iter().rposition(|&b| b == b'\n') {
+            if let Some(end) = received.last_line_end() {
                 let lines: Vec<u8> = received.pending[..=end].to_vec();
                 if let Some(used) = self.first_match(pattern, lines).await? {
-                    received.pending.drain(..used);
+                    // The lines after the match are the next step's: searched again.
+                    received.consume(used);
+                    received.scanned = 0;
                     return Ok(());
                 }
-                received.pending.drain(..=end);
+                received.consume(end + 1);
             }
             if received.total >= max {
                 return Err(unmatched(
@@ -112,6 +138,7 @@ impl Probe<'_> {
             if n == 0 {
                 // A last line without a line end counts.
                 let rest = std::mem::take(&mut received.pending);
+                received.scanned = 0;
                 if !rest.is_empty() && self.first_match(pattern, rest).await?.is_some() {
                     return Ok(());
                 }
@@ -204,4 +231,46 @@ fn broken(step: usize, e: &std::io::Error) -> Stop {
         ),
     )
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Received;
+
+    fn push(r: &mut Received, bytes: &[u8]) {
+        r.pending.extend_from_slice(bytes);
+        r.total += bytes.len();
+    }
+
+    #[test]
+    fn a_trickled_line_is_searched_once_per_byte() {
+        let mut r = Received::default();
+        for _ in 0..10_000 {
+            push(&mut r, b"x");
+            assert_eq!(r.last_line_end(), None);
+        }
+        // A line end planted in bytes searched before is not seen again:
+        // each read searches only what it added.
+        r.pending[0] = b'\n';
+        assert_eq!(r.last_line_end(), None);
+        push(&mut r, b"yy\nz");
+        assert_eq!(r.last_line_end(), Some(10_002));
+    }
+
+    #[test]
+    fn what_is_left_after_a_line_is_searched_from_where_it_stopped() {
+        let mut r = Received::default();
+        push(&mut r, b"one\ntwo\nthr");
+        assert_eq!(r.last_line_end(), Some(7));
+        r.consume(8);
+        assert_eq!(r.pending, b"thr");
+        assert_eq!(r.last_line_end(), None);
+        push(&mut r, b"ee\nfo");
+        assert_eq!(r.last_line_end(), Some(5));
+        r.consume(4);
+        assert_eq!(r.pending, b"e\nfo");
+        // A match consumed part of the lines: the rest is searched again.
+        r.scanned = 0;
+        assert_eq!(r.last_line_end(), Some(1));
+    }
 }

@@ -35,9 +35,9 @@ fn most_references_of_the_crd() -> usize {
 #[test]
 fn admission_policy_is_on_by_default_and_checks_every_reference() {
     let docs = render(&[]);
-    let policy = one(&docs, "ValidatingAdmissionPolicy");
-    let binding = one(&docs, "ValidatingAdmissionPolicyBinding");
     let name = format!("{FULLNAME}-references");
+    let policy = named(&docs, "ValidatingAdmissionPolicy", &name);
+    let binding = named(&docs, "ValidatingAdmissionPolicyBinding", &name);
     assert_eq!(
         policy["apiVersion"].as_str(),
         Some("admissionregistration.k8s.io/v1")
@@ -106,5 +106,53 @@ fn admission_policy_is_on_by_default_and_checks_every_reference() {
             "{kind} rendered with admissionPolicy.enabled=false"
         );
     }
-    assert_eq!(off.len() + 2, docs.len());
+    assert_eq!(off.len() + 4, docs.len());
+}
+
+/// The object of `kind` named `name`.
+fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    let v: Vec<&Value> = of_kind(docs, kind)
+        .into_iter()
+        .filter(|d| d["metadata"]["name"].as_str() == Some(name))
+        .collect();
+    assert_eq!(v.len(), 1, "exactly one {kind} {name} rendered");
+    v[0]
+}
+
+/// The coordination keys' policy (tests/tenancy/coordination.rs proves it
+/// on a real API server): every key of the operator's protocol, everyone
+/// but the release's ServiceAccount and the cluster's admins, the watched
+/// namespace alone when there is one.
+#[test]
+fn coordination_keys_are_the_operators_alone() {
+    use webchecker::api::*;
+    let docs = render(&[]);
+    let name = format!("{FULLNAME}-coordination");
+    let policy = named(&docs, "ValidatingAdmissionPolicy", &name);
+    let binding = named(&docs, "ValidatingAdmissionPolicyBinding", &name);
+    assert_eq!(binding["spec"]["policyName"].as_str(), Some(name.as_str()));
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"].as_str(), Some("Fail"));
+    let text = serde_yaml::to_string(spec).unwrap();
+    for key in [
+        OWNER_LABEL,
+        EPOCH_ANNOTATION,
+        DRAIN_ANNOTATION,
+        DRAIN_EPOCH_ANNOTATION,
+        HANDED_OVER_FROM_ANNOTATION,
+        LAST_PROBE_ANNOTATION,
+    ] {
+        assert!(text.contains(&format!("'{key}'")), "{key} not guarded");
+    }
+    let sa = format!("system:serviceaccount:{RELEASE_NS}:{FULLNAME}");
+    assert!(text.contains(&sa), "{sa} not exempt");
+    assert!(spec["matchConstraints"]["namespaceSelector"].is_null());
+    let scoped = render(&["--set", "operator.watchNamespace=team-a"]);
+    let policy = named(&scoped, "ValidatingAdmissionPolicy", &name);
+    assert_eq!(
+        policy["spec"]["matchConstraints"]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"]
+            .as_str(),
+        Some("team-a")
+    );
 }

@@ -445,4 +445,26 @@ fn replicas_spread_over_nodes_and_zones() {
         ])),
         pairs(&[(zone, hard), (zone, soft)])
     );
+    // Zone quorum's spread: hard over zones, at least three of them.
+    let quorum = render(&[
+        "--set",
+        "topologySpread.zoneWhenUnsatisfiable=DoNotSchedule",
+        "--set",
+        "topologySpread.zoneMinDomains=3",
+    ]);
+    assert_eq!(spread(&quorum), pairs(&[(node, soft), (zone, hard)]));
+    let zone_constraint = &pod_spec(one(&quorum, "Deployment"))["topologySpreadConstraints"][1];
+    assert_eq!(zone_constraint["minDomains"].as_u64(), Some(3));
+    assert!(
+        pod_spec(one(&render(&[]), "Deployment"))["topologySpreadConstraints"][1]["minDomains"]
+            .is_null()
+    );
+    // minDomains is ignored by Kubernetes with ScheduleAnyway: the chart says so.
+    let (ok, out) =
+        super::platform::template(&["--skip-tests", "--set", "topologySpread.zoneMinDomains=3"]);
+    assert!(!ok, "minDomains with a soft constraint rendered:\n{out}");
+    assert!(
+        out.contains("zoneMinDomains needs topologySpread.zoneWhenUnsatisfiable: DoNotSchedule"),
+        "{out}"
+    );
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, OwnerReference};
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{DeleteParams, ObjectMeta, Patch, Preconditions};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 use tracing::{error, info, warn};
@@ -27,6 +27,7 @@ use crate::api::{
     PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::{Error, api_code};
+use crate::kubeio::client::{managers, patch_params, post_params};
 use crate::observe::metrics::Metrics;
 use gate::{Answer, Gate, Seen, Timing};
 
@@ -348,7 +349,7 @@ impl Membership {
             let started = clock::now();
             let created = tokio::time::timeout(
                 deadline,
-                api.create(&PostParams::default(), &self.desired()),
+                api.create(&post_params(managers::MEMBERSHIP), &self.desired()),
             )
             .await;
             match created {
@@ -444,7 +445,7 @@ impl Membership {
             let mut shed = false;
             let call = tokio::time::timeout(deadline, async {
                 match api
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .patch(&name, &patch_params(managers::MEMBERSHIP), &Patch::Merge(&patch))
                     .await
                 {
                     Err(e) if matches!(api_code(&e), Some(409 | 422)) => {

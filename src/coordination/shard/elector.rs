@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
@@ -28,7 +28,7 @@ use super::peers::Peers;
 use super::view::MemberView;
 use crate::coordination::membership::AbortOnDrop;
 use crate::error::{Error, api_code};
-use crate::kubeio::client::CALL_DEADLINE;
+use crate::kubeio::client::{CALL_DEADLINE, managers, post_params};
 use crate::observe::metrics::Metrics;
 
 pub const LEADER_LEASE: &str = "webchecker-leader";
@@ -225,7 +225,7 @@ impl LeaderElector {
         lease.spec = Some(self.desired(spec.lease_transitions.unwrap_or(0), spec.acquire_time));
         let sent = tokio::time::timeout(
             self.gate.call_budget(),
-            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
         )
         .await;
         match sent {
@@ -284,7 +284,7 @@ impl LeaderElector {
             };
             let created = tokio::time::timeout(
                 self.gate.call_budget(),
-                api.create(&PostParams::default(), &lease),
+                api.create(&post_params(managers::ELECTOR), &lease),
             )
             .await;
             if let Ok(Ok(l)) = created {
@@ -317,7 +317,7 @@ impl LeaderElector {
         let budget = self.gate.call_budget();
         match tokio::time::timeout(
             budget,
-            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
         )
         .await
         {
@@ -449,7 +449,7 @@ impl LeaderElector {
         }
         match tokio::time::timeout(
             CALL_DEADLINE,
-            api.replace(LEADER_LEASE, &PostParams::default(), &lease),
+            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
         )
         .await
         {

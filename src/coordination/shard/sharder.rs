@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{DeleteParams, Patch, Preconditions};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -75,7 +75,7 @@ use crate::api::{
 };
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
-use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS};
+use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS, managers, patch_params};
 use crate::observe::metrics::Metrics;
 
 /// How a proof attempt ended.
@@ -390,7 +390,7 @@ impl Sharder {
                 }
             }),
         };
-        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let (pp, patch) = (patch_params(managers::SHARDER), Patch::Merge(&patch));
         let started = Instant::now();
         let key = || format!("{namespace}/{name}");
         match tokio::time::timeout(CALL_DEADLINE, api.patch(&name, &pp, &patch)).await {

@@ -146,10 +146,11 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- if $ts.enabled }}
 {{- $spread = append $spread (printf "%s %s" (toString $ts.topologyKey) (toString $ts.whenUnsatisfiable)) }}
 {{- with $ts.zoneTopologyKey }}
-{{- if has (printf "%s ScheduleAnyway" .) $spread }}
-{{- fail (printf "topologySpread.zoneTopologyKey %q repeats topologySpread.topologyKey with whenUnsatisfiable ScheduleAnyway; empty zoneTopologyKey or choose another key" .) }}
+{{- $when := $ts.zoneWhenUnsatisfiable | default "ScheduleAnyway" }}
+{{- if has (printf "%s %s" . $when) $spread }}
+{{- fail (printf "topologySpread.zoneTopologyKey %q repeats topologySpread.topologyKey with whenUnsatisfiable %s; empty zoneTopologyKey or choose another key" . $when) }}
 {{- end }}
-{{- $spread = append $spread (printf "%s ScheduleAnyway" .) }}
+{{- $spread = append $spread (printf "%s %s" . $when) }}
 {{- end }}
 {{- end }}
 {{- range $i, $c := .Values.extraTopologySpreadConstraints }}
