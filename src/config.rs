@@ -6,6 +6,24 @@ use clap::Parser;
 
 use crate::error::Error;
 
+/// A Lease name prefix: a DNS-1123 label of at most 40 characters, so that
+/// `<prefix>-member-<pod name>` stays a valid name.
+fn parse_lease_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 40
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not a Lease name prefix: lower-case letters, digits and '-', at most 40, starting and ending with a letter or digit"
+        ))
+    }
+}
+
 /// Parses `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -64,6 +82,13 @@ pub struct Config {
     /// Namespace of the coordination Leases.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub namespace: String,
+
+    /// Prefix of the coordination Leases' names: `<prefix>-leader` and
+    /// `<prefix>-member-<identity>`. Two installs whose Leases share a
+    /// namespace need prefixes of their own; every replica of one install
+    /// must use the same.
+    #[arg(long, env = "WEBCHECKER_LEASE_PREFIX", default_value = crate::coordination::DEFAULT_LEASE_PREFIX, value_parser = parse_lease_prefix)]
+    pub lease_prefix: String,
 
     /// Only watch WebCheckers in this namespace (default: all namespaces).
     #[arg(long, env = "WEBCHECKER_WATCH_NAMESPACE")]

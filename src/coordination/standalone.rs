@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 
-use super::membership::{Advert, Membership};
+use super::LeaseNames;
+use super::membership::{Advert, LeaseAt, Membership};
 use super::shard::{LeaderGate, MemberView, Peers, Sharder, sharder::WRITES_IN_FLIGHT};
 use crate::error::Error;
 use crate::kubeio::client::Clients;
@@ -52,12 +53,13 @@ pub async fn run_sharder(
             leases: client.clone(),
         },
         identity: identity.to_string(),
+        lease_names: LeaseNames::default(),
         watch_namespace: None,
         lease_namespace: lease_namespace.to_string(),
         view: view.clone(),
         membership: Membership::new(
             identity.to_string(),
-            lease_namespace.to_string(),
+            LeaseAt::new(lease_namespace, &LeaseNames::default().member(identity)),
             t.lease_duration,
             t.renew_deadline,
             t.retry_period,
@@ -71,7 +73,7 @@ pub async fn run_sharder(
         write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };
     tokio::select! {
-        r = view.run(client, lease_namespace.to_string(), metrics) => r,
+        r = view.run(client, lease_namespace.to_string(), LeaseNames::default(), metrics) => r,
         r = sharder.run() => r,
         () = renew => Ok(()),
     }

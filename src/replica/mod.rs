@@ -23,7 +23,8 @@ use crate::confirm::asker::Asker;
 use crate::confirm::choice::Candidate;
 use crate::confirm::service::{Desk, Request as ConfirmRequest, Service as ConfirmService};
 use crate::confirm::tokens::{Reviewer, TokenSource};
-use crate::coordination::membership::{Advert, Membership};
+use crate::coordination::LeaseNames;
+use crate::coordination::membership::{Advert, LeaseAt, Membership};
 use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
 use crate::coordination::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
 use crate::engine::{Command, Engine, EngineSettings};
@@ -101,9 +102,10 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
             "--allow-loopback: probes may reach this pod's loopback (meant for local demos and tests)"
         );
     }
+    let names = LeaseNames::new(&cfg.lease_prefix);
     let membership = Membership::new(
         basics.identity.clone(),
-        cfg.namespace.clone(),
+        LeaseAt::new(&cfg.namespace, &names.member(&basics.identity)),
         cfg.lease_duration,
         cfg.renew_deadline,
         cfg.retry_period,
@@ -468,9 +470,11 @@ fn start_coordination(
 ) -> CoordinationTasks {
     let (coordination, clients, metrics) =
         (&basics.coordination, &basics.coord_clients, &basics.metrics);
+    let names = LeaseNames::new(&cfg.lease_prefix);
     let view_task = coordination.spawn(view.clone().run(
         clients.watches.clone(),
         cfg.namespace.clone(),
+        names.clone(),
         metrics.clone(),
     ));
     let fence_tx = commands.clone();
@@ -490,6 +494,7 @@ fn start_coordination(
     let elector = LeaderElector {
         identity: basics.identity.clone(),
         namespace: cfg.namespace.clone(),
+        lease: names.leader(),
         lease_duration: cfg.lease_duration,
         retry_period: cfg.retry_period,
         metrics: metrics.clone(),
@@ -502,6 +507,7 @@ fn start_coordination(
     let sharder = Sharder {
         clients: clients.clone(),
         identity: basics.identity.clone(),
+        lease_names: names,
         watch_namespace: cfg.watch_namespace.clone(),
         lease_namespace: cfg.namespace.clone(),
         view,

@@ -31,14 +31,28 @@ use crate::kubeio::client::{managers, patch_params, post_params};
 use crate::observe::metrics::Metrics;
 use gate::{Answer, Gate, Seen, Timing};
 
-pub fn member_lease_name(identity: &str) -> String {
-    format!("webchecker-member-{identity}")
+/// Where a replica's membership Lease lives: its namespace and name
+/// (`crate::coordination::LeaseNames::member`).
+#[derive(Clone, Debug)]
+pub struct LeaseAt {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl LeaseAt {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        LeaseAt {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
 }
 
 /// Shared view of the membership Lease. Cheap to query from hot paths.
 pub struct Membership {
     pub identity: String,
     namespace: String,
+    lease_name: String,
     gate: Mutex<Gate>,
     /// Wakes the renewal task early (pause detected).
     kick: Notify,
@@ -108,7 +122,7 @@ fn answer_of(r: Result<Lease, kube::Error>) -> Answer {
 impl Membership {
     pub fn new(
         identity: String,
-        namespace: String,
+        lease: LeaseAt,
         lease_duration: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
@@ -122,7 +136,8 @@ impl Membership {
         };
         Arc::new(Membership {
             identity,
-            namespace,
+            namespace: lease.namespace,
+            lease_name: lease.name,
             gate: Mutex::new(Gate::new(timing, clock::now())),
             kick: Notify::new(),
             changed: Notify::new(),
@@ -226,7 +241,7 @@ impl Membership {
         }
         Lease {
             metadata: ObjectMeta {
-                name: Some(member_lease_name(&self.identity)),
+                name: Some(self.lease_name.clone()),
                 namespace: Some(self.namespace.clone()),
                 labels: Some([(MEMBER_LABEL.to_string(), "true".to_string())].into()),
                 annotations: (!annotations.is_empty()).then_some(annotations),
@@ -339,7 +354,7 @@ impl Membership {
     /// the same identity (its assignments then carry a foreign epoch and move).
     pub async fn join(&self, client: &Client) -> Result<(), Error> {
         let api = self.api(client);
-        let name = member_lease_name(&self.identity);
+        let name = self.lease_name.clone();
         let retry = self.timing().retry_period;
         let deadline = crate::kubeio::client::CALL_DEADLINE;
         // The version of a Lease found under our name and since when it stood still.
@@ -430,7 +445,7 @@ impl Membership {
         client: &Client,
     ) -> Option<impl std::future::Future<Output = Attempt> + Send + 'static> {
         let api = self.api(client);
-        let name = member_lease_name(&self.identity);
+        let name = self.lease_name.clone();
         let (epoch, timing) = {
             let g = self.lock();
             (g.epoch().map(str::to_string)?, g.timing())
@@ -651,7 +666,7 @@ impl Membership {
                 ..Default::default()
             };
             let api = self.api(client);
-            let name = member_lease_name(&self.identity);
+            let name = self.lease_name.clone();
             match tokio::time::timeout(crate::kubeio::client::CALL_DEADLINE, api.delete(&name, &dp))
                 .await
             {

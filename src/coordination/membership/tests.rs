@@ -283,7 +283,7 @@ fn joining(
     let (client, handle) = crate::kubeio::mock_api::client();
     let m = Membership::new(
         "r1".into(),
-        "ns".into(),
+        LeaseAt::new("ns", "webchecker-member-r1"),
         retry * 6,
         retry * 4,
         retry,

@@ -31,6 +31,7 @@ use crate::error::{Error, api_code};
 use crate::kubeio::client::{CALL_DEADLINE, managers, post_params};
 use crate::observe::metrics::Metrics;
 
+/// The leader Lease of an install with the default `--lease-prefix`.
 pub const LEADER_LEASE: &str = "webchecker-leader";
 
 /// Whether this replica leads now. Shared with the sharder.
@@ -175,6 +176,8 @@ impl Step {
 pub struct LeaderElector {
     pub identity: String,
     pub namespace: String,
+    /// The leader Lease's name (`LeaseNames::leader`).
+    pub lease: String,
     pub lease_duration: Duration,
     pub retry_period: Duration,
     pub metrics: Arc<Metrics>,
@@ -225,7 +228,7 @@ impl LeaderElector {
         lease.spec = Some(self.desired(spec.lease_transitions.unwrap_or(0), spec.acquire_time));
         let sent = tokio::time::timeout(
             self.gate.call_budget(),
-            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
+            api.replace(&self.lease, &post_params(managers::ELECTOR), &lease),
         )
         .await;
         match sent {
@@ -260,7 +263,7 @@ impl LeaderElector {
         }
         let started = Instant::now();
         let budget = self.gate.call_budget();
-        let current = match tokio::time::timeout(budget, api.get_opt(LEADER_LEASE)).await {
+        let current = match tokio::time::timeout(budget, api.get_opt(&self.lease)).await {
             Ok(Ok(l)) => l,
             Ok(Err(e)) => {
                 observed.read_failed(Instant::now());
@@ -276,7 +279,7 @@ impl LeaderElector {
         let Some(mut lease) = current else {
             let lease = Lease {
                 metadata: ObjectMeta {
-                    name: Some(LEADER_LEASE.into()),
+                    name: Some(self.lease.clone()),
                     namespace: Some(self.namespace.clone()),
                     ..Default::default()
                 },
@@ -317,7 +320,7 @@ impl LeaderElector {
         let budget = self.gate.call_budget();
         match tokio::time::timeout(
             budget,
-            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
+            api.replace(&self.lease, &post_params(managers::ELECTOR), &lease),
         )
         .await
         {
@@ -431,7 +434,7 @@ impl LeaderElector {
 
     async fn release(&self, api: &Api<Lease>) {
         let Ok(Ok(Some(mut lease))) =
-            tokio::time::timeout(CALL_DEADLINE, api.get_opt(LEADER_LEASE)).await
+            tokio::time::timeout(CALL_DEADLINE, api.get_opt(&self.lease)).await
         else {
             return;
         };
@@ -449,7 +452,7 @@ impl LeaderElector {
         }
         match tokio::time::timeout(
             CALL_DEADLINE,
-            api.replace(LEADER_LEASE, &post_params(managers::ELECTOR), &lease),
+            api.replace(&self.lease, &post_params(managers::ELECTOR), &lease),
         )
         .await
         {
@@ -483,6 +486,7 @@ mod tests {
         LeaderElector {
             identity: "me".into(),
             namespace: "ns".into(),
+            lease: LEADER_LEASE.into(),
             lease_duration: lease,
             retry_period: Duration::from_millis(500),
             metrics: Arc::new(Metrics::new("me", false)),

@@ -73,6 +73,7 @@ use crate::api::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
     OWNER_LABEL, WebChecker,
 };
+use crate::coordination::LeaseNames;
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS, managers, patch_params};
@@ -177,6 +178,9 @@ impl Writes {
 pub struct Sharder {
     pub clients: Clients,
     pub identity: String,
+    /// The names of this install's Leases (an owner's epoch is read from
+    /// its member Lease).
+    pub lease_names: LeaseNames,
     pub watch_namespace: Option<String>,
     pub lease_namespace: String,
     pub view: Arc<MemberView>,
@@ -246,8 +250,7 @@ enum EpochCheck {
 /// Reads `owner`'s Lease: is `epoch` still its UID? A UID, once deleted,
 /// never comes back, so another UID under the name (or none) proves the
 /// session of `epoch` ended before this read.
-async fn check_epoch(api: Api<Lease>, owner: &str, epoch: &str) -> EpochCheck {
-    let name = crate::coordination::membership::member_lease_name(owner);
+async fn check_epoch(api: Api<Lease>, name: String, epoch: &str) -> EpochCheck {
     match tokio::time::timeout(CALL_DEADLINE, api.get_opt(&name)).await {
         Ok(Ok(Some(l))) if l.metadata.uid.as_deref() == Some(epoch) => EpochCheck::Current,
         Ok(Ok(_)) => EpochCheck::Gone,
@@ -263,15 +266,17 @@ async fn check_epoch(api: Api<Lease>, owner: &str, epoch: &str) -> EpochCheck {
 /// per epoch, and when each epoch may be read again.
 struct EpochChecks {
     api: Api<Lease>,
+    names: LeaseNames,
     set: tokio::task::JoinSet<(String, EpochCheck)>,
     under_way: HashSet<String>,
     retry: HashMap<String, (Instant, Duration)>,
 }
 
 impl EpochChecks {
-    fn new(api: Api<Lease>) -> Self {
+    fn new(api: Api<Lease>, names: LeaseNames) -> Self {
         EpochChecks {
             api,
+            names,
             set: Default::default(),
             under_way: HashSet::new(),
             retry: HashMap::new(),
@@ -286,9 +291,9 @@ impl EpochChecks {
                 continue;
             }
             self.under_way.insert(epoch.clone());
-            let (api, owner, epoch) = (self.api.clone(), owner.clone(), epoch.clone());
+            let (api, name, epoch) = (self.api.clone(), self.names.member(owner), epoch.clone());
             self.set.spawn(async move {
-                let check = check_epoch(api, &owner, &epoch).await;
+                let check = check_epoch(api, name, &epoch).await;
                 (epoch, check)
             });
         }
@@ -551,10 +556,10 @@ impl Sharder {
         let mut writes = Writes::default();
         let mut window = Window::new(Instant::now());
         let mut proofs = Proofs::default();
-        let mut checks = EpochChecks::new(Api::namespaced(
-            self.clients.requests.clone(),
-            &self.lease_namespace,
-        ));
+        let mut checks = EpochChecks::new(
+            Api::namespaced(self.clients.requests.clone(), &self.lease_namespace),
+            self.lease_names.clone(),
+        );
         let mut dirty = true;
         // Decisions are rate limited so a burst of watch events (status writes
         // change resourceVersions too) costs one decision, not one per event.
@@ -799,18 +804,21 @@ mod tests {
             }
         });
         assert_eq!(
-            check_epoch(api.clone(), "r1", "new").await,
+            check_epoch(api.clone(), "webchecker-member-r1".into(), "new").await,
             EpochCheck::Current
         );
         assert_eq!(
-            check_epoch(api.clone(), "r1", "new").await,
+            check_epoch(api.clone(), "webchecker-member-r1".into(), "new").await,
             EpochCheck::Gone
         );
         assert_eq!(
-            check_epoch(api.clone(), "r1", "new").await,
+            check_epoch(api.clone(), "webchecker-member-r1".into(), "new").await,
             EpochCheck::Gone
         );
-        assert_eq!(check_epoch(api, "r1", "new").await, EpochCheck::Unknown);
+        assert_eq!(
+            check_epoch(api, "webchecker-member-r1".into(), "new").await,
+            EpochCheck::Unknown
+        );
         server.await.unwrap();
     }
 
@@ -827,7 +835,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let (client, _h) = client();
-        let mut c = EpochChecks::new(Api::namespaced(client, "ns"));
+        let mut c = EpochChecks::new(Api::namespaced(client, "ns"), LeaseNames::default());
         c.under_way.insert("e".into());
         assert!(!c.finished("e", EpochCheck::Current, t0, ms(500), ms(3000)));
         assert_eq!(c.retry["e"], (t0 + ms(500), ms(500)));

@@ -28,6 +28,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use crate::coordination::LeaseNames;
+
 use crate::api::{
     ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, NODE_ANNOTATION,
     PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
@@ -379,6 +381,7 @@ impl MemberView {
         self: Arc<Self>,
         client: Client,
         namespace: String,
+        names: LeaseNames,
         metrics: Arc<Metrics>,
     ) -> Result<(), Error> {
         let api: Api<Lease> = Api::namespaced(client, &namespace);
@@ -390,7 +393,12 @@ impl MemberView {
             .boxed()
             .fuse();
         let mut listing: Vec<Lease> = Vec::new();
-        while let Some(burst) = next_burst(&mut stream).await {
+        while let Some(mut burst) = next_burst(&mut stream).await {
+            // Another install's members (another --lease-prefix) are not ours.
+            burst.retain(|ev| match ev {
+                Ok(Event::InitApply(l) | Event::Apply(l) | Event::Delete(l)) => names.is_member(l),
+                _ => true,
+            });
             self.apply_burst(burst, &mut listing, &metrics);
             self.changed.notify_waiters();
         }

@@ -5,7 +5,7 @@ fn writer() -> Arc<StatusWriter> {
     let s = Duration::from_secs(1);
     let membership = Membership::new(
         "r1".into(),
-        "ns".into(),
+        crate::coordination::membership::LeaseAt::new("ns", "webchecker-member-r1"),
         10 * s,
         7 * s,
         2 * s,
