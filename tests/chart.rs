@@ -96,10 +96,20 @@ async fn cluster_helm(cluster: &Cluster, args: &[&str]) -> Output {
     run(c).await
 }
 
-/// `helm install <release> <chart> -n <ns> --create-namespace <extra>`; fails
-/// the test if helm does.
+/// `helm install <release> <chart> -n <ns> --create-namespace <extra>`, the
+/// image repository of the tests first; fails the test if helm does.
 async fn helm_install(cluster: &Cluster, release: &str, ns: &str, extra: &[&str]) {
-    let mut args = vec!["install", release, CHART, "-n", ns, "--create-namespace"];
+    let base = support::release::base_values().to_str().unwrap();
+    let mut args = vec![
+        "install",
+        release,
+        CHART,
+        "-n",
+        ns,
+        "--create-namespace",
+        "-f",
+        base,
+    ];
     args.extend_from_slice(extra);
     ok(cluster_helm(cluster, &args).await, "helm install");
 }

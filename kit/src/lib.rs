@@ -24,6 +24,8 @@ pub mod oracle;
 pub mod peers;
 pub mod ports;
 pub mod proxy;
+pub mod readme;
+pub mod registry;
 pub mod release;
 pub mod scrape;
 pub mod speaks;

@@ -68,3 +68,71 @@ fn pod_monitor_scrapes_every_replica_with_the_knobs_given() {
         assert_eq!(ep[knob], given[knob], "podMonitor.{knob}");
     }
 }
+
+/// `nativeHistograms` of either monitor: the prometheus-operator fields (of
+/// ServiceMonitorSpec and PodMonitorSpec) that make Prometheus scrape what
+/// `operator.nativeHistograms` serves: the protobuf format first (native
+/// buckets travel only in it), `scrapeNativeHistograms` (Prometheus >= 3.8),
+/// and the classic buckets kept as the operator keeps them. Off by default;
+/// asked for without the operator's native histograms, the chart fails.
+#[test]
+fn monitors_scrape_native_histograms_when_asked() {
+    let protocols = [
+        "PrometheusProto",
+        "OpenMetricsText1.0.0",
+        "OpenMetricsText0.0.1",
+        "PrometheusText0.0.4",
+    ];
+    let fields = [
+        "scrapeProtocols",
+        "scrapeNativeHistograms",
+        "scrapeClassicHistograms",
+    ];
+    for (monitor, kind) in [("serviceMonitor", "ServiceMonitor"), ("podMonitor", "PodMonitor")] {
+        let on = format!("{monitor}.enabled=true");
+        let docs = render(&["--set", &on, "--set", "operator.nativeHistograms=true"]);
+        let spec = &one(&docs, kind)["spec"];
+        for f in fields {
+            assert!(spec[f].is_null(), "{kind} has {f} by default");
+        }
+        let native = format!("{monitor}.nativeHistograms=true");
+        for classic in [true, false] {
+            let keep = format!("operator.classicHistograms={classic}");
+            let docs = render(&[
+                "--set",
+                &on,
+                "--set",
+                &native,
+                "--set",
+                "operator.nativeHistograms=true",
+                "--set",
+                &keep,
+            ]);
+            let spec = &one(&docs, kind)["spec"];
+            let asked: Vec<&str> = spec["scrapeProtocols"]
+                .as_sequence()
+                .unwrap_or_else(|| panic!("{kind} has no scrapeProtocols"))
+                .iter()
+                .map(|p| p.as_str().unwrap())
+                .collect();
+            assert_eq!(asked, protocols, "{kind}");
+            assert_eq!(spec["scrapeNativeHistograms"].as_bool(), Some(true), "{kind}");
+            assert_eq!(
+                spec["scrapeClassicHistograms"].as_bool(),
+                Some(classic),
+                "{kind} with {keep}"
+            );
+            // What the replicas serve, read by the operator's own parser.
+            let cfg = rendered_config(one(&docs, "Deployment"), "wc-webchecker-operator-0");
+            assert!(cfg.native_histograms);
+            assert_eq!(cfg.classic_histograms, classic);
+        }
+        let out = render_fails(&format!("{monitor}: {{enabled: true, nativeHistograms: true}}\n"));
+        assert!(
+            out.contains(&format!(
+                "{monitor}.nativeHistograms needs operator.nativeHistograms: true"
+            )),
+            "{out}"
+        );
+    }
+}
