@@ -22,6 +22,8 @@
 //!   `ca_bundle` (the operator's `--ca-bundle`);
 //! - `install`: `helm install` / `upgrade` / `uninstall` on a real control
 //!   plane (the pods never run: there is no kubelet);
+//! - `crd_upgrade`: the README's CRD upgrade, word for word, over a CRD that
+//!   Helm created (a control plane of its own, the chart from a registry);
 //! - `service_account`: least privilege: three operator processes run with a
 //!   token of the chart's ServiceAccount and nothing else, shard, probe, fail
 //!   over; a replica started after a permission was taken away exits at once,
@@ -31,6 +33,8 @@
 mod admission;
 #[path = "chart/ca_bundle.rs"]
 mod ca_bundle;
+#[path = "chart/crd_upgrade.rs"]
+mod crd_upgrade;
 #[path = "chart/dns_and_volumes.rs"]
 mod dns_and_volumes;
 #[path = "chart/flow_schema.rs"]
