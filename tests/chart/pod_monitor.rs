@@ -1,6 +1,8 @@
 //! `podMonitor`, the alternative to the ServiceMonitor: off by default, the
 //! same knobs, scrapes every replica's metrics port, and never together with
-//! the ServiceMonitor.
+//! the ServiceMonitor; `nativeHistograms` of both monitors; and the monitoring
+//! objects checked against the Prometheus Operator's own CRDs on the API
+//! server (hack/fetch-prometheus-operator-crds.sh).
 
 use super::platform::render_fails;
 use super::rendered::*;
@@ -134,5 +136,52 @@ fn monitors_scrape_native_histograms_when_asked() {
             )),
             "{out}"
         );
+    }
+}
+
+/// The monitoring objects the chart renders with every option on (native
+/// histograms included), as the ServiceMonitor and as the PodMonitor, are
+/// valid objects of the Prometheus Operator's own CRDs (the release of
+/// `PROMETHEUS_OPERATOR_VERSION`, the first with `scrapeNativeHistograms`):
+/// the API server's dry run with strict field validation refuses an unknown
+/// or misplaced field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitoring_objects_are_valid_for_the_prometheus_operator_crds() {
+    let cluster = Cluster::shared("chart");
+    cluster.install_prometheus_operator_crds();
+    let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n";
+    ok(
+        cluster
+            .kubectl_stdin_async(&["apply", "-f", "-"], ns)
+            .await,
+        "the all-on values' monitoring namespace",
+    );
+    let pod = [
+        "--set",
+        "serviceMonitor.enabled=false",
+        "--set",
+        "podMonitor.enabled=true",
+    ];
+    for (monitor, extra) in [("ServiceMonitor", &[][..]), ("PodMonitor", &pod[..])] {
+        let mut args = vec!["-f", ALL_ON];
+        args.extend_from_slice(extra);
+        let docs = render(&args);
+        let objects: Vec<&Value> = docs
+            .iter()
+            .filter(|d| d["apiVersion"].as_str() == Some("monitoring.coreos.com/v1"))
+            .collect();
+        let kinds: Vec<&str> = objects.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, [monitor, "PrometheusRule"], "{ALL_ON}");
+        let yaml: Vec<String> = objects
+            .iter()
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect();
+        let out = cluster
+            .kubectl_stdin_async(
+                &["create", "--dry-run=server", "--validate=strict", "-f", "-"],
+                &yaml.join("---\n"),
+            )
+            .await;
+        ok(out, &format!("a server-side dry run of the {monitor} and the PrometheusRule"));
     }
 }
