@@ -81,17 +81,22 @@ fn older_chart(at: &Path) -> String {
     field
 }
 
-/// The line of the README's upgrade block that applies the CRD, without its
-/// pipe: what NOTES.txt and the chart's README must say too.
-fn documented_apply(block: &str) -> String {
-    block
-        .lines()
-        .find(|l| l.contains("kubectl apply"))
-        .expect("a kubectl apply in the README's upgrade block")
-        .trim()
-        .trim_start_matches('|')
-        .trim()
-        .to_string()
+/// The README's upgrade block's `kubectl apply` up to its file argument,
+/// and its `helm pull`: what NOTES.txt and the chart's README must say too.
+fn documented_apply(block: &str) -> [String; 2] {
+    let line = |what: &str| {
+        block
+            .lines()
+            .find(|l| l.trim_start().starts_with(what))
+            .unwrap_or_else(|| panic!("no `{what}` in the README's upgrade block:\n{block}"))
+            .trim()
+            .to_string()
+    };
+    let apply = line("kubectl apply");
+    let apply = apply[..apply.find(" -f ").expect("kubectl apply -f") + 4].to_string();
+    let pull = line("helm pull");
+    let pull = pull[pull.find(" --untar").expect("helm pull --untar")..].to_string();
+    [apply, pull]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +123,7 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
         .await,
         "helm install of the older chart",
     );
-    let crd = kubectl_json(&cluster, &["get", "crd", CRD]).await;
+    let crd = kubectl_json(&cluster, &["get", "crd", CRD, "--show-managed-fields"]).await;
     assert!(
         spec_schema(&crd)["properties"][&field].is_null(),
         "the older CRD has {field}"
@@ -133,17 +138,15 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
 
     // The docs: NOTES.txt as `helm install` printed it, and the chart's README.
     let block = readme::block_with("helm upgrade");
-    let apply = documented_apply(&block);
-    assert!(
-        apply.contains("--server-side") && apply.contains("--force-conflicts"),
-        "{apply}"
-    );
+    let [apply, pull] = documented_apply(&block);
     let chart_readme = std::fs::read_to_string(repo().join(CHART).join("README.md")).unwrap();
     for (doc, text) in [("NOTES.txt", &out), ("the chart's README", &chart_readme)] {
-        assert!(
-            text.contains(&apply) && text.contains("helm show crds"),
-            "{doc} does not say `helm show crds ... | {apply}`:\n{text}"
-        );
+        for cmd in [&apply, &pull] {
+            assert!(
+                text.contains(cmd.as_str()),
+                "{doc} does not say `{cmd}` as the README's upgrade does:\n{text}"
+            );
+        }
     }
 
     // What --force-conflicts is for: the current CRD, applied server-side
@@ -210,7 +213,7 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
     );
     let rel = install::helm_release(&cluster).await;
     assert_eq!(rel.len(), 1, "{rel:?}");
-    assert_eq!(rel[0]["revision"], 2, "{rel:?}");
+    assert_eq!(rel[0]["revision"], "2", "{rel:?}");
     assert_eq!(rel[0]["status"], "deployed", "{rel:?}");
     assert_eq!(
         rel[0]["chart"],

@@ -143,7 +143,7 @@ async fn install_from_a_registry_as_the_readme_says() {
     )
     .await;
     let rel: serde_json::Value = serde_json::from_str(&list).unwrap();
-    assert_eq!(rel[0]["revision"], 2, "{rel}");
+    assert_eq!(rel[0]["revision"], "2", "{rel}");
     assert_eq!(rel[0]["status"], "deployed", "{rel}");
     assert_eq!(
         rel[0]["chart"],
