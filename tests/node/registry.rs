@@ -7,17 +7,21 @@
 //! README's placeholder:
 //!
 //! - install: `make push` (images with skopeo, the chart with `helm push`),
-//!   `helm install oci://...`, `kubectl rollout status`. Every pod of the
-//!   release runs the image of that registry (its imageID names the
+//!   `helm install oci://...`, `kubectl rollout status`. The images it
+//!   builds are not those loaded at the node's start (another
+//!   SOURCE_DATE_EPOCH), so nothing of them is on the node before. Every pod
+//!   of the release runs the image of that registry (its imageID names the
 //!   registry and the digest of the archive pushed, containerd lists the
-//!   image under the registry's name, the registry served the manifest to
-//!   containerd) and is Ready. A pull that fails ends the test at once with
-//!   the kubelet's reason;
+//!   image under the registry's name, the registry served containerd the
+//!   manifest and every blob) and is Ready. A pull that fails ends the test
+//!   at once with the kubelet's reason;
 //! - upgrade: the CRD from the chart in the registry, `helm upgrade`;
 //! - uninstall.
 
 use super::*;
-use support::oci::{Image, target_dir};
+use std::path::Path;
+
+use support::oci::Image;
 use support::readme;
 use support::registry::Registry;
 use support::release::ok;
@@ -28,9 +32,24 @@ const PATH: &str = "team";
 
 /// Runs `block` (the README's, for `registry`) to its end while watching the
 /// release's pods: a pod that cannot pull its image fails the test then.
-async fn run_watching_pulls(node: &Node, client: &Client, block: &str, registry: &Registry) {
+/// The images `make push` builds go to `out`, a second of the node's start
+/// apart from those loaded there (SOURCE_DATE_EPOCH: every file and the
+/// image's time), so containerd has none of their blobs and fetches each.
+async fn run_watching_pulls(
+    node: &Node,
+    client: &Client,
+    block: &str,
+    registry: &Registry,
+    out: &Path,
+) {
+    let epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     let mut child = node
         .readme(block, registry)
+        .env("OUT", out)
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -93,7 +112,8 @@ async fn install_from_a_registry_as_the_readme_says() {
 
     let t = Instant::now();
     let install = readme::for_registry(&readme::block_with("make push"), &at);
-    run_watching_pulls(node, &client, &install, &registry).await;
+    let out = dir.join("oci");
+    run_watching_pulls(node, &client, &install, &registry, &out).await;
     println!(
         "the README's install block, {} at {at}: {:.1?}",
         registry.addr,
@@ -101,8 +121,8 @@ async fn install_from_a_registry_as_the_readme_says() {
     );
 
     // The digest the registry holds is the archive's (skopeo --preserve-digests).
-    let archive = target_dir().join("oci").join("webchecker-operator.oci.tar");
-    let digest = Image::read(&archive).index["manifests"][0]["digest"]
+    let pushed = Image::read(&out.join("webchecker-operator.oci.tar"));
+    let digest = pushed.index["manifests"][0]["digest"]
         .as_str()
         .expect("the archive's manifest digest")
         .to_string();
@@ -123,20 +143,36 @@ async fn install_from_a_registry_as_the_readme_says() {
         images.lines().any(|l| l == image),
         "containerd has no {image}:\n{images}"
     );
-    let asked = registry.manifest_requests(&format!("{PATH}/webchecker-operator"), "containerd");
+    let repository = format!("{PATH}/webchecker-operator");
+    let asked = registry.manifest_requests(&repository, "containerd");
     assert!(
         !asked.is_empty(),
         "containerd never asked the registry for the manifest:\n{}",
         registry.log_text()
     );
+    // Every blob of the image (config and layers) came from the registry.
+    let log = registry.log_text();
+    let blobs: Vec<&str> = std::iter::once(&pushed.manifest["config"])
+        .chain(pushed.manifest["layers"].as_array().unwrap())
+        .map(|b| b["digest"].as_str().unwrap())
+        .collect();
+    for b in &blobs {
+        let get = format!("\"GET /v2/{repository}/blobs/{b} ");
+        assert!(
+            log.lines()
+                .any(|l| l.contains(&get) && l.contains(" 200 ") && l.contains("containerd")),
+            "containerd did not fetch {b} from the registry:\n{log}"
+        );
+    }
     println!(
-        "{pods:?} Ready, image {image} ({digest}), pulled by containerd:\n  {}",
+        "{pods:?} Ready, image {image} ({digest}, {} blobs fetched), pulled by containerd:\n  {}",
+        blobs.len(),
         asked.join("\n  ")
     );
 
     let t = Instant::now();
     let upgrade = readme::for_registry(&readme::block_with("helm upgrade"), &at);
-    run_watching_pulls(node, &client, &upgrade, &registry).await;
+    run_watching_pulls(node, &client, &upgrade, &registry, &out).await;
     let list = must(
         node.helm(&["list", "-n", NS, "-o", "json"]),
         "helm list",
