@@ -15,10 +15,7 @@ const HEADING: &str = "## Install";
 pub fn install_section() -> String {
     let text = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
     let mut lines = text.lines().skip_while(|l| *l != HEADING);
-    assert!(
-        lines.next().is_some(),
-        "README.md has no line `{HEADING}`"
-    );
+    assert!(lines.next().is_some(), "README.md has no line `{HEADING}`");
     lines
         .take_while(|l| !l.starts_with("## "))
         .collect::<Vec<_>>()
@@ -41,13 +38,19 @@ pub fn blocks() -> Vec<String> {
             (None, _) => {}
         }
     }
-    assert!(cur.is_none(), "an unterminated code block in README.md's Install");
+    assert!(
+        cur.is_none(),
+        "an unterminated code block in README.md's Install"
+    );
     out
 }
 
 /// The one block that contains `needle`.
 pub fn block_with(needle: &str) -> String {
-    let found: Vec<String> = blocks().into_iter().filter(|b| b.contains(needle)).collect();
+    let found: Vec<String> = blocks()
+        .into_iter()
+        .filter(|b| b.contains(needle))
+        .collect();
     assert_eq!(
         found.len(),
         1,

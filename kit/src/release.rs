@@ -88,8 +88,16 @@ pub async fn helm_template(
     sets: &[&str],
 ) -> String {
     let mut c = helm_command(&cluster.bin, None);
-    c.args(["template", release, CHART, "-n", namespace, "--skip-tests", "-f"])
-        .arg(base_values());
+    c.args([
+        "template",
+        release,
+        CHART,
+        "-n",
+        namespace,
+        "--skip-tests",
+        "-f",
+    ])
+    .arg(base_values());
     for s in sets {
         c.args(["--set", s]);
     }

@@ -177,7 +177,9 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
     c.args(["package", CHART, "--destination"]).arg(dir.path());
     ok(run(c).await, "helm package");
     let version = env!("CARGO_PKG_VERSION");
-    let tgz = dir.path().join(format!("webchecker-operator-{version}.tgz"));
+    let tgz = dir
+        .path()
+        .join(format!("webchecker-operator-{version}.tgz"));
     let mut c = helm_command(&cluster.bin, None);
     c.arg("push")
         .arg(&tgz)

@@ -90,7 +90,10 @@ fn monitors_scrape_native_histograms_when_asked() {
         "scrapeNativeHistograms",
         "scrapeClassicHistograms",
     ];
-    for (monitor, kind) in [("serviceMonitor", "ServiceMonitor"), ("podMonitor", "PodMonitor")] {
+    for (monitor, kind) in [
+        ("serviceMonitor", "ServiceMonitor"),
+        ("podMonitor", "PodMonitor"),
+    ] {
         let on = format!("{monitor}.enabled=true");
         let docs = render(&["--set", &on, "--set", "operator.nativeHistograms=true"]);
         let spec = &one(&docs, kind)["spec"];
@@ -118,7 +121,11 @@ fn monitors_scrape_native_histograms_when_asked() {
                 .map(|p| p.as_str().unwrap())
                 .collect();
             assert_eq!(asked, protocols, "{kind}");
-            assert_eq!(spec["scrapeNativeHistograms"].as_bool(), Some(true), "{kind}");
+            assert_eq!(
+                spec["scrapeNativeHistograms"].as_bool(),
+                Some(true),
+                "{kind}"
+            );
             assert_eq!(
                 spec["scrapeClassicHistograms"].as_bool(),
                 Some(classic),
@@ -129,7 +136,9 @@ fn monitors_scrape_native_histograms_when_asked() {
             assert!(cfg.native_histograms);
             assert_eq!(cfg.classic_histograms, classic);
         }
-        let out = render_fails(&format!("{monitor}: {{enabled: true, nativeHistograms: true}}\n"));
+        let out = render_fails(&format!(
+            "{monitor}: {{enabled: true, nativeHistograms: true}}\n"
+        ));
         assert!(
             out.contains(&format!(
                 "{monitor}.nativeHistograms needs operator.nativeHistograms: true"
@@ -151,9 +160,7 @@ async fn monitoring_objects_are_valid_for_the_prometheus_operator_crds() {
     cluster.install_prometheus_operator_crds();
     let ns = "apiVersion: v1\nkind: Namespace\nmetadata: {name: monitoring}\n";
     ok(
-        cluster
-            .kubectl_stdin_async(&["apply", "-f", "-"], ns)
-            .await,
+        cluster.kubectl_stdin_async(&["apply", "-f", "-"], ns).await,
         "the all-on values' monitoring namespace",
     );
     let pod = [
@@ -170,7 +177,10 @@ async fn monitoring_objects_are_valid_for_the_prometheus_operator_crds() {
             .iter()
             .filter(|d| d["apiVersion"].as_str() == Some("monitoring.coreos.com/v1"))
             .collect();
-        let mut kinds: Vec<&str> = objects.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        let mut kinds: Vec<&str> = objects
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap())
+            .collect();
         kinds.sort_unstable();
         let mut want = [monitor, "PrometheusRule"];
         want.sort_unstable();
@@ -185,6 +195,9 @@ async fn monitoring_objects_are_valid_for_the_prometheus_operator_crds() {
                 &yaml.join("---\n"),
             )
             .await;
-        ok(out, &format!("a server-side dry run of the {monitor} and the PrometheusRule"));
+        ok(
+            out,
+            &format!("a server-side dry run of the {monitor} and the PrometheusRule"),
+        );
     }
 }

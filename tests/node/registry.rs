@@ -129,7 +129,13 @@ async fn install_from_a_registry_as_the_readme_says() {
     let image = format!("{at}/webchecker-operator:{version}");
     let pods = wait_ready_pods(&client, NS, RELEASE, 3, &[], WAIT).await;
     for p in release_pods(&client, NS, RELEASE).await {
-        let c = &p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0];
+        let c = &p
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
         assert_eq!(c.image, image, "{}", p.name_any());
         assert_eq!(
             c.image_id,
@@ -173,11 +179,7 @@ async fn install_from_a_registry_as_the_readme_says() {
     let t = Instant::now();
     let upgrade = readme::for_registry(&readme::block_with("helm upgrade"), &at);
     run_watching_pulls(node, &client, &upgrade, &registry, &out).await;
-    let list = must(
-        node.helm(&["list", "-n", NS, "-o", "json"]),
-        "helm list",
-    )
-    .await;
+    let list = must(node.helm(&["list", "-n", NS, "-o", "json"]), "helm list").await;
     let rel: serde_json::Value = serde_json::from_str(&list).unwrap();
     assert_eq!(rel[0]["revision"], "2", "{rel}");
     assert_eq!(rel[0]["status"], "deployed", "{rel}");
