@@ -6,13 +6,11 @@
 //! schemas that prometheus-operator serves (no operator runs).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::{Cluster, script_dir};
 
 static CRDS: OnceLock<PathBuf> = OnceLock::new();
-/// Control planes (by kubeconfig) the CRDs are installed on already.
-static INSTALLED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The directory of the release's CRDs (fetched once per process).
 pub fn prometheus_operator_crds() -> &'static Path {
@@ -28,36 +26,13 @@ impl Cluster {
     /// Installs the Prometheus Operator's CRDs (once per control plane and
     /// process) and waits until they are served.
     pub fn install_prometheus_operator_crds(&self) {
-        let mut done = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-        if done.contains(&self.kubeconfig) {
-            return;
-        }
-        let dir = prometheus_operator_crds();
-        let out = self.kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "installing the Prometheus Operator's CRDs: {}",
-            String::from_utf8_lossy(&out.stderr)
+        self.install_crds_once(
+            prometheus_operator_crds(),
+            &[
+                "servicemonitors.monitoring.coreos.com",
+                "podmonitors.monitoring.coreos.com",
+                "prometheusrules.monitoring.coreos.com",
+            ],
         );
-        let out = self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/podmonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        done.push(self.kubeconfig.clone());
     }
 }

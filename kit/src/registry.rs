@@ -10,7 +10,7 @@
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::ports::free_port_on;
@@ -55,7 +55,12 @@ impl Registry {
             ),
         )
         .unwrap();
-        let child = spawn(dir);
+        // In a process group of its own, killed (and `dir` removed) if this
+        // process dies without dropping the Registry.
+        let mut cmd = Command::new(PROGRAM);
+        cmd.arg("serve").arg(dir.join("config.yml"));
+        let child = crate::spawn_reaped(cmd, dir, "registry.log")
+            .unwrap_or_else(|e| panic!("run {PROGRAM} (hack/install-deps.sh installs it): {e}"));
         let r = Registry {
             addr,
             dir: dir.to_path_buf(),
@@ -111,45 +116,9 @@ impl Registry {
     }
 }
 
-/// The registry in a process group of its own, and a reaper that kills it
-/// and removes `dir` if this process dies without dropping the [`Registry`].
-fn spawn(dir: &Path) -> Child {
-    use std::os::unix::process::CommandExt;
-    let log = std::fs::File::create(dir.join("registry.log")).unwrap();
-    let child = Command::new(PROGRAM)
-        .arg("serve")
-        .arg(dir.join("config.yml"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("run {PROGRAM} (hack/install-deps.sh installs it): {e}"));
-    let (pid, me, d) = (child.id(), std::process::id(), dir.display());
-    let _ = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "while kill -0 {me} 2>/dev/null && [ -d '{d}' ]; do sleep 1; done; \
-             if [ -d '{d}' ]; then kill -KILL -- -{pid} 2>/dev/null; rm -rf '{d}'; fi"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    child
-}
-
 impl Drop for Registry {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill has no memory preconditions; the group is the
-            // registry's own (process_group(0)) and it is not reaped yet.
-            unsafe {
-                libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-            }
-        }
-        let _ = self.child.wait();
+        crate::kill_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -36,6 +36,20 @@ pub fn base_values() -> &'static Path {
     })
 }
 
+/// Asserts that `list` (`helm list -o json`) is one release, deployed, at
+/// `revision`, of the chart at `version`.
+pub fn assert_deployed(list: &serde_json::Value, revision: u32, version: &str) {
+    let rel = &list[0];
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(rel["revision"], revision.to_string(), "{list}");
+    assert_eq!(rel["status"], "deployed", "{list}");
+    assert_eq!(
+        rel["chart"],
+        format!("webchecker-operator-{version}"),
+        "{list}"
+    );
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
 }

@@ -214,13 +214,6 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
         "the CRD's description after the upgrade"
     );
     let rel = install::helm_release(&cluster).await;
-    assert_eq!(rel.len(), 1, "{rel:?}");
-    assert_eq!(rel[0]["revision"], "2", "{rel:?}");
-    assert_eq!(rel[0]["status"], "deployed", "{rel:?}");
-    assert_eq!(
-        rel[0]["chart"],
-        format!("webchecker-operator-{version}"),
-        "{rel:?}"
-    );
+    support::release::assert_deployed(&Json::Array(rel), 2, version);
     cluster.down();
 }

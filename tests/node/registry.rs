@@ -180,14 +180,7 @@ async fn install_from_a_registry_as_the_readme_says() {
     let upgrade = readme::for_registry(&readme::block_with("helm upgrade"), &at);
     run_watching_pulls(node, &client, &upgrade, &registry, &out).await;
     let list = must(node.helm(&["list", "-n", NS, "-o", "json"]), "helm list").await;
-    let rel: serde_json::Value = serde_json::from_str(&list).unwrap();
-    assert_eq!(rel[0]["revision"], "2", "{rel}");
-    assert_eq!(rel[0]["status"], "deployed", "{rel}");
-    assert_eq!(
-        rel[0]["chart"],
-        format!("webchecker-operator-{version}"),
-        "{rel}"
-    );
+    support::release::assert_deployed(&serde_json::from_str(&list).unwrap(), 2, version);
     wait_ready_pods(&client, NS, RELEASE, 3, &[], WAIT).await;
     println!("the README's upgrade block: {:.1?}", t.elapsed());
 
