@@ -11,7 +11,7 @@ help: ## list targets
 
 .PHONY: deps tools cluster-up cluster-down cluster-status
 
-deps: ## install missing system packages (openssl, curl, python3, promtool, blackbox exporter)
+deps: ## install missing system packages (openssl, curl, python3, promtool, blackbox exporter, skopeo, docker-registry, the node's)
 	hack/install-deps.sh
 
 tools: ## build kube-apiserver, kubectl, etcd, helm into the cache (prints the bin dir)
