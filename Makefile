@@ -129,8 +129,14 @@ chart-package: ## the chart as it is in the tree (no chart-sync), helm lint --st
 	"$$bin/helm" package $(CHART_DIR) --destination $(CHART_OUT); \
 	"$$bin/helm" lint --strict $(CHART_OUT)/webchecker-operator-$$(python3 -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])').tgz --set image.repository=webchecker-operator
 
+# Before the images build, not after.
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team)
+endif
+endif
+
 push: image chart-package ## REGISTRY=host/path: push both images (skopeo) and the chart (helm push, to REGISTRY/charts), tagged with the crate version
-	@[ -n "$(REGISTRY)" ] || { echo "make push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/team" >&2; exit 2; }
 	hack/push.sh '$(REGISTRY)'
 
 ## benchmarks
