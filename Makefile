@@ -11,7 +11,7 @@ help: ## list targets
 
 .PHONY: deps tools cluster-up cluster-down cluster-status
 
-deps: ## install missing system packages (openssl, curl, python3, promtool, blackbox exporter)
+deps: ## install missing system packages (openssl, curl, python3, promtool, blackbox exporter, skopeo, docker-registry, the node's)
 	hack/install-deps.sh
 
 tools: ## build kube-apiserver, kubectl, etcd, helm into the cache (prints the bin dir)
@@ -112,18 +112,32 @@ chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboa
 
 CHART_OUT := target/charts
 
-.PHONY: package
+.PHONY: package chart-package push
+
+package: chart-sync ## the chart as target/charts/webchecker-operator-<version>.tgz (chart-sync, then chart-package)
+	@$(MAKE) --no-print-directory chart-package
 
 # helm of hack/build-tools.sh (what the tests use), with its state under
-# target/ so nothing is written to $$HOME.
-package: chart-sync ## the chart as target/charts/webchecker-operator-<version>.tgz (chart-sync, helm lint --strict before and after)
+# target/ so nothing is written to $$HOME. image.repository has no default
+# (the templates fail without it): lint with the name `make image` gives.
+chart-package: ## the chart as it is in the tree (no chart-sync), helm lint --strict before and after
 	@set -euo pipefail; \
 	bin=$$(hack/build-tools.sh | tail -n 1); \
 	export HELM_CACHE_HOME=$$PWD/target/helm-home/cache HELM_CONFIG_HOME=$$PWD/target/helm-home/config HELM_DATA_HOME=$$PWD/target/helm-home/data; \
-	"$$bin/helm" lint --strict $(CHART_DIR); \
+	"$$bin/helm" lint --strict $(CHART_DIR) --set image.repository=webchecker-operator; \
 	mkdir -p $(CHART_OUT); \
 	"$$bin/helm" package $(CHART_DIR) --destination $(CHART_OUT); \
-	"$$bin/helm" lint --strict $(CHART_OUT)/webchecker-operator-$$(python3 -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])').tgz
+	"$$bin/helm" lint --strict $(CHART_OUT)/webchecker-operator-$$(python3 -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])').tgz --set image.repository=webchecker-operator
+
+# Before the images build, not after.
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/team)
+endif
+endif
+
+push: image chart-package ## REGISTRY=host/path: push both images (skopeo) and the chart (helm push, to REGISTRY/charts), tagged with the crate version
+	hack/push.sh '$(REGISTRY)'
 
 ## benchmarks
 

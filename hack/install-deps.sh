@@ -3,11 +3,13 @@
 # machine, only those that are missing: openssl, curl, python3, promtool
 # (Debian package prometheus), prometheus-blackbox-exporter, exim (the SMTP
 # server with STARTTLS of the TCP-check tests, kit/src/peers.rs), and what the
-# real node of hack/node.sh needs (runc, the CNI plugins, nft). Go and Rust are
+# real node of hack/node.sh needs (runc, the CNI plugins, nft), skopeo (make
+# push) and docker-registry (the node tests' registry). Go and Rust are
 # expected to be preinstalled: they are only checked.
 #
 #   hack/install-deps.sh           all of it
-#   hack/install-deps.sh --node    only the node's packages
+#   hack/install-deps.sh --node    only the node's packages (and skopeo,
+#                                  docker-registry: make push, the registry tests)
 set -euo pipefail
 node_only=
 [ "${1:-}" = --node ] && node_only=1
@@ -31,6 +33,11 @@ want() { # want COMMAND PACKAGE
 want runc runc
 want nft nftables
 want gcc gcc
+# make push copies the image archives to a registry with skopeo; the node
+# tests pull from a registry of Debian's docker-registry (the CNCF
+# distribution) that the kit starts on the node's address.
+want skopeo skopeo
+want docker-registry docker-registry
 # aws-lc-rs, the operator's TLS provider, builds its C library with cmake (gcc above).
 want cmake cmake
 if [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ]; then
@@ -73,7 +80,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
   # The Debian packages start their daemons (exim4 on port 25); the tests
   # start their own instances, so stop and disable those services if any.
-  services=(prometheus prometheus-blackbox-exporter prometheus-node-exporter exim4)
+  services=(prometheus prometheus-blackbox-exporter prometheus-node-exporter exim4 docker-registry)
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for s in "${services[@]}"; do
       $SUDO systemctl disable --now "$s" >/dev/null 2>&1 || true

@@ -12,6 +12,9 @@
 #   hack/node.sh status DIR        state of each process; exit 0 only if all run
 #   hack/node.sh load DIR ARCHIVE...  import OCI image archives into the node's containerd
 #   hack/node.sh ctr DIR ARGS...   ctr against the node's containerd (namespace k8s.io)
+#   hack/node.sh trust-registry DIR HOST:PORT CA_FILE
+#                                  let the node's containerd pull from that registry over
+#                                  TLS with that CA (certs.d/HOST:PORT/hosts.toml)
 #
 # Pods get addresses in $NODE_POD_CIDR on the bridge $NODE_BRIDGE, whose own
 # address is the node's address (and where the API server listens). Pods have
@@ -250,6 +253,11 @@ disabled_plugins = [
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = '$PAUSE_IMAGE'
+    # Registries and their CAs, one directory per host with a hosts.toml,
+    # as an administrator keeps them in /etc/containerd/certs.d (read at
+    # each pull: trust-registry needs no restart).
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = '$N/containerd/certs.d'
 
   [plugins.'io.containerd.cri.v1.runtime']
     netns_mounts_under_state_dir = true
@@ -285,6 +293,25 @@ start_containerd() {
 }
 
 pause_loaded() { ctr_ images ls -q 2>>"$N/ctr.err" | grep -qxF "$PAUSE_IMAGE"; }
+
+# trust_registry HOST:PORT CA_FILE: the registry's hosts.toml and CA, where
+# containerd's config_path looks for them.
+trust_registry() {
+  local host=$1 ca=$2 d
+  [[ $host =~ ^[A-Za-z0-9.-]+(:[0-9]+)?$ ]] || die "trust-registry: HOST[:PORT], not $host"
+  [ -f "$ca" ] || die "trust-registry: $ca not found"
+  d="$N/containerd/certs.d/$host"
+  mkdir -p "$d"
+  cp "$ca" "$d/ca.crt"
+  cat >"$d/hosts.toml" <<EOF
+server = "https://$host"
+
+[host."https://$host"]
+  capabilities = ["pull", "resolve"]
+  ca = "$d/ca.crt"
+EOF
+  log "containerd trusts https://$host (CA $ca)"
+}
 
 load_images() {
   local a
@@ -347,8 +374,9 @@ resolvConf: $N/resolv.conf
 podLogsDir: $N/pod-logs
 volumePluginDir: $N/kubelet-plugins
 makeIPTablesUtilChains: false
-# Images are loaded by hand (pullPolicy Never): never collect them, and evict
-# nothing because of a machine whose disk is shared with other work.
+# Images are loaded by hand (pullPolicy Never) as well as pulled: never
+# collect them, and evict nothing because of a machine whose disk is shared
+# with other work.
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
@@ -648,5 +676,9 @@ case "$sub" in
   ctr)
     DIR=$(cd "$DIR" && pwd); N="$DIR/node"; load_node_env
     ctr_ "$@" ;;
+  trust-registry)
+    [ $# -eq 2 ] || usage
+    DIR=$(cd "$DIR" && pwd); N="$DIR/node"; load_node_env
+    trust_registry "$@" ;;
   *) usage ;;
 esac

@@ -5,7 +5,9 @@ files state it: one version for the crate, the chart and the images.
 - deploy/helm/webchecker-operator/Chart.yaml: `version` and `appVersion`
   (the chart's image.tag defaults to appVersion);
 - Dockerfile: every `org.opencontainers.image.version` label (hack/image.sh
-  labels and tags its images with the same version).
+  labels and tags its images with the same version);
+- README.md: every `--version <version>` of its `## Install` section (the
+  chart that `make push` pushes; tests/node.rs runs those commands).
 
     python3 hack/sync-version.py           # rewrite them
     python3 hack/sync-version.py --check   # exit 1 if one is out of date
@@ -22,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARGO = os.path.join(REPO, "Cargo.toml")
 CHART = os.path.join(REPO, "deploy", "helm", "webchecker-operator", "Chart.yaml")
 DOCKERFILE = os.path.join(REPO, "Dockerfile")
+README = os.path.join(REPO, "README.md")
 # SemVer 2 (semver.org), which Helm requires of a chart version.
 SEMVER = re.compile(
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -62,6 +65,21 @@ def dockerfile(text, v):
     return label.sub('org.opencontainers.image.version="%s"' % v, text)
 
 
+def readme(text, v):
+    """README.md with each `--version <semver>` of its `## Install` section
+    (up to the next `## ` heading) set to v."""
+    start = text.find("\n## Install\n")
+    if start < 0:
+        raise Bad("README.md has no `## Install` section")
+    end = text.find("\n## ", start + 1)
+    end = len(text) if end < 0 else end
+    section = text[start:end]
+    flag = re.compile(r"--version " + SEMVER.pattern + r"(?![0-9A-Za-z.+-])")
+    if not flag.search(section):
+        raise Bad("README.md's Install section names no `--version <version>`")
+    return text[:start] + flag.sub("--version " + v, section) + text[end:]
+
+
 def main(argv):
     check = argv[1:] == ["--check"]
     if argv[1:] and not check:
@@ -70,7 +88,7 @@ def main(argv):
     try:
         v = crate_version()
         stale = []
-        for path, update in ((CHART, chart), (DOCKERFILE, dockerfile)):
+        for path, update in ((CHART, chart), (DOCKERFILE, dockerfile), (README, readme)):
             with open(path, encoding="utf-8") as f:
                 old = f.read()
             new = update(old, v)

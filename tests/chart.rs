@@ -22,6 +22,8 @@
 //!   `ca_bundle` (the operator's `--ca-bundle`);
 //! - `install`: `helm install` / `upgrade` / `uninstall` on a real control
 //!   plane (the pods never run: there is no kubelet);
+//! - `crd_upgrade`: the README's CRD upgrade, word for word, over a CRD that
+//!   Helm created (a control plane of its own, the chart from a registry);
 //! - `service_account`: least privilege: three operator processes run with a
 //!   token of the chart's ServiceAccount and nothing else, shard, probe, fail
 //!   over; a replica started after a permission was taken away exits at once,
@@ -31,6 +33,8 @@
 mod admission;
 #[path = "chart/ca_bundle.rs"]
 mod ca_bundle;
+#[path = "chart/crd_upgrade.rs"]
+mod crd_upgrade;
 #[path = "chart/dns_and_volumes.rs"]
 mod dns_and_volumes;
 #[path = "chart/flow_schema.rs"]
@@ -96,10 +100,20 @@ async fn cluster_helm(cluster: &Cluster, args: &[&str]) -> Output {
     run(c).await
 }
 
-/// `helm install <release> <chart> -n <ns> --create-namespace <extra>`; fails
-/// the test if helm does.
+/// `helm install <release> <chart> -n <ns> --create-namespace <extra>`, the
+/// image repository of the tests first; fails the test if helm does.
 async fn helm_install(cluster: &Cluster, release: &str, ns: &str, extra: &[&str]) {
-    let mut args = vec!["install", release, CHART, "-n", ns, "--create-namespace"];
+    let base = support::release::base_values().to_str().unwrap();
+    let mut args = vec![
+        "install",
+        release,
+        CHART,
+        "-n",
+        ns,
+        "--create-namespace",
+        "-f",
+        base,
+    ];
     args.extend_from_slice(extra);
     ok(cluster_helm(cluster, &args).await, "helm install");
 }

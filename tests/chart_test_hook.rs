@@ -126,6 +126,18 @@ fn test_hook_follows_the_values() {
             "{kind}"
         );
     }
+    // Pushed beside the operator's image (make push): its repository follows.
+    let docs = render_sets(&["image.repository=reg.example/team/webchecker-operator"]);
+    assert_eq!(
+        of_kind(&docs, "Pod")[0]["spec"]["containers"][0]["image"].as_str(),
+        Some(
+            format!(
+                "reg.example/team/webchecker-operator-chart-test:{}",
+                env!("CARGO_PKG_VERSION")
+            )
+            .as_str()
+        )
+    );
     let docs = render_sets(&["tests.image.tag=x1", "tests.image.repository=reg.example/t"]);
     assert_eq!(
         of_kind(&docs, "Pod")[0]["spec"]["containers"][0]["image"].as_str(),

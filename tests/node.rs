@@ -16,11 +16,16 @@
 //!   Ingress's and a Service's generated checkers deleted with them (route
 //!   discovery with the chart's permissions; the node's garbage
 //!   collector), uninstall.
+//! - `install_from_registry` (in `make test`): the README's Install section
+//!   word for word, images and chart from a registry on the node's address
+//!   (tests/node/registry.rs);
 //! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
 //!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
 //!   largest gap per step.
 
+#[path = "node/registry.rs"]
+mod install_from_registry;
 mod support;
 
 use std::collections::BTreeSet;
@@ -91,6 +96,10 @@ impl Suite {
             "-n",
             &ns,
             "--create-namespace",
+            // The images loaded into the node (`make image`), as kind and
+            // k3d users install them.
+            "--set",
+            "image.repository=webchecker-operator",
             "--set",
             &tag,
             "--set",

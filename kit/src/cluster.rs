@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -152,19 +152,39 @@ impl Cluster {
 
     pub fn install_crd(&self) {
         let crd = repo().join("crds/webcheckers.test.network.io.yaml");
+        self.install_crds(&crd, &["webcheckers.test.network.io"]);
+    }
+
+    /// Applies the CRDs of `path` (a file or a directory) server-side and
+    /// waits until each of `names` is Established.
+    pub fn install_crds(&self, path: &Path, names: &[&str]) {
         let out = self.kubectl(&[
             "apply",
             "--server-side",
             "--force-conflicts",
             "-f",
-            crd.to_str().unwrap(),
+            path.to_str().unwrap(),
         ]);
         assert!(
             out.status.success(),
-            "{}",
+            "installing the CRDs of {}: {}",
+            path.display(),
             String::from_utf8_lossy(&out.stderr)
         );
-        self.wait_established("webcheckers.test.network.io");
+        for name in names {
+            self.wait_established(name);
+        }
+    }
+
+    /// [`Cluster::install_crds`] once per control plane, `path` and process.
+    pub fn install_crds_once(&self, path: &Path, names: &[&str]) {
+        static DONE: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+        let mut done = DONE.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (self.kubeconfig.clone(), path.to_path_buf());
+        if !done.contains(&key) {
+            self.install_crds(path, names);
+            done.push(key);
+        }
     }
 
     /// Waits (60 s at most) until the CRD `name` is Established. `kubectl

@@ -5,13 +5,11 @@
 //! schemas.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use crate::{Cluster, script_dir};
 
 static CRDS: OnceLock<PathBuf> = OnceLock::new();
-/// Control planes (by kubeconfig) the CRDs are installed on already.
-static INSTALLED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The directory of the release's standard-channel CRDs. The script runs
 /// once per process (the first fetch takes seconds; later ones reuse the
@@ -35,37 +33,14 @@ impl Cluster {
     /// Installs the Gateway API CRDs (once per control plane and process)
     /// and waits until HTTPRoutes, GRPCRoutes and Gateways are served.
     pub fn install_gateway_api(&self) {
-        let mut done = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-        if done.contains(&self.kubeconfig) {
-            return;
-        }
-        let dir = gateway_api_crds();
-        let out = self.kubectl(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            dir.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "installing the Gateway API CRDs: {}",
-            String::from_utf8_lossy(&out.stderr)
+        self.install_crds_once(
+            gateway_api_crds(),
+            &[
+                "httproutes.gateway.networking.k8s.io",
+                "grpcroutes.gateway.networking.k8s.io",
+                "gateways.gateway.networking.k8s.io",
+                "gatewayclasses.gateway.networking.k8s.io",
+            ],
         );
-        let out = self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/httproutes.gateway.networking.k8s.io",
-            "crd/grpcroutes.gateway.networking.k8s.io",
-            "crd/gateways.gateway.networking.k8s.io",
-            "crd/gatewayclasses.gateway.networking.k8s.io",
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        done.push(self.kubeconfig.clone());
     }
 }

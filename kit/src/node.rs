@@ -18,9 +18,11 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use super::oci::{Image, archive};
+use super::readme;
+use super::registry::Registry;
 use super::release::ok;
 pub use super::release::{CHART, run};
-use super::{Cluster, SETUP_LIMIT, TOOL_LIMIT, bounded, repo};
+use super::{Cluster, SETUP_LIMIT, TOOL_LIMIT, bounded, repo, target_dir};
 
 pub struct Node {
     pub cluster: Cluster,
@@ -131,6 +133,35 @@ impl Node {
             .arg("ctr")
             .arg(&self.cluster.dir)
             .args(args);
+        c
+    }
+
+    /// Lets the node's containerd pull from `registry` over TLS with its
+    /// CA, as an administrator does (`hack/node.sh trust-registry`:
+    /// containerd's certs.d/<host>/hosts.toml).
+    pub async fn trust_registry(&self, registry: &Registry) {
+        let mut c = bounded("bash", TOOL_LIMIT);
+        c.arg(repo().join("hack/node.sh"))
+            .arg("trust-registry")
+            .arg(&self.cluster.dir)
+            .arg(registry.host())
+            .arg(&registry.ca_file);
+        must(c, "hack/node.sh trust-registry").await;
+    }
+
+    /// A block of the README's Install section as a user on this machine
+    /// runs it: against this node (KUBECONFIG), its helm and kubectl first on
+    /// PATH, helm's state where the tests keep it, and the host trusting
+    /// `registry`'s CA (SSL_CERT_FILE, read by skopeo and helm).
+    pub fn readme(&self, block: &str, registry: &Registry) -> Command {
+        let home = repo().join("target").join("e2e").join("helm-home");
+        let mut c = readme::script(block, &self.cluster.bin);
+        c.env("KUBECONFIG", &self.cluster.kubeconfig)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env("SSL_CERT_FILE", registry.trust_bundle())
+            .env("CARGO_TARGET_DIR", target_dir());
         c
     }
 

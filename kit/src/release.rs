@@ -16,6 +16,40 @@ use super::{Cluster, FAST_LEASES, Operator, TOOL_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 
+/// The image repository the tests render and install the chart with (it has
+/// no default): the name of `make image`'s archive, loaded into the node.
+pub const IMAGE_REPOSITORY: &str = "webchecker-operator";
+
+/// A values file setting only `image.repository` ([`IMAGE_REPOSITORY`]),
+/// for `helm -f` before a test's own values files (which may override it;
+/// `--set` could not be overridden).
+pub fn base_values() -> &'static Path {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let dir = repo().join("target").join("e2e");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("chart-image-values.yaml");
+        let tmp = dir.join(format!("chart-image-values.yaml.{}", std::process::id()));
+        std::fs::write(&tmp, format!("image:\n  repository: {IMAGE_REPOSITORY}\n")).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        file
+    })
+}
+
+/// Asserts that `list` (`helm list -o json`) is one release, deployed, at
+/// `revision`, of the chart at `version`.
+pub fn assert_deployed(list: &serde_json::Value, revision: u32, version: &str) {
+    let rel = &list[0];
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(rel["revision"], revision.to_string(), "{list}");
+    assert_eq!(rel["status"], "deployed", "{list}");
+    assert_eq!(
+        rel["chart"],
+        format!("webchecker-operator-{version}"),
+        "{list}"
+    );
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).to_string()
 }
@@ -68,7 +102,16 @@ pub async fn helm_template(
     sets: &[&str],
 ) -> String {
     let mut c = helm_command(&cluster.bin, None);
-    c.args(["template", release, CHART, "-n", namespace, "--skip-tests"]);
+    c.args([
+        "template",
+        release,
+        CHART,
+        "-n",
+        namespace,
+        "--skip-tests",
+        "-f",
+    ])
+    .arg(base_values());
     for s in sets {
         c.args(["--set", s]);
     }

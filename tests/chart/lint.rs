@@ -72,11 +72,11 @@ fn chart_copies_are_identical_to_their_sources() {
 
 #[test]
 fn helm_lint_strict_is_clean() {
-    for values in [None, Some(ALL_ON)] {
-        let mut args = vec!["lint", "--strict", CHART];
-        if let Some(v) = values {
-            args.extend(["-f", v]);
-        }
+    // image.repository has no default: the defaults with the tests' one,
+    // and the all-on values, which set their own.
+    let base = support::release::base_values().to_str().unwrap();
+    for values in [base, ALL_ON] {
+        let args = vec!["lint", "--strict", CHART, "-f", values];
         let (ok, out) = helm(&args);
         assert!(ok, "helm lint --strict {values:?} failed:\n{out}");
         assert!(
@@ -101,7 +101,8 @@ fn packaged_chart_lints_and_carries_the_crate_version() {
         .join(format!("webchecker-operator-{version}.tgz"));
     assert!(tgz.is_file(), "{} missing:\n{out}", tgz.display());
     let tgz = tgz.to_str().unwrap();
-    let (ok, out) = helm(&["lint", "--strict", tgz]);
+    let base = support::release::base_values().to_str().unwrap();
+    let (ok, out) = helm(&["lint", "--strict", tgz, "-f", base]);
     assert!(
         ok && !out.contains("[WARNING]") && !out.contains("[ERROR]"),
         "helm lint --strict {tgz}:\n{out}"
@@ -140,7 +141,11 @@ fn invalid_values_fail_with_their_documented_message() {
             .split_once("helm prints: ")
             .map(|(_, m)| m.trim().to_string())
             .unwrap_or_else(|| panic!("{rel}: first line must be `# ... helm prints: <message>`"));
-        let (ok, out) = helm(&["template", RELEASE, CHART, "-n", RELEASE_NS, "-f", &rel]);
+        // After the tests' image repository, which a file may take away.
+        let base = support::release::base_values().to_str().unwrap();
+        let (ok, out) = helm(&[
+            "template", RELEASE, CHART, "-n", RELEASE_NS, "-f", base, "-f", &rel,
+        ]);
         if ok {
             problems.push(format!("{rel}: helm template succeeded"));
         } else if !out.contains(&want) {

@@ -25,7 +25,8 @@ pub fn render(extra: &[&str]) -> Vec<Value> {
 
 /// [`render`] with the `helm test` hook.
 pub fn render_with_tests(extra: &[&str]) -> Vec<Value> {
-    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS];
+    let base = support::release::base_values().to_str().unwrap();
+    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS, "-f", base];
     args.extend_from_slice(extra);
     let (ok, out) = helm(&args);
     assert!(ok, "helm template {extra:?} failed:\n{out}");

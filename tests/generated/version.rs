@@ -1,6 +1,6 @@
-//! One version: Cargo.toml's is the chart's `version` and `appVersion` and
-//! the Dockerfile's version labels (hack/sync-version.py writes them, `make
-//! chart-sync`). The chart's image.tag defaults to appVersion and
+//! One version: Cargo.toml's is the chart's `version` and `appVersion`, the
+//! Dockerfile's version labels and the chart version of the README's Install
+//! commands (hack/sync-version.py writes them, `make chart-sync`). The chart's image.tag defaults to appVersion and
 //! hack/image.sh tags and labels with the crate version, so the images follow.
 
 use super::repo_file;
@@ -47,5 +47,32 @@ fn dockerfile_version_labels_are_the_crates() {
     assert!(
         values.iter().all(|v| *v == CRATE_VERSION),
         "the Dockerfile's {key} labels are {values:?}, Cargo.toml's version is {CRATE_VERSION:?}; {FIX}"
+    );
+}
+
+/// The README's Install commands name the chart `make push` pushes: every
+/// `--version` of that section is the crate's (tests/node.rs runs them).
+#[test]
+fn readme_install_commands_name_the_crates_version() {
+    let text = repo_file("README.md");
+    let section: String = text
+        .lines()
+        .skip_while(|l| *l != "## Install")
+        .skip(1)
+        .take_while(|l| !l.starts_with("## "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let versions: Vec<&str> = section
+        .split("--version ")
+        .skip(1)
+        .map(|rest| rest.split_whitespace().next().unwrap_or_default())
+        .collect();
+    assert!(
+        !versions.is_empty(),
+        "README.md's Install section names no --version"
+    );
+    assert!(
+        versions.iter().all(|v| *v == CRATE_VERSION),
+        "README.md's Install section names chart versions {versions:?}, Cargo.toml's is {CRATE_VERSION:?}; {FIX}"
     );
 }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use crate::support::release::helm_command;
+use crate::support::release::{base_values, helm_command};
 use crate::support::{SETUP_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
@@ -172,7 +172,8 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
 /// `helm template` of the README's release with these further arguments:
 /// whether it succeeded, and its output.
 pub fn template(extra: &[&str]) -> (bool, String) {
-    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS];
+    let base = base_values().to_str().unwrap();
+    let mut args = vec!["template", RELEASE, CHART, "-n", RELEASE_NS, "-f", base];
     args.extend_from_slice(extra);
     helm(&args)
 }

@@ -59,14 +59,35 @@ Name of the ServiceAccount.
 {{- end }}
 
 {{/*
+The image repository, which has no default: nothing is published, and a bare
+name would be pulled from Docker Hub.
+*/}}
+{{- define "webchecker-operator.repository" -}}
+{{- if not .Values.image.repository }}
+{{- fail "image.repository is not set: name the image you pushed, e.g. --set image.repository=registry.example.com/team/webchecker-operator after make push REGISTRY=registry.example.com/team (README: Install); for an image loaded into kind or k3d: --set image.repository=webchecker-operator --set image.pullPolicy=Never" }}
+{{- end }}
+{{- .Values.image.repository }}
+{{- end }}
+
+{{/*
 Container image reference: repository@digest, or repository:tag (tag defaults to appVersion).
 */}}
 {{- define "webchecker-operator.image" -}}
+{{- $repo := include "webchecker-operator.repository" . }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The helm test pod's image: tests.image.repository, or the operator's
+repository with -chart-test appended (make push pushes both there).
+*/}}
+{{- define "webchecker-operator.testImage" -}}
+{{- $repo := .Values.tests.image.repository | default (printf "%s-chart-test" (include "webchecker-operator.repository" .)) }}
+{{- printf "%s:%s" $repo (default (default .Chart.AppVersion .Values.image.tag) .Values.tests.image.tag) }}
 {{- end }}
 
 {{/*
@@ -136,6 +157,11 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- end }}
 {{- if and .Values.serviceMonitor.enabled .Values.podMonitor.enabled }}
 {{- fail "serviceMonitor.enabled and podMonitor.enabled: enable one of them, otherwise Prometheus scrapes every replica twice (duplicate series)" }}
+{{- end }}
+{{- range $m := list "serviceMonitor" "podMonitor" }}
+{{- if and (index $.Values $m).nativeHistograms (not $.Values.operator.nativeHistograms) }}
+{{- fail (printf "%s.nativeHistograms needs operator.nativeHistograms: true (the operator serves native histograms only then)" $m) }}
+{{- end }}
 {{- end }}
 {{- if and (eq (toString .Values.dnsPolicy) "None") (not (.Values.dnsConfig | default dict).nameservers) }}
 {{- fail "dnsPolicy None: set dnsConfig.nameservers, the pod has no name server otherwise (the API server refuses it)" }}
