@@ -279,6 +279,119 @@ async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
 /// two namespaces, one fleet each) watching one namespace both take the same
 /// checkers, each finding the other's owner without a Lease of its own
 /// membership. The witness log must show two probers of one checker.
+/// Two installs whose Leases share a namespace, told apart by
+/// `--lease-prefix`: each is a fleet of its own (its members, its leader,
+/// its checkers), none of the other's replicas probes its checkers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_installs_share_a_lease_namespace_by_prefix() {
+    let cluster = Cluster::shared("ha");
+    let leases = cluster.namespace("prefixes");
+    let (watched_a, watched_b) = (cluster.namespace("pfx-a"), cluster.namespace("pfx-b"));
+    let witness = Witness::start().await;
+    witness.set_hold(HOLD.0, HOLD.1);
+    let spawn = |id: &str, watched: &str, prefix: Option<&str>| {
+        let flag = prefix.map(|p| format!("--lease-prefix={p}"));
+        let mut extra = FAST_LEASES.to_vec();
+        extra.extend(flag.as_deref());
+        Operator::spawn_scoped(cluster, id, &leases, watched, &extra, &cluster.kubeconfig)
+    };
+    let installs = [
+        (watched_a.as_str(), ["pa-0", "pa-1"], Some("team-a"), "a"),
+        (watched_b.as_str(), ["pb-0", "pb-1"], None, "b"),
+    ];
+    let ops: Vec<(usize, Operator)> = installs
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (ns, ids, prefix, _))| ids.iter().map(move |id| (k, spawn(id, ns, *prefix))))
+        .collect();
+    for (_, o) in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    let client = cluster.client().await;
+    // Names apart, so the witness tells the installs' checkers apart.
+    let names = |tag: &str| -> Vec<String> { (0..10).map(|i| format!("{tag}{i}")).collect() };
+    let from = Instant::now();
+    for (ns, _, _, tag) in &installs {
+        create_checkers(&client, ns, &witness.url(), &names(tag), INTERVAL).await;
+    }
+    // Every checker owned by a replica of its own install.
+    for (ns, ids, _, _) in &installs {
+        eventually(
+            Duration::from_secs(60),
+            "every checker owned by its install",
+            || async {
+                let owners = owners(&client, ns).await.ok()?;
+                (owners.len() == 10
+                    && owners
+                        .values()
+                        .all(|o| o.as_deref().is_some_and(|o| ids.contains(&o))))
+                .then_some(())
+            },
+        )
+        .await;
+    }
+    // Each install's replicas see two members, and each install has a leader.
+    for (k, o) in &ops {
+        let members = eventually(Duration::from_secs(30), "ring members", || async {
+            metric(&o.scrape().await, "webchecker_ring_members", &[])
+        })
+        .await;
+        assert_eq!(
+            members, 2.0,
+            "{} (install {k}) sees {members} members",
+            o.identity
+        );
+    }
+    let lease_api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &leases);
+    for (name, ids) in [
+        ("team-a-leader", installs[0].1),
+        ("webchecker-leader", installs[1].1),
+    ] {
+        let holder = eventually(Duration::from_secs(30), "a leader per install", || async {
+            let l = lease_api.get_opt(name).await.ok()??;
+            l.spec?.holder_identity
+        })
+        .await;
+        assert!(ids.contains(&holder.as_str()), "{name} held by {holder}");
+    }
+    // Three probes of each checker, each by a replica of its install alone.
+    let all: Vec<String> = names("a").into_iter().chain(names("b")).collect();
+    eventually(
+        Duration::from_secs(60),
+        "probes of every checker",
+        || async {
+            let hits = witness.hits_since(from);
+            all.iter()
+                .all(|n| hits.iter().filter(|h| &h.checker == n).count() >= 3)
+                .then_some(())
+        },
+    )
+    .await;
+    let hits = witness.hits_since(from);
+    assert_eq!(exclusivity_violation(&hits), None);
+    for h in &hits {
+        let tag = &h.checker[..1];
+        assert!(
+            h.replica.starts_with(&format!("p{tag}-")),
+            "{} probed by {}",
+            h.checker,
+            h.replica
+        );
+    }
+    for (ns, ids, _, _) in &installs {
+        let owners = owners(&client, ns).await.unwrap();
+        for (checker, owner) in owners {
+            let owner = owner.unwrap();
+            assert!(
+                ids.contains(&owner.as_str()),
+                "{ns}/{checker} owned by {owner}"
+            );
+        }
+    }
+    println!("two installs, two fleets: {} probes", hits.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oracle_sees_two_installs_probe_one_namespace() {
     let cluster = Cluster::shared("ha");

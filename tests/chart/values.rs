@@ -35,6 +35,7 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
     let optional = [
         "WEBCHECKER_WATCH_NAMESPACE",
+        "WEBCHECKER_LEASE_PREFIX",
         "WEBCHECKER_ALLOW_CIDRS",
         "WEBCHECKER_CA_BUNDLE",
         "WEBCHECKER_ZONE",
@@ -208,6 +209,7 @@ fn all_on_values_render_monitoring_and_every_option() {
     }
     assert!(names.contains("RUST_BACKTRACE"), "extraEnv");
     assert_eq!(cfg.watch_namespace.as_deref(), Some("probes"));
+    assert_eq!(cfg.lease_prefix, "probes-wc");
     assert_eq!(cfg.listen.port(), 9090);
     assert_eq!(cfg.workers, 512);
     assert_eq!(cfg.heartbeat, Duration::from_secs(120));
