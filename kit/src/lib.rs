@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod gaps;
 pub mod gateway_api;
 pub mod netns;
+pub mod nginx;
 pub mod node;
 pub mod objlog;
 pub mod oci;
@@ -122,6 +123,52 @@ pub fn reap_at_exit(script: &Path, dir: &Path) {
         .stderr(std::process::Stdio::null())
         .process_group(0)
         .spawn();
+}
+
+/// Starts `cmd` (a daemon of a test: stdin null, its output to
+/// `dir/<log>`) in a process group of its own, and a reaper that kills
+/// that group and removes `dir` if this process dies while `dir` is there
+/// (a drop that ran [`kill_group`] and removed `dir` has cleaned up).
+pub fn spawn_reaped(
+    mut cmd: Command,
+    dir: &Path,
+    log: &str,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let out = std::fs::File::create(dir.join(log))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .process_group(0)
+        .spawn()?;
+    let (pid, me, d) = (child.id(), std::process::id(), dir.display());
+    let _ = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "while kill -0 {me} 2>/dev/null && [ -d '{d}' ]; do sleep 1; done; \
+             if [ -d '{d}' ]; then kill -KILL -- -{pid} 2>/dev/null; rm -rf '{d}'; fi"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    Ok(child)
+}
+
+/// Kills the process group of a child of [`spawn_reaped`] (its pid is the
+/// group's id) and waits for it: only while the child is not reaped, so
+/// that its pid cannot have been reused.
+pub fn kill_group(child: &mut std::process::Child) {
+    if let Ok(None) = child.try_wait() {
+        // SAFETY: kill has no memory preconditions.
+        unsafe {
+            libc::kill(-(child.id() as i32), libc::SIGKILL);
+        }
+    }
+    let _ = child.wait();
 }
 
 /// Bound of one kubectl or helm call (a `--wait` included).
