@@ -139,11 +139,13 @@ async fn flux(list: &serde_json::Value) {
         })
         .collect();
     println!("Flux: {}", out.trim_end());
-    // name: (kstatus, Flux's healthCheckExprs)
+    // name, kstatus, Flux's healthCheckExprs. kstatus reads Ready and
+    // observedGeneration, but calls a checker without status Current: the
+    // example's expression cannot be evaluated there, and Flux waits.
     for (name, kstatus, exprs) in [
         ("up", "Current", "Current"),
-        ("down", "Current", "InProgress"),
-        ("paused", "Current", "InProgress"),
+        ("down", "InProgress", "InProgress"),
+        ("paused", "InProgress", "InProgress"),
         ("stale", "InProgress", "InProgress"),
         ("fresh", "Current", "error"),
     ] {
