@@ -8,8 +8,8 @@ use support::release::{CHART, helm_command, ok, run};
 use super::*;
 
 /// `helm template` of the chart with `-f examples/<file>` into namespace
-/// `ns`: the rendered text and its documents.
-async fn render(file: &str, ns: &str) -> (String, Vec<Value>) {
+/// `ns`: its documents.
+async fn render(file: &str, ns: &str) -> Vec<Value> {
     let values = example(file);
     let mut c = helm_command(&cluster().bin, None);
     c.args([
@@ -23,11 +23,10 @@ async fn render(file: &str, ns: &str) -> (String, Vec<Value>) {
     ])
     .arg(&values);
     let rendered = ok(run(c).await, &format!("helm template -f examples/{file}"));
-    let docs = serde_yaml::Deserializer::from_str(&rendered)
+    serde_yaml::Deserializer::from_str(&rendered)
         .map(|d| Value::deserialize(d).expect("helm template prints YAML"))
         .filter(|v| !v.is_null())
-        .collect();
-    (rendered, docs)
+        .collect()
 }
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
@@ -71,7 +70,7 @@ async fn dry_run(ns: &str, docs: &[Value], skip: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_for_kube_prometheus_stack() {
     let ns = format!("ex-kps-{}", rand_suffix());
-    let (_, docs) = render("values-kube-prometheus-stack.yaml", &ns).await;
+    let docs = render("values-kube-prometheus-stack.yaml", &ns).await;
     let release = Value::from("kube-prometheus-stack");
     assert!(docs.iter().all(|d| d["kind"] != "PodMonitor"));
     let sm = one(&docs, "ServiceMonitor");
@@ -129,7 +128,7 @@ async fn values_for_kube_prometheus_stack() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_for_three_zones() {
     let ns = format!("ex-zones-{}", rand_suffix());
-    let (_, docs) = render("values-multi-zone.yaml", &ns).await;
+    let docs = render("values-multi-zone.yaml", &ns).await;
     let dep = one(&docs, "Deployment");
     assert_eq!(dep["spec"]["replicas"].as_u64(), Some(3));
     let pod = &dep["spec"]["template"]["spec"];
