@@ -193,24 +193,30 @@ async fn nginx(
     .unwrap()
 }
 
+/// Waits until checker `name` has the condition `type_` with `status` and
+/// `reason`; on a timeout the panic shows the condition as it last was.
 async fn wait_condition(
     api: &Api<WebChecker>,
     name: &str,
     (type_, status, reason): (&str, &str, &str),
     within: Duration,
 ) -> Condition {
-    let c = eventually(
-        within,
-        &format!("{name} {type_}={status} ({reason})"),
-        || async {
-            condition(api, name, type_)
-                .await
-                .filter(|c| c.status == status && c.reason == reason)
-        },
-    )
-    .await;
-    println!("{name}: {type_}={status} {reason}: {}", c.message);
-    c
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let c = condition(api, name, type_).await;
+        if let Some(c) = c
+            .as_ref()
+            .filter(|c| c.status == status && c.reason == reason)
+        {
+            println!("{name}: {type_}={status} {reason}: {}", c.message);
+            return c.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}: no {type_}={status} ({reason}) within {within:?}; it is {c:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The checkers of `ns` as `kubectl get wc` shows them (for the log).
