@@ -2,9 +2,7 @@
 # Installs the system packages the tests and benchmarks need on a fresh Debian
 # machine, only those that are missing: openssl, curl, python3, promtool
 # (Debian package prometheus), prometheus-blackbox-exporter, exim (the SMTP
-# server with STARTTLS of the TCP-check tests, kit/src/peers.rs), nginx (the
-# HTTPS server of tests/examples.rs, kit/src/nginx.rs), lua5.1 (runs the Argo
-# CD health script of examples/, the Lua that Argo's gopher-lua speaks), and what the
+# server with STARTTLS of the TCP-check tests, kit/src/peers.rs), and what the
 # real node of hack/node.sh needs (runc, the CNI plugins, nft). Go and Rust are
 # expected to be preinstalled: they are only checked.
 #
@@ -59,8 +57,10 @@ if [ -z "$node_only" ]; then
   else
     missing+=(exim4-daemon-light)
   fi
-  # The examples' web server: the tests run nginx themselves with a config
-  # of their own (kit/src/nginx.rs); the package's own server is stopped below.
+  # tests/examples.rs: nginx, the examples' web server (the tests run it with
+  # a config of their own, kit/src/nginx.rs; the package's own server is
+  # stopped below), and Lua 5.1, which runs the Argo CD health script of
+  # examples/ (the Lua that Argo's gopher-lua speaks).
   if [ -x /usr/sbin/nginx ]; then
     echo "install-deps: nginx found (/usr/sbin/nginx)"
   else
@@ -81,9 +81,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -q
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-  # The Debian packages start their daemons (exim4 on port 25, nginx on 80); the tests
+  # The Debian packages start their daemons (exim4 on port 25); the tests
   # start their own instances, so stop and disable those services if any.
-  services=(prometheus prometheus-blackbox-exporter prometheus-node-exporter exim4 nginx)
+  services=(prometheus prometheus-blackbox-exporter prometheus-node-exporter exim4)
   if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
     for s in "${services[@]}"; do
       $SUDO systemctl disable --now "$s" >/dev/null 2>&1 || true
@@ -102,8 +102,12 @@ if [ -f /run/exim4/exim.pid ] && kill -0 "$(cat /run/exim4/exim.pid)" 2>/dev/nul
   echo "install-deps: stopping the system exim4 daemon (pid $(cat /run/exim4/exim.pid)): the tests run their own"
   $SUDO kill "$(cat /run/exim4/exim.pid)" || true
 fi
-# Nor nginx: on 0.0.0.0:80 it would take port 80 from the tests' own servers
-# on loopback addresses.
+# Nor nginx, which its package starts (and systemd at every boot): on
+# 0.0.0.0:80 it would take port 80 from the tests' own servers on loopback
+# addresses.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ] && systemctl is-enabled nginx >/dev/null 2>&1; then
+  $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+fi
 if [ -f /run/nginx.pid ] && kill -0 "$(cat /run/nginx.pid)" 2>/dev/null; then
   echo "install-deps: stopping the system nginx (pid $(cat /run/nginx.pid)): the tests run their own"
   $SUDO kill -QUIT "$(cat /run/nginx.pid)" || true

@@ -453,36 +453,16 @@ fn greeting(addr: SocketAddr) -> std::io::Result<String> {
 /// reaper that kills that group and removes `dir` if this process dies
 /// without dropping the [`Smtp`].
 fn spawn_exim(dir: &Path, smtp_port: u16, smtps_port: u16) -> Child {
-    use std::os::unix::process::CommandExt;
-    let out = std::fs::File::create(dir.join("stderr.log")).unwrap();
-    let child = Command::new(EXIM)
-        .arg("-C")
+    let mut cmd = Command::new(EXIM);
+    cmd.arg("-C")
         .arg(dir.join("exim.conf"))
         .arg("-bdf")
         .arg("-oX")
-        .arg(format!("{smtp_port}:{smtps_port}"))
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .process_group(0)
-        .spawn()
-        .unwrap_or_else(|e| panic!("run {EXIM}: {e}"));
-    let (pid, me, d) = (child.id(), std::process::id(), dir.display());
-    let _ = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "while kill -0 {me} 2>/dev/null && [ -d '{d}' ]; do sleep 1; done; \
-             if [ -d '{d}' ]; then kill -KILL -- -{pid} 2>/dev/null; rm -rf '{d}'; fi"
-        ))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    child
+        .arg(format!("{smtp_port}:{smtps_port}"));
+    crate::spawn_reaped(cmd, dir, "stderr.log").unwrap_or_else(|e| panic!("run {EXIM}: {e}"))
 }
 
-/// The config of a test exim: one (loopback) address, the two ports, the certificate
+/// The config of a test exim: loopback only, the two ports, the certificate
 /// for both STARTTLS and SMTPS, no lookups, every recipient refused.
 fn exim_config(dir: &Path, ip: Ipv4Addr, smtp_port: u16, smtps_port: u16) -> String {
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
@@ -526,15 +506,7 @@ acl_rcpt:
 
 impl Drop for Smtp {
     fn drop(&mut self) {
-        // Exim's group (process_group(0) made its pid the group id), only
-        // while exim is not reaped: its pid cannot have been reused.
-        if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill has no memory preconditions.
-            unsafe {
-                libc::kill(-(self.child.id() as i32), libc::SIGKILL);
-            }
-        }
-        let _ = self.child.wait();
+        crate::kill_group(&mut self.child);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
