@@ -166,31 +166,49 @@ impl PublicCa {
     }
 }
 
-/// nginx with each certificate of `certs` as `<name>.crt` and `<name>.key`,
-/// `files` (path, content: pages under www/, an htpasswd file) and
-/// `servers`; once it listens on `listens`.
-async fn nginx(
-    certs: &[(&str, &Leaf)],
+/// nginx serving `names` over HTTPS on port 443 of `ip` with the
+/// certificate `leaf`, the pages of www/ and `locations` (location blocks
+/// of the server); `files` are written beside its config (pages under www/,
+/// an htpasswd file). Started once it listens; the kit's name server
+/// answers `names` with `ip`.
+async fn https_site(
+    ip: Ipv4Addr,
+    names: &[&str],
+    leaf: &Leaf,
     files: &[(&str, &str)],
-    servers: String,
-    listens: Vec<std::net::SocketAddr>,
+    locations: &str,
 ) -> Nginx {
-    let mut all: Vec<(String, String)> = Vec::new();
-    for (name, leaf) in certs {
-        all.push((format!("{name}.crt"), leaf.cert_pem.clone()));
-        all.push((format!("{name}.key"), leaf.key_pem.clone()));
-    }
+    let server = format!(
+        "server {{
+  listen {ip}:443 ssl;
+  server_name {};
+  ssl_certificate site.crt;
+  ssl_certificate_key site.key;
+  root www;
+{locations}
+}}",
+        names.join(" ")
+    );
+    let mut all: Vec<(String, String)> = vec![
+        ("site.crt".into(), leaf.cert_pem.clone()),
+        ("site.key".into(), leaf.key_pem.clone()),
+    ];
     all.extend(files.iter().map(|(p, t)| (p.to_string(), t.to_string())));
-    let files = all;
-    tokio::task::spawn_blocking(move || {
-        let files: Vec<(&str, &str)> = files
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        Nginx::start(&files, &servers, &listens)
+    let web = tokio::task::spawn_blocking(move || {
+        let files: Vec<(&str, &str)> = all.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        Nginx::start(&files, &server, &[(ip, 443).into()])
     })
     .await
-    .unwrap()
+    .unwrap();
+    resolve(names, ip);
+    web
+}
+
+/// A fresh namespace of the test and its checkers' API.
+async fn world(prefix: &str) -> (String, Api<WebChecker>) {
+    let ns = cluster().namespace(prefix);
+    let api = Api::namespaced(cluster().client().await, &ns);
+    (ns, api)
 }
 
 /// Waits until checker `name` has the condition `type_` with `status` and

@@ -56,9 +56,7 @@ impl Drop for DemoTargets {
 /// DNSError.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_and_the_seed_manifests() {
-    let ns = cluster().namespace("ex-demo");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-demo").await;
     let _targets = tokio::task::spawn_blocking(DemoTargets::start)
         .await
         .unwrap();

@@ -30,29 +30,12 @@ async fn an_opted_in_ingress_and_httproute_get_checkers() {
     tokio::task::spawn_blocking(|| cluster().install_gateway_api())
         .await
         .unwrap();
-    let ns = cluster().namespace("ex-routes");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-routes").await;
     let ip = loopback_ip();
     let public = PublicCa::new();
     let leaf = public.ca.leaf(&["shop.example.com", "store.example.com"]);
-    let server = format!(
-        "server {{
-  listen {ip}:443 ssl;
-  server_name shop.example.com store.example.com;
-  ssl_certificate routes.crt;
-  ssl_certificate_key routes.key;
-  root www;
-}}"
-    );
-    let web = nginx(
-        &[("routes", &leaf)],
-        &[("www/healthz", "ok\n")],
-        server,
-        vec![(ip, 443).into()],
-    )
-    .await;
-    resolve(&["shop.example.com", "store.example.com"], ip);
+    let hosts = ["shop.example.com", "store.example.com"];
+    let web = https_site(ip, &hosts, &leaf, &[("www/healthz", "ok\n")], "").await;
     let out = cluster().apply(&ns, GATEWAY).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let flags = ["--discover-routes", public.flag.as_str()];

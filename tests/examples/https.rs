@@ -8,29 +8,18 @@ use super::*;
 /// brings that CA, and the checker is Ready=True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_a_ca_from_a_config_map() {
-    let ns = cluster().namespace("ex-https-ca");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-https-ca").await;
     let ip = loopback_ip();
     let private = TestCa::new();
     let leaf = private.leaf(&["shop.shop.svc"]);
-    let server = format!(
-        "server {{
-  listen {ip}:443 ssl;
-  server_name shop.shop.svc;
-  ssl_certificate shop.crt;
-  ssl_certificate_key shop.key;
-  root www;
-}}"
-    );
-    let web = nginx(
-        &[("shop", &leaf)],
+    let web = https_site(
+        ip,
+        &["shop.shop.svc"],
+        &leaf,
         &[("www/healthz", "ok\n")],
-        server,
-        vec![(ip, 443).into()],
+        "",
     )
     .await;
-    resolve(&["shop.shop.svc"], ip);
     let _op = operator(&ns, &format!("op-{ns}"), &[]).await;
 
     // The comment's command, with the CA of the test's server.
@@ -58,9 +47,7 @@ async fn https_with_a_ca_from_a_config_map() {
 /// Ready=True; nginx's log names the basic-auth user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn basic_and_bearer_auth_from_secrets() {
-    let ns = cluster().namespace("ex-auth");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-auth").await;
     let user = secret_value("basic-auth.yaml", "api-probe-basic-auth", "username");
     let password = secret_value("basic-auth.yaml", "api-probe-basic-auth", "password");
     let token = secret_value("bearer-auth.yaml", "api-probe-token", "token");
@@ -72,39 +59,24 @@ async fn basic_and_bearer_auth_from_secrets() {
     let public = PublicCa::new();
     let leaf = public.ca.leaf(&["api.example.com"]);
     // `return` would answer before auth_basic runs: the pages are files.
-    let server = format!(
-        "server {{
-  listen {ip}:443 ssl;
-  server_name api.example.com;
-  ssl_certificate api.crt;
-  ssl_certificate_key api.key;
-  root www;
-  location = /admin/healthz {{
+    let locations = format!(
+        "  location = /admin/healthz {{
     auth_basic admin;
     auth_basic_user_file htpasswd;
   }}
   location = /v1/status {{
     default_type application/json;
     if ($http_authorization != \"Bearer {token}\") {{ return 401; }}
-  }}
-}}"
+  }}"
     );
     let htpasswd = format!("{user}:{{PLAIN}}{password}\n");
-    let web = nginx(
-        &[("api", &leaf)],
-        &[
-            ("www/admin/healthz", "ok\n"),
-            (
-                "www/v1/status",
-                "{\"status\": \"ok\", \"version\": \"1.4.2\"}\n",
-            ),
-            ("htpasswd", &htpasswd),
-        ],
-        server,
-        vec![(ip, 443).into()],
-    )
-    .await;
-    resolve(&["api.example.com"], ip);
+    let status = "{\"status\": \"ok\", \"version\": \"1.4.2\"}\n";
+    let files = [
+        ("www/admin/healthz", "ok\n"),
+        ("www/v1/status", status),
+        ("htpasswd", htpasswd.as_str()),
+    ];
+    let web = https_site(ip, &["api.example.com"], &leaf, &files, &locations).await;
     let _op = operator(&ns, &format!("op-{ns}"), &[&public.flag]).await;
 
     apply_example(&ns, "basic-auth.yaml").await;

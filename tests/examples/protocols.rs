@@ -23,9 +23,7 @@ fn pem_files(leaf: &Leaf, name: &str) -> (PathBuf, PathBuf) {
 /// Ready=False, reason NotServing, within two intervals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_health_in_the_clear_and_over_tls() {
-    let ns = cluster().namespace("ex-grpc");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-grpc").await;
     let (orders_ip, payments_ip) = (loopback_ip(), loopback_ip());
     let public = PublicCa::new();
     let (cert, key) = pem_files(&public.ca.leaf(&["payments.example.com"]), "payments");
@@ -78,9 +76,7 @@ async fn grpc_health_in_the_clear_and_over_tls() {
 /// of the second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smtp_starttls_and_a_tls_port_with_its_certificate_expiry() {
-    let ns = cluster().namespace("ex-mail");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-mail").await;
     let ip = loopback_ip();
     let public = PublicCa::new();
     let leaf = public.ca.leaf_valid(&["mail.example.com"], -60, 25);

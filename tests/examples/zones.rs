@@ -7,29 +7,12 @@ use super::*;
 /// every zone fails and Ready turns False.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zone_quorum_from_three_zones() {
-    let ns = cluster().namespace("ex-zones");
-    let client = cluster().client().await;
-    let api: Api<WebChecker> = Api::namespaced(client, &ns);
+    let (ns, api) = world("ex-zones").await;
     let ip = loopback_ip();
     let public = PublicCa::new();
     let leaf = public.ca.leaf(&["www.example.com"]);
-    let server = format!(
-        "server {{
-  listen {ip}:443 ssl;
-  server_name www.example.com;
-  ssl_certificate www.crt;
-  ssl_certificate_key www.key;
-  root www;
-}}"
-    );
-    let web = nginx(
-        &[("www", &leaf)],
-        &[("www/index.html", "<h1>store</h1>\n")],
-        server,
-        vec![(ip, 443).into()],
-    )
-    .await;
-    resolve(&["www.example.com"], ip);
+    let page = [("www/index.html", "<h1>store</h1>\n")];
+    let web = https_site(ip, &["www.example.com"], &leaf, &page, "").await;
     let mut ops = Vec::new();
     for zone in ["a", "b", "c"] {
         let flag = format!("--zone={zone}");
