@@ -64,6 +64,16 @@ if [ -z "$node_only" ]; then
   else
     missing+=(exim4-daemon-light)
   fi
+  # tests/examples.rs: nginx, the examples' web server (the tests run it with
+  # a config of their own, kit/src/nginx.rs; the package's own server is
+  # stopped below), and Lua 5.1, which runs the Argo CD health script of
+  # examples/ (the Lua that Argo's gopher-lua speaks).
+  if [ -x /usr/sbin/nginx ]; then
+    echo "install-deps: nginx found (/usr/sbin/nginx)"
+  else
+    missing+=(nginx)
+  fi
+  want lua5.1 lua5.1
   # The bench's PNG plots need a TrueType font.
   if [ -d /usr/share/fonts/truetype/dejavu ]; then
     echo "install-deps: DejaVu fonts found"
@@ -98,6 +108,16 @@ fi
 if [ -f /run/exim4/exim.pid ] && kill -0 "$(cat /run/exim4/exim.pid)" 2>/dev/null; then
   echo "install-deps: stopping the system exim4 daemon (pid $(cat /run/exim4/exim.pid)): the tests run their own"
   $SUDO kill "$(cat /run/exim4/exim.pid)" || true
+fi
+# Nor nginx, which its package starts (and systemd at every boot): on
+# 0.0.0.0:80 it would take port 80 from the tests' own servers on loopback
+# addresses.
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ] && systemctl is-enabled nginx >/dev/null 2>&1; then
+  $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true
+fi
+if [ -f /run/nginx.pid ] && kill -0 "$(cat /run/nginx.pid)" 2>/dev/null; then
+  echo "install-deps: stopping the system nginx (pid $(cat /run/nginx.pid)): the tests run their own"
+  $SUDO kill -QUIT "$(cat /run/nginx.pid)" || true
 fi
 
 fail=0

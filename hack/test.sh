@@ -51,10 +51,13 @@ PURE=(lib bins bench-bench generated properties ring_chains chart_test_hook over
 # then those that need the probe peers or Prometheus 3 (kit, protocols,
 # chart_alerts and metric_labels need no control plane but those tools,
 # built in the background after the control plane's: placed here they find
-# them built rather than hold the lane up); self_service_rbac and node run
+# them built rather than hold the lane up; examples needs the peers, the
+# Gateway API CRDs and flux-health, built after Prometheus 3, and waits for
+# first verdicts and one target change, each bounded by the checker's
+# interval plus room); self_service_rbac and node run
 # the node's binaries: last, so that the background build has the most time.
 BESIDE=(image chart egress spec_limits tenancy kit protocols chart_alerts
-  metric_labels observability alerts_fire self_service_rbac node)
+  metric_labels observability examples alerts_fire self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to
 # spare); the tightest once it is done.
@@ -100,7 +103,8 @@ mkdir -p "$logs"
 # Gateway API CRDs (hack/fetch-gateway-api.sh), the Prometheus Operator's
 # CRDs (hack/fetch-prometheus-operator-crds.sh), Prometheus 3
 # (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
-# tests wait on its lock), then the node's (only when a binary that needs them
+# tests wait on its lock), Flux's health evaluators (hack/build-flux-health.sh,
+# for tests/examples.rs), then the node's (only when a binary that needs them
 # runs).
 tools_log=$logs/tools.log
 tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock
@@ -120,6 +124,7 @@ flock 8
     hack/fetch-gateway-api.sh >/dev/null &&
     hack/fetch-prometheus-operator-crds.sh >/dev/null &&
     nice -n 10 hack/build-prometheus.sh >/dev/null &&
+    nice -n 10 hack/build-flux-health.sh >/dev/null &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi
   rc=$?
   date +%s >"$logs/tools.end"
@@ -146,7 +151,7 @@ wait_for_node_tools() {
   tools_took=$(( $(cat "$logs/tools.end" 2>/dev/null || date +%s) - tools_start ))
   if [ $rc -ne 0 ]; then
     cat "$tools_log"
-    echo "test.sh: the Go tools did not build (hack/build-tools.sh, hack/build-probe-peers.sh, hack/build-prometheus.sh, hack/build-node-tools.sh node)" >&2
+    echo "test.sh: the Go tools did not build (hack/build-tools.sh, hack/build-probe-peers.sh, hack/build-prometheus.sh, hack/build-flux-health.sh, hack/build-node-tools.sh node)" >&2
     exit 1
   fi
 }

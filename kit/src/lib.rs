@@ -17,6 +17,7 @@ pub mod gaps;
 pub mod gateway_api;
 pub mod monitoring_crds;
 pub mod netns;
+pub mod nginx;
 pub mod node;
 pub mod objlog;
 pub mod oci;

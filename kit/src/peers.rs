@@ -137,39 +137,64 @@ impl GrpcHealth {
         tls: Option<(&Path, &Path)>,
         client_ca: Option<&Path>,
     ) -> GrpcHealth {
-        assert!(
-            client_ca.is_none() || tls.is_some(),
-            "GrpcHealth: a client CA needs TLS"
-        );
-        let bin = peers_bin().join("grpc-health");
-        let dir = scratch("grpc-health");
         let mut last = String::new();
         for _ in 0..BIND_ATTEMPTS {
-            let mut cmd = Command::new(&bin);
-            cmd.arg("-listen").arg(format!("127.0.0.1:{}", free_port()));
-            if let Some((cert, key)) = tls {
-                cmd.arg("-tls-cert").arg(cert).arg("-tls-key").arg(key);
-            }
-            if let Some(ca) = client_ca {
-                cmd.arg("-client-ca").arg(ca);
-            }
-            for (name, status) in statuses {
-                cmd.arg("-status").arg(format!("{name}={status}"));
-            }
-            match Self::spawn(cmd, &dir) {
-                Ok((child, addr, control)) => {
-                    return GrpcHealth {
-                        child,
-                        addr,
-                        control: Arc::new(Mutex::new(control)),
-                        dir,
-                    };
-                }
+            let listen = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
+            match Self::try_start(listen, statuses, tls, client_ca) {
+                Ok(s) => return s,
                 Err(e) if e.contains("address already in use") => last = e,
                 Err(e) => panic!("grpc-health did not start: {e}"),
             }
         }
         panic!("grpc-health found no free port in {BIND_ATTEMPTS} attempts: {last}");
+    }
+
+    /// [`GrpcHealth::start`] on `listen`, an address and port of the caller's
+    /// choice (a manifest's port, on a loopback address of the test's own).
+    pub fn start_at(
+        listen: SocketAddr,
+        statuses: &[(&str, &str)],
+        tls: Option<(&Path, &Path)>,
+        client_ca: Option<&Path>,
+    ) -> GrpcHealth {
+        Self::try_start(listen, statuses, tls, client_ca)
+            .unwrap_or_else(|e| panic!("grpc-health did not start on {listen}: {e}"))
+    }
+
+    fn try_start(
+        listen: SocketAddr,
+        statuses: &[(&str, &str)],
+        tls: Option<(&Path, &Path)>,
+        client_ca: Option<&Path>,
+    ) -> Result<GrpcHealth, String> {
+        assert!(
+            client_ca.is_none() || tls.is_some(),
+            "GrpcHealth: a client CA needs TLS"
+        );
+        let mut cmd = Command::new(peers_bin().join("grpc-health"));
+        cmd.arg("-listen").arg(listen.to_string());
+        if let Some((cert, key)) = tls {
+            cmd.arg("-tls-cert").arg(cert).arg("-tls-key").arg(key);
+        }
+        if let Some(ca) = client_ca {
+            cmd.arg("-client-ca").arg(ca);
+        }
+        for (name, status) in statuses {
+            cmd.arg("-status").arg(format!("{name}={status}"));
+        }
+        let dir = scratch("grpc-health");
+        match Self::spawn(cmd, &dir) {
+            Ok((child, addr, control)) => Ok(GrpcHealth {
+                child,
+                addr,
+                control: Arc::new(Mutex::new(control)),
+                dir,
+            }),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
     }
 
     /// Runs `cmd` and reads its `listening ADDR` line (within START_LIMIT);
@@ -290,7 +315,7 @@ pub fn grpc_health_probe_args(args: &[&str]) -> (i32, String) {
 /// The exim of Debian's exim4-daemon-light.
 const EXIM: &str = "/usr/sbin/exim4";
 
-/// A real SMTP server, exim, on 127.0.0.1: one port speaking plain SMTP that
+/// A real SMTP server, exim, on 127.0.0.1 (or another loopback address): one port speaking plain SMTP that
 /// advertises STARTTLS (and completes it with the given certificate), one
 /// implicit-TLS port (SMTPS, exim's `tls_on_connect_ports`) with the same
 /// certificate. It accepts no mail (every RCPT is refused: no relaying, no
@@ -300,6 +325,7 @@ const EXIM: &str = "/usr/sbin/exim4";
 pub struct Smtp {
     child: Child,
     dir: PathBuf,
+    ip: Ipv4Addr,
     smtp_port: u16,
     smtps_port: u16,
 }
@@ -310,41 +336,62 @@ impl Smtp {
     /// greets with 220. Panics, naming the install command, if exim is not
     /// installed. Blocks (tens of milliseconds).
     pub fn start(cert_pem: &Path, key_pem: &Path) -> Smtp {
-        assert!(
-            Path::new(EXIM).is_file(),
-            "{EXIM} is missing: install exim with hack/install-deps.sh \
-             (apt-get install exim4-daemon-light)"
-        );
         let mut last = String::new();
         for _ in 0..BIND_ATTEMPTS {
             let (smtp_port, smtps_port) = (free_port(), free_port());
             if smtp_port == smtps_port {
                 continue;
             }
-            let dir = scratch("smtp");
-            for (from, to) in [(cert_pem, "cert.pem"), (key_pem, "key.pem")] {
-                std::fs::copy(from, dir.join(to))
-                    .unwrap_or_else(|e| panic!("copy {} for exim: {e}", from.display()));
-            }
-            for d in ["spool", "log"] {
-                std::fs::create_dir_all(dir.join(d)).unwrap();
-            }
-            let conf = exim_config(&dir, smtp_port, smtps_port);
-            std::fs::write(dir.join("exim.conf"), conf).unwrap();
-            let mut smtp = Smtp {
-                child: spawn_exim(&dir, smtp_port, smtps_port),
-                dir,
-                smtp_port,
-                smtps_port,
-            };
-            match smtp.wait_ready() {
-                Ok(()) => return smtp,
-                // Its drop kills it and removes its directory.
+            let ports = (Ipv4Addr::LOCALHOST, smtp_port, smtps_port);
+            match Self::try_start(ports, cert_pem, key_pem) {
+                Ok(smtp) => return smtp,
                 Err(e) if e.contains("Address already in use") => last = e,
                 Err(e) => panic!("exim did not start: {e}"),
             }
         }
         panic!("exim found no free ports in {BIND_ATTEMPTS} attempts: {last}");
+    }
+
+    /// [`Smtp::start`] on `ip` at the ports of the caller's choice (a
+    /// manifest's ports, 25 and 465, on a loopback address of the test's own).
+    pub fn start_at(
+        (ip, smtp_port, smtps_port): (Ipv4Addr, u16, u16),
+        cert_pem: &Path,
+        key_pem: &Path,
+    ) -> Smtp {
+        Self::try_start((ip, smtp_port, smtps_port), cert_pem, key_pem)
+            .unwrap_or_else(|e| panic!("exim did not start on {ip}: {e}"))
+    }
+
+    fn try_start(
+        (ip, smtp_port, smtps_port): (Ipv4Addr, u16, u16),
+        cert_pem: &Path,
+        key_pem: &Path,
+    ) -> Result<Smtp, String> {
+        assert!(
+            Path::new(EXIM).is_file(),
+            "{EXIM} is missing: install exim with hack/install-deps.sh \
+             (apt-get install exim4-daemon-light)"
+        );
+        let dir = scratch("smtp");
+        for (from, to) in [(cert_pem, "cert.pem"), (key_pem, "key.pem")] {
+            std::fs::copy(from, dir.join(to))
+                .unwrap_or_else(|e| panic!("copy {} for exim: {e}", from.display()));
+        }
+        for d in ["spool", "log"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        let conf = exim_config(&dir, ip, smtp_port, smtps_port);
+        std::fs::write(dir.join("exim.conf"), conf).unwrap();
+        let mut smtp = Smtp {
+            child: spawn_exim(&dir, smtp_port, smtps_port),
+            dir,
+            ip,
+            smtp_port,
+            smtps_port,
+        };
+        // On an error its drop kills it and removes its directory.
+        smtp.wait_ready().map(|()| smtp)
     }
 
     /// The port of plain SMTP with STARTTLS.
@@ -366,7 +413,7 @@ impl Smtp {
     /// exim exited (with its stderr and panic log) or never greeted.
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_LIMIT;
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.smtp_port));
+        let addr = SocketAddr::from((self.ip, self.smtp_port));
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
                 return Err(format!(
@@ -417,7 +464,7 @@ fn spawn_exim(dir: &Path, smtp_port: u16, smtps_port: u16) -> Child {
 
 /// The config of a test exim: loopback only, the two ports, the certificate
 /// for both STARTTLS and SMTPS, no lookups, every recipient refused.
-fn exim_config(dir: &Path, smtp_port: u16, smtps_port: u16) -> String {
+fn exim_config(dir: &Path, ip: Ipv4Addr, smtp_port: u16, smtps_port: u16) -> String {
     // SAFETY: geteuid and getegid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let d = dir.display();
@@ -432,7 +479,7 @@ spool_directory = {d}/spool
 log_file_path = {d}/log/%slog
 pid_file_path = {d}/exim.pid
 notifier_socket =
-local_interfaces = 127.0.0.1
+local_interfaces = {ip}
 daemon_smtp_ports = {smtp_port} : {smtps_port}
 tls_on_connect_ports = {smtps_port}
 tls_advertise_hosts = *

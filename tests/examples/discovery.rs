@@ -1,0 +1,82 @@
+//! Route discovery: the opted-in Ingress and HTTPRoute of examples/.
+
+use super::*;
+
+/// The cluster's Gateway the example's HTTPRoute names (`public`), as a
+/// platform team would run it: HTTP, and HTTPS for every name under
+/// example.com. No Gateway controller runs here: only its listeners count.
+const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: public
+spec:
+  gatewayClassName: public
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: \"*.example.com\"
+    tls:
+      mode: Terminate
+      certificateRefs: [{name: wildcard-example-com}]
+";
+
+/// ingress.yaml and httproute.yaml with `--discover-routes`: the checkers
+/// shop-shop.example.com and store-store.example.com, owned by their route,
+/// probe https://<host>/healthz through the name server and are Ready=True.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opted_in_ingress_and_httproute_get_checkers() {
+    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
+        .await
+        .unwrap();
+    let (ns, api) = world("ex-routes").await;
+    let ip = loopback_ip();
+    let public = PublicCa::new();
+    let leaf = public.ca.leaf(&["shop.example.com", "store.example.com"]);
+    let hosts = ["shop.example.com", "store.example.com"];
+    let web = https_site(ip, &hosts, &leaf, &[("www/healthz", "ok\n")], "").await;
+    let out = cluster().apply(&ns, GATEWAY).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let flags = ["--discover-routes", public.flag.as_str()];
+    let _op = operator(&ns, &format!("op-{ns}"), &flags).await;
+
+    apply_example(&ns, "ingress.yaml").await;
+    apply_example(&ns, "httproute.yaml").await;
+    let ready = ("Ready", "True", "ProbeSucceeded");
+    for (name, kind, route, host) in [
+        (
+            "shop-shop.example.com",
+            "Ingress",
+            "shop",
+            "https://shop.example.com",
+        ),
+        (
+            "store-store.example.com",
+            "HTTPRoute",
+            "store",
+            "https://store.example.com",
+        ),
+    ] {
+        wait_condition(&api, name, ready, FIRST).await;
+        let wc = api.get(name).await.unwrap();
+        assert_eq!(
+            (wc.spec.host.as_str(), wc.spec.path.as_str()),
+            (host, "/healthz")
+        );
+        let owners = wc.metadata.owner_references.unwrap_or_default();
+        assert!(
+            owners
+                .iter()
+                .any(|o| o.kind == kind && o.name == route && o.controller == Some(true)),
+            "{name}: owners {owners:?}"
+        );
+        let h = host.trim_start_matches("https://");
+        let log = web.access_log();
+        assert!(
+            log.contains(&format!("{h} - \"GET /healthz HTTP/1.1\" 200")),
+            "{name}: nginx's log:\n{log}"
+        );
+    }
+    show(&ns).await;
+}
