@@ -4,13 +4,16 @@
 //! - `version`: Cargo.toml's version in Chart.yaml and the Dockerfile;
 //! - `values_doc`: the values table of the chart's README, from values.yaml
 //!   (both `make chart-sync`);
-//! - `figures`: figures quoted from docs/benchmarks.md's summary (`make bench`).
+//! - `figures`: figures quoted from docs/benchmarks.md's summary (`make bench`);
+//! - `interface`: docs/operator-interface.md's tables, from the code.
 //!
 //! The chart's copies of the CRD, rules and dashboards are checked by
 //! tests/chart.rs (lint).
 
 #[path = "generated/figures.rs"]
 mod figures;
+#[path = "generated/interface.rs"]
+mod interface;
 #[path = "generated/values_doc.rs"]
 mod values_doc;
 #[path = "generated/version.rs"]
