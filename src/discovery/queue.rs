@@ -1,12 +1,25 @@
 //! The work queue of discovery: source objects to reconcile, each at most
 //! once in the queue and once at work (a trigger while it is at work runs
 //! it again afterwards), and failed ones retried with a backoff of their
-//! own. Bounded by the number of source objects. Pure: the clock is an
-//! input.
+//! own. One FIFO per namespace, taken in turn: a namespace with thousands
+//! of routes to write delays another's by one turn, not by its thousands.
+//! Bounded by the number of source objects. Pure: the clock is an input.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::time::{Duration, Instant};
+
+/// A key of the queue and the group (namespace) whose turn it waits for.
+pub trait Grouped {
+    fn group(&self) -> &str;
+}
+
+/// `namespace/name`: the namespace.
+impl Grouped for &str {
+    fn group(&self) -> &str {
+        self.split_once('/').map_or("", |(g, _)| g)
+    }
+}
 
 /// First retry after a failure; doubled per failure in a row.
 pub const RETRY_MIN: Duration = Duration::from_millis(500);
@@ -14,7 +27,10 @@ pub const RETRY_MIN: Duration = Duration::from_millis(500);
 pub const RETRY_MAX: Duration = Duration::from_secs(60);
 
 pub struct WorkQueue<K> {
-    ready: VecDeque<K>,
+    /// Per group, its keys in the order they came.
+    ready: HashMap<String, VecDeque<K>>,
+    /// The groups with keys ready, in turn.
+    turns: VecDeque<String>,
     queued: HashSet<K>,
     working: HashSet<K>,
     /// Triggered while at work: queued again when the work ends.
@@ -26,10 +42,11 @@ pub struct WorkQueue<K> {
     seq: u64,
 }
 
-impl<K: Clone + Eq + Hash + Ord> Default for WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Ord + Grouped> Default for WorkQueue<K> {
     fn default() -> Self {
         WorkQueue {
-            ready: VecDeque::new(),
+            ready: HashMap::new(),
+            turns: VecDeque::new(),
             queued: HashSet::new(),
             working: HashSet::new(),
             again: HashSet::new(),
@@ -41,7 +58,7 @@ impl<K: Clone + Eq + Hash + Ord> Default for WorkQueue<K> {
     }
 }
 
-impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+impl<K: Clone + Eq + Hash + Ord + Grouped> WorkQueue<K> {
     /// `k` changed: reconcile it soon (a pending retry is brought forward).
     pub fn push(&mut self, k: K) {
         if self.working.contains(&k) {
@@ -52,13 +69,26 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             self.retries.remove(&(due, seq, k.clone()));
         }
         if self.queued.insert(k.clone()) {
-            self.ready.push_back(k);
+            let group = k.group().to_string();
+            let keys = self.ready.entry(group.clone()).or_default();
+            if keys.is_empty() {
+                self.turns.push_back(group);
+            }
+            keys.push_back(k);
         }
     }
 
-    /// The next key to work on; it is at work until [`Self::done`].
+    /// The next key to work on (the first of the group whose turn it is);
+    /// it is at work until [`Self::done`].
     pub fn pop(&mut self) -> Option<K> {
-        let k = self.ready.pop_front()?;
+        let group = self.turns.pop_front()?;
+        let keys = self.ready.get_mut(&group)?;
+        let k = keys.pop_front()?;
+        if keys.is_empty() {
+            self.ready.remove(&group);
+        } else {
+            self.turns.push_back(group);
+        }
         self.queued.remove(&k);
         self.working.insert(k.clone());
         Some(k)
@@ -114,7 +144,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     }
 
     pub fn is_idle(&self) -> bool {
-        self.ready.is_empty() && self.working.is_empty()
+        self.turns.is_empty() && self.working.is_empty()
     }
 
     pub fn working(&self) -> usize {
@@ -141,6 +171,40 @@ mod tests {
         assert_eq!(q.pop(), Some("a"), "triggered while at work: again");
         q.done("a", true, t);
         q.done("b", true, t);
+        assert!(q.is_idle());
+    }
+
+    #[test]
+    fn namespaces_take_turns_whatever_one_of_them_queued() {
+        let mut q = WorkQueue::default();
+        let t = Instant::now();
+        let flood: Vec<String> = (0..1000).map(|i| format!("flood/r{i}")).collect();
+        for k in &flood {
+            q.push(k.as_str());
+        }
+        q.push("quiet/a");
+        q.push("other/b");
+        q.push("quiet/c");
+        let order: Vec<&str> = (0..6)
+            .map(|_| {
+                let k = q.pop().unwrap();
+                q.done(k, true, t);
+                k
+            })
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "flood/r0", "quiet/a", "other/b", "flood/r1", "quiet/c", "flood/r2"
+            ]
+        );
+        let mut rest = 0;
+        while let Some(k) = q.pop() {
+            assert!(k.starts_with("flood/"), "{k}");
+            q.done(k, true, t);
+            rest += 1;
+        }
+        assert_eq!(rest, 997);
         assert!(q.is_idle());
     }
 

@@ -27,6 +27,18 @@ use super::*;
 /// (the issue's figure): the leader's watch, one apply, the test's poll.
 pub(super) const WITHIN: Duration = Duration::from_secs(2);
 
+/// The name of the checker the `kind` (`source` label) object `source`
+/// generates for `host` (through DNS).
+pub(super) fn name_of(kind: &str, source: &str, host: &str) -> String {
+    webchecker::discovery::names::generated(kind, source, host, None, None)
+}
+
+/// The same through the Gateway `gw` of the route's namespace (`ns`).
+pub(super) fn name_via(kind: &str, source: &str, host: &str, ns: &str, gw: &str) -> String {
+    let key = format!("{ns}/{gw}");
+    webchecker::discovery::names::generated(kind, source, host, Some((&key, gw)), None)
+}
+
 pub(super) fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
     let rules: String = hosts
         .iter()
@@ -182,7 +194,10 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     };
     let t = Instant::now();
     apply_ok(&ns, &shop(&[&a, &b], &[])).await;
-    let names = [format!("shop-{a}"), format!("shop-{b}")];
+    let names = [
+        name_of("ingress", "shop", &a),
+        name_of("ingress", "shop", &b),
+    ];
     let took = wait_generated(&wcs, "shop", &names, t).await;
     println!("an Ingress with two hosts annotated: its two WebCheckers after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -214,7 +229,10 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let d = format!("d.{zone}");
     let t = Instant::now();
     apply_ok(&ns, &shop(&[&a, &d], &[])).await;
-    let names = [format!("shop-{a}"), format!("shop-{d}")];
+    let names = [
+        name_of("ingress", "shop", &a),
+        name_of("ingress", "shop", &d),
+    ];
     let took = wait_generated(&wcs, "shop", &names, t).await;
     println!("a host edited: the old WebChecker deleted and the new one created after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -395,7 +413,7 @@ async fn the_namespace_opts_in_and_an_ingress_opts_out(
     );
     let t = Instant::now();
     kubectl(&["annotate", "namespace", ns, &format!("{CHECK}=true")]).await;
-    let want = [format!("plain-plain.{zone}")];
+    let want = [name_of("ingress", "plain", &format!("plain.{zone}"))];
     let took = wait_generated(wcs, "plain", &want, t).await;
     println!(
         "the Namespace opted in: the Ingress that says nothing got its WebChecker after {took:.2?}"
@@ -460,7 +478,10 @@ async fn httproutes_get_checkers_and_are_probed_through_their_gateway() {
     let t = Instant::now();
     let shop = httproute("shop", &[(CHECK, "true")], &[&a, &b]);
     apply_ok(&ns, &shop).await;
-    let names = [format!("shop-{a}"), format!("shop-{b}")];
+    let names = [
+        name_of("httproute", "shop", &a),
+        name_of("httproute", "shop", &b),
+    ];
     let took = wait_generated_from(&wcs, "httproute", "shop", &names, t).await;
     println!("an HTTPRoute with two hostnames annotated: its two WebCheckers after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -520,7 +541,10 @@ async fn through_the_gateway(
         r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
     ])
     .await;
-    let names = [format!("edge-{www}-gw"), format!("edge-{secure}-gw")];
+    let names = [
+        name_via("httproute", "edge", &www, ns, "gw"),
+        name_via("httproute", "edge", &secure, ns, "gw"),
+    ];
     let took = wait_generated_from(wcs, "httproute", "edge", &names, t).await;
     println!("the Gateway got an address: the via-gateway WebCheckers after {took:.2?}");
     let wc = wcs.get(&names[0]).await.unwrap();
