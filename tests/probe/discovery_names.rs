@@ -7,7 +7,7 @@
 //! Ingress `x-y` with host `z...`) get a checker each.
 
 use webchecker::discovery::annotations::CHECK;
-use webchecker::discovery::{FIELD_MANAGER, NAME_TAKEN, SOURCE_LABEL};
+use webchecker::discovery::{FIELD_MANAGER, NAME_TAKEN, SOURCE_LABEL, SOURCE_NAME_LABEL};
 
 use super::discovery::*;
 use super::ops::*;
@@ -22,10 +22,14 @@ async fn untouched(wcs: &kube::Api<WebChecker>, name: &str, before: &WebChecker,
         .unwrap_or_else(|e| panic!("{when}: {name}: {e}"));
     let json = |w: &WebChecker| serde_json::to_value(&w.spec).unwrap();
     assert_eq!(json(&now), json(before), "{when}: its spec");
-    assert_eq!(
-        now.metadata.labels, before.metadata.labels,
-        "{when}: its labels"
-    );
+    // The replicas add their owner label, as to any checker; discovery none.
+    let labels = now.metadata.labels.clone().unwrap_or_default();
+    for (k, v) in before.metadata.labels.iter().flatten() {
+        assert_eq!(labels.get(k), Some(v), "{when}: its label {k}");
+    }
+    for ours in [SOURCE_LABEL, SOURCE_NAME_LABEL] {
+        assert!(!labels.contains_key(ours), "{when}: {labels:?}");
+    }
     assert_eq!(
         now.metadata.owner_references, before.metadata.owner_references,
         "{when}: its ownerReferences"
