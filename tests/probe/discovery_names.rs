@@ -68,14 +68,15 @@ async fn a_hand_made_checker_is_never_taken_over_by_a_route() {
 
     let t = Instant::now();
     apply_ok(&ns, &ingress("shop", &[(CHECK, "true")], &[&a, &b])).await;
+    // Only b's is the Ingress's (a hand-made one taken over would be listed too).
+    let other = [name_of("ingress", "shop", &b)];
+    wait_generated_from(&wcs, "ingress", "shop", &other, t).await;
+    untouched(&wcs, &taken, &before, "the Ingress made").await;
     let note = warning_note(&client, &ns, "Ingress", "shop", NAME_TAKEN).await;
     println!(
         "a checker made by hand under the name of one the Ingress wants: Warning {NAME_TAKEN}: {note}"
     );
     assert!(note.contains(&taken), "{note}");
-    let other = [name_of("ingress", "shop", &b)];
-    wait_generated_from(&wcs, "ingress", "shop", &other, t).await;
-    untouched(&wcs, &taken, &before, "the Ingress made").await;
 
     let t = Instant::now();
     apply_ok(&ns, &ingress("shop", &[(CHECK, "false")], &[&a, &b])).await;
