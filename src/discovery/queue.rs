@@ -1,9 +1,11 @@
 //! The work queue of discovery: source objects to reconcile, each at most
 //! once in the queue and once at work (a trigger while it is at work runs
 //! it again afterwards), and failed ones retried with a backoff of their
-//! own. One FIFO per namespace, taken in turn: a namespace with thousands
-//! of routes to write delays another's by one turn, not by its thousands.
-//! Bounded by the number of source objects. Pure: the clock is an input.
+//! own. One FIFO per namespace, taken in turn, and at most a set number of
+//! one namespace's keys at work at once: a namespace with thousands of
+//! routes to write neither delays another's by its thousands nor holds
+//! every writer. Bounded by the number of source objects. Pure: the clock
+//! is an input.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -33,6 +35,10 @@ pub struct WorkQueue<K> {
     turns: VecDeque<String>,
     queued: HashSet<K>,
     working: HashSet<K>,
+    /// Per group, its keys at work.
+    working_in: HashMap<String, usize>,
+    /// Keys of one group at work at once, at most.
+    group_limit: usize,
     /// Triggered while at work: queued again when the work ends.
     again: HashSet<K>,
     /// (due, sequence) of the retries; the sequence keeps equal instants apart.
@@ -49,6 +55,8 @@ impl<K: Clone + Eq + Hash + Ord + Grouped> Default for WorkQueue<K> {
             turns: VecDeque::new(),
             queued: HashSet::new(),
             working: HashSet::new(),
+            working_in: HashMap::new(),
+            group_limit: usize::MAX,
             again: HashSet::new(),
             retries: BTreeSet::new(),
             retry_of: HashMap::new(),
@@ -59,6 +67,14 @@ impl<K: Clone + Eq + Hash + Ord + Grouped> Default for WorkQueue<K> {
 }
 
 impl<K: Clone + Eq + Hash + Ord + Grouped> WorkQueue<K> {
+    /// A queue that hands out at most `limit` keys of one group at once.
+    pub fn with_group_limit(limit: usize) -> Self {
+        WorkQueue {
+            group_limit: limit.max(1),
+            ..WorkQueue::default()
+        }
+    }
+
     /// `k` changed: reconcile it soon (a pending retry is brought forward).
     pub fn push(&mut self, k: K) {
         if self.working.contains(&k) {
@@ -78,10 +94,15 @@ impl<K: Clone + Eq + Hash + Ord + Grouped> WorkQueue<K> {
         }
     }
 
-    /// The next key to work on (the first of the group whose turn it is);
-    /// it is at work until [`Self::done`].
+    /// The next key to work on (the first of the first group in turn that
+    /// has fewer than its limit at work); it is at work until [`Self::done`].
     pub fn pop(&mut self) -> Option<K> {
-        let group = self.turns.pop_front()?;
+        let at = self
+            .turns
+            .iter()
+            .position(|g| self.working_in.get(g).copied().unwrap_or(0) < self.group_limit)?;
+        let group = self.turns.remove(at)?;
+        *self.working_in.entry(group.clone()).or_default() += 1;
         let keys = self.ready.get_mut(&group)?;
         let k = keys.pop_front()?;
         if keys.is_empty() {
@@ -97,7 +118,14 @@ impl<K: Clone + Eq + Hash + Ord + Grouped> WorkQueue<K> {
     /// The work on `k` ended; a failure is retried after the backoff
     /// (unless it was triggered meanwhile: then at once).
     pub fn done(&mut self, k: K, ok: bool, now: Instant) {
-        self.working.remove(&k);
+        if self.working.remove(&k)
+            && let Some(n) = self.working_in.get_mut(k.group())
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.working_in.remove(k.group());
+            }
+        }
         if ok {
             self.failures.remove(&k);
         }
@@ -206,6 +234,31 @@ mod tests {
         }
         assert_eq!(rest, 997);
         assert!(q.is_idle());
+    }
+
+    #[test]
+    fn one_group_holds_at_most_its_limit_at_work() {
+        let mut q = WorkQueue::with_group_limit(2);
+        let t = Instant::now();
+        for k in ["flood/a", "flood/b", "flood/c", "flood/d"] {
+            q.push(k);
+        }
+        assert_eq!((q.pop(), q.pop()), (Some("flood/a"), Some("flood/b")));
+        assert_eq!(q.pop(), None, "flood holds its two");
+        q.push("quiet/x");
+        assert_eq!(
+            q.pop(),
+            Some("quiet/x"),
+            "another namespace gets a writer at once"
+        );
+        q.done("flood/a", true, t);
+        assert_eq!(q.pop(), Some("flood/c"));
+        q.done("quiet/x", true, t);
+        q.done("flood/b", true, t);
+        q.done("flood/c", true, t);
+        assert_eq!(q.pop(), Some("flood/d"));
+        q.done("flood/d", true, t);
+        assert!(q.is_idle() && q.working_in.is_empty());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! Gateway API serves it: looked for every [`GATEWAY_API_LOOK`] until both
 //! are), each listed in pages of [`LIST_PAGE`] and resumed with a backoff
 //! after an error; a work queue of source objects taken a namespace at a
-//! time; at most [`CONCURRENCY`] of them written at once. No source of a
+//! time; at most [`CONCURRENCY`] of them written at once, at most
+//! [`NAMESPACE_CONCURRENCY`] of one namespace. No source of a
 //! kind is reconciled before its watches, the Namespaces' and the
 //! checkers' have listed: a Namespace not listed yet would look as if it
 //! had not opted in, and its checkers would be deleted.
@@ -56,7 +57,10 @@ use crate::observe::metrics::Metrics;
 const GATEWAY_API_LOOK: Duration = Duration::from_secs(30);
 
 /// Source objects written at once.
-pub const CONCURRENCY: usize = 8;
+pub const CONCURRENCY: usize = 10;
+/// Source objects of one namespace written at once: the others always
+/// find a writer.
+pub const NAMESPACE_CONCURRENCY: usize = 8;
 /// Objects per page of a list (a watch's first list, a re-list, a refill):
 /// what is held at once while it is read. An object may have 256 KiB of
 /// annotations (the API server's bound), its spec more.
@@ -92,7 +96,7 @@ impl Session {
     pub async fn run(self) {
         let mut streams = self.streams();
         let mut state = State::new(self.max_per_namespace);
-        let mut queue: WorkQueue<Key> = WorkQueue::default();
+        let mut queue: WorkQueue<Key> = WorkQueue::with_group_limit(NAMESPACE_CONCURRENCY);
         let mut work: JoinSet<(Key, bool)> = JoinSet::new();
         let (refilled, mut refills) = tokio::sync::mpsc::channel::<Change>(4);
         let mut listing: JoinSet<()> = JoinSet::new();

@@ -292,8 +292,9 @@ fn hosts(route: &str, ns: &str, n: usize) -> Vec<String> {
 const FLOOD_ROUTES: usize = 60;
 const CAP: usize = 640;
 /// The quiet namespace's checker comes within this, however long the
-/// flood's work: one turn of the flood's namespace (8 routes at work, 64
-/// applies each) and room for a loaded machine.
+/// flood's work: a namespace holds at most 8 of the 10 writers, so the
+/// quiet route is written at once (a read and an apply, on an API server
+/// busy with the flood), with room for a loaded machine.
 const QUIET_WITHIN: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
