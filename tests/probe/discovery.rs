@@ -154,6 +154,51 @@ pub(super) fn loopback_ip() -> String {
     )
 }
 
+/// A test's namespace and a zone of it whose every name resolves to a
+/// target of its own on port 80.
+pub(super) struct Zone {
+    pub ns: String,
+    pub client: kube::Client,
+    pub wcs: kube::Api<WebChecker>,
+    /// `<ns>.test`.
+    pub zone: String,
+    pub target: Server,
+}
+
+impl Zone {
+    /// Its namespace, client, checkers and zone, to own.
+    pub fn parts(&self) -> (String, kube::Client, kube::Api<WebChecker>, String) {
+        let z = self;
+        (
+            z.ns.clone(),
+            z.client.clone(),
+            z.wcs.clone(),
+            z.zone.clone(),
+        )
+    }
+}
+
+/// A fresh namespace (`prefix`-...) and its zone, answered by `answer`.
+pub(super) async fn zone(
+    prefix: &str,
+    answer: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+) -> Zone {
+    let ns = cluster().namespace(prefix);
+    let client = cluster().client().await;
+    let wcs = checkers(&client, &ns);
+    let zone = format!("{ns}.test");
+    let ip = loopback_ip();
+    let target = Server::http(&format!("{ip}:80"), answer).await;
+    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    Zone {
+        ns,
+        client,
+        wcs,
+        zone,
+        target,
+    }
+}
+
 pub(super) async fn kubectl(args: &[&str]) {
     let out = cluster().kubectl_async(args).await;
     assert!(
@@ -166,13 +211,9 @@ pub(super) async fn kubectl(args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let c = cluster();
-    let ns = c.namespace("probe-routes");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
-    let ip = loopback_ip();
-    let target = Server::http(&format!("{ip}:80"), |_| Answer::ok()).await;
-    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    let z = zone("probe-routes", |_| Answer::ok()).await;
+    let (ns, client, wcs, zone) = z.parts();
+    let target = &z.target;
     // Neither it nor its Namespace opts in (yet).
     apply_ok(&ns, &ingress("plain", &[], &[&format!("plain.{zone}")])).await;
     let op = discovering_op(c, &ns).await;
@@ -299,6 +340,12 @@ pub(super) fn source_column(table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The field managers of a checker.
+pub(super) fn field_managers(wc: &WebChecker) -> Vec<String> {
+    let fields = wc.metadata.managed_fields.iter().flatten();
+    fields.filter_map(|m| m.manager.clone()).collect()
+}
+
 /// The checker names its Ingress as controller owner (the garbage collector
 /// deletes it with the Ingress) and is applied by discovery's field manager.
 async fn owned_by_the_ingress(
@@ -324,13 +371,7 @@ async fn owned_by_the_ingress(
     );
     assert_eq!(wc.spec.interval_seconds, 2);
     assert_eq!(wc.spec.path, "/healthz");
-    let managers: Vec<String> = wc
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
+    let managers = field_managers(&wc);
     assert!(managers.iter().any(|m| m == FIELD_MANAGER), "{managers:?}");
     assert!(
         wc.metadata

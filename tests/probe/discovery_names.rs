@@ -34,13 +34,7 @@ async fn untouched(wcs: &kube::Api<WebChecker>, name: &str, before: &WebChecker,
         now.metadata.owner_references, before.metadata.owner_references,
         "{when}: its ownerReferences"
     );
-    let managers: Vec<String> = now
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
+    let managers = field_managers(&now);
     assert!(
         !managers.iter().any(|m| m == FIELD_MANAGER),
         "{when}: {managers:?}"
@@ -50,13 +44,8 @@ async fn untouched(wcs: &kube::Api<WebChecker>, name: &str, before: &WebChecker,
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_made_checker_is_never_taken_over_by_a_route() {
     let c = cluster();
-    let ns = c.namespace("probe-names");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
-    let ip = loopback_ip();
-    let _target = Server::http(&format!("{ip}:80"), |_| Answer::ok()).await;
-    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    let z = zone("probe-names", |_| Answer::ok()).await;
+    let (ns, client, wcs, zone) = z.parts();
     let (a, b) = (format!("a.{zone}"), format!("b.{zone}"));
     let taken = name_of("ingress", "shop", &a);
     let hand = format!(

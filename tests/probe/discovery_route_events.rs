@@ -149,13 +149,8 @@ fn events_part(described: &str) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checker_cannot_put_events_on_a_route_that_did_not_generate_it() {
     let c = cluster();
-    let ns = c.namespace("probe-forged-events");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
-    let ip = loopback_ip();
-    let _target = Server::http(&format!("{ip}:80"), |_| Answer::status(503)).await;
-    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    let z = zone("probe-forged-events", |_| Answer::status(503)).await;
+    let (ns, client, wcs, zone) = z.parts();
     let _op = discovering_op(c, &ns).await;
     apply_ok(&ns, &ingress("shop", &[], &[&format!("shop.{zone}")])).await;
     let forged = format!(

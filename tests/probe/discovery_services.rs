@@ -73,20 +73,7 @@ async fn services_that_opt_in_themselves_get_a_checker_at_their_cluster_name() {
     );
     assert_eq!(wc.spec.path, "/healthz");
     owned_by_the_service(&client, &wc, &ns, "web").await;
-    wait_condition(
-        &wcs,
-        &checker,
-        "Ready",
-        "True",
-        "ProbeSucceeded",
-        Duration::from_secs(30),
-    )
-    .await;
-    let host = target
-        .seen()
-        .iter()
-        .find(|r| r.uri == "/healthz")
-        .and_then(|r| r.headers.get("host").cloned());
+    let host = ready_with_host(&wcs, &checker, &target).await;
     assert_eq!(host, Some(format!("web.{ns}.svc.cluster.local:8080")));
     let sel = format!("{}=web", webchecker::discovery::SOURCE_NAME_LABEL);
     let out = c.kubectl_async(&["get", "wc", "-n", &ns, "-l", &sel]).await;
@@ -117,6 +104,22 @@ async fn services_that_opt_in_themselves_get_a_checker_at_their_cluster_name() {
     .await;
     let took = wait_generated_from(&wcs, "service", "web", &[], t).await;
     println!("the Service's annotation removed: its WebChecker deleted after {took:.2?}");
+}
+
+/// Once `checker` is Ready, the Host header of its first request of
+/// `/healthz` at `target`.
+async fn ready_with_host(
+    wcs: &kube::Api<WebChecker>,
+    checker: &str,
+    target: &Server,
+) -> Option<String> {
+    let within = Duration::from_secs(30);
+    wait_condition(wcs, checker, "Ready", "True", "ProbeSucceeded", within).await;
+    target
+        .seen()
+        .iter()
+        .find(|r| r.uri == "/healthz")
+        .and_then(|r| r.headers.get("host").cloned())
 }
 
 /// A Service that opts in without a port named http or https: a Warning
@@ -201,20 +204,7 @@ async fn a_services_checker_never_goes_through_the_search_list() {
     let ann = [(CHECK, "true"), (PATH, "/healthz")];
     apply_ok(&ns, &service("web", &ann, &[("http", 8080)])).await;
     let checker = name_of("service", "web", "svc");
-    wait_condition(
-        &wcs,
-        &checker,
-        "Ready",
-        "True",
-        "ProbeSucceeded",
-        Duration::from_secs(30),
-    )
-    .await;
-    let host = target
-        .seen()
-        .iter()
-        .find(|r| r.uri == "/healthz")
-        .and_then(|r| r.headers.get("host").cloned());
+    let host = ready_with_host(&wcs, &checker, &target).await;
     assert_eq!(host, Some(format!("web.{ns}.svc.cluster.local:8080")));
     let asked = Dns::shared().queries_under(&search);
     println!(
