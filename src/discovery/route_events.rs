@@ -14,18 +14,19 @@ use kube::{Api, Client};
 
 use super::{SOURCE_LABEL, grpcroute, httproute, ingress, service};
 
-/// The kinds a generated checker reports to, with their resource (plural).
-const KINDS: &[(&str, &str, &str)] = &[
-    ("networking.k8s.io", "Ingress", "ingresses"),
-    ("gateway.networking.k8s.io", "HTTPRoute", "httproutes"),
-    ("gateway.networking.k8s.io", "GRPCRoute", "grpcroutes"),
-    ("", "Service", "services"),
+/// The kinds a generated checker reports to: group, kind, the version read
+/// (a UID is the same in every version) and resource.
+const KINDS: &[(&str, &str, &str, &str)] = &[
+    ("networking.k8s.io", "Ingress", "v1", "ingresses"),
+    ("gateway.networking.k8s.io", "HTTPRoute", "v1", "httproutes"),
+    ("gateway.networking.k8s.io", "GRPCRoute", "v1", "grpcroutes"),
+    ("", "Service", "v1", "services"),
 ];
 
 /// Whether `r` (an Event's object) is a kind a generated checker reports to.
 pub fn is_source_kind(r: &ObjectReference) -> bool {
     let kind = r.kind.as_deref().unwrap_or_default();
-    KINDS.iter().any(|(_, k, _)| *k == kind)
+    KINDS.iter().any(|(_, k, _, _)| *k == kind)
 }
 
 /// Whether the route (or Service) `r` names exists with the UID `r` names:
@@ -43,14 +44,9 @@ pub async fn is_the_source(client: &Client, r: &ObjectReference) -> bool {
     ) else {
         return false;
     };
-    let Some((group, _, plural)) = KINDS.iter().find(|(_, k, _)| *k == kind) else {
+    let Some((group, _, version, plural)) = KINDS.iter().find(|(_, k, _, _)| *k == kind) else {
         return false;
     };
-    let version = r
-        .api_version
-        .as_deref()
-        .and_then(|v| v.rsplit('/').next())
-        .unwrap_or("v1");
     let gvk = GroupVersionKind::gvk(group, version, kind);
     let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
