@@ -324,3 +324,78 @@ impl Kept for Gateway {
     /// Gateways are not sources: they are kept whole (trimmed).
     fn stub(&mut self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+
+    fn big_ingress() -> Ingress {
+        let mut annotations: BTreeMap<String, String> =
+            [("example.com/blob".to_string(), "x".repeat(250 * 1024))].into();
+        annotations.insert(annotations::CHECK.into(), "true".into());
+        annotations.insert(annotations::PATH.into(), format!("/{}", "p".repeat(4000)));
+        annotations.insert(format!("{}unknown", annotations::PREFIX), "y".repeat(100));
+        let rules: Vec<serde_json::Value> = (0..200)
+            .map(|i| serde_json::json!({"host": format!("h{i}.example.com"), "http": {"paths": [{"path": "/a", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}))
+            .collect();
+        let mut ing: Ingress = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "big", "namespace": "web", "uid": "u", "labels": {"team": "x"}},
+            "spec": {"rules": rules, "tls": [{"hosts": ["h1.example.com", "*.other.net"], "secretName": "s"}]},
+            "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example.net"}, {"ip": "10.0.0.1"}, {"ip": "10.0.0.2"}]}},
+        }))
+        .unwrap();
+        ing.metadata.annotations = Some(annotations);
+        ing.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default(); 50]);
+        ing
+    }
+
+    #[test]
+    fn an_ingress_keeps_only_what_a_plan_reads() {
+        let mut ing = big_ingress();
+        ing.trim();
+        let m = &ing.metadata;
+        assert!(m.managed_fields.is_none() && m.labels.is_none());
+        let kept = m.annotations.as_ref().unwrap();
+        assert_eq!(
+            kept.keys().map(String::as_str).collect::<Vec<_>>(),
+            [annotations::CHECK, annotations::PATH],
+            "only ours that a plan reads"
+        );
+        assert_eq!(
+            kept[annotations::PATH].len(),
+            MAX_VALUE,
+            "cut, still too long"
+        );
+        let spec = ing.spec.as_ref().unwrap();
+        let rules = spec.rules.as_ref().unwrap();
+        assert_eq!(rules.len(), KEEP);
+        assert!(
+            rules.iter().all(|r| r.http.is_none()),
+            "no paths without per-path"
+        );
+        let tls = spec.tls.as_ref().unwrap();
+        assert_eq!(
+            tls[0].hosts.as_deref(),
+            Some(&["h1.example.com".to_string()][..])
+        );
+        let lb = ing.status.as_ref().unwrap().load_balancer.as_ref().unwrap();
+        let addresses: Vec<_> = lb
+            .ingress
+            .iter()
+            .flatten()
+            .map(|l| (l.ip.clone(), l.hostname.clone()))
+            .collect();
+        assert_eq!(
+            addresses,
+            [
+                (Some("10.0.0.1".into()), None),
+                (None, Some("lb.example.net".into()))
+            ]
+        );
+        let size = serde_json::to_string(&ing).unwrap().len();
+        assert!(size < 8 * 1024, "{size} bytes kept");
+        ing.stub();
+        assert!(ing.spec.is_none() && ing.status.is_none());
+    }
+}
