@@ -25,6 +25,23 @@ fn parse_lease_prefix(s: &str) -> Result<String, String> {
 }
 
 /// Parses `500ms`, `10s`, `5m`, `1h`, or a bare number of seconds.
+/// A DNS domain (`cluster.local`): dot-separated labels of letters,
+/// digits and `-`; a trailing dot is allowed and dropped.
+pub fn parse_cluster_domain(s: &str) -> Result<String, String> {
+    let d = s.trim().trim_end_matches('.').to_ascii_lowercase();
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if d.is_empty() || d.len() > 200 || !d.split('.').all(label_ok) {
+        return Err(format!("{s:?} is not a DNS domain such as cluster.local"));
+    }
+    Ok(d)
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
@@ -266,6 +283,17 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_DISCOVER_ROUTES", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub discover_routes: bool,
 
+    /// Route discovery: generated WebCheckers per namespace at most; the
+    /// oldest routes (and Services) of a namespace are served first, one
+    /// that does not fit gets a TooManyCheckers Warning.
+    #[arg(long, env = "WEBCHECKER_DISCOVERY_MAX_CHECKERS_PER_NAMESPACE", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub discovery_max_checkers_per_namespace: u32,
+
+    /// The cluster's DNS domain: a Service's generated checker probes the
+    /// absolute name <service>.<namespace>.svc.<cluster domain>.
+    #[arg(long, env = "WEBCHECKER_CLUSTER_DOMAIN", default_value = crate::discovery::CLUSTER_DOMAIN, value_parser = parse_cluster_domain)]
+    pub cluster_domain: String,
+
     /// Response body bytes read at most.
     #[arg(long, env = "WEBCHECKER_MAX_BODY_BYTES", default_value_t = 65536)]
     pub max_body_bytes: usize,
@@ -343,6 +371,21 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_domains() {
+        assert_eq!(
+            parse_cluster_domain("cluster.local"),
+            Ok("cluster.local".into())
+        );
+        assert_eq!(
+            parse_cluster_domain("Corp.Example."),
+            Ok("corp.example".into())
+        );
+        for bad in ["", ".", "a..b", "-a.b", "a_b.c", "a b"] {
+            assert!(parse_cluster_domain(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -3,7 +3,8 @@
 //! victims' checkers and hostile targets for the attackers'. The attacks:
 //! slow patterns (this file), hanging targets with long timeouts
 //! (`isolation/workers.rs`), more patterns than a replica's memory holds
-//! (`isolation/memory.rs`), and a flood of Events (`isolation/events.rs`).
+//! (`isolation/memory.rs`), a flood of Events (`isolation/events.rs`), and
+//! route discovery turned against others (`isolation/discovery.rs`).
 //!
 //! Slow patterns: namespace A holds 24 checkers whose `bodyMatch` is
 //! `(?s:.){0,1000}zzz`: it compiles within the size limits, but each search
@@ -13,6 +14,8 @@
 //! between two probes) and starved the Lease renewals. On the matching
 //! pool, A waits behind its own checks.
 
+#[path = "isolation/discovery.rs"]
+mod discovery;
 #[path = "isolation/events.rs"]
 mod events;
 #[path = "isolation/memory.rs"]

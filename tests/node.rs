@@ -505,7 +505,7 @@ async fn ingress_checkers_go_with_their_ingress(s: &Suite) {
         String::from_utf8_lossy(&out.stderr)
     );
     let api: Api<WebChecker> = Api::namespaced(s.client.clone(), &s.checks);
-    let name = format!("route-{host}");
+    let name = webchecker::discovery::names::generated("ingress", "route", host, None, None);
     let t = Instant::now();
     eventually(Duration::from_secs(30), "the Ingress's checker", || async {
         api.get_opt(&name).await.ok().flatten()
@@ -551,7 +551,8 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
         53,
     ));
     let port = s.witness.addr.port();
-    let checker = "web-svc";
+    let checker = webchecker::discovery::names::generated("service", "web", "svc", None, None);
+    let checker = checker.as_str();
     let service = format!(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    webchecker.test.network.io/check: \"true\"\n    webchecker.test.network.io/path: /c/{checker}\n    webchecker.test.network.io/interval-seconds: \"2\"\nspec:\n  ports:\n  - {{name: http, port: 80, targetPort: {port}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-witness\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints:\n- addresses: [\"{}\"]\nports:\n- {{name: http, port: {port}, protocol: TCP}}\n",
         s.node.ip
@@ -580,13 +581,16 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
     )
     .await;
     let ip: std::net::IpAddr = cluster_ip.trim().parse().expect("a ClusterIP");
-    dns.add(&format!("web.{}.svc", s.checks), &[ip]);
+    dns.add(&format!("web.{}.svc.cluster.local", s.checks), &[ip]);
     let t = Instant::now();
     let wc = eventually(Duration::from_secs(30), "the Service's checker", || async {
         api.get_opt(checker).await.ok().flatten()
     })
     .await;
-    assert_eq!(wc.spec.host, format!("http://web.{}.svc:80", s.checks));
+    assert_eq!(
+        wc.spec.host,
+        format!("http://web.{}.svc.cluster.local.:80", s.checks)
+    );
     let hit = eventually(
         Duration::from_secs(60),
         "the witness probed through the Service by a pod of the release",

@@ -21,6 +21,8 @@ mod discovery_gateway_api;
 mod discovery_grpcroutes;
 #[path = "probe/discovery_guard.rs"]
 mod discovery_guard;
+#[path = "probe/discovery_names.rs"]
+mod discovery_names;
 #[path = "probe/discovery_route_events.rs"]
 mod discovery_route_events;
 #[path = "probe/discovery_scale.rs"]

@@ -209,6 +209,15 @@ pub fn proc_memory_kib(pid: i32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
 }
 
+/// Resets a process's `VmHWM` to its resident size now (Linux 4.0 and
+/// later: `5` in `/proc/<pid>/clear_refs`), so that a later `VmHWM` is the
+/// peak of what came after. The resident size then, in KiB.
+pub fn reset_peak_memory(pid: i32) -> u64 {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+        .unwrap_or_else(|e| panic!("reset the peak memory of {pid}: {e}"));
+    proc_memory_kib(pid, "VmRSS")
+}
+
 pub fn path_of(p: &Path) -> &str {
     p.to_str().unwrap()
 }

@@ -13,6 +13,10 @@ pub const PREFIX: &str = "webchecker.test.network.io/";
 /// `"true"` on a source object or its Namespace opts in; `"false"` on the
 /// object opts out even when its Namespace opts in.
 pub const CHECK: &str = "webchecker.test.network.io/check";
+/// On a Namespace: `"false"` lets its sources opt in only through the
+/// Namespace's own opt-in ([`CHECK`] on it); a route's (or Service's)
+/// `"true"` then makes nothing. Anything else, or none: they may.
+pub const ROUTES_MAY_OPT_IN: &str = "webchecker.test.network.io/routes-may-opt-in";
 /// The path probed on each host (default `/`).
 pub const PATH: &str = "webchecker.test.network.io/path";
 /// Comma-separated status codes that count as success (`200,301-302,2xx`).
@@ -217,10 +221,43 @@ pub fn not_for_kind(kind: &str, s: &mut Settings) -> Vec<Problem> {
     problems
 }
 
-/// Whether checkers are generated: the object's own word first, else its
-/// Namespace's (anything but `"true"` there is no).
-pub fn opted_in(own: Option<bool>, namespace: &BTreeMap<String, String>) -> bool {
-    own.unwrap_or_else(|| namespace.get(CHECK).is_some_and(|v| v.trim() == "true"))
+/// Whether checkers are generated, from the object's own word (`own`),
+/// its Namespace's annotations and whether the Namespace's opt-in covers
+/// the object's kind (routes, not Services): an opt-out always counts; an
+/// object's own opt-in only where its Namespace lets its sources opt in
+/// themselves ([`ROUTES_MAY_OPT_IN`]); else the Namespace's opt-in. The
+/// problem says why an object's own opt-in made nothing.
+pub fn opted_in(
+    own: Option<bool>,
+    namespace: &BTreeMap<String, String>,
+    namespace_covers: bool,
+) -> (bool, Option<Problem>) {
+    let by_namespace = namespace_covers && namespace.get(CHECK).is_some_and(|v| v.trim() == "true");
+    let self_allowed = namespace
+        .get(ROUTES_MAY_OPT_IN)
+        .is_none_or(|v| v.trim() != "false");
+    match own {
+        Some(false) => (false, None),
+        Some(true) if self_allowed || by_namespace => (true, None),
+        Some(true) => {
+            let why = format!(
+                "is refused: its Namespace says {ROUTES_MAY_OPT_IN}: \"false\" (only the Namespace's own opt-in makes checkers there)"
+            );
+            (false, Some(invalid(CHECK, "true", &why)))
+        }
+        None => (by_namespace, None),
+    }
+}
+
+/// [`opted_in`] from an object's annotations (a bad `check` value is no
+/// word of its own, as [`read`] takes it).
+pub fn opts_in(
+    own: &BTreeMap<String, String>,
+    namespace: &BTreeMap<String, String>,
+    namespace_covers: bool,
+) -> bool {
+    let word = own.get(CHECK).and_then(|v| boolean(v.trim()).ok());
+    opted_in(word, namespace, namespace_covers).0
 }
 
 pub(super) fn invalid(key: &str, raw: &str, why: &str) -> Problem {
@@ -368,11 +405,35 @@ mod tests {
     fn the_object_decides_before_its_namespace() {
         let ns_in = ann(&[(CHECK, "true")]);
         let ns_none = ann(&[]);
-        assert!(opted_in(Some(true), &ns_none));
-        assert!(!opted_in(Some(false), &ns_in), "opt-out wins");
-        assert!(opted_in(None, &ns_in));
-        assert!(!opted_in(None, &ns_none));
-        assert!(!opted_in(None, &ann(&[(CHECK, "yes")])));
+        let on = |own, ns: &BTreeMap<String, String>| opted_in(own, ns, true).0;
+        assert!(on(Some(true), &ns_none));
+        assert!(!on(Some(false), &ns_in), "opt-out wins");
+        assert!(on(None, &ns_in));
+        assert!(!on(None, &ns_none));
+        assert!(!on(None, &ann(&[(CHECK, "yes")])));
+        assert!(
+            !opted_in(None, &ns_in, false).0,
+            "not a kind the Namespace covers"
+        );
+        assert!(opts_in(&ann(&[(CHECK, " true ")]), &ns_none, true));
+        assert!(!opts_in(&ann(&[(CHECK, "yes")]), &ns_none, true));
+    }
+
+    #[test]
+    fn a_namespace_may_refuse_its_routes_own_opt_in() {
+        let closed = ann(&[(ROUTES_MAY_OPT_IN, "false")]);
+        let (on, why) = opted_in(Some(true), &closed, true);
+        assert!(!on);
+        let why = why.unwrap();
+        assert_eq!(why.subject, CHECK);
+        assert!(why.message.contains(ROUTES_MAY_OPT_IN), "{}", why.message);
+        let closed_in = ann(&[(ROUTES_MAY_OPT_IN, "false"), (CHECK, "true")]);
+        assert_eq!(opted_in(Some(true), &closed_in, true), (true, None));
+        assert_eq!(opted_in(None, &closed_in, true), (true, None));
+        assert_eq!(opted_in(Some(false), &closed_in, true), (false, None));
+        assert!(!opted_in(Some(true), &closed_in, false).0, "a Service");
+        let open = ann(&[(ROUTES_MAY_OPT_IN, "true")]);
+        assert!(opted_in(Some(true), &open, true).0);
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The few fields of Gateway API objects (`gateway.networking.k8s.io/v1`)
 //! that discovery reads: an HTTPRoute's hostnames, parents and paths, a
-//! GRPCRoute's hostnames and parents, a Gateway's listeners and the addresses in its status. Every field is
+//! GRPCRoute's hostnames and parents, a Gateway's listeners (with the
+//! routes they admit) and the addresses in its status. Every field is
 //! optional and unknown ones are ignored, so that an object of any release
 //! of the CRDs reads (a field this reads that an object has in an
 //! unexpected shape fails its watch, as the release's schema forbids).
 //! No crate of the whole API: this is all that is needed.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
@@ -133,6 +135,41 @@ pub struct Listener {
     /// `HTTP`, `HTTPS`, `TLS`, `TCP`, `UDP` or an implementation's own.
     #[serde(default)]
     pub protocol: String,
+    /// Which routes may attach to it (none said: those of the Gateway's
+    /// namespace, of the kinds its protocol carries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_routes: Option<AllowedRoutes>,
+}
+
+/// A listener's `allowedRoutes`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedRoutes {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<RouteNamespaces>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<RouteGroupKind>>,
+}
+
+/// `from`: `Same` (the default), `All` or `Selector` (the Namespaces whose
+/// labels `selector` selects).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteNamespaces {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// A kind of route (group `gateway.networking.k8s.io` when left out).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteGroupKind {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default)]
+    pub kind: String,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

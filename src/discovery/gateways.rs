@@ -1,23 +1,27 @@
 //! What the Gateway API's routes (HTTPRoute, GRPCRoute) share: their
 //! hostnames, their parent Gateways, the listener of a parent that serves a
-//! hostname, and the address a checker connects to with `via: gateway`.
-//! Pure.
+//! hostname (and admits the route: `attach`), and the address a checker
+//! connects to with `via: gateway`. Pure.
 
 use super::Skip;
+use super::attach::{self, Route};
 use super::gateway_api::{Gateway, Listener, ParentRef};
 use super::rules;
 
-/// A parent Gateway of a route, as found: how checkers name it, it, and
-/// the reference (its listener, its port).
+/// A parent Gateway of a route, as found: `namespace/name`, how checkers
+/// name it, it, the reference (its listener, its port) and the route.
 pub(super) struct Parent<'a> {
+    pub key: String,
     pub label: String,
     pub gateway: &'a Gateway,
     pub via: &'a ParentRef,
+    pub route: Route<'a>,
 }
 
-/// A parent that reaches a hostname with `via: gateway`: its label, its
-/// listener for the hostname, and the Gateway's address.
+/// A parent that reaches a hostname with `via: gateway`: its key and label,
+/// its listener for the hostname, and the Gateway's address.
 pub(super) struct Reach<'a> {
+    pub key: &'a str,
     pub label: &'a str,
     pub listener: &'a Listener,
     pub address: String,
@@ -41,10 +45,10 @@ pub(super) fn hosts(names: Option<&[String]>, skipped: &mut Vec<(String, Skip)>)
     out
 }
 
-/// The route's parents (`refs`, of a route in `own_ns`) that are Gateways
-/// known here, each once.
+/// The parents (`refs`) of `route` that are Gateways known here. A listener
+/// of theirs serves the route only if it admits it (`attach`).
 pub(super) fn parents<'a>(
-    own_ns: &str,
+    route: Route<'a>,
     refs: &'a [ParentRef],
     gateways: impl Fn(&str, &str) -> Option<&'a Gateway>,
 ) -> Vec<Parent<'a>> {
@@ -53,19 +57,21 @@ pub(super) fn parents<'a>(
         if !r.is_gateway() {
             continue;
         }
-        let ns = r.namespace.as_deref().unwrap_or(own_ns);
+        let ns = r.namespace.as_deref().unwrap_or(route.namespace);
         let Some(gateway) = gateways(ns, &r.name) else {
             continue;
         };
-        let label = if ns == own_ns {
+        let label = if ns == route.namespace {
             r.name.clone()
         } else {
             format!("{ns}.{}", r.name)
         };
         out.push(Parent {
+            key: format!("{ns}/{}", r.name),
             label,
             gateway,
             via: r,
+            route,
         });
     }
     out
@@ -86,6 +92,7 @@ pub(super) fn reached<'a>(parents: &'a [Parent<'a>], host: &str) -> Vec<Reach<'a
         .iter()
         .filter_map(|p| {
             Some(Reach {
+                key: &p.key,
                 label: &p.label,
                 listener: listener(p, host)?,
                 address: address(p.gateway)?,
@@ -96,11 +103,14 @@ pub(super) fn reached<'a>(parents: &'a [Parent<'a>], host: &str) -> Vec<Reach<'a
 
 /// The listener of `p` that serves `host` over HTTP(S), HTTPS first: of
 /// the parent reference's section (listener name) and port when it names
-/// them, and whose hostname (when it has one) covers `host`.
+/// them, that admits the route, and whose hostname (when it has one)
+/// covers `host`.
 fn listener<'a>(p: &Parent<'a>, host: &str) -> Option<&'a Listener> {
     let all = p.gateway.spec.listeners.as_deref().unwrap_or_default();
+    let gateway_ns = p.gateway.metadata.namespace.as_deref().unwrap_or_default();
     let fits = |l: &&Listener| {
-        p.via.section_name.as_deref().is_none_or(|s| s == l.name)
+        attach::admits(l, gateway_ns, &p.route)
+            && p.via.section_name.as_deref().is_none_or(|s| s == l.name)
             && p.via.port.is_none_or(|port| port == l.port)
             && l.hostname
                 .as_deref()
@@ -112,7 +122,7 @@ fn listener<'a>(p: &Parent<'a>, host: &str) -> Option<&'a Listener> {
 
 /// The first address in the Gateway's status that a probe can dial: an
 /// `IPAddress` or a `Hostname` (other types are an implementation's own).
-fn address(gw: &Gateway) -> Option<String> {
+pub(super) fn address(gw: &Gateway) -> Option<String> {
     let addrs = gw
         .status
         .as_ref()

@@ -7,13 +7,13 @@
 //! service asked is the server as a whole, or the annotation's
 //! ([`annotations::GRPC_SERVICE`]). Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::annotations::{self, Via};
 use super::gateway_api::{GRPCRoute, Gateway};
-use super::gateways;
 use super::rules::{self, HostCheckers};
-use super::{Defaults, Plan, Skip, Source};
+use super::{Defaults, NamespaceInfo, Plan, Skip, Source};
+use super::{attach, gateways};
 
 /// The `source` label's value of checkers generated from GRPCRoutes.
 pub const LABEL: &str = "grpcroute";
@@ -28,22 +28,19 @@ pub fn source(route: &GRPCRoute) -> Source {
     )
 }
 
-/// What `route` wants, given its Namespace's annotations, the defaults and
-/// the Gateways known (by namespace and name). Not opted in: no checkers,
+/// What `route` wants, given its Namespace, the defaults and the Gateways
+/// known (by namespace and name). Not opted in: no checkers,
 /// but the problems of its annotations all the same. The annotations only
 /// HTTP has (path, status codes, per-path) are problems, and left out: the
 /// CRD refuses them on a grpc:// host.
 pub fn plan<'a>(
     route: &'a GRPCRoute,
-    namespace_annotations: &BTreeMap<String, String>,
+    namespace: &'a NamespaceInfo,
     defaults: &Defaults,
     gateways: impl Fn(&str, &str) -> Option<&'a Gateway>,
 ) -> Plan {
-    let (settings, mut plan) = rules::start(
-        "GRPCRoute",
-        route.metadata.annotations.as_ref(),
-        namespace_annotations,
-    );
+    let (settings, mut plan) =
+        rules::start("GRPCRoute", route.metadata.annotations.as_ref(), namespace);
     let Some(settings) = settings else {
         return plan;
     };
@@ -55,9 +52,13 @@ pub fn plan<'a>(
         via = Via::Dns;
     }
     let name = route.metadata.name.as_deref().unwrap_or_default();
-    let own_ns = route.metadata.namespace.as_deref().unwrap_or_default();
+    let own = attach::Route {
+        kind: "GRPCRoute",
+        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
+        labels: namespace.labels.as_ref(),
+    };
     let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
-    let parents = gateways::parents(own_ns, refs, gateways);
+    let parents = gateways::parents(own, refs, gateways);
     let mut seen = BTreeSet::new();
     let names = route.spec.hostnames.as_deref();
     for host in gateways::hosts(names, &mut plan.skipped) {
@@ -65,7 +66,10 @@ pub fn plan<'a>(
             // The CRD wants a port with grpc(s)://: the one its users dial.
             let url = url(&host, gateways::https(&parents, &host), 0);
             HostCheckers {
-                parts: &[name, &host],
+                kind: LABEL,
+                source: name,
+                host: &host,
+                gateway: None,
                 url: &url,
                 connect_to: None,
                 paths: &[],
@@ -81,7 +85,10 @@ pub fn plan<'a>(
         for r in reached {
             let url = url(&host, r.listener.protocol == "HTTPS", r.listener.port);
             HostCheckers {
-                parts: &[name, &host, r.label],
+                kind: LABEL,
+                source: name,
+                host: &host,
+                gateway: Some((r.key, r.label)),
                 url: &url,
                 connect_to: Some(&r.address),
                 paths: &[],

@@ -5,13 +5,13 @@
 //! to the first address in the Gateway's status on its listener's port,
 //! the request naming the hostname (Host, SNI). Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::annotations::{self, Via};
 use super::gateway_api::{Gateway, HTTPRoute};
-use super::gateways;
 use super::rules::{self, HostCheckers};
-use super::{Defaults, Plan, Skip, Source};
+use super::{Defaults, NamespaceInfo, Plan, Skip, Source};
+use super::{attach, gateways};
 
 /// The `source` label's value of checkers generated from HTTPRoutes.
 pub const LABEL: &str = "httproute";
@@ -26,20 +26,17 @@ pub fn source(route: &HTTPRoute) -> Source {
     )
 }
 
-/// What `route` wants, given its Namespace's annotations, the defaults and
-/// the Gateways known (by namespace and name). Not opted in: no checkers,
+/// What `route` wants, given its Namespace, the defaults and the Gateways
+/// known (by namespace and name). Not opted in: no checkers,
 /// but the problems of its annotations all the same.
 pub fn plan<'a>(
     route: &'a HTTPRoute,
-    namespace_annotations: &BTreeMap<String, String>,
+    namespace: &'a NamespaceInfo,
     defaults: &Defaults,
     gateways: impl Fn(&str, &str) -> Option<&'a Gateway>,
 ) -> Plan {
-    let (settings, mut plan) = rules::start(
-        "HTTPRoute",
-        route.metadata.annotations.as_ref(),
-        namespace_annotations,
-    );
+    let (settings, mut plan) =
+        rules::start("HTTPRoute", route.metadata.annotations.as_ref(), namespace);
     let Some(settings) = settings else {
         return plan;
     };
@@ -51,9 +48,13 @@ pub fn plan<'a>(
         via = Via::Dns;
     }
     let name = route.metadata.name.as_deref().unwrap_or_default();
-    let own_ns = route.metadata.namespace.as_deref().unwrap_or_default();
+    let own = attach::Route {
+        kind: "HTTPRoute",
+        namespace: route.metadata.namespace.as_deref().unwrap_or_default(),
+        labels: namespace.labels.as_ref(),
+    };
     let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
-    let parents = gateways::parents(own_ns, refs, gateways);
+    let parents = gateways::parents(own, refs, gateways);
     let paths = paths(route);
     let mut seen = BTreeSet::new();
     let names = route.spec.hostnames.as_deref();
@@ -66,7 +67,10 @@ pub fn plan<'a>(
             };
             let url = format!("{scheme}://{host}");
             HostCheckers {
-                parts: &[name, &host],
+                kind: LABEL,
+                source: name,
+                host: &host,
+                gateway: None,
                 url: &url,
                 connect_to: None,
                 paths: &paths,
@@ -88,7 +92,10 @@ pub fn plan<'a>(
                 port => format!("{scheme}://{host}:{port}"),
             };
             HostCheckers {
-                parts: &[name, &host, r.label],
+                kind: LABEL,
+                source: name,
+                host: &host,
+                gateway: Some((r.key, r.label)),
                 url: &url,
                 connect_to: Some(&r.address),
                 paths: &paths,
@@ -103,7 +110,7 @@ pub fn plan<'a>(
 /// The paths of the route's matches, in order, each once (`/` for a rule
 /// without matches or a match without a path: they match every path).
 /// Regular expressions are kept, and left out later when they are patterns.
-fn paths(route: &HTTPRoute) -> Vec<String> {
+pub(super) fn paths(route: &HTTPRoute) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for rule in route.spec.rules.as_deref().unwrap_or_default() {
         let matches = rule.matches.as_deref().unwrap_or_default();

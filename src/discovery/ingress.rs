@@ -2,13 +2,13 @@
 //! path with `per-path`), `https` when the host is in `spec.tls[].hosts`,
 //! the annotations' settings over the operator's defaults. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::networking::v1::Ingress;
 
 use super::annotations::{self, Via};
 use super::rules;
-use super::{Defaults, Plan, Skip, Source};
+use super::{Defaults, NamespaceInfo, Plan, Skip, Source};
 
 pub use super::rules::TOO_MANY;
 
@@ -20,19 +20,12 @@ pub fn source(ing: &Ingress) -> Source {
     Source::of(LABEL, "networking.k8s.io/v1", "Ingress", &ing.metadata)
 }
 
-/// What `ing` wants, given its Namespace's annotations and the defaults.
+/// What `ing` wants, given its Namespace and the defaults.
 /// Not opted in: no checkers (the existing ones are then deleted), but the
 /// problems of its annotations all the same.
-pub fn plan(
-    ing: &Ingress,
-    namespace_annotations: &BTreeMap<String, String>,
-    defaults: &Defaults,
-) -> Plan {
-    let (settings, mut plan) = rules::start(
-        "Ingress",
-        ing.metadata.annotations.as_ref(),
-        namespace_annotations,
-    );
+pub fn plan(ing: &Ingress, namespace: &NamespaceInfo, defaults: &Defaults) -> Plan {
+    let (settings, mut plan) =
+        rules::start("Ingress", ing.metadata.annotations.as_ref(), namespace);
     let Some(settings) = settings else {
         return plan;
     };
@@ -61,7 +54,10 @@ pub fn plan(
         };
         let url = format!("{scheme}://{host}");
         rules::HostCheckers {
-            parts: &[name, &host],
+            kind: LABEL,
+            source: name,
+            host: &host,
+            gateway: None,
             url: &url,
             connect_to: connect_to.as_deref(),
             paths: &paths,

@@ -5,7 +5,8 @@ use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 pub struct DiscoveryMetrics {
     /// `result`: applied, conflict (applied without the hand-set fields),
-    /// invalid (refused by admission), error (retried).
+    /// invalid (refused by admission), name_taken (a checker of that name
+    /// exists that its source did not generate: left alone), error (retried).
     pub applies: IntCounterVec,
     /// `result`: deleted, error.
     pub deletes: IntCounterVec,
@@ -21,7 +22,7 @@ pub struct DiscoveryMetrics {
 
 pub const SOURCES: [&str; 4] = ["ingress", "httproute", "grpcroute", "service"];
 
-pub const APPLY_RESULTS: [&str; 4] = ["applied", "conflict", "invalid", "error"];
+pub const APPLY_RESULTS: [&str; 5] = ["applied", "conflict", "invalid", "name_taken", "error"];
 pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];
 
 impl DiscoveryMetrics {

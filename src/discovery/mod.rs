@@ -26,6 +26,8 @@
 //! of one source object), [`metrics`].
 
 pub mod annotations;
+mod attach;
+mod budget;
 pub mod gateway_api;
 mod gateways;
 pub mod grpcroute;
@@ -33,18 +35,25 @@ pub mod httproute;
 pub mod ingress;
 pub(crate) mod metrics;
 pub mod names;
+mod objects;
 pub mod patch;
 pub mod queue;
+mod refill;
 pub mod route_events;
 mod rules;
 pub mod service;
 mod session;
 pub(crate) mod task;
+pub mod trim;
 mod views;
 mod writer;
 
 #[cfg(test)]
 mod tests;
+
+pub use writer::{INVALID_CHECKER, NAME_TAKEN};
+
+use std::collections::BTreeMap;
 
 /// The field manager of every server-side apply of a generated checker.
 pub const FIELD_MANAGER: &str = "webchecker-discovery";
@@ -130,12 +139,42 @@ pub struct Plan {
 }
 
 /// Settings the operator applies to every generated checker unless the
-/// source's annotations say otherwise (None: the CRD's default).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// source's annotations say otherwise (None: the CRD's default), and the
+/// cluster's DNS domain (a Service's checker probes its absolute name).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Defaults {
     pub interval_seconds: Option<i32>,
     pub failure_threshold: Option<i32>,
+    pub cluster_domain: String,
 }
+
+/// The cluster DNS domain unless `--cluster-domain` says otherwise.
+pub const CLUSTER_DOMAIN: &str = "cluster.local";
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            interval_seconds: None,
+            failure_threshold: None,
+            cluster_domain: CLUSTER_DOMAIN.to_string(),
+        }
+    }
+}
+
+/// What a plan reads of a source's Namespace (and all discovery keeps of
+/// it): the annotations of ours, and its labels for the `Selector` of a
+/// Gateway listener's `allowedRoutes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceInfo {
+    pub annotations: BTreeMap<String, String>,
+    /// None when it has more than [`MAX_NAMESPACE_LABELS`] (not kept: no
+    /// `Selector` then admits its routes).
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// Labels of a Namespace kept for Gateways' selectors; a Namespace with
+/// more is selected by none.
+pub const MAX_NAMESPACE_LABELS: usize = 64;
 
 /// The object a generated checker comes from: its owner (the garbage
 /// collector deletes the checker with it) and the labels it is found by.

@@ -3,6 +3,7 @@
 //! fingerprint of it all; and that body without the fields whose hand-set
 //! values must survive (the causes of a 409 conflict). Pure.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Map, Value, json};
 
 use super::names::{label_value, short_hash};
@@ -54,6 +55,55 @@ fn unsigned(d: &Desired, source: &Source) -> Value {
         },
         "spec": Value::Object(spec),
     })
+}
+
+/// Whether an existing checker may be applied for a source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This source controls it (its UID then guards the apply), or it was
+    /// generated for a source of the same kind, namespace and name (a route
+    /// deleted and made again takes back its checkers).
+    Ours(String),
+    /// Anything else: made by hand, by another source or controller.
+    Taken,
+}
+
+/// Whether the existing checker `meta` may be applied for `source`: its
+/// controller ownerReference is the source's UID, or the same kind (group
+/// too) and name with the `source` label of that kind. Never one made by
+/// hand or by anyone else, whatever its name.
+pub fn claim(meta: &ObjectMeta, source: &Source) -> Claim {
+    let group = |v: &str| v.rsplit_once('/').map_or("", |(g, _)| g).to_string();
+    let controller = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true));
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SOURCE_LABEL))
+        .is_some_and(|l| l == source.label);
+    let uid = meta.uid.clone().unwrap_or_default();
+    match controller {
+        Some(o) if o.uid == source.uid => Claim::Ours(uid),
+        Some(o)
+            if labelled
+                && o.kind == source.kind
+                && o.name == source.name
+                && group(&o.api_version) == group(source.api_version) =>
+        {
+            Claim::Ours(uid)
+        }
+        _ => Claim::Taken,
+    }
+}
+
+/// `body` applied only to the checker of UID `uid`: an object of that name
+/// made meanwhile (another UID) refuses it.
+pub fn guarded(mut body: Value, uid: &str) -> Value {
+    body["metadata"]["uid"] = json!(uid);
+    body
 }
 
 /// Removes from `body` the fields a 409 conflict names (`.spec.intervalSeconds`,
@@ -147,6 +197,74 @@ mod tests {
             fingerprint(&desired(), &source()),
             "a new Ingress of the same name owns the checker anew"
         );
+    }
+
+    #[test]
+    fn only_the_sources_own_checkers_are_claimed() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let meta = |owner: Option<(&str, &str, &str, &str)>, label: Option<&str>| ObjectMeta {
+            name: Some("web-a.example.com".into()),
+            uid: Some("c-1".into()),
+            labels: label.map(|l| [(SOURCE_LABEL.to_string(), l.to_string())].into()),
+            owner_references: owner.map(|(api_version, kind, name, uid)| {
+                vec![OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        let ing = "networking.k8s.io/v1";
+        let ours = meta(Some((ing, "Ingress", "web", "u-1")), Some("ingress"));
+        assert_eq!(claim(&ours, &source()), Claim::Ours("c-1".into()));
+        let reborn = meta(Some((ing, "Ingress", "web", "u-0")), Some("ingress"));
+        assert_eq!(
+            claim(&reborn, &source()),
+            Claim::Ours("c-1".into()),
+            "made again"
+        );
+        let cases = [
+            ("made by hand", meta(None, None)),
+            ("labelled by hand", meta(None, Some("ingress"))),
+            (
+                "another Ingress",
+                meta(Some((ing, "Ingress", "shop", "u-9")), Some("ingress")),
+            ),
+            (
+                "an HTTPRoute of that name",
+                meta(
+                    Some(("gateway.networking.k8s.io/v1", "HTTPRoute", "web", "u-9")),
+                    Some("httproute"),
+                ),
+            ),
+            (
+                "another group's Ingress",
+                meta(
+                    Some(("example.com/v1", "Ingress", "web", "u-9")),
+                    Some("ingress"),
+                ),
+            ),
+            (
+                "unlabelled, old UID",
+                meta(Some((ing, "Ingress", "web", "u-0")), None),
+            ),
+        ];
+        for (case, m) in cases {
+            assert_eq!(claim(&m, &source()), Claim::Taken, "{case}");
+        }
+        let mut not_controller = ours.clone();
+        not_controller.owner_references.as_mut().unwrap()[0].controller = None;
+        assert_eq!(
+            claim(&not_controller, &source()),
+            Claim::Taken,
+            "not its controller"
+        );
+        let g = guarded(body(&desired(), &source()), "c-1");
+        assert_eq!(g["metadata"]["uid"], "c-1");
     }
 
     #[test]

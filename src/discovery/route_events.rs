@@ -2,12 +2,64 @@
 //! turns Ready=False or back to True, the replica that writes the
 //! transition also puts an Event on the route (or Service), where the
 //! route's owner looks (`kubectl describe ingress`), through the same
-//! per-namespace Event queue as the checker's own Events. Pure.
+//! per-namespace Event queue as the checker's own Events. A checker's
+//! author may write any ownerReference and label, so before such an Event
+//! is published [`is_the_source`] asks the API server whether that route
+//! exists with the UID the checker names ([`source_of`] is pure).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::{Api, Client};
 
 use super::{SOURCE_LABEL, grpcroute, httproute, ingress, service};
+
+/// The kinds a generated checker reports to: group, kind, the version read
+/// (a UID is the same in every version) and resource.
+const KINDS: &[(&str, &str, &str, &str)] = &[
+    ("networking.k8s.io", "Ingress", "v1", "ingresses"),
+    ("gateway.networking.k8s.io", "HTTPRoute", "v1", "httproutes"),
+    ("gateway.networking.k8s.io", "GRPCRoute", "v1", "grpcroutes"),
+    ("", "Service", "v1", "services"),
+];
+
+/// Whether `r` (an Event's object) is a kind a generated checker reports to.
+pub fn is_source_kind(r: &ObjectReference) -> bool {
+    let kind = r.kind.as_deref().unwrap_or_default();
+    KINDS.iter().any(|(_, k, _, _)| *k == kind)
+}
+
+/// Whether the route (or Service) `r` names exists with the UID `r` names:
+/// the checker reporting to it is one its controller ownerReference really
+/// ties to that object (a checker naming a route by name with another UID,
+/// or a route deleted and made again, reports only on itself). One list
+/// call with the name as field selector (the permission discovery has);
+/// no answer or an error counts as no.
+pub async fn is_the_source(client: &Client, r: &ObjectReference) -> bool {
+    let (Some(kind), Some(ns), Some(name), Some(uid)) = (
+        r.kind.as_deref(),
+        r.namespace.as_deref(),
+        r.name.as_deref(),
+        r.uid.as_deref(),
+    ) else {
+        return false;
+    };
+    let Some((group, _, version, plural)) = KINDS.iter().find(|(_, k, _, _)| *k == kind) else {
+        return false;
+    };
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let params = ListParams::default().fields(&format!("metadata.name={name}"));
+    let call = api.list_metadata(&params);
+    match tokio::time::timeout(crate::kubeio::client::CALL_DEADLINE, call).await {
+        Ok(Ok(list)) => list
+            .items
+            .iter()
+            .any(|o| o.metadata.uid.as_deref() == Some(uid)),
+        _ => false,
+    }
+}
 
 /// The Warning Event's reason on the source when a checker turns Ready=False.
 pub const CHECKER_DOWN: &str = "CheckerDown";

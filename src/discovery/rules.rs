@@ -5,8 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::annotations::{self, Settings};
-use super::names::{checker_name, short_hash};
-use super::{Defaults, Desired, GrpcCheck, MAX_CHECKERS_PER_SOURCE, Plan, Problem, Skip};
+use super::names;
+use super::{
+    Defaults, Desired, GrpcCheck, MAX_CHECKERS_PER_SOURCE, NamespaceInfo, Plan, Problem, Skip,
+};
 
 /// The Event reason when a source asks for more checkers than allowed.
 pub const TOO_MANY: &str = "TooManyCheckers";
@@ -19,26 +21,29 @@ pub const TOO_MANY: &str = "TooManyCheckers";
 pub(super) fn start(
     kind: &str,
     own: Option<&BTreeMap<String, String>>,
-    namespace_annotations: &BTreeMap<String, String>,
+    namespace: &NamespaceInfo,
 ) -> (Option<Settings>, Plan) {
     let empty = BTreeMap::new();
     let (mut settings, mut problems) = annotations::read(own.unwrap_or(&empty));
     problems.extend(annotations::not_for_kind(kind, &mut settings));
+    let (opted, refused) = annotations::opted_in(
+        settings.check,
+        &namespace.annotations,
+        namespace_covers(kind),
+    );
+    problems.extend(refused);
     let plan = Plan {
         problems,
         ..Plan::default()
     };
-    // A Namespace's opt-in covers its routes (gRPC ones too), not its
-    // Services: most Services do not speak HTTP (databases, queues, DNS), so
-    // each says so itself.
-    let empty_ns = BTreeMap::new();
-    let namespace_annotations = if kind == "Service" {
-        &empty_ns
-    } else {
-        namespace_annotations
-    };
-    let opted = annotations::opted_in(settings.check, namespace_annotations);
     (opted.then_some(settings), plan)
+}
+
+/// Whether a Namespace's opt-in covers sources of `kind`: its routes (gRPC
+/// ones too), not its Services (most do not speak HTTP: databases, queues,
+/// DNS), each of which says so itself.
+pub(super) fn namespace_covers(kind: &str) -> bool {
+    kind != "Service"
 }
 
 /// The host a checker can probe, lower case; a rule without one (it matches
@@ -57,19 +62,28 @@ pub(super) fn probe_host(raw: Option<&str>, skipped: &mut Vec<(String, Skip)>) -
 }
 
 /// One host's checkers: `url` (scheme, host, port), connecting to
-/// `connect_to` when set. Named from `parts` (`[source, host]`, and the
-/// Gateway with `via: gateway`); with `per-path`, one per plain path of
-/// `paths` (`/` when none), named with the path and a hash of it (`/a-b`
-/// and `/a/b` would otherwise meet; `/` is named like a per-host checker).
+/// `connect_to` when set. Named from the source's name, `host` and the
+/// Gateway with `via: gateway` (`names::checker_name`, hashed with the
+/// source's `kind`); with `per-path`, one per plain path of `paths` (`/`
+/// when none), named with the path too (`/` is named like a per-host
+/// checker).
 pub(super) struct HostCheckers<'a> {
-    pub parts: &'a [&'a str],
+    /// The `source` label of the source's kind.
+    pub kind: &'a str,
+    pub source: &'a str,
+    /// The host (for a Service, `svc`: its checker reads `<service>-svc-...`).
+    pub host: &'a str,
+    /// With `via: gateway`: the Gateway as `namespace/name`, and as names show it.
+    pub gateway: Option<(&'a str, &'a str)>,
     pub url: &'a str,
     pub connect_to: Option<&'a str>,
     pub paths: &'a [String],
 }
 
 impl HostCheckers<'_> {
-    /// Adds them to `plan`, each name once.
+    /// Adds them to `plan`, each name once; stops once the plan holds more
+    /// than [`MAX_CHECKERS_PER_SOURCE`] (`finish` says so): the work of a
+    /// plan is bounded whatever the route lists.
     pub(super) fn add(
         &self,
         settings: &Settings,
@@ -80,9 +94,12 @@ impl HostCheckers<'_> {
         let targets = if settings.per_path {
             self.per_path(&mut plan.skipped)
         } else {
-            vec![(checker_name(self.parts), settings.path.clone())]
+            vec![(self.name(None), settings.path.clone())]
         };
         for (name, path) in targets {
+            if plan.checkers.len() > MAX_CHECKERS_PER_SOURCE {
+                return;
+            }
             if seen.insert(name.clone()) {
                 plan.checkers.push(Desired {
                     name,
@@ -101,27 +118,23 @@ impl HostCheckers<'_> {
         }
     }
 
+    /// The name of the checker of `path` (None, or `/`: the host's).
+    fn name(&self, path: Option<&str>) -> String {
+        names::generated(self.kind, self.source, self.host, self.gateway, path)
+    }
+
     fn per_path(&self, skipped: &mut Vec<(String, Skip)>) -> Vec<(String, Option<String>)> {
         let mut out = Vec::new();
         let mut paths: Vec<&str> = self.paths.iter().map(String::as_str).collect();
         if paths.is_empty() {
             paths.push("/");
         }
-        let host = self.parts.get(1).copied().unwrap_or_default();
         for p in paths {
             if !is_plain(p) {
-                skipped.push((format!("{host}{p}"), Skip::PathNotPlain));
+                skipped.push((format!("{}{p}", self.host), Skip::PathNotPlain));
                 continue;
             }
-            let name = if p == "/" {
-                checker_name(self.parts)
-            } else {
-                let slug = p.trim_matches('/').replace('/', "-");
-                let hash = short_hash(p);
-                let mut parts = self.parts.to_vec();
-                parts.extend([slug.as_str(), hash.as_str()]);
-                checker_name(&parts)
-            };
+            let name = self.name(Some(p));
             if !out.iter().any(|(n, _)| *n == name) {
                 out.push((name, Some(p.to_string())));
             }
@@ -140,21 +153,21 @@ pub(super) fn is_plain(p: &str) -> bool {
     annotations::plain_path(p).is_ok() && !p.contains(PATTERN)
 }
 
-/// Sorts the checkers by name and keeps the first
-/// [`MAX_CHECKERS_PER_SOURCE`], saying so (on `subject`) when there were more.
+/// Keeps the first [`MAX_CHECKERS_PER_SOURCE`] checkers (in the order of
+/// the source's rules), saying so (on `subject`) when there were more, and
+/// sorts them by name.
 pub(super) fn finish(plan: &mut Plan, subject: &str) {
-    plan.checkers.sort_by(|a, b| a.name.cmp(&b.name));
     if plan.checkers.len() > MAX_CHECKERS_PER_SOURCE {
         plan.problems.push(Problem {
             reason: TOO_MANY,
             subject: subject.into(),
             message: format!(
-                "{subject} ask for {} checkers; only the first {MAX_CHECKERS_PER_SOURCE} by name are made",
-                plan.checkers.len()
+                "{subject} ask for more than {MAX_CHECKERS_PER_SOURCE} checkers; only the first {MAX_CHECKERS_PER_SOURCE} (in the order of {subject}) are made"
             ),
         });
         plan.checkers.truncate(MAX_CHECKERS_PER_SOURCE);
     }
+    plan.checkers.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// `host` is in `names`, or under a wildcard one (`*.example.com` covers

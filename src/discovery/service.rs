@@ -1,17 +1,21 @@
-//! A Service to the checker it wants: one, probing the Service's cluster
-//! name `<scheme>://<name>.<namespace>.svc:<port>` on the port its
-//! annotation names, else its port named `http`, else `https`. Only a
+//! A Service to the checker it wants: one, probing the Service's absolute
+//! cluster name `<scheme>://<name>.<namespace>.svc.<cluster domain>.:<port>`
+//! on the port its annotation names, else its port named `http`, else
+//! `https`. Absolute (the trailing dot): a relative `<name>.<namespace>.svc`
+//! would go through the resolver's search list first, where a pod's
+//! `svc.<cluster domain>` makes it `<name>.<namespace>.svc.svc.<cluster
+//! domain>`, an endpoint of Service `<namespace>` in a namespace named `svc`,
+//! whose owner would answer for it. Only a
 //! Service that opts in itself gets one: a Namespace's opt-in covers its
 //! routes, not its Services, most of which do not speak HTTP. Pure.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::annotations::{self, PORT, PortRef};
 use super::rules::{self, HostCheckers};
-use super::{Defaults, Plan, Problem, Source};
+use super::{Defaults, NamespaceInfo, Plan, Problem, Source};
 
 /// The `source` label's value of checkers generated from Services.
 pub const LABEL: &str = "service";
@@ -24,16 +28,12 @@ pub fn source(svc: &Service) -> Source {
     Source::of(LABEL, "v1", "Service", &svc.metadata)
 }
 
-/// What `svc` wants, given its Namespace's annotations (whose opt-in does
-/// not cover Services: `rules::start`) and the operator's defaults. Not
+/// What `svc` wants, given its Namespace (whose opt-in does not cover
+/// Services: `rules::start`) and the operator's defaults. Not
 /// opted in: nothing, but the problems of its annotations all the same.
-pub fn plan(
-    svc: &Service,
-    namespace_annotations: &BTreeMap<String, String>,
-    defaults: &Defaults,
-) -> Plan {
+pub fn plan(svc: &Service, namespace: &NamespaceInfo, defaults: &Defaults) -> Plan {
     let own = svc.metadata.annotations.as_ref();
-    let (settings, mut plan) = rules::start("Service", own, namespace_annotations);
+    let (settings, mut plan) = rules::start("Service", own, namespace);
     let Some(settings) = settings else {
         return plan;
     };
@@ -41,15 +41,21 @@ pub fn plan(
         return plan;
     };
     let name = svc.metadata.name.as_deref().unwrap_or_default();
-    let namespace = svc.metadata.namespace.as_deref().unwrap_or_default();
+    let ns = svc.metadata.namespace.as_deref().unwrap_or_default();
     let scheme = if settings.https.unwrap_or(named_https) {
         "https"
     } else {
         "http"
     };
-    let url = format!("{scheme}://{name}.{namespace}.svc:{port}");
+    let url = format!(
+        "{scheme}://{}:{port}",
+        cluster_name(name, ns, &defaults.cluster_domain)
+    );
     HostCheckers {
-        parts: &[name, "svc"],
+        kind: LABEL,
+        source: name,
+        host: "svc",
+        gateway: None,
         url: &url,
         connect_to: None,
         paths: &[],
@@ -57,6 +63,14 @@ pub fn plan(
     .add(&settings, defaults, &mut plan, &mut BTreeSet::new());
     rules::finish(&mut plan, "spec.ports");
     plan
+}
+
+/// The absolute DNS name of Service `name` of `namespace`:
+/// `<name>.<namespace>.svc.<cluster domain>.` (the trailing dot: never
+/// looked up through a search list).
+pub fn cluster_name(name: &str, namespace: &str, cluster_domain: &str) -> String {
+    let domain = cluster_domain.trim_matches('.');
+    format!("{name}.{namespace}.svc.{domain}.")
 }
 
 /// The port probed and whether it says https (named `https`, or its
@@ -120,26 +134,12 @@ fn port(
     chosen
 }
 
-/// What discovery keeps of a watched Service: its name, namespace, UID,
-/// the annotations of ours and its ports. Most Services never opt in; the
+/// What discovery keeps of a watched Service: its metadata as
+/// `trim::meta` keeps it and its ports. Most Services never opt in; the
 /// rest of each (its other annotations, managed fields, status) would be
 /// memory for nothing.
 pub fn trim(svc: &mut Service) {
-    let meta = std::mem::take(&mut svc.metadata);
-    let ours: BTreeMap<String, String> = meta
-        .annotations
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(k, _)| k.starts_with(annotations::PREFIX))
-        .collect();
-    svc.metadata = ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        annotations: (!ours.is_empty()).then_some(ours),
-        ..ObjectMeta::default()
-    };
+    svc.metadata = super::trim::meta(std::mem::take(&mut svc.metadata));
     let ports = svc.spec.take().and_then(|s| s.ports);
     svc.spec = Some(ServiceSpec {
         ports,

@@ -1,18 +1,21 @@
-//! Discovery while this replica leads: watches of the Ingresses, of the
-//! Services, of the HTTPRoutes, GRPCRoutes and Gateways (each kind of route
-//! once the Gateway API serves it: looked for every [`GATEWAY_API_LOOK`]
-//! until both are), of the Namespaces'
-//! annotations and of the generated checkers' metadata (only those
-//! labelled as generated), each resumed with a backoff after an error; a
-//! work queue of source objects; at most [`CONCURRENCY`] of them written at
-//! once. No source of a kind is reconciled before its watches, the
-//! Namespaces' and the checkers' have listed: a Namespace not listed yet
-//! would look as if it had not opted in, and its checkers would be deleted.
+//! Discovery while this replica leads: watches of the Namespaces'
+//! metadata and of the generated checkers' metadata (only those labelled as
+//! generated), then (once the Namespaces are listed, so that what cannot
+//! opt in is known as it comes) of the Ingresses and the Services, and of
+//! the HTTPRoutes, GRPCRoutes and Gateways (each kind of route once the
+//! Gateway API serves it: looked for every [`GATEWAY_API_LOOK`] until both
+//! are), each listed in pages of [`LIST_PAGE`] and resumed with a backoff
+//! after an error; a work queue of source objects taken a namespace at a
+//! time; at most [`CONCURRENCY`] of them written at once, at most
+//! [`NAMESPACE_CONCURRENCY`] of one namespace. No source of a
+//! kind is reconciled before its watches, the Namespaces' and the
+//! checkers' have listed: a Namespace not listed yet would look as if it
+//! had not opted in, and its checkers would be deleted.
 //!
-//! Memory: the Ingresses, HTTPRoutes, GRPCRoutes and Gateways of the
-//! watched scope, its Services trimmed (name, UID, our annotations, ports),
-//! each Namespace's webchecker annotations, and (name, UID, fingerprint)
-//! per generated checker.
+//! Memory: each object trimmed as it comes (`trim`), a stub when it cannot
+//! opt in (`objects`); each Namespace's annotations of ours and labels;
+//! (name, UID, fingerprint) per generated checker; what each source wants
+//! against the cap per namespace (`budget`).
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -35,12 +38,16 @@ use tracing::{debug, info, warn};
 use super::gateway_api::{self, GRPCRoute, Gateway, HTTPRoute};
 use super::metrics::DiscoveryMetrics;
 use super::queue::WorkQueue;
+use super::trim::Kept;
 use super::views::{
     Change, Key, Kind, State, enqueue_all, on_checker, on_gateway, on_grpc_route, on_ingress,
-    on_namespace, on_route, on_service,
+    on_namespace, on_refill, on_route, on_service,
 };
 use super::writer::{Stopped, Work, Writer};
-use super::{Defaults, Plan, SOURCE_LABEL, Source, grpcroute, httproute, ingress, patch, service};
+use super::{
+    Defaults, NamespaceInfo, Plan, Problem, SOURCE_LABEL, Source, grpcroute, httproute, ingress,
+    patch, refill, service,
+};
 use crate::api::WebChecker;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, WATCH_TIMEOUT_SECS, WatchBackoff};
@@ -50,7 +57,14 @@ use crate::observe::metrics::Metrics;
 const GATEWAY_API_LOOK: Duration = Duration::from_secs(30);
 
 /// Source objects written at once.
-pub const CONCURRENCY: usize = 8;
+pub const CONCURRENCY: usize = 10;
+/// Source objects of one namespace written at once: the others always
+/// find a writer.
+pub const NAMESPACE_CONCURRENCY: usize = 8;
+/// Objects per page of a list (a watch's first list, a re-list, a refill):
+/// what is held at once while it is read. An object may have 256 KiB of
+/// annotations (the API server's bound), its spec more.
+pub const LIST_PAGE: u32 = 10;
 /// Every source object is looked at again this often (unchanged ones cost no API
 /// call), so that drift nobody was told of (a missed event) heals.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -62,6 +76,8 @@ pub struct Session {
     pub metrics: Arc<Metrics>,
     pub discovery: Arc<DiscoveryMetrics>,
     pub defaults: Defaults,
+    /// Generated checkers per namespace at most.
+    pub max_per_namespace: usize,
 }
 
 /// The watches, as named in logs and in `webchecker_watch_restarts_total`.
@@ -72,22 +88,32 @@ const ROUTES: &str = "discovery-httproutes";
 const GRPC_ROUTES: &str = "discovery-grpcroutes";
 const GATEWAYS: &str = "discovery-gateways";
 const SERVICES: &str = "discovery-services";
+/// Not a watch: the lists of one namespace for its stubs.
+const REFILLS: &str = "discovery-refills";
 
 impl Session {
     /// Runs until a watch stream ends (it does not: the watchers retry).
     pub async fn run(self) {
         let mut streams = self.streams();
-        let mut state = State::default();
-        let mut queue: WorkQueue<Key> = WorkQueue::default();
+        let mut state = State::new(self.max_per_namespace);
+        let mut queue: WorkQueue<Key> = WorkQueue::with_group_limit(NAMESPACE_CONCURRENCY);
         let mut work: JoinSet<(Key, bool)> = JoinSet::new();
+        let (refilled, mut refills) = tokio::sync::mpsc::channel::<Change>(4);
+        let mut listing: JoinSet<()> = JoinSet::new();
         let mut resync = tokio::time::interval_at(Instant::now() + RESYNC, RESYNC);
         let mut look = tokio::time::interval(GATEWAY_API_LOOK);
         let mut gateway_api = GatewayApi::default();
-        self.discovery.watched(ingress::LABEL, true);
-        self.discovery.watched(service::LABEL, true);
+        let mut sources = false;
+        self.discovery.watched(ingress::LABEL, false);
+        self.discovery.watched(service::LABEL, false);
         self.discovery.watched(httproute::LABEL, false);
         self.discovery.watched(grpcroute::LABEL, false);
         loop {
+            if !sources && state.listed[0] {
+                self.source_streams(&mut streams);
+                sources = true;
+            }
+            self.start_refills(&mut state, &refilled, &mut listing);
             self.start_work(&mut state, &mut queue, &mut work);
             let retry = queue.next_retry().map(Instant::from_std);
             tokio::select! {
@@ -95,19 +121,41 @@ impl Session {
                     Some(c) => self.take(c, &mut state, &mut queue),
                     None => return,
                 },
+                Some(c) = refills.recv() => self.take(c, &mut state, &mut queue),
                 Some(done) = work.join_next(), if !work.is_empty() => {
                     // A panic is caught inside the task; a join error means it was aborted.
                     if let Ok((key, ok)) = done {
                         queue.done(key, ok, std::time::Instant::now());
                     }
                 }
+                Some(_) = listing.join_next(), if !listing.is_empty() => {}
                 _ = tokio::time::sleep_until(retry.unwrap_or_else(Instant::now)), if retry.is_some() => {
                     queue.due(std::time::Instant::now());
                 }
-                _ = look.tick(), if !gateway_api.all_found() => {
+                _ = look.tick(), if sources && !gateway_api.all_found() => {
                     self.look_for_gateway_api(&mut gateway_api, &mut streams).await;
                 }
                 _ = resync.tick() => enqueue_all(&state, &mut queue),
+            }
+        }
+    }
+
+    /// Lists again the namespaces (of a kind) whose stubs may now opt in,
+    /// each once at a time; the list comes back as a [`Change::Refill`].
+    fn start_refills(
+        &self,
+        state: &mut State,
+        to: &tokio::sync::mpsc::Sender<Change>,
+        listing: &mut JoinSet<()>,
+    ) {
+        let wanted = std::mem::take(&mut state.refills.0);
+        for (kind, ns) in wanted {
+            if state.refills.1.insert((kind, ns.clone())) {
+                let (client, to) = (self.watches.clone(), to.clone());
+                listing.spawn(async move {
+                    let listed = refill::list(client, kind, &ns, LIST_PAGE).await;
+                    let _ = to.send(Change::Refill(kind, ns, listed)).await;
+                });
             }
         }
     }
@@ -164,28 +212,22 @@ impl Session {
         }
     }
 
+    /// The watches that come first: the Namespaces' and the generated
+    /// checkers' metadata (a malformed checker cannot stall the watch; a
+    /// Namespace's annotations and labels are all it needs).
     fn streams(&self) -> SelectAll<BoxStream<'static, Change>> {
-        let cfg = || watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
-        // Namespaces and checkers: metadata only (a malformed checker cannot
-        // stall the watch; a Namespace's annotations are all it needs).
         type Checkers = Api<PartialObjectMeta<WebChecker>>;
-        let (ingresses, checkers): (Api<Ingress>, Checkers) = match &self.watch_namespace {
-            Some(ns) => (
-                Api::namespaced(self.watches.clone(), ns),
-                Api::namespaced(self.watches.clone(), ns),
-            ),
-            None => (
-                Api::all(self.watches.clone()),
-                Api::all(self.watches.clone()),
-            ),
+        let checkers: Checkers = match &self.watch_namespace {
+            Some(ns) => Api::namespaced(self.watches.clone(), ns),
+            None => Api::all(self.watches.clone()),
         };
         // Only the watched Namespace, by name, when there is one.
         let ns_cfg = match &self.watch_namespace {
-            Some(ns) => cfg().fields(&format!("metadata.name={ns}")),
-            None => cfg(),
+            Some(ns) => config().fields(&format!("metadata.name={ns}")),
+            None => config(),
         };
         let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(self.watches.clone());
-        let generated = cfg().labels(&format!(
+        let generated = config().labels(&format!(
             "{SOURCE_LABEL} in ({},{},{},{})",
             ingress::LABEL,
             httproute::LABEL,
@@ -193,13 +235,6 @@ impl Session {
             service::LABEL
         ));
         let mut all = SelectAll::new();
-        all.push(
-            watcher::watcher(ingresses, cfg())
-                .backoff(WatchBackoff::default())
-                .map(tagged(INGRESSES, Change::Ingress))
-                .boxed(),
-        );
-        all.push(self.service_stream());
         all.push(
             watcher::watcher(namespaces, ns_cfg)
                 .backoff(WatchBackoff::default())
@@ -215,19 +250,13 @@ impl Session {
         all
     }
 
-    /// The Services (of the watched scope), each trimmed to what a plan
-    /// reads as it arrives.
-    fn service_stream(&self) -> BoxStream<'static, Change> {
-        let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
-        let services: Api<Service> = match &self.watch_namespace {
-            Some(ns) => Api::namespaced(self.watches.clone(), ns),
-            None => Api::all(self.watches.clone()),
-        };
-        watcher::watcher(services, cfg)
-            .backoff(WatchBackoff::default())
-            .map(|r| r.map(|ev| ev.modify(service::trim)))
-            .map(tagged(SERVICES, |ev| Change::Service(Box::new(ev))))
-            .boxed()
+    /// The Ingresses and the Services (of the watched scope), once the
+    /// Namespaces are listed.
+    fn source_streams(&self, all: &mut SelectAll<BoxStream<'static, Change>>) {
+        all.push(self.watch::<Ingress>(INGRESSES, Change::Ingress));
+        all.push(self.watch::<Service>(SERVICES, |ev| Change::Service(Box::new(ev))));
+        self.discovery.watched(ingress::LABEL, true);
+        self.discovery.watched(service::LABEL, true);
     }
 
     /// Adds the watch of the Gateways, once.
@@ -242,23 +271,25 @@ impl Session {
         }
     }
 
-    /// A watch of the objects of kind `K` (of the watched scope), named `name`.
+    /// A watch of the objects of kind `K` (of the watched scope), named
+    /// `name`, each trimmed to what a plan reads as it arrives.
     fn watch<K>(&self, name: &'static str, f: fn(Event<K>) -> Change) -> BoxStream<'static, Change>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Kept
             + Clone
             + DeserializeOwned
             + std::fmt::Debug
             + Send
             + 'static,
     {
-        let cfg = watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
         let api: Api<K> = match &self.watch_namespace {
             Some(ns) => Api::namespaced(self.watches.clone(), ns),
             None => Api::all(self.watches.clone()),
         };
-        watcher::watcher(api, cfg)
+        watcher::watcher(api, config())
             .backoff(WatchBackoff::default())
+            .map(|r| r.map(|ev| ev.modify(Kept::trim)))
             .map(tagged(name, f))
             .boxed()
     }
@@ -275,7 +306,7 @@ impl Session {
         while queue.working() < CONCURRENCY {
             let Some(key) = queue.pop() else { return };
             let w = if state.ready(key.0) {
-                self.work_for(state, &key)
+                self.work_for(state, queue, &key)
             } else {
                 None
             };
@@ -303,47 +334,69 @@ impl Session {
         }
     }
 
-    /// The plan of source `key` and its owner; None when it is gone.
-    fn plan_of(&self, state: &State, key: &Key) -> Option<(Plan, Source)> {
+    /// What source `key` wants and who owns it; None when it is gone.
+    fn plan_of(&self, state: &State, key: &Key) -> Option<Planned> {
         let (kind, ns, name) = key;
         let at = (ns.clone(), name.clone());
-        let empty = BTreeMap::new();
-        let ns_annotations = state.namespaces.get(ns).unwrap_or(&empty);
-        Some(match kind {
+        let empty = NamespaceInfo::default();
+        let namespace = state.namespaces.get(ns).unwrap_or(&empty);
+        let gateways = |ns: &str, name: &str| {
+            let at = (ns.to_string(), name.to_string());
+            state.gateways.map.get(&at).map(|g| g.as_ref())
+        };
+        let d = &self.defaults;
+        let (plan, source, meta) = match kind {
             Kind::Ingress => {
-                let ing = state.ingresses.map.get(&at)?;
-                let plan = ingress::plan(ing, ns_annotations, &self.defaults);
-                (plan, ingress::source(ing))
+                let o = state.ingresses.map.get(&at)?;
+                let plan = ingress::plan(o, namespace, d);
+                (plan, ingress::source(o), &o.metadata)
             }
             Kind::HttpRoute => {
-                let route = state.routes.map.get(&at)?;
-                let gateways = |ns: &str, name: &str| {
-                    let at = (ns.to_string(), name.to_string());
-                    state.gateways.map.get(&at).map(|g| g.as_ref())
-                };
-                let plan = httproute::plan(route, ns_annotations, &self.defaults, gateways);
-                (plan, httproute::source(route))
+                let o = state.routes.map.get(&at)?;
+                let plan = httproute::plan(o, namespace, d, gateways);
+                (plan, httproute::source(o), &o.metadata)
             }
             Kind::GrpcRoute => {
-                let route = state.grpc_routes.map.get(&at)?;
-                let gateways = |ns: &str, name: &str| {
-                    let at = (ns.to_string(), name.to_string());
-                    state.gateways.map.get(&at).map(|g| g.as_ref())
-                };
-                let plan = grpcroute::plan(route, ns_annotations, &self.defaults, gateways);
-                (plan, grpcroute::source(route))
+                let o = state.grpc_routes.map.get(&at)?;
+                let plan = grpcroute::plan(o, namespace, d, gateways);
+                (plan, grpcroute::source(o), &o.metadata)
             }
             Kind::Service => {
-                let svc = state.services.map.get(&at)?;
-                let plan = service::plan(svc, ns_annotations, &self.defaults);
-                (plan, service::source(svc))
+                let o = state.services.map.get(&at)?;
+                let plan = service::plan(o, namespace, d);
+                (plan, service::source(o), &o.metadata)
             }
+        };
+        Some(Planned {
+            plan,
+            source,
+            age: meta
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+            deleting: meta.deletion_timestamp.is_some(),
         })
     }
 
-    /// What the source `key` needs written; None when nothing.
-    fn work_for(&self, state: &mut State, key: &Key) -> Option<Work> {
-        let (plan, source) = self.plan_of(state, key)?;
+    /// What the source `key` needs written; None when nothing. A stub that
+    /// may opt in now waits for its namespace's refill; a source being
+    /// deleted generates nothing (its checkers go with it).
+    fn work_for(&self, state: &mut State, queue: &mut WorkQueue<Key>, key: &Key) -> Option<Work> {
+        if state.stub_that_may_opt_in(key) {
+            state.refills.0.insert((key.0, key.1.clone()));
+            return None;
+        }
+        let Planned {
+            mut plan,
+            source,
+            age,
+            deleting,
+        } = self.plan_of(state, key)?;
+        if deleting {
+            debug!(kind = ?key.0, namespace = %key.1, name = %key.2, "being deleted: nothing generated for it");
+            return None;
+        }
+        self.fit(state, queue, key, age, &mut plan);
         for (what, why) in &plan.skipped {
             debug!(kind = ?key.0, namespace = %key.1, name = %key.2, rule = %what, reason = ?why, "rule without a checker");
         }
@@ -356,7 +409,7 @@ impl Session {
                 existing.get(&d.name).map(|g| g.fingerprint.as_str())
                     != Some(patch::fingerprint(d, &source).as_str())
             })
-            .cloned()
+            .map(|d| (d.clone(), existing.get(&d.name).map(|g| g.uid.clone())))
             .collect();
         let delete: Vec<(String, String)> = existing
             .iter()
@@ -381,6 +434,61 @@ impl Session {
         })
     }
 
+    /// Holds `plan` (of source `key`, created at `age`) to the cap of
+    /// generated checkers per namespace: the namespace's older sources
+    /// first (`budget`); a source that does not fit gets none, and a
+    /// `TooManyCheckers` Warning. Sources whose fit this changes have work.
+    fn fit(
+        &self,
+        state: &mut State,
+        queue: &mut WorkQueue<Key>,
+        key: &Key,
+        age: i64,
+        plan: &mut Plan,
+    ) {
+        self.learn(state, queue, &key.1);
+        let wants = plan.checkers.len();
+        for other in state.budget.set(key, &key.1, age, wants) {
+            queue.push(other);
+        }
+        if state.budget.fits(key) {
+            return;
+        }
+        let cap = state.budget.cap();
+        plan.problems.push(Problem {
+            reason: ingress::TOO_MANY,
+            subject: "namespace".into(),
+            message: format!(
+                "the older routes and Services of this namespace already have their share of the {cap} checkers generated per namespace at most (the operator's --discovery-max-checkers-per-namespace): the {wants} of this {} are not made; opt older ones out, or ask the cluster admin for a larger cap",
+                key.0.name()
+            ),
+        });
+        plan.checkers.clear();
+    }
+
+    /// Learns what every source of namespace `ns` not counted yet wants, so
+    /// that older sources count before a younger one is served (a new
+    /// leader would else make checkers it then deletes). Once all are
+    /// counted this costs nothing.
+    fn learn(&self, state: &mut State, queue: &mut WorkQueue<Key>, ns: &str) {
+        if state.budget.count_in(ns) >= state.count_in(ns) {
+            return;
+        }
+        for k in state.keys_in(Some(ns)) {
+            let plannable = state.ready(k.0) && !state.stub_that_may_opt_in(&k);
+            if state.budget.knows(&k) || !plannable {
+                continue;
+            }
+            let Some(p) = self.plan_of(state, &k) else {
+                continue;
+            };
+            let wants = if p.deleting { 0 } else { p.plan.checkers.len() };
+            for other in state.budget.set(&k, ns, p.age, wants) {
+                queue.push(other);
+            }
+        }
+    }
+
     fn take(&self, change: Change, state: &mut State, queue: &mut WorkQueue<Key>) {
         let was = [
             state.ready(Kind::Ingress),
@@ -396,6 +504,7 @@ impl Session {
             Change::Service(_) => SERVICES,
             Change::Namespace(_) => NAMESPACES,
             Change::Checker(_) => CHECKERS,
+            Change::Refill(..) => REFILLS,
             Change::Failed(w, _) => w,
         };
         match change {
@@ -406,6 +515,7 @@ impl Session {
             Change::Service(ev) => on_service(*ev, state, queue),
             Change::Namespace(ev) => on_namespace(ev, state, queue),
             Change::Checker(ev) => on_checker(ev, state, queue),
+            Change::Refill(kind, ns, listed) => on_refill(kind, ns, listed, state, queue),
             Change::Failed(watch, e) => {
                 self.metrics.watch_failed(watch, &e);
                 // Once per run of failures: a refused watch retries every 2 s.
@@ -455,6 +565,22 @@ impl Session {
             enqueue_all(state, queue);
         }
     }
+}
+
+/// What one source wants, who owns its checkers, when it was made (seconds)
+/// and whether it is being deleted.
+struct Planned {
+    plan: Plan,
+    source: Source,
+    age: i64,
+    deleting: bool,
+}
+
+/// A watch's configuration: the call's timeout, lists in pages of [`LIST_PAGE`].
+fn config() -> watcher::Config {
+    watcher::Config::default()
+        .timeout(WATCH_TIMEOUT_SECS)
+        .page_size(LIST_PAGE)
 }
 
 /// Where the look for a kind of the Gateway API's routes stands.

@@ -32,6 +32,8 @@ pub struct Discovery {
     pub metrics: Arc<Metrics>,
     pub identity: String,
     pub defaults: Defaults,
+    /// Generated checkers per namespace at most.
+    pub max_per_namespace: usize,
 }
 
 /// Starts discovery on the current runtime; it runs as long as the process.
@@ -91,6 +93,7 @@ async fn follow_leadership(d: Discovery, discovery: Arc<DiscoveryMetrics>) {
             metrics: d.metrics.clone(),
             discovery: discovery.clone(),
             defaults: d.defaults.clone(),
+            max_per_namespace: d.max_per_namespace,
         };
         tokio::select! {
             _ = session.run() => warn!("route discovery's watches ended; starting them again"),

@@ -12,12 +12,17 @@ use serde::Deserialize;
 
 use super::gateway_api::{GRPCRoute, Gateway, HTTPRoute};
 use super::ingress::{TOO_MANY, plan};
-use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, Skip};
+use super::trim::Kept;
+use super::{Defaults, Desired, MAX_CHECKERS_PER_SOURCE, NamespaceInfo, Plan, Skip};
 use super::{grpcroute, httproute, service};
 
 #[derive(Deserialize)]
 struct Fixture {
+    /// The Namespace's annotations.
     namespace: BTreeMap<String, String>,
+    /// Its labels (for Gateways' selectors).
+    #[serde(default)]
+    namespace_labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     ingress: Option<serde_yaml::Value>,
     #[serde(default)]
@@ -74,36 +79,59 @@ fn skip_name(s: Skip) -> &'static str {
     }
 }
 
-fn check(path: &Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
-    let gateways: Vec<Gateway> = f.gateways.into_iter().map(gateway).collect();
+/// The plan of the fixture's source, with its objects `whole` or trimmed as
+/// the watches keep them.
+fn plan_of(f: &Fixture, whole: bool) -> Result<Plan, String> {
+    let ns = NamespaceInfo {
+        annotations: f.namespace.clone(),
+        labels: f.namespace_labels.clone(),
+    };
+    let gateways: Vec<Gateway> = f
+        .gateways
+        .iter()
+        .cloned()
+        .map(gateway)
+        .map(|mut g| {
+            if !whole {
+                g.trim();
+            }
+            g
+        })
+        .collect();
     let find = |ns: &str, name: &str| {
         gateways.iter().find(|g| {
             g.metadata.namespace.as_deref() == Some(ns) && g.metadata.name.as_deref() == Some(name)
         })
     };
-    let p = match (f.ingress, f.httproute, f.grpcroute, f.service) {
-        (Some(i), None, None, None) => plan(&ingress(i), &f.namespace, &Defaults::default()),
-        (None, None, None, Some(s)) => {
-            let mut s = svc(s);
-            let before = service::plan(&s, &f.namespace, &Defaults::default());
-            // What the watch keeps plans alike.
-            service::trim(&mut s);
-            let after = service::plan(&s, &f.namespace, &Defaults::default());
-            if before != after {
-                return Err(format!("trimmed: {after:?}, whole: {before:?}"));
-            }
-            after
+    fn kept<T: Kept>(mut o: T, whole: bool) -> T {
+        if !whole {
+            o.trim();
         }
+        o
+    }
+    let d = Defaults::default();
+    Ok(match (&f.ingress, &f.httproute, &f.grpcroute, &f.service) {
+        (Some(i), None, None, None) => plan(&kept(ingress(i.clone()), whole), &ns, &d),
+        (None, None, None, Some(s)) => service::plan(&kept(svc(s.clone()), whole), &ns, &d),
         (None, Some(r), None, None) => {
-            httproute::plan(&route(r), &f.namespace, &Defaults::default(), find)
+            httproute::plan(&kept(route(r.clone()), whole), &ns, &d, find)
         }
         (None, None, Some(r), None) => {
-            grpcroute::plan(&grpc_route(r), &f.namespace, &Defaults::default(), find)
+            grpcroute::plan(&kept(grpc_route(r.clone()), whole), &ns, &d, find)
         }
         _ => return Err("a fixture has one of ingress, httproute, grpcroute and service".into()),
-    };
+    })
+}
+
+fn check(path: &Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let f: Fixture = serde_yaml::from_str(&text).map_err(|e| e.to_string())?;
+    let p = plan_of(&f, true)?;
+    // What the watches keep plans alike.
+    let trimmed = plan_of(&f, false)?;
+    if trimmed.checkers != p.checkers || trimmed.problems != p.problems {
+        return Err(format!("trimmed: {trimmed:?}, whole: {p:?}"));
+    }
     let json = |v: &Vec<Desired>| serde_json::to_string(v).unwrap_or_default();
     if p.checkers != f.want {
         return Err(format!(
@@ -177,11 +205,27 @@ fn an_ingress_makes_at_most_the_bound_of_checkers_and_says_so() {
     )
     .unwrap();
     v["spec"]["rules"] = serde_yaml::Value::Sequence(rules);
-    let p = plan(&ingress(v), &BTreeMap::new(), &Defaults::default());
+    let whole = ingress(v);
+    let p = plan(&whole, &NamespaceInfo::default(), &Defaults::default());
     assert_eq!(p.checkers.len(), MAX_CHECKERS_PER_SOURCE);
-    assert_eq!(p.checkers[0].name, "big-h000.example.com");
+    assert!(p.checkers[0].name.starts_with("big-h000.example.com-"));
+    assert!(
+        !p.checkers.iter().any(|c| c.host.contains("h064")),
+        "the first 64 in the order of the rules"
+    );
     assert_eq!(p.problems.len(), 1);
     assert_eq!(p.problems[0].reason, TOO_MANY);
+    let mut kept = whole.clone();
+    kept.trim();
+    assert_eq!(
+        kept.spec.as_ref().unwrap().rules.as_ref().unwrap().len(),
+        MAX_CHECKERS_PER_SOURCE + 1,
+        "one more host than can be made is kept"
+    );
+    assert_eq!(
+        plan(&kept, &NamespaceInfo::default(), &Defaults::default()),
+        p
+    );
 }
 
 #[test]
@@ -193,8 +237,9 @@ fn the_operators_defaults_apply_unless_annotated() {
     let defaults = Defaults {
         interval_seconds: Some(60),
         failure_threshold: Some(2),
+        ..Defaults::default()
     };
-    let p = plan(&ingress(v), &BTreeMap::new(), &defaults);
+    let p = plan(&ingress(v), &NamespaceInfo::default(), &defaults);
     assert_eq!(p.checkers[0].interval_seconds, Some(5), "annotated");
     assert_eq!(p.checkers[0].failure_threshold, Some(2), "the default");
 }

@@ -1,12 +1,11 @@
 //! What discovery's watches keep while this replica leads, and which source
 //! objects each watch event makes work for: the Ingresses, the HTTPRoutes,
-//! the GRPCRoutes and the Gateways they name, the Services (trimmed to what
-//! a plan reads), each Namespace's annotations of ours, and (name, UID,
-//! fingerprint) per generated checker by its owner's UID. A re-list
-//! replaces a map at its end, never leaving it half filled.
+//! the GRPCRoutes and the Gateways they name, the Services (each trimmed,
+//! and a stub when it cannot opt in: `objects`), each Namespace's
+//! annotations of ours and labels, and (name, UID, fingerprint) per
+//! generated checker by the UID of the source that controls it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::networking::v1::Ingress;
@@ -14,9 +13,15 @@ use kube::ResourceExt;
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher::{self, Event};
 
+pub(super) use super::objects::{NsName, Objects, Taken};
+
+use super::budget::Budget;
 use super::gateway_api::{GRPCRoute, Gateway, HTTPRoute, ParentRef};
-use super::queue::WorkQueue;
-use super::{FINGERPRINT_ANNOTATION, Problem};
+use super::queue::{Grouped, WorkQueue};
+use super::{
+    FINGERPRINT_ANNOTATION, MAX_NAMESPACE_LABELS, NamespaceInfo, Problem, SOURCE_LABEL,
+    annotations, grpcroute, httproute, ingress, rules, service, trim,
+};
 use crate::api::WebChecker;
 
 /// The kinds of source objects.
@@ -28,12 +33,49 @@ pub(super) enum Kind {
     Service,
 }
 
-/// An object of a namespace: (namespace, name).
-pub(super) type NsName = (String, String);
+impl Kind {
+    /// The kind as the API names it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Kind::Ingress => "Ingress",
+            Kind::HttpRoute => "HTTPRoute",
+            Kind::GrpcRoute => "GRPCRoute",
+            Kind::Service => "Service",
+        }
+    }
+
+    /// Its generated checkers' `source` label.
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Ingress => ingress::LABEL,
+            Kind::HttpRoute => httproute::LABEL,
+            Kind::GrpcRoute => grpcroute::LABEL,
+            Kind::Service => service::LABEL,
+        }
+    }
+}
+
 /// A source object: (kind, namespace, name).
 pub(super) type Key = (Kind, String, String);
+/// The objects of a kind in a namespace.
+pub(super) type KindIn = (Kind, String);
 
-/// One watch event, of whichever watch.
+/// Sources wait for their namespace's turn.
+impl Grouped for Key {
+    fn group(&self) -> &str {
+        &self.1
+    }
+}
+
+/// The objects of one namespace and kind, listed again for its stubs.
+pub(super) enum Refilled {
+    Ingresses(Vec<Ingress>),
+    Routes(Vec<HTTPRoute>),
+    GrpcRoutes(Vec<GRPCRoute>),
+    Services(Vec<Service>),
+}
+
+/// One watch event, of whichever watch, or a refill's list.
 pub(super) enum Change {
     Ingress(Event<Ingress>),
     Route(Event<HTTPRoute>),
@@ -43,6 +85,7 @@ pub(super) enum Change {
     Service(Box<Event<Service>>),
     Namespace(Event<PartialObjectMeta<Namespace>>),
     Checker(Event<PartialObjectMeta<WebChecker>>),
+    Refill(Kind, String, Refilled),
     Failed(&'static str, watcher::Error),
 }
 
@@ -53,81 +96,23 @@ pub(super) struct Generated {
     pub(super) fingerprint: String,
 }
 
-/// The objects of one watch by (namespace, name), and the list under way.
-pub(super) struct Objects<T> {
-    pub(super) map: HashMap<NsName, Arc<T>>,
-    listing: Option<HashMap<NsName, Arc<T>>>,
-    pub(super) listed: bool,
+/// Whether a source with metadata `meta` may opt in (its Namespace as known).
+fn may_opt_in(kind: Kind, meta: &kube::api::ObjectMeta, namespaces: &Namespaces) -> bool {
+    let empty = BTreeMap::new();
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let ns = namespaces.get(ns).map_or(&empty, |n| &n.annotations);
+    let own = meta.annotations.as_ref().unwrap_or(&empty);
+    annotations::opts_in(own, ns, rules::namespace_covers(kind.name()))
 }
 
-impl<T> Default for Objects<T> {
-    fn default() -> Self {
-        Objects {
-            map: HashMap::new(),
-            listing: None,
-            listed: false,
-        }
-    }
-}
-
-/// What one event did to an [`Objects`].
-pub(super) enum Taken<T> {
-    /// Nothing to act on yet (a list under way).
-    Nothing,
-    /// A list ended: the objects it no longer has.
-    Listed(Vec<NsName>),
-    Applied(NsName),
-    Deleted(NsName, T),
-}
-
-impl<T: kube::Resource> Objects<T> {
-    pub(super) fn take(&mut self, ev: Event<T>) -> Taken<T> {
-        let key = |o: &T| (o.namespace().unwrap_or_default(), o.name_any());
-        match ev {
-            Event::Init => {
-                self.listing = Some(HashMap::new());
-                Taken::Nothing
-            }
-            Event::InitApply(o) => {
-                let map = self.listing.get_or_insert_default();
-                map.insert(key(&o), Arc::new(o));
-                Taken::Nothing
-            }
-            Event::InitDone => {
-                let fresh = self.listing.take().unwrap_or_default();
-                let gone = self
-                    .map
-                    .keys()
-                    .filter(|k| !fresh.contains_key(*k))
-                    .cloned()
-                    .collect();
-                self.map = fresh;
-                self.listed = true;
-                Taken::Listed(gone)
-            }
-            Event::Apply(o) => {
-                let k = key(&o);
-                self.map.insert(k.clone(), Arc::new(o));
-                Taken::Applied(k)
-            }
-            Event::Delete(o) => {
-                let k = key(&o);
-                self.map.remove(&k);
-                Taken::Deleted(k, o)
-            }
-        }
-    }
-}
-
-/// Namespace -> its annotations of ours.
-pub(super) type Namespaces = HashMap<String, BTreeMap<String, String>>;
+/// Namespace -> what discovery keeps of it.
+pub(super) type Namespaces = HashMap<String, NamespaceInfo>;
 /// Source UID -> checker name -> what it carries.
 pub(super) type GeneratedByOwner = HashMap<String, BTreeMap<String, Generated>>;
 /// (namespace, checker name) -> owner UID.
 pub(super) type OwnerOf = HashMap<NsName, String>;
 
 /// The views the watches keep, one per watch, and what was said.
-#[derive(Default)]
 pub(super) struct State {
     pub(super) ingresses: Objects<Ingress>,
     pub(super) routes: Objects<HTTPRoute>,
@@ -145,14 +130,64 @@ pub(super) struct State {
     pub(super) listed: [bool; 2],
     /// Source UID -> the problems last said (as Events) about it.
     pub(super) said: HashMap<String, Vec<Problem>>,
+    /// Namespace -> its source objects (of the kinds watched).
+    pub(super) by_ns: HashMap<String, BTreeSet<Key>>,
     /// Source -> checkers it wants (for the gauge).
     pub(super) wanted: HashMap<Key, usize>,
     pub(super) wanted_total: usize,
     /// Watches failing since their last event.
     pub(super) failing: Vec<&'static str>,
+    /// The checkers each source wants, against the cap per namespace.
+    pub(super) budget: Budget<Key>,
+    /// Namespaces (of a kind) whose stubs may now opt in: to be listed
+    /// again, and those being listed.
+    pub(super) refills: (BTreeSet<KindIn>, BTreeSet<KindIn>),
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State::new(usize::MAX)
+    }
 }
 
 impl State {
+    /// Empty, with a cap of `cap` generated checkers per namespace.
+    pub(super) fn new(cap: usize) -> Self {
+        State {
+            ingresses: Objects::default(),
+            routes: Objects::default(),
+            grpc_routes: Objects::default(),
+            gateways: Objects::default(),
+            services: Objects::default(),
+            namespaces: Namespaces::default(),
+            generated: GeneratedByOwner::default(),
+            owner_of: OwnerOf::default(),
+            listing: Default::default(),
+            listed: [false; 2],
+            said: HashMap::new(),
+            by_ns: HashMap::new(),
+            wanted: HashMap::new(),
+            wanted_total: 0,
+            failing: Vec::new(),
+            budget: Budget::new(cap),
+            refills: Default::default(),
+        }
+    }
+
+    /// Whether source `key` is kept as a stub that may opt in now (its
+    /// spec must be listed again before it is planned).
+    pub(super) fn stub_that_may_opt_in(&self, key: &Key) -> bool {
+        let (kind, ns, name) = key;
+        let at = (ns.clone(), name.clone());
+        let (stub, meta) = match kind {
+            Kind::Ingress => stub_meta(&self.ingresses, &at),
+            Kind::HttpRoute => stub_meta(&self.routes, &at),
+            Kind::GrpcRoute => stub_meta(&self.grpc_routes, &at),
+            Kind::Service => stub_meta(&self.services, &at),
+        };
+        stub && meta.is_some_and(|m| may_opt_in(*kind, m, &self.namespaces))
+    }
+
     pub(super) fn want(&mut self, key: &Key, n: usize) {
         let before = self.wanted.insert(key.clone(), n).unwrap_or(0);
         self.wanted_total = self.wanted_total + n - before;
@@ -178,19 +213,52 @@ impl State {
     }
 
     /// The source objects of `ns` (all with None), sorted.
-    fn keys_in(&self, ns: Option<&str>) -> Vec<Key> {
-        let of = |kind: Kind, keys: &mut dyn Iterator<Item = &NsName>| -> Vec<Key> {
-            keys.filter(|(n, _)| ns.is_none_or(|want| n == want))
-                .map(|(n, name)| (kind, n.clone(), name.clone()))
-                .collect()
-        };
-        let mut keys = of(Kind::Ingress, &mut self.ingresses.map.keys());
-        keys.extend(of(Kind::HttpRoute, &mut self.routes.map.keys()));
-        keys.extend(of(Kind::GrpcRoute, &mut self.grpc_routes.map.keys()));
-        keys.extend(of(Kind::Service, &mut self.services.map.keys()));
-        keys.sort();
-        keys
+    pub(super) fn keys_in(&self, ns: Option<&str>) -> Vec<Key> {
+        match ns {
+            Some(ns) => self.by_ns.get(ns).into_iter().flatten().cloned().collect(),
+            None => {
+                let mut keys: Vec<Key> = self.by_ns.values().flatten().cloned().collect();
+                keys.sort();
+                keys
+            }
+        }
     }
+
+    /// The source objects of `ns`, counted.
+    pub(super) fn count_in(&self, ns: &str) -> usize {
+        self.by_ns.get(ns).map_or(0, BTreeSet::len)
+    }
+
+    /// The index of the sources of `kind` made again from `keys` (its map's, after a list).
+    fn index<'a>(&mut self, kind: Kind, keys: impl Iterator<Item = &'a NsName>) {
+        for of in self.by_ns.values_mut() {
+            of.retain(|k| k.0 != kind);
+        }
+        self.by_ns.retain(|_, of| !of.is_empty());
+        for (ns, name) in keys {
+            let k = (kind, ns.clone(), name.clone());
+            self.by_ns.entry(ns.clone()).or_default().insert(k);
+        }
+    }
+
+    fn indexed(&mut self, k: &Key, present: bool) {
+        if present {
+            self.by_ns.entry(k.1.clone()).or_default().insert(k.clone());
+        } else if let Some(of) = self.by_ns.get_mut(&k.1) {
+            of.remove(k);
+            if of.is_empty() {
+                self.by_ns.remove(&k.1);
+            }
+        }
+    }
+}
+
+fn stub_meta<'a, T: kube::Resource>(
+    objects: &'a Objects<T>,
+    at: &NsName,
+) -> (bool, Option<&'a kube::api::ObjectMeta>) {
+    let meta = objects.map.get(at).map(|o| o.meta());
+    (objects.stubs.contains(at), meta)
 }
 
 /// Queues every source object (those of a kind not ready yet are dropped
@@ -215,48 +283,104 @@ fn on_source<T: kube::Resource>(
             for k in gone.into_iter().map(key) {
                 queue.forget(&k);
                 state.unwant(&k);
+                state.budget.remove(&k);
             }
+            let listed: Vec<NsName> = match kind {
+                Kind::Ingress => state.ingresses.map.keys().cloned().collect(),
+                Kind::HttpRoute => state.routes.map.keys().cloned().collect(),
+                Kind::GrpcRoute => state.grpc_routes.map.keys().cloned().collect(),
+                Kind::Service => state.services.map.keys().cloned().collect(),
+            };
+            state.index(kind, listed.iter());
             enqueue_all(state, queue);
         }
-        Taken::Applied(k) => queue.push(key(k)),
+        Taken::Applied(k) => {
+            let k = key(k);
+            state.indexed(&k, true);
+            queue.push(k);
+        }
         Taken::Deleted(k, o) => {
             // Its checkers go with it: the garbage collector follows their
             // ownerReference.
             let k = key(k);
+            state.indexed(&k, false);
             state.unwant(&k);
             if let Some(uid) = o.meta().uid.as_ref() {
                 state.said.remove(uid);
             }
             queue.forget(&k);
+            // Its place under the namespace's cap is free for others.
+            for other in state.budget.remove(&k) {
+                queue.push(other);
+            }
         }
     }
 }
 
+/// A predicate: whether an object of `kind` may opt in, its Namespace as
+/// `namespaces` says.
+fn full<T: kube::Resource<DynamicType = ()>>(
+    kind: Kind,
+    namespaces: &Namespaces,
+) -> impl Fn(&T) -> bool + '_ {
+    move |o: &T| may_opt_in(kind, o.meta(), namespaces)
+}
+
 pub(super) fn on_ingress(ev: Event<Ingress>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let taken = state.ingresses.take(ev);
+    let taken = state
+        .ingresses
+        .take(ev, &full(Kind::Ingress, &state.namespaces));
     on_source(Kind::Ingress, taken, state, queue);
 }
 
 pub(super) fn on_route(ev: Event<HTTPRoute>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let taken = state.routes.take(ev);
+    let taken = state
+        .routes
+        .take(ev, &full(Kind::HttpRoute, &state.namespaces));
     on_source(Kind::HttpRoute, taken, state, queue);
 }
 
 pub(super) fn on_grpc_route(ev: Event<GRPCRoute>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let taken = state.grpc_routes.take(ev);
+    let taken = state
+        .grpc_routes
+        .take(ev, &full(Kind::GrpcRoute, &state.namespaces));
     on_source(Kind::GrpcRoute, taken, state, queue);
 }
 
 /// An event of the Services' watch (trimmed by the watch, `service::trim`).
 pub(super) fn on_service(ev: Event<Service>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let taken = state.services.take(ev);
+    let taken = state
+        .services
+        .take(ev, &full(Kind::Service, &state.namespaces));
     on_source(Kind::Service, taken, state, queue);
+}
+
+/// A refill's list of namespace `ns` (of `kind`): its stubs that may opt in
+/// now are whole again, and have work.
+pub(super) fn on_refill(
+    kind: Kind,
+    ns: String,
+    listed: Refilled,
+    state: &mut State,
+    queue: &mut WorkQueue<Key>,
+) {
+    let namespaces = &state.namespaces;
+    let filled = match listed {
+        Refilled::Ingresses(l) => state.ingresses.refill(l, &full(kind, namespaces)),
+        Refilled::Routes(l) => state.routes.refill(l, &full(kind, namespaces)),
+        Refilled::GrpcRoutes(l) => state.grpc_routes.refill(l, &full(kind, namespaces)),
+        Refilled::Services(l) => state.services.refill(l, &full(kind, namespaces)),
+    };
+    state.refills.1.remove(&(kind, ns));
+    for (ns, name) in filled {
+        queue.push((kind, ns, name));
+    }
 }
 
 /// A Gateway changed (its addresses, its listeners): the routes that name
 /// it have work; a list's end: every route.
 pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let gw = match state.gateways.take(ev) {
+    let gw = match state.gateways.take(ev, &|_| true) {
         Taken::Nothing => return,
         Taken::Listed(_) => return enqueue_all(state, queue),
         Taken::Applied(k) | Taken::Deleted(k, _) => k,
@@ -288,13 +412,14 @@ pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut Work
     }
 }
 
-/// The annotations of ours on a Namespace (the others are not kept).
-fn ours(meta: &PartialObjectMeta<Namespace>) -> BTreeMap<String, String> {
-    meta.annotations()
-        .iter()
-        .filter(|(k, _)| k.starts_with(super::annotations::PREFIX))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+/// What discovery keeps of a Namespace: the annotations of ours, and its
+/// labels unless it has more than [`MAX_NAMESPACE_LABELS`].
+fn namespace_info(meta: &PartialObjectMeta<Namespace>) -> NamespaceInfo {
+    let labels = meta.labels();
+    NamespaceInfo {
+        annotations: trim::ours(Some(meta.annotations().clone())),
+        labels: (labels.len() <= MAX_NAMESPACE_LABELS).then(|| labels.clone()),
+    }
 }
 
 pub(super) fn on_namespace(
@@ -302,7 +427,7 @@ pub(super) fn on_namespace(
     state: &mut State,
     queue: &mut WorkQueue<Key>,
 ) {
-    let changed = |state: &mut State, name: String, now: Option<BTreeMap<String, String>>| {
+    let changed = |state: &mut State, name: String, now: Option<NamespaceInfo>| {
         let before = match now {
             Some(a) => state.namespaces.insert(name.clone(), a.clone()) != Some(a),
             None => state.namespaces.remove(&name).is_some(),
@@ -316,7 +441,7 @@ pub(super) fn on_namespace(
         }
         Event::InitApply(n) => {
             let map = state.listing.0.get_or_insert_default();
-            map.insert(n.name_any(), ours(&n));
+            map.insert(n.name_any(), namespace_info(&n));
             None
         }
         Event::InitDone => {
@@ -325,7 +450,7 @@ pub(super) fn on_namespace(
             enqueue_all(state, queue);
             None
         }
-        Event::Apply(n) => changed(state, n.name_any(), Some(ours(&n))),
+        Event::Apply(n) => changed(state, n.name_any(), Some(namespace_info(&n))),
         Event::Delete(n) => changed(state, n.name_any(), None),
     };
     if let Some(ns) = touched {
@@ -335,19 +460,26 @@ pub(super) fn on_namespace(
     }
 }
 
-/// The source that owns a generated checker: (its key, its UID).
+/// The source that controls a generated checker: (its key, its UID). Only
+/// its controller ownerReference counts, of the kind its `source` label
+/// names: a checker that merely mentions a route is not the route's.
 fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
-    let (kind, r) = meta.owner_references().iter().find_map(|r| {
-        let group = r.api_version.split('/').next().unwrap_or_default();
-        match (r.kind.as_str(), group) {
-            ("Ingress", "networking.k8s.io") => Some((Kind::Ingress, r)),
-            ("HTTPRoute", super::gateway_api::GROUP) => Some((Kind::HttpRoute, r)),
-            ("GRPCRoute", super::gateway_api::GROUP) => Some((Kind::GrpcRoute, r)),
-            // The core group: `v1`, no group part.
-            ("Service", "v1") => Some((Kind::Service, r)),
-            _ => None,
-        }
-    })?;
+    let r = meta
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    let group = r.api_version.split('/').next().unwrap_or_default();
+    let kind = match (r.kind.as_str(), group) {
+        ("Ingress", "networking.k8s.io") => Kind::Ingress,
+        ("HTTPRoute", super::gateway_api::GROUP) => Kind::HttpRoute,
+        ("GRPCRoute", super::gateway_api::GROUP) => Kind::GrpcRoute,
+        // The core group: `v1`, no group part.
+        ("Service", "v1") => Kind::Service,
+        _ => return None,
+    };
+    if meta.labels().get(SOURCE_LABEL).map(String::as_str) != Some(kind.label()) {
+        return None;
+    }
     Some((
         (kind, meta.namespace().unwrap_or_default(), r.name.clone()),
         r.uid.clone(),
@@ -366,12 +498,16 @@ fn forget_checker(state: &mut State, owner_uid: &str, name: &str) {
     }
 }
 
+/// Longest fingerprint kept (ours have 8 hex digits; a longer one, set by
+/// hand, matches nothing anyway).
+const MAX_FINGERPRINT: usize = 16;
+
 fn generated(meta: &PartialObjectMeta<WebChecker>) -> Generated {
+    let print = meta.annotations().get(FINGERPRINT_ANNOTATION);
     Generated {
         uid: meta.uid().unwrap_or_default(),
-        fingerprint: meta
-            .annotations()
-            .get(FINGERPRINT_ANNOTATION)
+        fingerprint: print
+            .filter(|p| p.len() <= MAX_FINGERPRINT)
             .cloned()
             .unwrap_or_default(),
     }
@@ -428,218 +564,5 @@ pub(super) fn on_checker(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-
-    fn ing(ns: &str, name: &str) -> Ingress {
-        Ingress {
-            metadata: ObjectMeta {
-                namespace: Some(ns.into()),
-                name: Some(name.into()),
-                uid: Some(format!("uid-{name}")),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
-    }
-
-    fn meta<K>(ns: &str, name: &str, annotations: &[(&str, &str)]) -> PartialObjectMeta<K> {
-        use kube::core::PartialObjectMetaExt;
-        ObjectMeta {
-            namespace: (!ns.is_empty()).then(|| ns.to_string()),
-            name: Some(name.into()),
-            uid: Some(format!("uid-{name}")),
-            annotations: Some(
-                annotations
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-        .into_response_partial()
-    }
-
-    fn checker(name: &str, owner: &str) -> PartialObjectMeta<WebChecker> {
-        let mut m = meta(
-            "web",
-            name,
-            &[(FINGERPRINT_ANNOTATION, "f1"), ("other.io/x", "y")],
-        );
-        m.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "networking.k8s.io/v1".into(),
-            kind: "Ingress".into(),
-            name: owner.into(),
-            uid: format!("uid-{owner}"),
-            ..Default::default()
-        }]);
-        m
-    }
-
-    fn drain(q: &mut WorkQueue<Key>) -> Vec<String> {
-        let mut out = Vec::new();
-        while let Some(k) = q.pop() {
-            out.push(k.2.clone());
-            q.done(k, true, std::time::Instant::now());
-        }
-        out
-    }
-
-    fn listed() -> (State, WorkQueue<Key>) {
-        let (mut s, mut q) = (State::default(), WorkQueue::default());
-        on_ingress(Event::Init, &mut s, &mut q);
-        for (ns, n) in [("web", "a"), ("web", "b"), ("shop", "c")] {
-            on_ingress(Event::InitApply(ing(ns, n)), &mut s, &mut q);
-        }
-        on_ingress(Event::InitDone, &mut s, &mut q);
-        on_namespace(Event::Init, &mut s, &mut q);
-        let web = meta::<Namespace>("", "web", &[("team", "y")]);
-        on_namespace(Event::InitApply(web), &mut s, &mut q);
-        on_namespace(Event::InitDone, &mut s, &mut q);
-        on_checker(Event::InitDone, &mut s, &mut q);
-        drain(&mut q);
-        (s, q)
-    }
-
-    #[test]
-    fn a_namespace_annotation_makes_work_for_its_ingresses_only() {
-        let (mut s, mut q) = listed();
-        let ns = |a: &[(&str, &str)]| Event::Apply(meta::<Namespace>("", "web", a));
-        on_namespace(ns(&[("team", "x")]), &mut s, &mut q);
-        assert_eq!(drain(&mut q), Vec::<String>::new(), "not ours: no work");
-        on_namespace(
-            ns(&[(super::super::annotations::CHECK, "true")]),
-            &mut s,
-            &mut q,
-        );
-        assert_eq!(drain(&mut q), ["a", "b"]);
-        on_namespace(
-            ns(&[(super::super::annotations::CHECK, "true")]),
-            &mut s,
-            &mut q,
-        );
-        assert_eq!(drain(&mut q), Vec::<String>::new(), "unchanged: no work");
-    }
-
-    #[test]
-    fn a_status_write_makes_no_work_and_an_adopted_checker_moves() {
-        let (mut s, mut q) = listed();
-        on_checker(Event::Apply(checker("a-x", "a")), &mut s, &mut q);
-        assert_eq!(drain(&mut q), ["a"]);
-        on_checker(Event::Apply(checker("a-x", "a")), &mut s, &mut q);
-        assert_eq!(drain(&mut q), Vec::<String>::new());
-        // The Ingress was made again (a new UID) and adopted its checker.
-        let mut adopted = checker("a-x", "a");
-        adopted.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-a2".into();
-        on_checker(Event::Apply(adopted.clone()), &mut s, &mut q);
-        assert!(!s.generated.contains_key("uid-a"), "{:?}", s.generated);
-        assert_eq!(s.generated["uid-a2"]["a-x"].fingerprint, "f1");
-        on_checker(Event::Delete(adopted), &mut s, &mut q);
-        assert_eq!(drain(&mut q), ["a"], "made again if still wanted");
-        assert!(s.generated.is_empty() && s.owner_of.is_empty());
-    }
-
-    fn route(ns: &str, name: &str, parent: (&str, Option<&str>)) -> HTTPRoute {
-        let mut r = HTTPRoute::new(name, Default::default());
-        r.metadata.namespace = Some(ns.into());
-        r.metadata.uid = Some(format!("uid-{name}"));
-        r.spec.parent_refs = Some(vec![super::super::gateway_api::ParentRef {
-            name: parent.0.into(),
-            namespace: parent.1.map(str::to_string),
-            ..Default::default()
-        }]);
-        r
-    }
-
-    fn gateway(ns: &str, name: &str) -> Gateway {
-        let mut g = Gateway::new(name, Default::default());
-        g.metadata.namespace = Some(ns.into());
-        g
-    }
-
-    #[test]
-    fn a_gateway_makes_work_for_the_routes_that_name_it() {
-        let (mut s, mut q) = listed();
-        on_route(Event::InitDone, &mut s, &mut q);
-        for r in [
-            route("web", "r1", ("gw", None)),
-            route("shop", "r2", ("gw", Some("web"))),
-            route("shop", "r3", ("gw", None)),
-        ] {
-            on_route(Event::Apply(r), &mut s, &mut q);
-        }
-        assert!(!s.ready(Kind::HttpRoute), "the Gateways are not listed yet");
-        on_gateway(Event::InitDone, &mut s, &mut q);
-        assert!(s.ready(Kind::HttpRoute) && s.ready(Kind::Ingress));
-        drain(&mut q);
-        on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
-        assert_eq!(drain(&mut q), ["r2", "r1"], "r3 names shop's gw");
-        let checker = {
-            let mut c = checker("r1-x", "r1");
-            let r = &mut c.metadata.owner_references.as_mut().unwrap()[0];
-            (r.api_version, r.kind) = ("gateway.networking.k8s.io/v1".into(), "HTTPRoute".into());
-            c
-        };
-        on_checker(Event::Apply(checker), &mut s, &mut q);
-        let popped = q.pop().unwrap();
-        assert_eq!(popped, (Kind::HttpRoute, "web".into(), "r1".into()));
-        q.done(popped, true, std::time::Instant::now());
-        let ns = Event::Apply(meta::<Namespace>(
-            "",
-            "shop",
-            &[(super::super::annotations::CHECK, "true")],
-        ));
-        on_namespace(ns, &mut s, &mut q);
-        assert_eq!(
-            drain(&mut q),
-            ["c", "r2", "r3"],
-            "the Ingress and the routes of shop"
-        );
-    }
-
-    #[test]
-    fn a_gateway_makes_work_for_the_grpcroutes_that_name_it_too() {
-        let (mut s, mut q) = listed();
-        on_route(Event::InitDone, &mut s, &mut q);
-        on_gateway(Event::InitDone, &mut s, &mut q);
-        assert!(
-            !s.ready(Kind::GrpcRoute),
-            "the GRPCRoutes are not listed yet"
-        );
-        on_grpc_route(Event::InitDone, &mut s, &mut q);
-        assert!(s.ready(Kind::GrpcRoute));
-        let mut g = GRPCRoute::new("g1", Default::default());
-        g.metadata.namespace = Some("web".into());
-        g.metadata.uid = Some("uid-g1".into());
-        g.spec.parent_refs = route("web", "x", ("gw", None)).spec.parent_refs;
-        on_grpc_route(Event::Apply(g), &mut s, &mut q);
-        on_route(
-            Event::Apply(route("web", "r1", ("gw", None))),
-            &mut s,
-            &mut q,
-        );
-        drain(&mut q);
-        on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
-        assert_eq!(drain(&mut q), ["r1", "g1"]);
-        let mut c = checker("g1-x", "g1");
-        let r = &mut c.metadata.owner_references.as_mut().unwrap()[0];
-        (r.api_version, r.kind) = ("gateway.networking.k8s.io/v1".into(), "GRPCRoute".into());
-        on_checker(Event::Apply(c), &mut s, &mut q);
-        let popped = q.pop().unwrap();
-        assert_eq!(popped, (Kind::GrpcRoute, "web".into(), "g1".into()));
-    }
-
-    #[test]
-    fn a_relist_replaces_the_ingresses_at_its_end() {
-        let (mut s, mut q) = listed();
-        s.want(&(Kind::Ingress, "web".into(), "a".into()), 2);
-        on_ingress(Event::Init, &mut s, &mut q);
-        on_ingress(Event::InitApply(ing("web", "b")), &mut s, &mut q);
-        assert_eq!(s.ingresses.map.len(), 3, "unchanged until the list ends");
-        on_ingress(Event::InitDone, &mut s, &mut q);
-        assert_eq!(s.ingresses.map.len(), 1);
-        assert_eq!(s.wanted_total, 0, "a's checkers are no longer counted");
-        assert_eq!(drain(&mut q), ["b"]);
-    }
-}
+#[path = "views_tests.rs"]
+mod tests;

@@ -1,7 +1,11 @@
 //! The API calls of one source object: server-side apply of each checker it
 //! wants that differs from what was last applied, deletion of those it no
 //! longer wants, Warning Events about its annotations. Every call has a
-//! deadline and is made only while this replica leads.
+//! deadline and is made only while this replica leads. Nothing is applied
+//! to, or deleted from, a checker the source does not control: an apply
+//! names the UID of the checker it is for (one of that name not seen before
+//! is looked at first, and left alone with a `NameTaken` Warning when made
+//! by hand or by anyone else), a deletion carries it as a precondition.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,7 +17,8 @@ use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
 use super::metrics::DiscoveryMetrics;
-use super::{Desired, FIELD_MANAGER, Problem, Source, patch};
+use super::patch::{self, Claim};
+use super::{Desired, FIELD_MANAGER, Problem, Source};
 use crate::api::WebChecker;
 use crate::coordination::shard::LeaderGate;
 use crate::error::api_code;
@@ -21,6 +26,10 @@ use crate::kubeio::client::CALL_DEADLINE;
 
 /// The Event reason when the API server refuses a generated checker.
 pub const INVALID_CHECKER: &str = "InvalidChecker";
+
+/// The Event reason when a checker of the name a source would generate
+/// exists and was not generated for it: it is left alone.
+pub const NAME_TAKEN: &str = "NameTaken";
 
 /// Conflicts resolved in a row for one checker before it is retried later
 /// (each removes the fields a conflict named; a new one means someone is
@@ -30,8 +39,9 @@ const CONFLICT_ROUNDS: usize = 3;
 /// What to do for one source object.
 pub struct Work {
     pub source: Source,
-    /// Applied in this order.
-    pub apply: Vec<Desired>,
+    /// Applied in this order, each with the UID of the checker of its name
+    /// that this source controls, when one was seen.
+    pub apply: Vec<(Desired, Option<String>)>,
     /// Checkers of this source it no longer wants: (name, UID).
     pub delete: Vec<(String, String)>,
     /// To say on the source object (new since the last time).
@@ -87,8 +97,13 @@ impl Writer {
         }
         let api: Api<WebChecker> = Api::namespaced(self.client.clone(), &work.source.namespace);
         let mut first_failure = None;
-        for d in &work.apply {
-            if let Err(e) = self.apply(&api, d, &work.source, &reference).await {
+        for (d, uid) in &work.apply {
+            let to = Checker {
+                api: &api,
+                source: &work.source,
+                reference: &reference,
+            };
+            if let Err(e) = self.apply(&to, d, uid.as_deref()).await {
                 if matches!(e, Stopped::NotLeading) {
                     return Err(e);
                 }
@@ -106,26 +121,32 @@ impl Writer {
         first_failure.map_or(Ok(()), Err)
     }
 
-    /// Server-side apply, force=false. A conflict means a person changed a
-    /// field by hand: apply again without the fields it names, so their
-    /// values stay as set.
-    async fn apply(
-        &self,
-        api: &Api<WebChecker>,
-        d: &Desired,
-        source: &Source,
-        reference: &ObjectReference,
-    ) -> Result<(), Stopped> {
-        let mut body = patch::body(d, source);
+    /// Server-side apply, force=false, of a checker this source controls
+    /// (UID `uid`), or of one not seen before once `claim` allows it. A
+    /// conflict means a person changed a field by hand: apply again
+    /// without the fields it names, so their values stay as set.
+    async fn apply(&self, to: &Checker<'_>, d: &Desired, uid: Option<&str>) -> Result<(), Stopped> {
+        let uid = match uid {
+            Some(uid) => Some(uid.to_string()),
+            None => match self.claim(to, d).await? {
+                Some(Claim::Ours(uid)) => Some(uid),
+                Some(Claim::Taken) => return Ok(()),
+                None => None,
+            },
+        };
+        let mut body = patch::body(d, to.source);
+        if let Some(uid) = &uid {
+            body = patch::guarded(body, uid);
+        }
         let mut kept: Vec<String> = Vec::new();
         let params = PatchParams::apply(FIELD_MANAGER);
         for _ in 0..CONFLICT_ROUNDS {
             self.leading()?;
             let apply = Patch::Apply(&body);
-            let call = api.patch(&d.name, &params, &apply);
+            let call = to.api.patch(&d.name, &params, &apply);
             let err = match tokio::time::timeout(CALL_DEADLINE, call).await {
                 Ok(Ok(_)) => {
-                    self.applied(source, d, &kept);
+                    self.applied(to.source, d, &kept);
                     return Ok(());
                 }
                 Ok(Err(e)) => e,
@@ -154,14 +175,14 @@ impl Writer {
                 (_, Some(400 | 422)) => {
                     self.metrics.applied("invalid");
                     let msg = format!("the API server refused checker {}: {err}", d.name);
-                    warn!(namespace = %source.namespace, source = %source.name, "{msg}");
-                    self.warn(reference, INVALID_CHECKER, &msg).await;
+                    warn!(namespace = %to.source.namespace, source = %to.source.name, "{msg}");
+                    self.warn(to.reference, INVALID_CHECKER, &msg).await;
                     // Retrying cannot help before the source changes.
                     return Ok(());
                 }
                 (_, Some(403)) => {
                     let why = format!(
-                        "{err} (route discovery needs patch and create on webcheckers: the chart grants them with discovery.enabled)"
+                        "{err} (route discovery needs get, patch and create on webcheckers: the chart grants them with discovery.enabled)"
                     );
                     return Err(self.apply_failed(d, &why));
                 }
@@ -169,6 +190,34 @@ impl Writer {
             }
         }
         Err(self.apply_failed(d, "conflicts kept coming (someone is editing it)"))
+    }
+
+    /// Whether checker `d` may be applied: None when there is none of its
+    /// name (it is made); else whether the source may claim it
+    /// (`patch::claim`). One it may not is left alone, said on the source.
+    async fn claim(&self, to: &Checker<'_>, d: &Desired) -> Result<Option<Claim>, Stopped> {
+        self.leading()?;
+        let call = to.api.get_metadata_opt(&d.name);
+        let found = match tokio::time::timeout(CALL_DEADLINE, call).await {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => return Err(self.apply_failed(d, &e.to_string())),
+            Err(_) => return Err(self.apply_failed(d, "no answer within the call deadline")),
+        };
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let claim = patch::claim(&found.metadata, to.source);
+        if claim == Claim::Taken {
+            self.metrics.applied("name_taken");
+            let s = to.source;
+            let msg = format!(
+                "a WebChecker named {} exists that this {} did not generate: it is left as it is, and {} gets no checker from this {}; rename or delete that WebChecker to have it generated",
+                d.name, s.kind, d.host, s.kind
+            );
+            info!(namespace = %s.namespace, source = %s.name, checker = %d.name, "name taken: the existing checker is left alone");
+            self.warn(to.reference, NAME_TAKEN, &msg).await;
+        }
+        Ok(Some(claim))
     }
 
     fn applied(&self, source: &Source, d: &Desired, kept: &[String]) {
@@ -246,6 +295,14 @@ impl Writer {
             Err(_) => debug!("publishing an Event about a route timed out"),
         }
     }
+}
+
+/// The checkers of one source: where they are, whose they are, where their
+/// Events go.
+struct Checker<'a> {
+    api: &'a Api<WebChecker>,
+    source: &'a Source,
+    reference: &'a ObjectReference,
 }
 
 fn reference(s: &Source) -> ObjectReference {

@@ -88,9 +88,26 @@ impl EventReceiver {
 }
 
 /// Publishes the queued Events, one namespace after another, until the
-/// engine is gone.
-pub async fn run_events(recorder: Recorder, rx: EventReceiver, metrics: Arc<Metrics>) {
+/// engine is gone. An Event on a generated checker's route goes out only
+/// when that route exists with the UID the checker names
+/// (`route_events::is_the_source`): a checker cannot write on a route of
+/// its choosing.
+pub async fn run_events(
+    recorder: Recorder,
+    rx: EventReceiver,
+    metrics: Arc<Metrics>,
+    client: kube::Client,
+) {
+    use crate::discovery::route_events::{is_source_kind, is_the_source};
     while let Some((reference, ev)) = rx.next().await {
+        if is_source_kind(&reference) && !is_the_source(&client, &reference).await {
+            debug!(
+                kind = reference.kind.as_deref().unwrap_or_default(),
+                name = reference.name.as_deref().unwrap_or_default(),
+                "no Event on a route that is not the one its checker names"
+            );
+            continue;
+        }
         match recorder.publish(&ev, &reference).await {
             Ok(()) => {
                 let type_ = match ev.type_ {

@@ -31,7 +31,7 @@ pub(super) async fn resolve(
 ) -> Result<Vec<SocketAddr>, HopError> {
     let addrs: Vec<SocketAddr> = if let Ok(ip) = host.parse::<IpAddr>() {
         vec![SocketAddr::new(ip, port)]
-    } else if let Some(ips) = static_hosts.get(&host.to_ascii_lowercase()) {
+    } else if let Some(ips) = static_hosts.get(&host.trim_end_matches('.').to_ascii_lowercase()) {
         ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect()
     } else {
         resolver

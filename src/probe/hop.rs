@@ -77,7 +77,8 @@ impl Probe<'_> {
         match &self.plan.connect_to {
             Some(to) if hop.own_origin => (
                 Target {
-                    host: to.clone(),
+                    host: to.trim_end_matches('.').to_string(),
+                    absolute: to.ends_with('.'),
                     ..hop.target.clone()
                 },
                 format!("connectTo {to}"),
@@ -101,7 +102,7 @@ impl Probe<'_> {
         let resolved = resolve(
             &self.prober.static_hosts,
             &self.prober.resolver,
-            &dial.host,
+            &dial.lookup_name(),
             dial_name,
             dial.port,
             self.plan.ip_family,
@@ -248,7 +249,7 @@ impl Probe<'_> {
         let resolved = resolve(
             &self.prober.static_hosts,
             &self.prober.resolver,
-            &target.host,
+            &target.lookup_name(),
             name,
             target.port,
             AddressFamily::Auto,

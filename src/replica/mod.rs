@@ -353,6 +353,7 @@ fn start_tasks(
             instance: Some(basics.identity.clone()),
         },
     );
+    let events_client = client.clone();
     let engine = tokio::spawn(async move {
         engine.run(cmd_rx).await;
         Ok::<(), Error>(())
@@ -364,7 +365,12 @@ fn start_tasks(
             Ok::<(), Error>(())
         }
     });
-    tokio::spawn(events::run_events(recorder, ev_rx, metrics.clone()));
+    tokio::spawn(events::run_events(
+        recorder,
+        ev_rx,
+        metrics.clone(),
+        events_client,
+    ));
     let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
     let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view);
     let watch = tokio::spawn(feed::watch_own_shard(
@@ -380,15 +386,7 @@ fn start_tasks(
         },
     ));
     if cfg.discover_routes {
-        // Not vital: it is no task the replica exits for.
-        crate::discovery::task::spawn(crate::discovery::task::Discovery {
-            clients: basics.clients.clone(),
-            watch_namespace: cfg.watch_namespace.clone(),
-            leader: coordination.leader_gate.clone(),
-            metrics: metrics.clone(),
-            identity: basics.identity.clone(),
-            defaults: Default::default(),
-        });
+        start_discovery(cfg, basics, &coordination.leader_gate);
     }
     let tasks = Tasks {
         engine,
@@ -406,6 +404,23 @@ fn start_tasks(
         stop_leader,
     };
     (tasks, running)
+}
+
+/// Route discovery (crate::discovery), led by the leader. Not vital: it is
+/// no task the replica exits for.
+fn start_discovery(cfg: &Config, basics: &Basics, leader: &Arc<LeaderGate>) {
+    crate::discovery::task::spawn(crate::discovery::task::Discovery {
+        clients: basics.clients.clone(),
+        watch_namespace: cfg.watch_namespace.clone(),
+        leader: leader.clone(),
+        metrics: basics.metrics.clone(),
+        identity: basics.identity.clone(),
+        defaults: crate::discovery::Defaults {
+            cluster_domain: cfg.cluster_domain.clone(),
+            ..Default::default()
+        },
+        max_per_namespace: cfg.discovery_max_checkers_per_namespace as usize,
+    });
 }
 
 /// Confirmation (crate::confirm): the service that answers other replicas'

@@ -60,6 +60,19 @@ fn route_discovery_gets_the_flag_and_what_it_uses_cluster_wide() {
     let docs = render(&["--set", "discovery.enabled=true"]);
     let cfg = rendered_config(one(&docs, "Deployment"), "wc-webchecker-operator-0");
     assert!(cfg.discover_routes);
+    assert_eq!(cfg.discovery_max_checkers_per_namespace, 500);
+    assert_eq!(cfg.cluster_domain, "cluster.local");
+    let set = render(&[
+        "--set",
+        "discovery.enabled=true",
+        "--set",
+        "discovery.maxCheckersPerNamespace=2000",
+        "--set",
+        "discovery.clusterDomain=corp.example",
+    ]);
+    let cfg = rendered_config(one(&set, "Deployment"), "wc-webchecker-operator-0");
+    assert_eq!(cfg.discovery_max_checkers_per_namespace, 2000);
+    assert_eq!(cfg.cluster_domain, "corp.example");
     let role = named(&docs, "ClusterRole", ROUTES);
     assert_eq!(role.len(), 1, "ClusterRole {ROUTES}");
     assert_eq!(

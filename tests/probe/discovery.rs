@@ -27,6 +27,18 @@ use super::*;
 /// (the issue's figure): the leader's watch, one apply, the test's poll.
 pub(super) const WITHIN: Duration = Duration::from_secs(2);
 
+/// The name of the checker the `kind` (`source` label) object `source`
+/// generates for `host` (through DNS).
+pub(super) fn name_of(kind: &str, source: &str, host: &str) -> String {
+    webchecker::discovery::names::generated(kind, source, host, None, None)
+}
+
+/// The same through the Gateway `gw` of the route's namespace (`ns`).
+pub(super) fn name_via(kind: &str, source: &str, host: &str, ns: &str, gw: &str) -> String {
+    let key = format!("{ns}/{gw}");
+    webchecker::discovery::names::generated(kind, source, host, Some((&key, gw)), None)
+}
+
 pub(super) fn ingress(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
     let rules: String = hosts
         .iter()
@@ -142,6 +154,51 @@ pub(super) fn loopback_ip() -> String {
     )
 }
 
+/// A test's namespace and a zone of it whose every name resolves to a
+/// target of its own on port 80.
+pub(super) struct Zone {
+    pub ns: String,
+    pub client: kube::Client,
+    pub wcs: kube::Api<WebChecker>,
+    /// `<ns>.test`.
+    pub zone: String,
+    pub target: Server,
+}
+
+impl Zone {
+    /// Its namespace, client, checkers and zone, to own.
+    pub fn parts(&self) -> (String, kube::Client, kube::Api<WebChecker>, String) {
+        let z = self;
+        (
+            z.ns.clone(),
+            z.client.clone(),
+            z.wcs.clone(),
+            z.zone.clone(),
+        )
+    }
+}
+
+/// A fresh namespace (`prefix`-...) and its zone, answered by `answer`.
+pub(super) async fn zone(
+    prefix: &str,
+    answer: impl Fn(&Request) -> Answer + Send + Sync + 'static,
+) -> Zone {
+    let ns = cluster().namespace(prefix);
+    let client = cluster().client().await;
+    let wcs = checkers(&client, &ns);
+    let zone = format!("{ns}.test");
+    let ip = loopback_ip();
+    let target = Server::http(&format!("{ip}:80"), answer).await;
+    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    Zone {
+        ns,
+        client,
+        wcs,
+        zone,
+        target,
+    }
+}
+
 pub(super) async fn kubectl(args: &[&str]) {
     let out = cluster().kubectl_async(args).await;
     assert!(
@@ -154,13 +211,9 @@ pub(super) async fn kubectl(args: &[&str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let c = cluster();
-    let ns = c.namespace("probe-routes");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
-    let ip = loopback_ip();
-    let target = Server::http(&format!("{ip}:80"), |_| Answer::ok()).await;
-    Dns::shared().add_zone(&zone, &[ip.parse().unwrap()]);
+    let z = zone("probe-routes", |_| Answer::ok()).await;
+    let (ns, client, wcs, zone) = z.parts();
+    let target = &z.target;
     // Neither it nor its Namespace opts in (yet).
     apply_ok(&ns, &ingress("plain", &[], &[&format!("plain.{zone}")])).await;
     let op = discovering_op(c, &ns).await;
@@ -182,7 +235,10 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     };
     let t = Instant::now();
     apply_ok(&ns, &shop(&[&a, &b], &[])).await;
-    let names = [format!("shop-{a}"), format!("shop-{b}")];
+    let names = [
+        name_of("ingress", "shop", &a),
+        name_of("ingress", "shop", &b),
+    ];
     let took = wait_generated(&wcs, "shop", &names, t).await;
     println!("an Ingress with two hosts annotated: its two WebCheckers after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -214,7 +270,10 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let d = format!("d.{zone}");
     let t = Instant::now();
     apply_ok(&ns, &shop(&[&a, &d], &[])).await;
-    let names = [format!("shop-{a}"), format!("shop-{d}")];
+    let names = [
+        name_of("ingress", "shop", &a),
+        name_of("ingress", "shop", &d),
+    ];
     let took = wait_generated(&wcs, "shop", &names, t).await;
     println!("a host edited: the old WebChecker deleted and the new one created after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -281,6 +340,12 @@ pub(super) fn source_column(table: &str) -> Vec<String> {
         .collect()
 }
 
+/// The field managers of a checker.
+pub(super) fn field_managers(wc: &WebChecker) -> Vec<String> {
+    let fields = wc.metadata.managed_fields.iter().flatten();
+    fields.filter_map(|m| m.manager.clone()).collect()
+}
+
 /// The checker names its Ingress as controller owner (the garbage collector
 /// deletes it with the Ingress) and is applied by discovery's field manager.
 async fn owned_by_the_ingress(
@@ -306,13 +371,7 @@ async fn owned_by_the_ingress(
     );
     assert_eq!(wc.spec.interval_seconds, 2);
     assert_eq!(wc.spec.path, "/healthz");
-    let managers: Vec<String> = wc
-        .metadata
-        .managed_fields
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|m| m.manager)
-        .collect();
+    let managers = field_managers(&wc);
     assert!(managers.iter().any(|m| m == FIELD_MANAGER), "{managers:?}");
     assert!(
         wc.metadata
@@ -395,7 +454,7 @@ async fn the_namespace_opts_in_and_an_ingress_opts_out(
     );
     let t = Instant::now();
     kubectl(&["annotate", "namespace", ns, &format!("{CHECK}=true")]).await;
-    let want = [format!("plain-plain.{zone}")];
+    let want = [name_of("ingress", "plain", &format!("plain.{zone}"))];
     let took = wait_generated(wcs, "plain", &want, t).await;
     println!(
         "the Namespace opted in: the Ingress that says nothing got its WebChecker after {took:.2?}"
@@ -460,7 +519,10 @@ async fn httproutes_get_checkers_and_are_probed_through_their_gateway() {
     let t = Instant::now();
     let shop = httproute("shop", &[(CHECK, "true")], &[&a, &b]);
     apply_ok(&ns, &shop).await;
-    let names = [format!("shop-{a}"), format!("shop-{b}")];
+    let names = [
+        name_of("httproute", "shop", &a),
+        name_of("httproute", "shop", &b),
+    ];
     let took = wait_generated_from(&wcs, "httproute", "shop", &names, t).await;
     println!("an HTTPRoute with two hostnames annotated: its two WebCheckers after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -520,7 +582,10 @@ async fn through_the_gateway(
         r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
     ])
     .await;
-    let names = [format!("edge-{www}-gw"), format!("edge-{secure}-gw")];
+    let names = [
+        name_via("httproute", "edge", &www, ns, "gw"),
+        name_via("httproute", "edge", &secure, ns, "gw"),
+    ];
     let took = wait_generated_from(wcs, "httproute", "edge", &names, t).await;
     println!("the Gateway got an address: the via-gateway WebCheckers after {took:.2?}");
     let wc = wcs.get(&names[0]).await.unwrap();

@@ -61,7 +61,7 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
     let t = Instant::now();
     let host = format!("shop.{ns}.test");
     apply_in(c, &ns, &ingress("shop", &[(CHECK, "true")], &[&host])).await;
-    let want = [format!("shop-{host}")];
+    let want = [name_of("ingress", "shop", &host)];
     let took = wait_generated_from(&wcs, "ingress", "shop", &want, t).await;
     println!("no Gateway API: the Ingress's WebChecker after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -116,7 +116,7 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
         "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: web\n  annotations:\n    {CHECK}: \"true\"\nspec:\n  hostnames: [\"web.{ns}.test\"]\n"
     );
     apply_in(c, &ns, &route).await;
-    let want = [format!("web-web.{ns}.test")];
+    let want = [name_of("httproute", "web", &format!("web.{ns}.test"))];
     let took = wait_generated_from(&wcs, "httproute", "web", &want, t).await;
     println!("and an HTTPRoute's WebChecker after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");

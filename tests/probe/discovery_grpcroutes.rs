@@ -67,7 +67,10 @@ async fn discovery_grpcroutes_get_grpc_health_checkers_probed_through_their_gate
         &[&a, &secure],
     );
     apply_ok(&ns, &orders).await;
-    let names = [format!("orders-{a}"), format!("orders-{secure}")];
+    let names = [
+        name_of("grpcroute", "orders", &a),
+        name_of("grpcroute", "orders", &secure),
+    ];
     let took = wait_generated_from(&wcs, "grpcroute", "orders", &names, t).await;
     println!("a GRPCRoute with two hostnames annotated: its two WebCheckers after {took:.2?}");
     assert!(took < WITHIN, "{took:?}");
@@ -110,7 +113,7 @@ async fn discovery_grpcroutes_get_grpc_health_checkers_probed_through_their_gate
     };
     let t = Instant::now();
     apply_ok(&ns, &edge(&[])).await;
-    let name = format!("edge-{www}-gw");
+    let name = name_via("grpcroute", "edge", &www, &ns, "gw");
     let took = wait_generated_from(&wcs, "grpcroute", "edge", std::slice::from_ref(&name), t).await;
     println!("a via-gateway GRPCRoute: its WebChecker after {took:.2?}");
     let wc = wcs.get(&name).await.unwrap();

@@ -38,7 +38,10 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     let allowed = loopback_ip();
     let _allowed = Server::http(&format!("{allowed}:80"), |_| Answer::ok()).await;
     Dns::shared().add_zone(&zone, &[allowed.parse().unwrap()]);
-    Dns::shared().add(&format!("meta.{ns}.svc"), &[denied_ip.parse().unwrap()]);
+    Dns::shared().add(
+        &format!("meta.{ns}.svc.cluster.local"),
+        &[denied_ip.parse().unwrap()],
+    );
     let deny = format!("--deny-cidrs=169.254.0.0/16,{denied_ip}/32");
     let op = spawn_op(
         c,
@@ -74,7 +77,8 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     apply_ok(&ns, &http_service("meta")).await;
 
     let bound = Duration::from_secs(30);
-    let lb = format!("lb-{host}");
+    let lb = name_of("ingress", "lb", &host);
+    let meta = name_of("service", "meta", "svc");
     let by_status = wait_condition(&wcs, &lb, "Ready", "False", "Forbidden", bound).await;
     let wc = wcs.get(&lb).await.unwrap();
     assert_eq!(wc.spec.connect_to.as_deref(), Some(denied_ip.as_str()));
@@ -86,7 +90,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
         "{}",
         by_status.message
     );
-    let by_name = wait_condition(&wcs, "meta-svc", "Ready", "False", "Forbidden", bound).await;
+    let by_name = wait_condition(&wcs, &meta, "Ready", "False", "Forbidden", bound).await;
     println!("Service name -> {denied_ip}: {}", by_name.message);
     assert!(
         by_name
@@ -116,7 +120,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
             )
             .unwrap_or(0.0)
         };
-        (n(&lb) >= 3.0 && n("meta-svc") >= 3.0).then_some(())
+        (n(&lb) >= 3.0 && n(&meta) >= 3.0).then_some(())
     })
     .await;
     assert_eq!(

@@ -9,7 +9,7 @@ use http::{HeaderName, HeaderValue};
 use super::patterns::Pattern;
 use super::{Protocol, TcpStepPlan};
 use crate::api::{CheckKind, WebCheckerSpec};
-use crate::probe::target::Target;
+use crate::probe::target::{Target, absolute_name};
 
 /// The path of the gRPC health check's one method.
 pub const GRPC_HEALTH_PATH: &str = "/grpc.health.v1.Health/Check";
@@ -31,10 +31,10 @@ pub(super) fn target(spec: &WebCheckerSpec, kind: CheckKind) -> Result<Target, S
             u.scheme()
         ));
     }
-    let name = match u.host() {
-        Some(url::Host::Domain(d)) => d.to_ascii_lowercase(),
-        Some(url::Host::Ipv4(ip)) => ip.to_string(),
-        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+    let (name, absolute) = match u.host() {
+        Some(url::Host::Domain(d)) => absolute_name(&d.to_ascii_lowercase()),
+        Some(url::Host::Ipv4(ip)) => (ip.to_string(), false),
+        Some(url::Host::Ipv6(ip)) => (ip.to_string(), false),
         None => return Err("spec.host must name a host".into()),
     };
     // A host of a scheme the URL standard does not know is kept as written
@@ -52,6 +52,7 @@ pub(super) fn target(spec: &WebCheckerSpec, kind: CheckKind) -> Result<Target, S
     Ok(Target {
         https: matches!(u.scheme(), "grpcs" | "tls"),
         host: name,
+        absolute,
         port,
         path_and_query: match kind {
             CheckKind::Grpc => GRPC_HEALTH_PATH.into(),
