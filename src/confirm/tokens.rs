@@ -34,8 +34,8 @@ pub struct TokenSource {
     /// before any token exists) makes one token, not one each, which the
     /// confirmers would each have to review.
     making: tokio::sync::Mutex<()>,
-    /// 1 while a token is at hand (`webchecker_confirm_credentials`).
-    held: IntGauge,
+    /// 1 while no token could be made (`webchecker_confirm_credentials_missing`).
+    missing: IntGauge,
 }
 
 /// How long a failure to make a token is remembered (no API call per
@@ -48,7 +48,7 @@ impl TokenSource {
         namespace: &str,
         service_account: &str,
         pod: Option<(String, String)>,
-        held: IntGauge,
+        missing: IntGauge,
     ) -> Self {
         TokenSource {
             client,
@@ -57,7 +57,7 @@ impl TokenSource {
             pod,
             cached: Mutex::new(None),
             making: tokio::sync::Mutex::new(()),
-            held,
+            missing,
         }
     }
 
@@ -70,19 +70,17 @@ impl TokenSource {
             return t;
         }
         let made = self.make().await;
-        let had = self.held.get();
+        let was_missing = self.missing.get() == 1;
         match &made {
             Ok(_) => {
-                self.held.set(1);
-                if had == 0 {
-                    info!(
-                        "this replica holds a token to ask other replicas to confirm its failures"
-                    );
+                self.missing.set(0);
+                if was_missing {
+                    info!("this replica holds a token to ask other replicas again");
                 }
             }
             Err(why) => {
-                self.held.set(0);
-                warn!(error = %why, "cannot make a token to ask other replicas to confirm failures or probe from their zones: this replica's failures go unconfirmed (webchecker_confirm_credentials is 0)");
+                self.missing.set(1);
+                warn!(error = %why, "cannot make a token to ask other replicas to confirm failures or probe from their zones: this replica's failures go unconfirmed (webchecker_confirm_credentials_missing is 1)");
             }
         }
         let until = Instant::now()
@@ -157,13 +155,13 @@ mod tests {
     #[tokio::test]
     async fn a_burst_of_asks_makes_one_token() {
         let (client, mut handle) = client();
-        let held = IntGauge::new("held", "held").unwrap();
+        let missing = IntGauge::new("missing", "missing").unwrap();
         let source = std::sync::Arc::new(TokenSource::new(
             client,
             "ops",
             "webchecker-operator",
             None,
-            held.clone(),
+            missing.clone(),
         ));
         let api = tokio::spawn(async move {
             let mut served = 0;
@@ -190,6 +188,6 @@ mod tests {
         }
         drop(source);
         assert_eq!(api.await.unwrap(), 1, "one token for the burst");
-        assert_eq!(held.get(), 1);
+        assert_eq!(missing.get(), 0);
     }
 }

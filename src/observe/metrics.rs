@@ -183,8 +183,8 @@ pub struct Metrics {
     pub unconfirmed_failures: IntCounterVec,
     /// Confirmer side: asks served, by result.
     pub confirm_requests: IntCounterVec,
-    /// Owner side: 1 while it holds a token to ask with.
-    pub confirm_credentials: IntGauge,
+    /// Owner side: 1 while it could not get a token to ask with.
+    pub confirm_credentials_missing: IntGauge,
     /// Connections closed at once for a listener's limits, by listener.
     pub connections_refused: IntCounterVec,
     /// This replica's place: zone and node; always 1.
@@ -303,9 +303,9 @@ const CONFIRM_REQUESTS: Family = (
     "webchecker_confirm_requests_total",
     "Asks to confirm a failure or to probe from this zone that this replica served, by result: probed, unauthenticated (not a member's credentials, or not from its address), refused (the asker does not own the checker, it changed, is unknown or cannot be probed here), busy (no share of its namespace's or of the replica's work came free in time), abandoned (the owner stopped waiting before the answer: the work was dropped)",
 );
-const CONFIRM_CREDENTIALS: Family = (
-    "webchecker_confirm_credentials",
-    "1 while this replica holds credentials to ask other replicas to confirm its failures and to probe from their zones; 0 while it cannot get them (its ServiceAccount, its pod or the permission to request them is missing): its failures then go unconfirmed",
+const CONFIRM_CREDENTIALS_MISSING: Family = (
+    "webchecker_confirm_credentials_missing",
+    "1 while this replica could not get credentials to ask other replicas to confirm its failures and to probe from their zones (its ServiceAccount, its pod or the permission to request them is missing; its log says which): its failures then go unconfirmed; 0 otherwise",
 );
 const CONNECTIONS_REFUSED: Family = (
     "webchecker_http_connections_refused_total",
@@ -419,7 +419,7 @@ impl Metrics {
             confirmations: counter_vec(&r, CONFIRMATIONS, &["result"]),
             unconfirmed_failures: counter_vec(&r, UNCONFIRMED_FAILURES, &["zone"]),
             confirm_requests: counter_vec(&r, CONFIRM_REQUESTS, &["result"]),
-            confirm_credentials: gauge(&r, CONFIRM_CREDENTIALS),
+            confirm_credentials_missing: gauge(&r, CONFIRM_CREDENTIALS_MISSING),
             connections_refused: counter_vec(&r, CONNECTIONS_REFUSED, &["listener"]),
             replica_place: gauge_vec(&r, REPLICA_PLACE, &["zone", "node"]),
             registry: r,

@@ -466,13 +466,17 @@ fn asker(cfg: &Config, basics: &Basics, view: &Arc<MemberView>) -> Arc<Asker> {
         &cfg.namespace,
         &cfg.service_account,
         pod,
-        basics.metrics.confirm_credentials.clone(),
+        basics.metrics.confirm_credentials_missing.clone(),
     );
     let asker = Asker::new(me, view.clone(), tokens);
-    tokio::spawn({
-        let asker = asker.clone();
-        async move { asker.warm().await }
-    });
+    // Zones' probes make a token when a checker asks for them; with
+    // confirmations on, every failure may need one.
+    if cfg.confirm_failures {
+        tokio::spawn({
+            let asker = asker.clone();
+            async move { asker.warm().await }
+        });
+    }
     asker
 }
 
