@@ -15,6 +15,7 @@ pub mod faults;
 pub mod fleet;
 pub mod gaps;
 pub mod gateway_api;
+pub mod hostile;
 pub mod messages;
 pub mod netns;
 pub mod node;

@@ -136,6 +136,60 @@ impl Netns {
         ]);
     }
 
+    /// Cuts the namespace off from the targets on `target_ports` and from
+    /// its peers: every packet to the host's end on `peer_ports` (the other
+    /// replicas' listeners) and every connection from the host's end to
+    /// `own_ports` (this replica's listeners) are dropped, as in a zone cut
+    /// off from the others; the API server (through its proxy) stays.
+    pub fn isolate(&self, target_ports: &[u16], peer_ports: &[u16], own_ports: &[u16]) {
+        let list = |ports: &[u16]| {
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let out: Vec<u16> = target_ports.iter().chain(peer_ports).copied().collect();
+        let rules = format!(
+            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {host} tcp dport {{ {out} }} drop\n }}\n chain in {{\n  type filter hook input priority 0; policy accept;\n  ip saddr {host} tcp dport {{ {own} }} drop\n }}\n}}\n",
+            host = self.host_ip,
+            out = list(&out),
+            own = list(own_ports),
+        );
+        let path = std::env::temp_dir().join(format!("{}-isolate.nft", self.name));
+        std::fs::write(&path, rules).unwrap();
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.name,
+            "nft",
+            "-f",
+            path.to_str().unwrap(),
+        ]);
+    }
+
+    /// Another address of the host's end of the pair (a /32 of
+    /// 10.232.0.0/16): a pod's address of its own, which no replica
+    /// advertises; the namespace reaches it through its default route.
+    pub fn add_host_address(&self) -> std::net::IpAddr {
+        let pid = std::process::id();
+        let ip = (0..65536u32)
+            .map(|i| (pid.wrapping_add(i)) % 65534 + 1)
+            .map(|n| format!("10.232.{}.{}", n >> 8, n & 255))
+            .find(|ip| !ip.ends_with(".0") && !ip.ends_with(".255") && !address_in_use(ip))
+            .expect("a free address in 10.232.0.0/16");
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/32"),
+            "dev",
+            &self.host_if,
+        ]);
+        ip.parse().unwrap()
+    }
+
     /// Removes the cut.
     pub fn heal(&self) {
         run(&[
