@@ -16,7 +16,10 @@ use crate::{TOOL_LIMIT, bounded};
 
 /// UIDs of the pods made so far, by kubeconfig, namespace and name: a
 /// restarted replica keeps its pod.
-static MADE: Mutex<Option<HashMap<(PathBuf, String, String), String>>> = Mutex::new(None);
+static MADE: Mutex<Option<HashMap<PodKey, String>>> = Mutex::new(None);
+
+/// The admin's kubeconfig, the pod's namespace and name.
+type PodKey = (PathBuf, String, String);
 
 fn manifest(namespace: &str, name: &str, service_account: &str) -> String {
     format!(

@@ -51,15 +51,18 @@ pub type Refusal = &'static str;
 
 type Outcome = Result<(), Refusal>;
 
+/// Per member: token digests, and until when each holds.
+type Ledger = Mutex<HashMap<String, VecDeque<(Vec<u8>, Instant)>>>;
+
 pub struct Reviewer {
     client: Client,
     /// `system:serviceaccount:<namespace>:<name>`.
     expected_user: String,
     allow_unbound: bool,
     /// Per member: digests of its tokens a review accepted, and until when.
-    good: Mutex<HashMap<String, VecDeque<(Vec<u8>, Instant)>>>,
+    good: Ledger,
     /// Per member: digests of tokens a review refused, and until when.
-    bad: Mutex<HashMap<String, VecDeque<(Vec<u8>, Instant)>>>,
+    bad: Ledger,
     /// Reviews under way, by digest: asks with the same token wait for it.
     inflight: Mutex<HashMap<Vec<u8>, watch::Receiver<Option<Outcome>>>>,
     reviews: Semaphore,
@@ -88,12 +91,7 @@ fn advertises(place: &MemberPlace, peer: IpAddr) -> bool {
 }
 
 /// Looks `digest` up in `member`'s entries, dropping those that expired.
-fn holds(
-    map: &Mutex<HashMap<String, VecDeque<(Vec<u8>, Instant)>>>,
-    member: &str,
-    digest: &[u8],
-    now: Instant,
-) -> bool {
+fn holds(map: &Ledger, member: &str, digest: &[u8], now: Instant) -> bool {
     let mut map = lock(map);
     let Some(entries) = map.get_mut(member) else {
         return false;
@@ -102,13 +100,7 @@ fn holds(
     entries.iter().any(|(d, _)| d == digest)
 }
 
-fn remember(
-    map: &Mutex<HashMap<String, VecDeque<(Vec<u8>, Instant)>>>,
-    member: &str,
-    digest: &[u8],
-    until: Instant,
-    at_most: usize,
-) {
+fn remember(map: &Ledger, member: &str, digest: &[u8], until: Instant, at_most: usize) {
     let mut map = lock(map);
     let entries = map.entry(member.to_string()).or_default();
     entries.retain(|(d, _)| d != digest);

@@ -26,15 +26,15 @@ fn zone_of(replica: &str) -> String {
 }
 
 /// Ready (status, message), Degraded (status, message) and the zones'
-/// results of every checker.
-type Seen = BTreeMap<
-    String,
-    (
-        (String, String),
-        Option<(String, String)>,
-        Vec<(String, String)>,
-    ),
->;
+/// results of one checker.
+type Checker = (
+    (String, String),
+    Option<(String, String)>,
+    Vec<(String, String)>,
+);
+
+/// Each checker's, by name.
+type Seen = BTreeMap<String, Checker>;
 
 async fn seen(api: &Api<WebChecker>) -> Seen {
     let list = api.list(&ListParams::default()).await.unwrap();
@@ -284,11 +284,7 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
 /// answers its asks, nor reaches it. No checker turns Ready=False: one
 /// zone's word is no quorum, whatever the others did not say.
 async fn isolated_zone(fleet: &Fleet, api: &Api<WebChecker>, netns: &Netns, interval: Duration) {
-    let ready = |(r, _, z): &(
-        (String, String),
-        Option<(String, String)>,
-        Vec<(String, String)>,
-    )| r.0 == "True" && *z == all_zones("Succeeded");
+    let ready = |(r, _, z): &Checker| r.0 == "True" && *z == all_zones("Succeeded");
     wait_all(
         api,
         3 * interval + LEASE,

@@ -326,7 +326,7 @@ impl CheckerStatus {
             };
             return self.set_degraded(status, reason, m, ctx);
         }
-        let list: Vec<String> = failed.iter().map(|e| describe(e)).collect();
+        let list: Vec<String> = failed.iter().map(describe).collect();
         let mut m = format!(
             "failing in {} of {} zones, fewer than the quorum of {}: {}",
             failed.len(),
