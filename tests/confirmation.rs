@@ -9,6 +9,8 @@
 //! log is the oracle: owners' probes stay exclusive, and confirmation
 //! probes come from another zone, once per failure, never in steady state.
 
+#[path = "confirmation/fairness.rs"]
+mod fairness;
 #[path = "confirmation/hostile.rs"]
 mod hostile;
 mod support;

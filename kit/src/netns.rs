@@ -229,6 +229,23 @@ impl ZonedReplicas {
         prefix: &str,
         extra: &[&str],
     ) -> ZonedReplicas {
+        Self::spawn_with(cluster, ns, prefix, extra, false).await
+    }
+
+    /// Same, the replicas watching every namespace (`watch_all`: for a
+    /// control plane of the test's own), their Leases in `ns`.
+    pub async fn spawn_with(
+        cluster: &crate::Cluster,
+        ns: &str,
+        prefix: &str,
+        extra: &[&str],
+        watch_all: bool,
+    ) -> ZonedReplicas {
+        let spawn = if watch_all {
+            crate::Operator::spawn_placed_watching_all
+        } else {
+            crate::Operator::spawn_placed
+        };
         let netns = Netns::create();
         let proxy = crate::TcpProxy::start_on(&cluster.kubeconfig, &netns.host_ip).await;
         let ops = ["a", "b", "c"]
@@ -238,7 +255,7 @@ impl ZonedReplicas {
                 let flags: Vec<&str> = extra.iter().copied().chain([zone_flag.as_str()]).collect();
                 let identity = format!("{prefix}-{zone}");
                 if zone == "c" {
-                    crate::Operator::spawn_placed(
+                    spawn(
                         cluster,
                         &identity,
                         ns,
@@ -248,7 +265,7 @@ impl ZonedReplicas {
                         Some(&netns),
                     )
                 } else {
-                    crate::Operator::spawn_placed(
+                    spawn(
                         cluster,
                         &identity,
                         ns,

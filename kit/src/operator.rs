@@ -180,6 +180,30 @@ impl Operator {
         op
     }
 
+    /// `spawn_placed` of a replica that watches every namespace (its Leases
+    /// in `namespace`): for a control plane of the test's own, where no
+    /// other test left checkers.
+    pub fn spawn_placed_watching_all(
+        cluster: &Cluster,
+        identity: &str,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+        ip: &str,
+        netns: Option<&crate::netns::Netns>,
+    ) -> Operator {
+        let mut args = vec![
+            format!("--identity={identity}"),
+            format!("--namespace={namespace}"),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut op = Self::with_args(cluster, identity, args, kubeconfig);
+        op.ip = ip.to_string();
+        op.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
+        op.start();
+        op
+    }
+
     fn rust_log(&self) -> String {
         match self
             .args
