@@ -114,26 +114,7 @@ impl Netns {
     /// TCP ports (the targets'): connections to them time out, as on a
     /// black-holed path; the API server and peers stay reachable.
     pub fn cut_tcp_to(&self, ports: &[u16]) {
-        let list = ports
-            .iter()
-            .map(u16::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rules = format!(
-            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {} tcp dport {{ {list} }} drop\n }}\n}}\n",
-            self.host_ip
-        );
-        let path = std::env::temp_dir().join(format!("{}-cut.nft", self.name));
-        std::fs::write(&path, rules).unwrap();
-        run(&[
-            "ip",
-            "netns",
-            "exec",
-            &self.name,
-            "nft",
-            "-f",
-            path.to_str().unwrap(),
-        ]);
+        self.drop_tcp(ports, &[]);
     }
 
     /// Cuts the namespace off from the targets on `target_ports` and from
@@ -142,6 +123,13 @@ impl Netns {
     /// `own_ports` (this replica's listeners) are dropped, as in a zone cut
     /// off from the others; the API server (through its proxy) stays.
     pub fn isolate(&self, target_ports: &[u16], peer_ports: &[u16], own_ports: &[u16]) {
+        let out: Vec<u16> = target_ports.iter().chain(peer_ports).copied().collect();
+        self.drop_tcp(&out, own_ports);
+    }
+
+    /// The cut's table: packets to the host's end on `to` and connections
+    /// from it to `from` (if any) dropped inside the namespace.
+    fn drop_tcp(&self, to: &[u16], from: &[u16]) {
         let list = |ports: &[u16]| {
             ports
                 .iter()
@@ -149,14 +137,19 @@ impl Netns {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let out: Vec<u16> = target_ports.iter().chain(peer_ports).copied().collect();
-        let rules = format!(
-            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {host} tcp dport {{ {out} }} drop\n }}\n chain in {{\n  type filter hook input priority 0; policy accept;\n  ip saddr {host} tcp dport {{ {own} }} drop\n }}\n}}\n",
-            host = self.host_ip,
-            out = list(&out),
-            own = list(own_ports),
+        let host = &self.host_ip;
+        let mut rules = format!(
+            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {host} tcp dport {{ {} }} drop\n }}\n",
+            list(to)
         );
-        let path = std::env::temp_dir().join(format!("{}-isolate.nft", self.name));
+        if !from.is_empty() {
+            rules.push_str(&format!(
+                " chain in {{\n  type filter hook input priority 0; policy accept;\n  ip saddr {host} tcp dport {{ {} }} drop\n }}\n",
+                list(from)
+            ));
+        }
+        rules.push_str("}\n");
+        let path = std::env::temp_dir().join(format!("{}-cut.nft", self.name));
         std::fs::write(&path, rules).unwrap();
         run(&[
             "ip",

@@ -173,11 +173,8 @@ impl Operator {
         ip: &str,
         netns: Option<&crate::netns::Netns>,
     ) -> Operator {
-        let mut op = Self::build(cluster, identity, namespace, extra, kubeconfig);
-        op.ip = ip.to_string();
-        op.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
-        op.start();
-        op
+        let op = Self::build(cluster, identity, namespace, extra, kubeconfig);
+        op.placed(ip, netns)
     }
 
     /// `spawn_placed` of a replica that watches every namespace (its Leases
@@ -197,11 +194,15 @@ impl Operator {
             format!("--namespace={namespace}"),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut op = Self::with_args(cluster, identity, args, kubeconfig);
-        op.ip = ip.to_string();
-        op.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
-        op.start();
-        op
+        Self::with_args(cluster, identity, args, kubeconfig).placed(ip, netns)
+    }
+
+    /// Started listening on `ip`, inside `netns` if given.
+    fn placed(mut self, ip: &str, netns: Option<&crate::netns::Netns>) -> Operator {
+        self.ip = ip.to_string();
+        self.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
+        self.start();
+        self
     }
 
     fn rust_log(&self) -> String {
