@@ -243,13 +243,13 @@ impl Asker {
             .header(http::header::AUTHORIZATION, format!("Bearer {token}"))
             .body(Full::new(Bytes::from(body)))
             .map_err(|_| not("the ask could not be written"))?;
+        // A connection that failed or was closed before an answer (refused,
+        // reset: the member's process ended) leaves no probe running there:
+        // the confirmer drops the work of an ask whose connection is gone.
         let resp = match self.http.request(req).await {
             Ok(r) => r,
-            // Sent or not, it cannot have reached a probe: a connection
-            // that failed before an answer leaves nothing running there
-            // (the confirmer cancels work nobody waits for).
             Err(e) if e.is_connect() => return Err(not("could not be reached")),
-            Err(_) => return Err(Miss::Late),
+            Err(_) => return Err(not("closed the connection before answering")),
         };
         let status = resp.status();
         let bytes = Limited::new(resp.into_body(), REPLY_LIMIT)
