@@ -36,6 +36,24 @@ for _ in $(seq 60); do
 done
 kubectl wait --for=condition=Established --timeout=1s crd/webcheckers.test.network.io >/dev/null
 for ns in webchecker-system demo; do kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null; done
+# What the chart makes for the replicas: their ServiceAccount (their asks to
+# each other carry its tokens) and, as a kubelet would, a Pod object per
+# replica process, which those tokens are bound to (a scheduling gate keeps
+# it from ever being scheduled: the process plays its container).
+kubectl -n webchecker-system create serviceaccount webchecker-operator --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+pod_uid() {
+  kubectl apply -f - >/dev/null <<EOP
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: webchecker-system}
+spec:
+  serviceAccountName: webchecker-operator
+  automountServiceAccountToken: false
+  schedulingGates: [{name: webchecker.test.network.io/process}]
+  containers: [{name: operator, image: webchecker-operator:process}]
+EOP
+  kubectl -n webchecker-system get pod "$1" -o jsonpath='{.metadata.uid}'
+}
 
 echo "==> demo targets on 127.0.0.1:18080-18082"
 nohup python3 hack/demo-targets.py >"$state/targets.log" 2>&1 &
@@ -46,12 +64,14 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 
-echo "==> three operator replicas (metrics on 127.0.0.1:9090-9092, logs in $state/)"
+echo "==> three operator replicas (metrics on 127.0.0.1:9090-9092, asks on 9190-9192, logs in $state/)"
 for i in 0 1 2; do
+  uid=$(pod_uid "webchecker-operator-$i")
   # The demo targets listen on loopback, which the operator denies by default
   # (docs/security.md); the API server stays denied.
-  POD_NAME=webchecker-operator-$i POD_NAMESPACE=webchecker-system WEBCHECKER_ALLOW_LOOPBACK=true \
-    nohup target/release/webchecker-operator --listen "127.0.0.1:909$i" >"$state/operator-$i.log" 2>&1 &
+  POD_NAME=webchecker-operator-$i POD_NAMESPACE=webchecker-system POD_UID=$uid WEBCHECKER_ALLOW_LOOPBACK=true \
+    nohup target/release/webchecker-operator --listen "127.0.0.1:909$i" --confirm-listen "127.0.0.1:919$i" \
+    >"$state/operator-$i.log" 2>&1 &
   echo $! >"$state/operator-$i.pid"
 done
 

@@ -33,6 +33,9 @@ pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
 /// Annotation on a membership Lease: `host:port` of the member's HTTP server,
 /// where peers look for evidence that its process is gone.
 pub const ADDRESS_ANNOTATION: &str = "webchecker.test.network.io/address";
+/// Annotation on a membership Lease: `host:port` of the member's listener
+/// of asks (confirmations and zones' probes, `POST /confirm`).
+pub const CONFIRM_ADDRESS_ANNOTATION: &str = "webchecker.test.network.io/confirm-address";
 /// Annotation on a membership Lease: a random id of the member's process,
 /// returned by its /healthz (header [`INCARNATION_HEADER`]).
 pub const INCARNATION_ANNOTATION: &str = "webchecker.test.network.io/incarnation";
@@ -749,12 +752,6 @@ pub struct WebCheckerStatus {
     /// HTTP version of the response recorded by the last status write (HTTP/1.0, HTTP/1.1 or HTTP/2; absent when no response came).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_http_version: Option<String>,
-    /// Consecutive successful probes at the time of the last status write.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consecutive_successes: Option<i32>,
-    /// Consecutive failed probes at the time of the last status write.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consecutive_failures: Option<i32>,
     /// Replica that wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -855,20 +852,19 @@ fn lenient_conditions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Cond
         .collect())
 }
 
-/// The most bytes a condition message may have (metav1.Condition's limit);
-/// the API server refuses a status with a longer one.
-pub const MAX_CONDITION_MESSAGE: usize = 32768;
+/// The most characters of a message a user is shown (a condition's, an
+/// Event's): a line of `kubectl describe`, about the target. Longer ones
+/// (a long host name quoted in it) are cut.
+pub const MAX_MESSAGE: usize = 200;
 
-/// `message` cut to [`MAX_CONDITION_MESSAGE`] bytes on a character boundary.
+/// `message` cut to [`MAX_MESSAGE`] characters, the last being `…`.
 pub fn condition_message(message: &str) -> String {
-    if message.len() <= MAX_CONDITION_MESSAGE {
+    if message.chars().count() <= MAX_MESSAGE {
         return message.to_string();
     }
-    let mut end = MAX_CONDITION_MESSAGE - '…'.len_utf8();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
+    let mut cut: String = message.chars().take(MAX_MESSAGE - 1).collect();
+    cut.push('…');
+    cut
 }
 
 impl WebCheckerStatus {
@@ -886,11 +882,12 @@ pub fn object_key(namespace: &str, name: &str) -> String {
 mod tests {
     #[test]
     fn condition_messages_are_cut_on_a_character_boundary() {
-        use super::{MAX_CONDITION_MESSAGE, condition_message};
+        use super::{MAX_MESSAGE, condition_message};
         assert_eq!(condition_message("short"), "short");
-        let long = "é".repeat(MAX_CONDITION_MESSAGE);
-        let cut = condition_message(&long);
-        assert!(cut.len() <= MAX_CONDITION_MESSAGE, "{}", cut.len());
+        let exact = "é".repeat(MAX_MESSAGE);
+        assert_eq!(condition_message(&exact), exact);
+        let cut = condition_message(&"é".repeat(MAX_MESSAGE + 1));
+        assert_eq!(cut.chars().count(), MAX_MESSAGE);
         assert!(cut.ends_with('…') && cut.starts_with("éé"));
     }
 }

@@ -115,6 +115,22 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,
 
+    /// Address of the listener of other replicas' asks (`POST /confirm`:
+    /// confirmations and zones' probes), a port of its own so a
+    /// NetworkPolicy can admit only the release's pods to it.
+    #[arg(
+        long,
+        env = "WEBCHECKER_CONFIRM_LISTEN",
+        default_value = "0.0.0.0:8081"
+    )]
+    pub confirm_listen: std::net::SocketAddr,
+
+    /// Accept asks whose token is not bound to the asking replica's pod
+    /// (replicas run outside pods); such a token proves the ServiceAccount
+    /// but not which replica asks.
+    #[arg(long, env = "WEBCHECKER_CONFIRM_ALLOW_UNBOUND_TOKENS", default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub confirm_allow_unbound_tokens: bool,
+
     /// Where peers reach this replica's HTTP server (`host:port`), advertised
     /// in its membership Lease. Default: the listen address, or POD_IP and the
     /// listen port when listening on every address.
@@ -332,6 +348,18 @@ impl Config {
         }
     }
 
+    /// The `host:port` where peers send their asks, advertised in the
+    /// membership Lease: the confirm listener's address, or POD_IP and its
+    /// port when it listens on every address; `None` when neither is known.
+    pub fn advertised_confirm(&self, bound: std::net::SocketAddr) -> Option<String> {
+        if bound.ip().is_unspecified() {
+            self.pod_ip
+                .map(|ip| std::net::SocketAddr::new(ip, bound.port()).to_string())
+        } else {
+            Some(bound.to_string())
+        }
+    }
+
     /// Lease timings must leave room for renewals: duration > deadline > 1.2 x retry.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Config(m));
@@ -453,5 +481,12 @@ mod tests {
         assert_eq!(c.advertised(any).as_deref(), Some("peer.example:81"));
         let c = Config::parse_from(["x", "--fast-failover=false", "--pod-ip", "10.1.2.3"]);
         assert_eq!(c.advertised(any), None);
+        // Asks are served whatever fast failover says.
+        let confirm: std::net::SocketAddr = "0.0.0.0:8081".parse().unwrap();
+        assert_eq!(c.confirm_listen, confirm);
+        assert_eq!(
+            c.advertised_confirm(confirm).as_deref(),
+            Some("10.1.2.3:8081")
+        );
     }
 }

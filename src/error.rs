@@ -48,3 +48,12 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
         _ => None,
     }
 }
+
+/// A kube error in a line of a log: the API server's code, reason and
+/// message, or that it did not answer; no debug dump.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("HTTP {} {}: {}", s.code, s.reason, s.message),
+        _ => "the API server did not answer".to_string(),
+    }
+}

@@ -17,12 +17,14 @@
 //! `shards` (shards.rs: ShardImbalance, Orphaned, ReplicaMissing),
 //! `leaderless`, `lag`, `writes`, `limited` (replica.rs: SelfFencing,
 //! NoLeader, LeaseRenewFailing, ScheduleLagHigh, StatusWritesFailing,
-//! AddressDiscoveryFailing; checkers.rs: CertificateExpiring, Down, Slow),
+//! AddressDiscoveryFailing, ConfirmCredentialsMissing; checkers.rs:
+//! CertificateExpiring, Down, Slow),
 //! `confirming` (confirm.rs: ProberImpaired).
 //! The faults: a replica SIGKILLed, one SIGSTOPped, a fault proxy that resets
 //! every connection or answers one kind of API call (status writes, the
 //! sharder's assignment writes) with 500, one worker for too much probing, a
-//! ServiceAccount without permission on Nodes, a certificate that ends soon,
+//! ServiceAccount without permission on Nodes or to request tokens, a
+//! certificate that ends soon,
 //! a target that stops answering one replica of two in time.
 //!
 //! Alerts that must not fire are checked at every look at the alerts: no

@@ -9,6 +9,10 @@
 //! log is the oracle: owners' probes stay exclusive, and confirmation
 //! probes come from another zone, once per failure, never in steady state.
 
+#[path = "confirmation/fairness.rs"]
+mod fairness;
+#[path = "confirmation/hostile.rs"]
+mod hostile;
 mod support;
 #[path = "confirmation/zones.rs"]
 mod zones;
@@ -169,7 +173,10 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         let seen = cut_at.elapsed();
         for n in &mine {
             if now[n.as_str()].1.as_ref().is_some_and(|(s, m)| {
-                s == "True" && m.contains(&format!("replica {cut_one} in zone c"))
+                // Refuted by another zone's probe, not merely unconfirmed.
+                s == "True"
+                    && m.contains(&format!("replica {cut_one} in zone c"))
+                    && m.contains("reached the target")
             }) {
                 degraded_at.entry(n.to_string()).or_insert(seen);
             }

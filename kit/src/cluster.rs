@@ -83,6 +83,8 @@ impl Cluster {
             .expect("BIN in cluster.env");
         // Reaper: take the control plane down when this test process exits.
         crate::reap_at_exit(&repo().join("hack/cluster.sh"), &dir);
+        // What users read, checked for every test that runs here.
+        crate::messages::watch_cluster(kubeconfig.clone());
         Cluster {
             dir,
             kubeconfig,

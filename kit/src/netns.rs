@@ -114,15 +114,41 @@ impl Netns {
     /// TCP ports (the targets'): connections to them time out, as on a
     /// black-holed path; the API server and peers stay reachable.
     pub fn cut_tcp_to(&self, ports: &[u16]) {
-        let list = ports
-            .iter()
-            .map(u16::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
-        let rules = format!(
-            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {} tcp dport {{ {list} }} drop\n }}\n}}\n",
-            self.host_ip
+        self.drop_tcp(ports, &[]);
+    }
+
+    /// Cuts the namespace off from the targets on `target_ports` and from
+    /// its peers: every packet to the host's end on `peer_ports` (the other
+    /// replicas' listeners) and every connection from the host's end to
+    /// `own_ports` (this replica's listeners) are dropped, as in a zone cut
+    /// off from the others; the API server (through its proxy) stays.
+    pub fn isolate(&self, target_ports: &[u16], peer_ports: &[u16], own_ports: &[u16]) {
+        let out: Vec<u16> = target_ports.iter().chain(peer_ports).copied().collect();
+        self.drop_tcp(&out, own_ports);
+    }
+
+    /// The cut's table: packets to the host's end on `to` and connections
+    /// from it to `from` (if any) dropped inside the namespace.
+    fn drop_tcp(&self, to: &[u16], from: &[u16]) {
+        let list = |ports: &[u16]| {
+            ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let host = &self.host_ip;
+        let mut rules = format!(
+            "table inet {CUT_TABLE} {{\n chain out {{\n  type filter hook output priority 0; policy accept;\n  ip daddr {host} tcp dport {{ {} }} drop\n }}\n",
+            list(to)
         );
+        if !from.is_empty() {
+            rules.push_str(&format!(
+                " chain in {{\n  type filter hook input priority 0; policy accept;\n  ip saddr {host} tcp dport {{ {} }} drop\n }}\n",
+                list(from)
+            ));
+        }
+        rules.push_str("}\n");
         let path = std::env::temp_dir().join(format!("{}-cut.nft", self.name));
         std::fs::write(&path, rules).unwrap();
         run(&[
@@ -134,6 +160,27 @@ impl Netns {
             "-f",
             path.to_str().unwrap(),
         ]);
+    }
+
+    /// Another address of the host's end of the pair (a /32 of
+    /// 10.232.0.0/16): a pod's address of its own, which no replica
+    /// advertises; the namespace reaches it through its default route.
+    pub fn add_host_address(&self) -> std::net::IpAddr {
+        let pid = std::process::id();
+        let ip = (0..65536u32)
+            .map(|i| (pid.wrapping_add(i)) % 65534 + 1)
+            .map(|n| format!("10.232.{}.{}", n >> 8, n & 255))
+            .find(|ip| !ip.ends_with(".0") && !ip.ends_with(".255") && !address_in_use(ip))
+            .expect("a free address in 10.232.0.0/16");
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/32"),
+            "dev",
+            &self.host_if,
+        ]);
+        ip.parse().unwrap()
     }
 
     /// Removes the cut.
@@ -175,6 +222,23 @@ impl ZonedReplicas {
         prefix: &str,
         extra: &[&str],
     ) -> ZonedReplicas {
+        Self::spawn_with(cluster, ns, prefix, extra, false).await
+    }
+
+    /// Same, the replicas watching every namespace (`watch_all`: for a
+    /// control plane of the test's own), their Leases in `ns`.
+    pub async fn spawn_with(
+        cluster: &crate::Cluster,
+        ns: &str,
+        prefix: &str,
+        extra: &[&str],
+        watch_all: bool,
+    ) -> ZonedReplicas {
+        let spawn = if watch_all {
+            crate::Operator::spawn_placed_watching_all
+        } else {
+            crate::Operator::spawn_placed
+        };
         let netns = Netns::create();
         let proxy = crate::TcpProxy::start_on(&cluster.kubeconfig, &netns.host_ip).await;
         let ops = ["a", "b", "c"]
@@ -184,7 +248,7 @@ impl ZonedReplicas {
                 let flags: Vec<&str> = extra.iter().copied().chain([zone_flag.as_str()]).collect();
                 let identity = format!("{prefix}-{zone}");
                 if zone == "c" {
-                    crate::Operator::spawn_placed(
+                    spawn(
                         cluster,
                         &identity,
                         ns,
@@ -194,7 +258,7 @@ impl ZonedReplicas {
                         Some(&netns),
                     )
                 } else {
-                    crate::Operator::spawn_placed(
+                    spawn(
                         cluster,
                         &identity,
                         ns,

@@ -11,6 +11,8 @@ use crate::{Cluster, dns, eventually, free_port, http_get, http_get_within, oper
 pub struct Operator {
     pub identity: String,
     pub port: u16,
+    /// The listener of other replicas' asks (`--confirm-listen`).
+    pub confirm_port: u16,
     pub child: Option<Child>,
     pub log: PathBuf,
     args: Vec<String>,
@@ -23,6 +25,9 @@ pub struct Operator {
     pub ip: String,
     /// Runs it inside a network namespace (`ip netns exec <name>`), if any.
     prefix: Vec<String>,
+    /// kubectl and the admin's kubeconfig: the kit makes the replica's Pod
+    /// object with them (crate::pods).
+    admin: (PathBuf, PathBuf),
 }
 
 /// The proxy variables of the machine: never passed on (a test that wants a
@@ -143,6 +148,7 @@ impl Operator {
         Operator {
             identity: identity.to_string(),
             port: 0,
+            confirm_port: 0,
             child: None,
             log: cluster.dir.join(format!("operator-{identity}.log")),
             args,
@@ -151,6 +157,7 @@ impl Operator {
             pod: false,
             ip: "127.0.0.1".into(),
             prefix: Vec::new(),
+            admin: (cluster.bin.join("kubectl"), cluster.kubeconfig.clone()),
         }
     }
 
@@ -166,11 +173,36 @@ impl Operator {
         ip: &str,
         netns: Option<&crate::netns::Netns>,
     ) -> Operator {
-        let mut op = Self::build(cluster, identity, namespace, extra, kubeconfig);
-        op.ip = ip.to_string();
-        op.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
-        op.start();
-        op
+        let op = Self::build(cluster, identity, namespace, extra, kubeconfig);
+        op.placed(ip, netns)
+    }
+
+    /// `spawn_placed` of a replica that watches every namespace (its Leases
+    /// in `namespace`): for a control plane of the test's own, where no
+    /// other test left checkers.
+    pub fn spawn_placed_watching_all(
+        cluster: &Cluster,
+        identity: &str,
+        namespace: &str,
+        extra: &[&str],
+        kubeconfig: &Path,
+        ip: &str,
+        netns: Option<&crate::netns::Netns>,
+    ) -> Operator {
+        let mut args = vec![
+            format!("--identity={identity}"),
+            format!("--namespace={namespace}"),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::with_args(cluster, identity, args, kubeconfig).placed(ip, netns)
+    }
+
+    /// Started listening on `ip`, inside `netns` if given.
+    fn placed(mut self, ip: &str, netns: Option<&crate::netns::Netns>) -> Operator {
+        self.ip = ip.to_string();
+        self.prefix = netns.map(|n| n.exec_prefix()).unwrap_or_default();
+        self.start();
+        self
     }
 
     fn rust_log(&self) -> String {
@@ -209,6 +241,7 @@ impl Operator {
         let mut op = Operator {
             identity: identity.to_string(),
             port: 0,
+            confirm_port: 0,
             child: None,
             log: cluster.dir.join(format!("operator-{identity}.log")),
             args,
@@ -217,14 +250,49 @@ impl Operator {
             pod: false,
             ip: "127.0.0.1".into(),
             prefix: Vec::new(),
+            admin: (cluster.bin.join("kubectl"), cluster.kubeconfig.clone()),
         };
         op.start();
         op
     }
 
+    /// The value of a flag given as `--flag=value`, else of its variable.
+    fn setting(&self, flag: &str, var: &str) -> Option<String> {
+        let prefix = format!("--{flag}=");
+        self.args
+            .iter()
+            .find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
+            .or_else(|| {
+                self.env
+                    .iter()
+                    .find(|(k, _)| k == var)
+                    .map(|(_, v)| v.clone())
+            })
+    }
+
+    /// The replica's Pod object (crate::pods), as a kubelet's pod has one:
+    /// its UID, for the tokens of its asks to be bound to it.
+    fn pod_uid(&self) -> Option<String> {
+        let namespace = self
+            .setting("namespace", "POD_NAMESPACE")
+            .unwrap_or_else(|| "default".into());
+        let service_account = self
+            .setting("service-account", "WEBCHECKER_SERVICE_ACCOUNT")
+            .unwrap_or_else(|| "webchecker-operator".into());
+        crate::pods::ensure(
+            &self.admin,
+            &namespace,
+            &self.identity,
+            &service_account,
+            &self.log,
+        )
+    }
+
     /// Starts (or restarts) the process with the same identity and flags.
     pub fn start(&mut self) {
         self.port = free_port();
+        self.confirm_port = free_port();
+        let pod_uid = self.pod_uid();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -265,8 +333,13 @@ impl Operator {
             // Names resolve through the test's own name server, never the machine's.
             .envs(dns::Dns::shared().operator_env())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .envs(pod_uid.map(|uid| ("POD_UID", uid)))
             .args(&self.args)
             .arg(format!("--listen={}:{}", self.ip, self.port))
+            .arg(format!(
+                "--confirm-listen={}:{}",
+                self.ip, self.confirm_port
+            ))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -367,5 +440,16 @@ impl Drop for Operator {
             }
         }
         self.kill();
+        // A test fails when a user was shown what only the operator's
+        // admin should read (crate::messages).
+        let found = crate::messages::take_found();
+        if !found.is_empty() && !std::thread::panicking() {
+            panic!(
+                "{} status or Event messages a user may not be shown (at most {} characters, no debug formatting):\n{}",
+                found.len(),
+                crate::messages::MAX_MESSAGE,
+                found.join("\n")
+            );
+        }
     }
 }

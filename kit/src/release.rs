@@ -224,10 +224,11 @@ impl Replica {
     /// the Deployment lists them), the credentials of `kubeconfig` (a token
     /// of the pod's ServiceAccount), `extra` flags, nothing else. The kit
     /// plays the kubelet: the pod name is `identity`, the namespace
-    /// `namespace`, the pod UID `uid` (no garbage collector runs here: an
-    /// owner that never existed is harmless), the pod IP loopback. The listen
-    /// port (the pod binds 0.0.0.0:<port>; here every replica needs a port of
-    /// its own) and the resolver files (the kit's name server) are the kit's.
+    /// `namespace`, the pod UID `uid` until the kit made the pod's object
+    /// (crate::pods: then its own UID, which the tokens of confirmation asks
+    /// are bound to), the pod IP loopback. The listen ports (the pod binds
+    /// 0.0.0.0:<port>; here every replica needs ports of its own) and the
+    /// resolver files (the kit's name server) are the kit's.
     pub fn spawn_pod(
         cluster: &Cluster,
         kubeconfig: &Path,
@@ -237,6 +238,7 @@ impl Replica {
     ) -> Replica {
         let kits = [
             "WEBCHECKER_LISTEN",
+            "WEBCHECKER_CONFIRM_LISTEN",
             "WEBCHECKER_RESOLV_CONF",
             "WEBCHECKER_HOSTS_FILE",
         ];

@@ -51,6 +51,9 @@ struct WitnessState {
     /// that timed out on a hanging target): `end` is when the witness saw the
     /// connection close.
     abandoned: Vec<Hit>,
+    /// Confirmation and zone probes the client abandoned: apart from the
+    /// owners' (the exclusivity and coverage checks read those).
+    abandoned_asks: Vec<Hit>,
     /// Exchanges under way (started, neither answered nor abandoned), per checker.
     open: HashMap<String, usize>,
     /// Confirmation probes (header `X-Webchecker-Confirm-For`): a replica
@@ -73,6 +76,8 @@ struct AbandonGuard {
     state: Arc<Mutex<WitnessState>>,
     checker: String,
     hit: Option<Hit>,
+    /// A probe for another replica (confirmation, zone).
+    asked: bool,
 }
 
 impl AbandonGuard {
@@ -88,6 +93,7 @@ impl AbandonGuard {
             state,
             checker,
             hit: Some(hit),
+            asked: false,
         }
     }
 }
@@ -102,7 +108,11 @@ impl Drop for AbandonGuard {
         }
         if let Some(mut h) = self.hit.take() {
             h.end = Instant::now();
-            s.abandoned.push(h);
+            if self.asked {
+                s.abandoned_asks.push(h);
+            } else {
+                s.abandoned.push(h);
+            }
         }
     }
 }
@@ -164,10 +174,8 @@ impl Witness {
                                         state.clone(),
                                         Hit { checker: checker.clone(), replica: replica.clone(), start, end: start, headers: headers.clone() },
                                     );
-                                    if confirming {
-                                        // Not an owner's probe: never among the abandoned ones either.
-                                        guard.hit = None;
-                                    }
+                                    // Not an owner's probe: never among the abandoned ones either.
+                                    guard.asked = confirming;
                                     let (mode, hold) = {
                                         let s = state.lock().unwrap();
                                         (s.modes.get(&checker).cloned().or(s.default_mode.clone()).unwrap_or(Mode::Ok), s.hold)
@@ -258,6 +266,12 @@ impl Witness {
     /// Exchanges abandoned by the client before the answer (see `abandoned`).
     pub fn abandoned_hits(&self) -> Vec<Hit> {
         self.state.lock().unwrap().abandoned.clone()
+    }
+
+    /// Confirmation and zone probes the client abandoned (a probe that
+    /// timed out on a hanging target), with their headers.
+    pub fn abandoned_ask_hits(&self) -> Vec<Hit> {
+        self.state.lock().unwrap().abandoned_asks.clone()
     }
 
     /// Every exchange that reached the witness: answered and abandoned.

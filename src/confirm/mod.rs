@@ -8,11 +8,15 @@
 //! its own permissions and the same tenancy rules as any probe (forgery
 //! guard, a bounded share per namespace), and answers with its probe's
 //! result ([`Reply`]). Asks are authenticated by a ServiceAccount token made
-//! for this audience only ([`tokens`]), so it is worth nothing to the API
-//! server or anyone else.
+//! for this audience only and bound to the asking replica's pod ([`tokens`],
+//! [`review`]), so it is worth nothing to the API server or anyone else.
 
 pub mod asker;
 pub mod choice;
+pub mod claims;
+pub mod endpoint;
+pub mod plans;
+pub mod review;
 pub mod service;
 pub mod shares;
 pub mod tokens;
@@ -45,6 +49,18 @@ pub struct Ask {
     /// Why: to confirm a failure, or this zone's probe of the interval.
     #[serde(default)]
     pub purpose: Purpose,
+    /// How long the owner waits for the answer: the confirmer gives up
+    /// (and cancels its probe) when nobody waits any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_millis: Option<u64>,
+}
+
+impl Ask {
+    /// How long the owner waits ([`endpoint::ASK_WAIT`] when it did not say).
+    pub fn wait(&self) -> std::time::Duration {
+        self.wait_millis
+            .map_or(endpoint::ASK_WAIT, std::time::Duration::from_millis)
+    }
 }
 
 /// Why an owner asks another replica to probe.
@@ -97,8 +113,8 @@ pub enum Verdict {
     Confirmed { by: Place },
     /// The confirmer's probe succeeded: the owner's own path is suspect.
     Refuted { by: Place, millis: u64 },
-    /// No other replica answered in time, or each refused: the owner's
-    /// failure stands, marked unconfirmed.
+    /// No other replica answered in time, or each refused: Ready keeps its
+    /// verdict, Degraded says so; `why` is for this replica's log.
     Unanswered { why: String },
     /// There is no other replica to ask, or the checker opted out: the
     /// owner's failure stands as it is.

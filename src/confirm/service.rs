@@ -1,76 +1,74 @@
 //! The confirmer's side: an ask from a member, answered with one probe of
 //! the checker as this replica reads it.
 //!
-//! The HTTP server (its own thread) hands each ask over a bounded channel
-//! ([`Desk`]) to [`Service::run`] on the engine's runtime, where probes run.
-//! An ask is refused unless its token names the install's ServiceAccount
-//! (and, when bound to a pod, the asking replica's pod), the checker is the
-//! one the owner saw (UID and generation) and the asker owns it. Then the
-//! checker and its Secrets are read with this replica's permissions, its
-//! patterns compiled under the usual limits, and one probe runs under the
-//! forgery guard. The replica works on at most [`TOTAL`] confirmations at
-//! once (and [`ZONE_TOTAL`] zones' probes); a namespace always gets
-//! [`PER_NAMESPACE`] (and [`ZONE_PER_NAMESPACE`]) of them and may borrow more only
-//! while under half are in use, so one team's failing checkers cannot take
-//! the confirmations of others; an ask beyond waits up to [`SHARE_WAIT`]
-//! for a share ([`super::shares`]).
+//! The confirm listener (its own thread, [`super::endpoint`]) hands each ask
+//! over a bounded channel ([`Desk`]) to [`Service::run`] on the engine's
+//! runtime, where probes run. An ask is served in this order, each step
+//! refusing for free what the next would pay for:
+//!
+//! 1. who asks ([`super::review`]): the token's own claims, the asker's
+//!    membership and address, then a TokenReview remembered per member;
+//! 2. the plan: the checker as the owner saw it (UID and generation) and
+//!    owned by the asker, its Secrets and patterns read and compiled under
+//!    its namespace's budgets ([`super::plans`]);
+//! 3. a share of its namespace ([`super::shares`]), then a worker of the
+//!    engine's pool, in the fair queue of the checker's namespace with its
+//!    own probes (crate::engine: `--workers` counts these probes too);
+//! 4. one probe under the forgery guard, if it can end before the owner
+//!    stops waiting.
+//!
+//! Work nobody waits for any more (the owner's wait ended, or it went
+//! away) is dropped, its probe included.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use http::HeaderValue;
 use kube::{Api, Client};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tracing::debug;
 
-use super::shares::{Share, Shares};
-use super::tokens::Reviewer;
+use super::plans::Plans;
+use super::review::Reviewer;
+use super::shares::Shares;
 use super::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::{OWNER_LABEL, WebChecker};
+use crate::coordination::shard::MemberView;
+use crate::intake::budget::Limits;
 use crate::intake::secrets::{self, ObjectId, Resolved};
 use crate::observe::metrics::Metrics;
 use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
 
-/// How long a probe plan is used before the checker and its Secrets are
-/// read again (a zone probes every interval, and an owner whose own path is
-/// broken asks at each failure; reading the object each time would cost
-/// the API server a GET per probe). A Secret's new value reaches
-/// confirmations and zones' probes within this.
-const PLAN_FRESH: Duration = Duration::from_secs(30);
-/// Plans kept at most (the owners' namespace budgets bound what each costs).
-const PLANS: usize = 4096;
-
-/// Asks for a confirmation of one namespace in work at once that it always gets.
-pub const PER_NAMESPACE: usize = 8;
-/// Asks for a confirmation in work at once, at most.
-pub const TOTAL: usize = 64;
-/// Zones' probes (spec.locations) of one namespace in work at once that it
-/// always gets: they come every interval, for every checker of the
-/// namespace that another zone owns, and a failing target holds each for
-/// up to its timeout.
-pub const ZONE_PER_NAMESPACE: usize = 64;
+/// Confirmations in work at once at most, per worker of the pool (they take
+/// a worker each, and must leave most of the pool to the owner's probes).
+const CONFIRM_PER_WORKERS: usize = 4;
+/// Confirmations in work at once, at most.
+const CONFIRM_MAX: usize = 64;
+/// Zones' probes (spec.locations) in work at once at most, per worker: they
+/// come every interval, for every checker another zone owns.
+const ZONE_PER_WORKERS: usize = 2;
 /// Zones' probes in work at once, at most.
-pub const ZONE_TOTAL: usize = 256;
-/// How long an ask waits for its namespace's share before it is refused
-/// busy: the owner waits its probe timeout plus two seconds, and the
-/// probe may take the timeout.
-pub const SHARE_WAIT: Duration = Duration::from_secs(1);
-/// Asks waiting for the service, at most (the HTTP server answers busy
-/// beyond).
+const ZONE_MAX: usize = 256;
+/// Asks waiting for the service, at most (the listener answers busy beyond).
 const WAITING: usize = 256;
-/// Deadline of a read of the checker.
-const READ: Duration = Duration::from_secs(5);
+/// Deadline of one read of the checker or of one of its Secrets: the reads
+/// before the probe must fit the owner's wait beside the probe's timeout.
+const READ: Duration = Duration::from_secs(2);
 
-/// One ask as the HTTP server received it.
+/// One ask as the listener received it.
 pub struct Request {
     /// The bearer token, if any.
     pub token: Option<String>,
     pub ask: Ask,
+    /// Where the ask came from.
+    pub peer: IpAddr,
     pub reply: oneshot::Sender<Reply>,
 }
 
-/// Where the HTTP server leaves asks.
+/// Where the listener leaves asks.
 #[derive(Clone)]
 pub struct Desk(mpsc::Sender<Request>);
 
@@ -86,82 +84,65 @@ impl Desk {
     }
 }
 
-/// Probe plans, by checker and purpose, for as long as [`PLAN_FRESH`]: used
-/// for an ask of the same object (UID), generation and owner only.
-#[derive(Default)]
-struct PlanCache(Mutex<HashMap<(String, String, Purpose), CachedPlan>>);
-
-struct CachedPlan {
-    uid: String,
-    generation: Option<i64>,
-    owner: String,
-    plan: Arc<ProbePlan>,
-    read: Instant,
+/// Why an ask was not probed: the reply's words and the metric's result.
+enum No {
+    Unauthenticated(&'static str),
+    Refused(String),
+    Busy(String),
 }
 
-impl PlanCache {
-    fn get(&self, ask: &Ask, now: Instant) -> Option<Arc<ProbePlan>> {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let c = map.get(&key(ask))?;
-        let same = c.uid == ask.uid && c.generation == ask.generation && c.owner == ask.from;
-        (same && now.duration_since(c.read) < PLAN_FRESH).then(|| c.plan.clone())
-    }
-
-    fn put(&self, ask: &Ask, plan: Arc<ProbePlan>, now: Instant) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= PLANS {
-            map.retain(|_, c| now.duration_since(c.read) < PLAN_FRESH);
-            if map.len() >= PLANS {
-                map.clear();
-            }
+impl No {
+    fn result(&self) -> &'static str {
+        match self {
+            No::Unauthenticated(_) => "unauthenticated",
+            No::Refused(_) => "refused",
+            No::Busy(_) => "busy",
         }
-        map.insert(
-            key(ask),
-            CachedPlan {
-                uid: ask.uid.clone(),
-                generation: ask.generation,
-                owner: ask.from.clone(),
-                plan,
-                read: now,
-            },
-        );
+    }
+
+    fn reply(self) -> Reply {
+        let why = match self {
+            No::Unauthenticated(why) => format!("not accepted: {why}"),
+            No::Refused(why) => why,
+            No::Busy(why) => format!("busy: {why}"),
+        };
+        Reply::Refused { why }
     }
 }
 
-/// A plan carries the header of its purpose: one entry per purpose.
-fn key(ask: &Ask) -> (String, String, Purpose) {
-    (ask.namespace.clone(), ask.name.clone(), ask.purpose)
+fn refused<T>(why: impl Into<String>) -> Result<T, No> {
+    Err(No::Refused(why.into()))
 }
 
-pub struct Service {
+/// What the service is made of.
+pub struct Parts {
     pub client: Client,
     pub reviewer: Reviewer,
     pub prober: Arc<Prober>,
     pub metrics: Arc<Metrics>,
-    shares: Shares,
-    zone_shares: Shares,
-    plans: PlanCache,
+    pub view: Arc<MemberView>,
+    /// The engine, which runs the probes on its worker pool.
+    pub engine: mpsc::Sender<crate::engine::Command>,
+    pub workers: usize,
+    /// The namespaces' budgets (crate::intake::budget).
+    pub budgets: Limits,
 }
 
-fn refused<T>(why: impl Into<String>) -> Result<T, Reply> {
-    Err(Reply::Refused { why: why.into() })
+pub struct Service {
+    parts: Parts,
+    shares: Shares,
+    zone_shares: Shares,
+    plans: Plans<ProbePlan>,
 }
 
 impl Service {
-    pub fn new(
-        client: Client,
-        reviewer: Reviewer,
-        prober: Arc<Prober>,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Self> {
+    pub fn new(parts: Parts) -> Arc<Self> {
+        let workers = parts.workers.max(1);
         Arc::new(Service {
-            client,
-            reviewer,
-            prober,
-            metrics,
-            shares: Shares::new(PER_NAMESPACE, TOTAL),
-            zone_shares: Shares::new(ZONE_PER_NAMESPACE, ZONE_TOTAL),
-            plans: PlanCache::default(),
+            shares: Shares::new((workers / CONFIRM_PER_WORKERS).clamp(1, CONFIRM_MAX)),
+            zone_shares: Shares::new((workers / ZONE_PER_WORKERS).clamp(1, ZONE_MAX)),
+            plans: Plans::new(parts.budgets),
+            parts,
         })
     }
 
@@ -169,63 +150,111 @@ impl Service {
         while let Some(r) = asks.recv().await {
             let me = self.clone();
             tokio::spawn(async move {
-                let reply = me.serve(r.token, &r.ask).await.unwrap_or_else(|e| e);
-                let result = match &reply {
-                    Reply::Probed { .. } => "probed",
-                    Reply::Refused { why } if why.starts_with("busy") => "busy",
-                    Reply::Refused { .. } => "refused",
+                let Request {
+                    token,
+                    ask,
+                    peer,
+                    mut reply,
+                } = r;
+                let deadline = Instant::now() + ask.wait();
+                let work = me.serve(token, &ask, peer, deadline);
+                let served = tokio::select! {
+                    served = tokio::time::timeout_at(deadline, work) => served.ok(),
+                    _ = reply.closed() => None,
                 };
-                me.metrics
+                let Some(served) = served else {
+                    me.parts
+                        .metrics
+                        .confirm_requests
+                        .with_label_values(&["abandoned"])
+                        .inc();
+                    return;
+                };
+                let result = served.as_ref().map_or_else(No::result, |_| "probed");
+                me.parts
+                    .metrics
                     .confirm_requests
                     .with_label_values(&[result])
                     .inc();
-                debug!(from = %r.ask.from, namespace = %r.ask.namespace, name = %r.ask.name, ?reply, "confirmation");
-                let _ = r.reply.send(reply);
+                let reply_to_send = served.unwrap_or_else(No::reply);
+                debug!(from = %ask.from, namespace = %ask.namespace, name = %ask.name, reply = ?reply_to_send, "ask served");
+                let _ = reply.send(reply_to_send);
             });
         }
     }
 
-    async fn take_share(&self, namespace: &str, purpose: Purpose) -> Option<Share<'_>> {
-        let shares = match purpose {
-            Purpose::Confirm => &self.shares,
-            Purpose::Zone => &self.zone_shares,
-        };
-        shares.take(namespace, SHARE_WAIT).await
-    }
-
-    async fn serve(&self, token: Option<String>, ask: &Ask) -> Result<Reply, Reply> {
-        let Some(token) = token else {
-            return refused("no credentials");
-        };
-        match self.reviewer.review(&token).await {
-            Err(why) => return refused(why),
-            Ok(Some(pod)) if pod != ask.from => {
-                return refused(format!(
-                    "the credentials are those of pod {pod}, not of {}",
-                    ask.from
-                ));
-            }
-            Ok(_) => {}
-        }
-        let Some(_share) = self.take_share(&ask.namespace, ask.purpose).await else {
-            return refused(format!(
-                "busy: namespace {} has its share of asks in work here",
-                ask.namespace
-            ));
-        };
-        let plan = match self.plans.get(ask, Instant::now()) {
+    async fn serve(
+        &self,
+        token: Option<String>,
+        ask: &Ask,
+        peer: IpAddr,
+        deadline: Instant,
+    ) -> Result<Reply, No> {
+        let token = token.ok_or(No::Unauthenticated("no credentials"))?;
+        let place = self
+            .parts
+            .view
+            .places()
+            .into_iter()
+            .find(|(id, _)| id == &ask.from)
+            .map(|(_, p)| p);
+        let reviewer = &self.parts.reviewer;
+        reviewer
+            .precheck(&token, &ask.from, place.as_ref(), peer)
+            .map_err(No::Unauthenticated)?;
+        reviewer
+            .review(&token, &ask.from)
+            .await
+            .map_err(No::Unauthenticated)?;
+        let plan = match self.plans.get(ask, std::time::Instant::now()) {
             Some(plan) => plan,
             None => {
-                let plan = Arc::new(self.plan(ask).await?);
-                self.plans.put(ask, plan.clone(), Instant::now());
+                let (plan, cost) = self.plan(ask).await?;
+                let plan = Arc::new(plan);
+                if !self
+                    .plans
+                    .put(ask, plan.clone(), cost, std::time::Instant::now())
+                {
+                    return refused("the checker is over its namespace's budget on this replica");
+                }
                 plan
             }
         };
         if ask.purpose == Purpose::Zone && plan.locations.is_none() {
             return refused("the checker has no spec.locations");
         }
-        let Some(outcome) = self.prober.probe(&plan, &ask.namespace, &|| true).await else {
-            return refused("the probe was held back");
+        let shares = match ask.purpose {
+            Purpose::Confirm => &self.shares,
+            Purpose::Zone => &self.zone_shares,
+        };
+        let slack = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(plan.timeout)
+        };
+        let Some(_share) = shares.take(&ask.namespace, plan.timeout, slack()).await else {
+            return Err(No::Busy(format!(
+                "namespace {} has its share of asks in work here",
+                ask.namespace
+            )));
+        };
+        let (done, outcome) = oneshot::channel();
+        let probe = crate::engine::Command::Probe {
+            namespace: ask.namespace.clone(),
+            plan: plan.clone(),
+            done,
+        };
+        if tokio::time::timeout(slack(), self.parts.engine.send(probe))
+            .await
+            .is_err()
+        {
+            return Err(No::Busy("the engine took no more work in time".into()));
+        }
+        // Dropped (this ask abandoned), the receiver gives the probe up.
+        let outcome = match outcome.await {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => return refused("the probe was held back"),
+            Err(_) => return Err(No::Busy("no worker came free".into())),
         };
         Ok(Reply::Probed {
             success: outcome.success(),
@@ -234,9 +263,10 @@ impl Service {
         })
     }
 
-    /// The probe plan of the checker as this replica reads it now: the
-    /// object, its Secrets, its patterns; the header naming the owner.
-    async fn plan(&self, ask: &Ask) -> Result<ProbePlan, Reply> {
+    /// The probe plan of the checker as this replica reads it now (the
+    /// object, its Secrets, its patterns; the header naming the owner), and
+    /// what it holds in bytes.
+    async fn plan(&self, ask: &Ask) -> Result<(ProbePlan, usize), No> {
         let wc = self.read(ask).await?;
         let spec = &wc.spec;
         let values = self.values(&ask.namespace, spec).await;
@@ -246,10 +276,11 @@ impl Service {
                 .await
                 .unwrap_or_else(|_| Err("the regular expressions could not be compiled".into()))
         };
+        let cost = values.bytes() + patterns.as_ref().map_or(0, |p| p.bytes);
         let resolve = |v: &crate::probe::ValueRef| values.get(v);
-        let mut plan = match plan_trusting(spec, &resolve, &patterns, self.prober.roots()) {
+        let mut plan = match plan_trusting(spec, &resolve, &patterns, self.parts.prober.roots()) {
             Ok(p) => p,
-            Err(m) => return refused(format!("the spec cannot be probed here: {m}")),
+            Err(_) => return refused("the spec cannot be probed here"),
         };
         let header = match ask.purpose {
             Purpose::Confirm => CONFIRM_FOR_HEADER,
@@ -259,16 +290,14 @@ impl Service {
             plan.headers
                 .push((http::HeaderName::from_static(header), v));
         }
-        Ok(plan)
+        Ok((plan, cost))
     }
 
     /// The checker as the owner saw it, read now.
-    async fn read(&self, ask: &Ask) -> Result<WebChecker, Reply> {
-        let api: Api<WebChecker> = Api::namespaced(self.client.clone(), &ask.namespace);
-        let got = tokio::time::timeout(READ, api.get_opt(&ask.name)).await;
-        let wc = match got {
-            Err(_) => return refused("the checker could not be read in time"),
-            Ok(Err(e)) => return refused(format!("the checker could not be read: {e}")),
+    async fn read(&self, ask: &Ask) -> Result<WebChecker, No> {
+        let api: Api<WebChecker> = Api::namespaced(self.parts.client.clone(), &ask.namespace);
+        let wc = match tokio::time::timeout(READ, api.get_opt(&ask.name)).await {
+            Err(_) | Ok(Err(_)) => return refused("the checker could not be read in time"),
             Ok(Ok(None)) => return refused("no such checker"),
             Ok(Ok(Some(wc))) => wc,
         };
@@ -286,16 +315,32 @@ impl Service {
     }
 
     /// The Secret and ConfigMap values the spec names, read with this
-    /// replica's permissions (a value that cannot be read fails the plan).
+    /// replica's permissions, a few at a time per namespace (a value that
+    /// cannot be read fails the plan).
     async fn values(&self, namespace: &str, spec: &crate::api::WebCheckerSpec) -> Resolved {
         let refs = references(spec);
-        let mut objects: BTreeMap<ObjectId, secrets::Read> = BTreeMap::new();
+        let mut objects: BTreeMap<ObjectId, ()> = BTreeMap::new();
         for r in &refs {
-            let obj = ObjectId::of(namespace, r);
-            if let std::collections::btree_map::Entry::Vacant(v) = objects.entry(obj.clone()) {
-                v.insert(secrets::read(self.client.clone(), obj).await);
-            }
+            objects.insert(ObjectId::of(namespace, r), ());
         }
+        let reads = objects.into_keys().map(|obj| async move {
+            let _turn = self.plans.read_turn(namespace).await;
+            let read = match tokio::time::timeout(
+                READ,
+                secrets::read(self.parts.client.clone(), obj.clone()),
+            )
+            .await
+            {
+                Ok(read) => read,
+                Err(_) => Err(secrets::Fetch::Transient(format!(
+                    "{} {:?} could not be read in time",
+                    obj.kind, obj.name
+                ))),
+            };
+            (obj, read)
+        });
+        let objects: BTreeMap<ObjectId, secrets::Read> =
+            futures::future::join_all(reads).await.into_iter().collect();
         refs.into_iter()
             .map(|r| {
                 let obj = ObjectId::of(namespace, &r);

@@ -1,10 +1,21 @@
-//! How many asks a confirmer works on at once, per namespace and in all: a
-//! namespace always gets its own share and borrows more only while under
-//! half of the replica's limit is in use, so one team's failing checkers
-//! cannot take the confirmations of others. An ask beyond its share waits
-//! for one, briefly and in bounded numbers, rather than being refused at
-//! once: a replica whose path is cut fails a whole namespace's checkers in
-//! the same second, and a refusal would let each failure stand unconfirmed.
+//! How many asks a confirmer works on at once, per namespace and in all, as
+//! fairly as the engine's worker pool (crate::engine::fairness):
+//!
+//! - **Share.** A namespace below `ceil(limit / namespaces with asks in
+//!   work or waiting)` may start an ask whenever the limit has room.
+//! - **Borrowing is short.** Beyond its share, a namespace borrows free
+//!   room only for probes whose timeout is at most [`BORROW_HOLD`] (a
+//!   borrowed share comes back within a second), and only while no
+//!   namespace below its share waits.
+//! - **Long probes keep room for others.** A probe longer than that starts
+//!   only while its namespace holds fewer than `ceil(limit / (namespaces
+//!   that asked in the last ten minutes + 1))`: as the engine keeps a
+//!   share for every namespace with checkers, room stays for a namespace
+//!   that has not asked yet, so targets that hang for ten minutes never
+//!   hold every confirmation of a replica.
+//!
+//! An ask beyond its share waits for one, in bounded numbers, as long as
+//! its owner can wait.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -13,52 +24,97 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::engine::fairness::BORROW_HOLD;
+
+#[derive(Default)]
+struct Space {
+    in_work: usize,
+    waiting: usize,
+}
+
+/// How long a namespace that asked counts as one that may ask again.
+const KNOWN_FOR: Duration = Duration::from_secs(600);
+/// Namespaces remembered as having asked, at most.
+const KNOWN: usize = 4096;
+
 /// Asks in work and waiting, per namespace.
 struct Counts {
-    /// What a namespace always gets, and the replica's limit.
-    per_namespace: usize,
     limit: usize,
-    by_namespace: HashMap<String, usize>,
+    spaces: HashMap<String, Space>,
     total: usize,
-    /// Asks waiting for a share, by namespace.
-    waiting: HashMap<String, usize>,
+    /// When each namespace last asked.
+    known: HashMap<String, Instant>,
 }
 
 impl Counts {
-    /// Whether one more ask of `namespace` may start: within its own share,
-    /// or borrowed while fewer than half of all are in use.
-    fn admits(&self, namespace: &str) -> bool {
-        let n = self.by_namespace.get(namespace).copied().unwrap_or(0);
-        let own = n < self.per_namespace && self.total < self.limit;
-        let borrowed = self.total < self.limit / 2;
-        own || borrowed
+    /// Notes that `ns` asks now.
+    fn asked(&mut self, ns: &str) {
+        let now = Instant::now();
+        if self.known.len() >= KNOWN {
+            self.known
+                .retain(|_, at| now.duration_since(*at) < KNOWN_FOR);
+        }
+        if self.known.len() < KNOWN || self.known.contains_key(ns) {
+            self.known.insert(ns.to_string(), now);
+        }
     }
 
-    fn take(&mut self, namespace: &str) {
-        self.total += 1;
-        *self.by_namespace.entry(namespace.to_string()).or_default() += 1;
+    /// What a namespace's long probes may hold: a share with room kept for
+    /// one namespace more than those that asked lately.
+    fn guaranteed(&self) -> usize {
+        let now = Instant::now();
+        let known = self
+            .known
+            .values()
+            .filter(|at| now.duration_since(**at) < KNOWN_FOR)
+            .count();
+        self.limit.div_ceil(known + 1)
     }
 
-    fn give_back(&mut self, namespace: &str) {
-        self.total -= 1;
-        decrement(&mut self.by_namespace, namespace);
+    /// A namespace's share with `ns` counted among the active ones.
+    fn share(&self, ns: &str) -> usize {
+        let active = self.spaces.len() + usize::from(!self.spaces.contains_key(ns));
+        self.limit.div_ceil(active.max(1))
     }
 
-    /// Whether one more ask of `namespace` may wait: a namespace has at
-    /// most twice its share waiting (more could not start within the wait
-    /// anyway), the replica at most its limit.
-    fn may_wait(&self, namespace: &str) -> bool {
-        let n = self.waiting.get(namespace).copied().unwrap_or(0);
-        let all: usize = self.waiting.values().sum();
-        n < 2 * self.per_namespace && all < self.limit
+    fn in_work(&self, ns: &str) -> usize {
+        self.spaces.get(ns).map_or(0, |s| s.in_work)
     }
-}
 
-fn decrement(map: &mut HashMap<String, usize>, key: &str) {
-    if let Some(n) = map.get_mut(key) {
-        *n -= 1;
-        if *n == 0 {
-            map.remove(key);
+    /// Whether one more ask of `ns`, whose probe may take `hold`, may start.
+    fn admits(&self, ns: &str, hold: Duration) -> bool {
+        if self.total >= self.limit {
+            return false;
+        }
+        let long = hold > BORROW_HOLD;
+        if long && self.in_work(ns) >= self.guaranteed() {
+            return false;
+        }
+        if self.in_work(ns) < self.share(ns) {
+            return true;
+        }
+        let share = self.share(ns);
+        let starved = self
+            .spaces
+            .iter()
+            .any(|(other, s)| other != ns && s.waiting > 0 && s.in_work < share);
+        !long && !starved
+    }
+
+    /// Whether one more ask of `ns` may wait: at most twice its share of
+    /// one namespace (more could not start in time anyway), the replica's
+    /// limit in all.
+    fn may_wait(&self, ns: &str) -> bool {
+        let mine = self.spaces.get(ns).map_or(0, |s| s.waiting);
+        let all: usize = self.spaces.values().map(|s| s.waiting).sum();
+        mine < 2 * self.share(ns) && all < self.limit
+    }
+
+    fn update(&mut self, ns: &str, f: impl FnOnce(&mut Space)) {
+        let space = self.spaces.entry(ns.to_string()).or_default();
+        f(space);
+        if space.in_work == 0 && space.waiting == 0 {
+            self.spaces.remove(ns);
         }
     }
 }
@@ -66,7 +122,7 @@ fn decrement(map: &mut HashMap<String, usize>, key: &str) {
 /// The shares of one kind of ask (confirmations, or zones' probes).
 pub struct Shares {
     counts: Mutex<Counts>,
-    /// Woken whenever a share is given back.
+    /// Woken whenever a share is given back or a waiter leaves.
     freed: Notify,
 }
 
@@ -75,7 +131,11 @@ pub struct Share<'a>(&'a Shares, String);
 
 impl Drop for Share<'_> {
     fn drop(&mut self) {
-        self.0.lock().give_back(&self.1);
+        {
+            let mut c = self.0.lock();
+            c.total -= 1;
+            c.update(&self.1, |s| s.in_work -= 1);
+        }
         self.0.freed.notify_waiters();
     }
 }
@@ -85,19 +145,19 @@ struct Waiting<'a>(&'a Shares, String);
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        decrement(&mut self.0.lock().waiting, &self.1);
+        self.0.lock().update(&self.1, |s| s.waiting -= 1);
+        self.0.freed.notify_waiters();
     }
 }
 
 impl Shares {
-    pub fn new(per_namespace: usize, limit: usize) -> Self {
+    pub fn new(limit: usize) -> Self {
         Shares {
             counts: Mutex::new(Counts {
-                per_namespace,
-                limit,
-                by_namespace: HashMap::new(),
+                limit: limit.max(1),
+                spaces: HashMap::new(),
                 total: 0,
-                waiting: HashMap::new(),
+                known: HashMap::new(),
             }),
             freed: Notify::new(),
         }
@@ -107,29 +167,32 @@ impl Shares {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A share for an ask of `namespace` now, if one is free.
-    pub fn try_take(&self, namespace: &str) -> Option<Share<'_>> {
+    /// A share for an ask of `namespace` whose probe may take `hold`, now,
+    /// if one is free.
+    pub fn try_take(&self, namespace: &str, hold: Duration) -> Option<Share<'_>> {
         let mut c = self.lock();
-        if !c.admits(namespace) {
+        c.asked(namespace);
+        if !c.admits(namespace, hold) {
             return None;
         }
-        c.take(namespace);
+        c.total += 1;
+        c.update(namespace, |s| s.in_work += 1);
         Some(Share(self, namespace.to_string()))
     }
 
     /// A share for an ask of `namespace`, waiting up to `wait` for one;
     /// none when the wait ends first or too many of the namespace wait.
-    pub async fn take(&self, namespace: &str, wait: Duration) -> Option<Share<'_>> {
+    pub async fn take(&self, namespace: &str, hold: Duration, wait: Duration) -> Option<Share<'_>> {
         let deadline = Instant::now() + wait;
-        if let Some(share) = self.try_take(namespace) {
+        if let Some(share) = self.try_take(namespace, hold) {
             return Some(share);
         }
-        let _waiting = {
+        let waiting = {
             let mut c = self.lock();
             if !c.may_wait(namespace) {
                 return None;
             }
-            *c.waiting.entry(namespace.to_string()).or_default() += 1;
+            c.update(namespace, |s| s.waiting += 1);
             Waiting(self, namespace.to_string())
         };
         loop {
@@ -138,8 +201,26 @@ impl Shares {
             let freed = self.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(share) = self.try_take(namespace) {
-                return Some(share);
+            {
+                let mut c = self.lock();
+                // Counted as waiting only while it waits, so it does not
+                // stand in its own way as a starved namespace.
+                c.update(namespace, |s| s.waiting -= 1);
+                let admitted = c.admits(namespace, hold);
+                if admitted {
+                    c.total += 1;
+                }
+                c.update(namespace, |s| {
+                    if admitted {
+                        s.in_work += 1;
+                    }
+                    s.waiting += 1;
+                });
+                if admitted {
+                    drop(c);
+                    drop(waiting);
+                    return Some(Share(self, namespace.to_string()));
+                }
             }
             if tokio::time::timeout_at(deadline, freed).await.is_err() {
                 return None;
@@ -148,93 +229,10 @@ impl Shares {
     }
 
     #[cfg(test)]
-    fn in_work(&self) -> usize {
-        self.lock().total
+    fn in_work(&self, ns: &str) -> usize {
+        self.lock().in_work(ns)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const PER: usize = 8;
-    const ALL: usize = 64;
-
-    #[test]
-    fn one_namespace_borrows_half_and_every_other_keeps_its_own_share() {
-        let s = Shares::new(PER, ALL);
-        let mut held = Vec::new();
-        while let Some(share) = s.try_take("busy") {
-            held.push(share);
-        }
-        assert_eq!(
-            s.in_work(),
-            ALL / 2,
-            "alone, a namespace borrows up to half"
-        );
-        for ns in ["a", "b", "c", "d"] {
-            for _ in 0..PER {
-                held.push(s.try_take(ns).expect("a namespace gets its own share"));
-            }
-            assert!(
-                s.try_take(ns).is_none(),
-                "{ns} borrows nothing while half are in use"
-            );
-        }
-        assert_eq!(s.in_work(), ALL);
-        assert!(s.try_take("e").is_none(), "the replica's total holds");
-        assert!(s.try_take("busy").is_none());
-        drop(held);
-        assert_eq!(s.in_work(), 0, "every share given back");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn an_ask_beyond_its_share_waits_for_one_given_back() {
-        let s = Shares::new(PER, ALL);
-        let mut held: Vec<_> = std::iter::from_fn(|| s.try_take("busy")).collect();
-        assert_eq!(held.len(), ALL / 2);
-        let waiter = s.take("busy", Duration::from_secs(1));
-        tokio::pin!(waiter);
-        // Nothing given back: it waits.
-        assert!(
-            tokio::time::timeout(Duration::from_millis(300), waiter.as_mut())
-                .await
-                .is_err()
-        );
-        held.pop();
-        let share = tokio::time::timeout(Duration::from_millis(100), waiter)
-            .await
-            .expect("woken by the share given back")
-            .expect("and given it");
-        assert_eq!(s.in_work(), ALL / 2);
-        drop(share);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn the_wait_is_bounded_in_time_and_in_numbers() {
-        let s = Shares::new(PER, ALL);
-        let _held: Vec<_> = std::iter::from_fn(|| s.try_take("busy")).collect();
-        let started = Instant::now();
-        assert!(s.take("busy", Duration::from_secs(1)).await.is_none());
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_secs(1),
-            "refused at the end of the wait"
-        );
-
-        // Twice its share waiting: the next is refused at once, while
-        // another namespace still starts within its own share.
-        let mut waiters: Vec<_> = (0..2 * PER)
-            .map(|_| Box::pin(s.take("busy", Duration::from_secs(5))))
-            .collect();
-        for w in &mut waiters {
-            assert!(futures::poll!(w.as_mut()).is_pending());
-        }
-        let started = Instant::now();
-        assert!(s.take("busy", Duration::from_secs(5)).await.is_none());
-        assert_eq!(started.elapsed(), Duration::ZERO, "refused without waiting");
-        assert!(s.take("quiet", Duration::from_secs(5)).await.is_some());
-        drop(waiters);
-        assert!(s.lock().waiting.is_empty(), "a dropped ask waits no more");
-    }
-}
+mod tests;

@@ -18,32 +18,34 @@ use super::choice::Candidate;
 use crate::coordination::ring::score;
 
 /// The members that probe `key` from zones other than `me`'s: at most
-/// `others` zones, one member each, best zone first. None when `me`'s zone
-/// is unknown (zones cannot be told apart then) or no other zone has a
-/// member with a known zone.
+/// `others` zones, best zone first; each zone's members best first (the
+/// first probes, the next when it did not). None when `me`'s zone is
+/// unknown (zones cannot be told apart then) or no other zone has a member
+/// with a known zone.
 pub fn zone_probers<'a>(
     me: &Candidate,
     key: &str,
     members: &'a [Candidate],
     others: usize,
-) -> Vec<&'a Candidate> {
+) -> Vec<Vec<&'a Candidate>> {
     if me.zone.is_empty() {
         return Vec::new();
     }
-    let mut best: BTreeMap<&str, &Candidate> = BTreeMap::new();
+    let mut by_zone: BTreeMap<&str, Vec<&Candidate>> = BTreeMap::new();
     for c in members {
         if c.zone.is_empty() || c.zone == me.zone || c.identity == me.identity {
             continue;
         }
-        let better = best
-            .get(c.zone.as_str())
-            .is_none_or(|b| score(&c.identity, key) > score(&b.identity, key));
-        if better {
-            best.insert(&c.zone, c);
-        }
+        by_zone.entry(&c.zone).or_default().push(c);
     }
-    let mut zones: Vec<&Candidate> = best.into_values().collect();
-    zones.sort_by_key(|c| std::cmp::Reverse(score(&c.zone, key)));
+    let mut zones: Vec<Vec<&Candidate>> = by_zone
+        .into_values()
+        .map(|mut zone| {
+            zone.sort_by_key(|c| std::cmp::Reverse(score(&c.identity, key)));
+            zone
+        })
+        .collect();
+    zones.sort_by_key(|zone| std::cmp::Reverse(score(&zone[0].zone, key)));
     zones.truncate(others);
     zones
 }
@@ -64,9 +66,9 @@ pub enum ZoneResult {
         reason: String,
         millis: u64,
     },
-    /// No probe result: it refused, could not be reached or did not answer
-    /// in time (why).
-    NoAnswer(String),
+    /// No probe result: its members refused, could not be reached or did
+    /// not answer in time (this replica's log says which).
+    NoAnswer,
 }
 
 #[cfg(test)]
@@ -96,13 +98,13 @@ mod tests {
         for k in 0..200 {
             let key = format!("ns/c{k}");
             let chosen = zone_probers(&me, &key, &members, 4);
-            let zones: Vec<&str> = chosen.iter().map(|c| c.zone.as_str()).collect();
+            let zones: Vec<&str> = chosen.iter().map(|z| z[0].zone.as_str()).collect();
             assert_eq!(zones.len(), 2, "{key}: {zones:?}");
             assert!(zones.contains(&"b") && zones.contains(&"c"), "{zones:?}");
-            // Within b, the member the rendezvous rule prefers.
-            let b = chosen.iter().find(|c| c.zone == "b").unwrap();
-            let other = if b.identity == "b0" { "b1" } else { "b0" };
-            assert!(score(&b.identity, &key) > score(other, &key));
+            // Within b, the member the rendezvous rule prefers, then the other.
+            let b = chosen.iter().find(|z| z[0].zone == "b").unwrap();
+            assert_eq!(b.len(), 2, "both of b's members, best first");
+            assert!(score(&b[0].identity, &key) > score(&b[1].identity, &key));
         }
     }
 
@@ -119,8 +121,8 @@ mod tests {
             let key = format!("ns/c{k}");
             let chosen = zone_probers(&me, &key, &members, 2);
             assert_eq!(chosen.len(), 2);
-            assert!(score(&chosen[0].zone, &key) > score(&chosen[1].zone, &key));
-            *first.entry(chosen[0].zone.clone()).or_default() += 1;
+            assert!(score(&chosen[0][0].zone, &key) > score(&chosen[1][0].zone, &key));
+            *first.entry(chosen[0][0].zone.clone()).or_default() += 1;
             // The same members, the same choice.
             assert_eq!(chosen, zone_probers(&me, &key, &members, 2));
         }

@@ -89,6 +89,15 @@ pub enum Command {
     Fence { done: oneshot::Sender<()> },
     /// Graceful shutdown: stop dispatching, wait for in-flight probes.
     Shutdown { done: oneshot::Sender<()> },
+    /// One probe another replica asked for (crate::confirm::service), run on
+    /// the pool with the namespace's own probes; its outcome to `done`
+    /// (`None`: held back), or `done` dropped when it will not run. Dropping
+    /// the receiver gives it up, running or not.
+    Probe {
+        namespace: String,
+        plan: Arc<crate::probe::ProbePlan>,
+        done: oneshot::Sender<Option<crate::probe::Outcome>>,
+    },
 }
 
 impl Command {

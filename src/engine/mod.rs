@@ -81,7 +81,14 @@ struct Start {
     seq: u64,
     namespace: String,
     plan: Arc<ProbePlan>,
+    /// Another replica's probe: who waits for its outcome.
+    foreign: Option<ForeignReply>,
 }
+
+type ForeignReply = tokio::sync::oneshot::Sender<Option<Outcome>>;
+
+/// The keys of other replicas' probes, apart from every checker's.
+const FOREIGN: &str = "\u{0}probe/";
 
 pub struct Engine {
     table: Table,
@@ -101,6 +108,10 @@ pub struct Engine {
     /// Where asks report back (a checker has at most one ask out; its task
     /// waits for room rather than drop the answer).
     heard: (mpsc::Sender<Heard>, Option<mpsc::Receiver<Heard>>),
+    /// Other replicas' probes waiting for a worker: their plan, namespace
+    /// and who waits.
+    foreign: HashMap<String, (Arc<ProbePlan>, String, ForeignReply)>,
+    foreign_seq: u64,
     /// Graceful shutdown: answered once the table has stopped.
     stopping: Option<tokio::sync::oneshot::Sender<()>>,
     stopped: bool,
@@ -145,6 +156,8 @@ impl Engine {
             timers: DelayQueue::new(),
             armed: HashMap::new(),
             probes: HashMap::new(),
+            foreign: HashMap::new(),
+            foreign_seq: 0,
             stopping: None,
             stopped: false,
         }
@@ -164,6 +177,10 @@ impl Engine {
             tokio::select! {
                 biased;
                 Some(d) = done_rx.recv() => {
+                    if d.key.starts_with(FOREIGN) {
+                        self.step(Input::ForeignDone { key: d.key });
+                        continue;
+                    }
                     if self.probes.get(&d.key).is_some_and(|(seq, _)| *seq == d.seq) {
                         self.probes.remove(&d.key);
                     }
@@ -241,6 +258,22 @@ impl Engine {
                 self.stopping = Some(done);
                 Input::Shutdown
             }
+            Command::Probe {
+                namespace,
+                plan,
+                done,
+            } => {
+                self.foreign_seq += 1;
+                let key = format!("{FOREIGN}{}", self.foreign_seq);
+                let hold = plan.timeout;
+                self.foreign
+                    .insert(key.clone(), (plan, namespace.clone(), done));
+                Input::Foreign {
+                    key,
+                    namespace,
+                    hold,
+                }
+            }
         };
         self.step(input);
     }
@@ -273,7 +306,9 @@ impl Engine {
             seq,
             namespace,
             plan,
+            foreign,
         } = start;
+        let task_is_foreign = foreign.is_some();
         let inflight = InflightGuard::new(self.metrics.clone());
         let prober = self.prober.clone();
         let membership = self.membership.clone();
@@ -283,10 +318,23 @@ impl Engine {
             // again before connecting, and let the prober check right before
             // it writes each request.
             let gate = || membership.dispatch_allowed();
-            let outcome = if gate() {
-                prober.probe(&plan, &namespace, &gate).await
-            } else {
-                None
+            let probe = async {
+                if gate() {
+                    prober.probe(&plan, &namespace, &gate).await
+                } else {
+                    None
+                }
+            };
+            let outcome = match foreign {
+                // Nobody waits any more: the probe is given up.
+                Some(mut reply) => {
+                    tokio::select! {
+                        outcome = probe => { let _ = reply.send(outcome); }
+                        _ = reply.closed() => {}
+                    }
+                    None
+                }
+                None => probe.await,
             };
             drop(permit);
             drop(inflight);
@@ -299,7 +347,9 @@ impl Engine {
                 })
                 .await;
         });
-        self.probes.insert(key, (seq, task.abort_handle()));
+        if !task_is_foreign {
+            self.probes.insert(key, (seq, task.abort_handle()));
+        }
     }
 
     /// Steps the table and carries its effects out; the probe it asks for,
@@ -324,7 +374,22 @@ impl Engine {
                         seq,
                         namespace,
                         plan,
+                        foreign: None,
                     })
+                }
+                Effect::ProbeForeign { key } => {
+                    if let Some((plan, namespace, reply)) = self.foreign.remove(&key) {
+                        start = Some(Start {
+                            key,
+                            seq: 0,
+                            namespace,
+                            plan,
+                            foreign: Some(reply),
+                        });
+                    }
+                }
+                Effect::DropForeign { key } => {
+                    self.foreign.remove(&key);
                 }
                 Effect::Schedule { key, at } => {
                     if let Some(k) = self.armed.remove(&key) {

@@ -19,9 +19,10 @@ pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
 /// True while the server certificate expires within that many days.
 pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
-/// Third condition, present once a confirmation refuted a failure of the
-/// owner (crate::confirm): True while the owner's probes fail where another
-/// replica's succeed, so the owner's network is suspect, not the target.
+/// Third condition, present once a failure of the owner could not be
+/// confirmed (crate::confirm): True while the owner's probes fail where
+/// another replica's succeed (its network is suspect, not the target), or
+/// while no other replica could probe to confirm them.
 pub const DEGRADED: &str = "Degraded";
 
 /// A condition's status.
@@ -100,7 +101,7 @@ struct Summary {
     generation: Option<i64>,
     owner: Option<String>,
     certificate: Option<Truth>,
-    degraded: Option<Truth>,
+    degraded: Option<(Truth, String)>,
     /// Each zone's result (spec.locations).
     zones: Vec<(String, String)>,
 }
@@ -116,7 +117,9 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
         certificate: s
             .condition(CERTIFICATE_EXPIRING)
             .map(|c| Truth::parse(&c.status)),
-        degraded: s.condition(DEGRADED).map(|c| Truth::parse(&c.status)),
+        degraded: s
+            .condition(DEGRADED)
+            .map(|c| (Truth::parse(&c.status), c.reason.clone())),
         zones: s
             .zones
             .iter()
@@ -198,7 +201,7 @@ pub struct CheckerStatus {
     pub consecutive_failures: u32,
     /// CertificateExpiring; None when the checker has no expiry warning.
     pub certificate: Option<SideCondition>,
-    /// Degraded; None until a confirmation first refuted a failure.
+    /// Degraded; None until a failure first went unconfirmed.
     pub degraded: Option<SideCondition>,
     /// A failure that would turn Ready False, held while another replica is
     /// asked to confirm it (crate::confirm); with spec.locations, the
@@ -254,14 +257,8 @@ impl CheckerStatus {
             reason: cond.map(|c| c.reason.clone()).unwrap_or_default(),
             message: cond.map(|c| c.message.clone()).unwrap_or_default(),
             last_transition_time: cond.and_then(|c| c.last_transition_time.clone()),
-            consecutive_successes: status
-                .and_then(|s| s.consecutive_successes)
-                .unwrap_or(0)
-                .max(0) as u32,
-            consecutive_failures: status
-                .and_then(|s| s.consecutive_failures)
-                .unwrap_or(0)
-                .max(0) as u32,
+            consecutive_successes: 0,
+            consecutive_failures: 0,
             certificate: SideCondition::found(status, CERTIFICATE_EXPIRING),
             degraded: SideCondition::found(status, DEGRADED),
             confirming: None,
@@ -313,7 +310,12 @@ impl CheckerStatus {
                 ctx,
             );
         }
-        if crossed && target == Truth::False && self.ready != Truth::False && ctx.confirm {
+        // A refusal of the operator's own (the forgery guard, a spec that
+        // cannot be probed) is the same from every replica: no network
+        // verdict to confirm.
+        let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
+        if crossed && target == Truth::False && self.ready != Truth::False && ctx.confirm && network
+        {
             // Held until another replica has probed too (Self::confirmed).
             fx.confirm = self.confirming.is_none();
             self.confirming = Some(Box::new(o.clone()));
@@ -373,16 +375,27 @@ impl CheckerStatus {
                     ctx,
                 );
             }
-            Verdict::Unanswered { why } => {
-                let m = format!("{message} (unconfirmed: {why})");
-                fx.transition = self.settle(Truth::False, reason, m, ctx);
+            Verdict::Unanswered { .. } => {
+                // One replica's word never turns a checker False: Ready keeps
+                // its verdict (Unknown says why while it has none) and the
+                // next failure asks again. Why nobody answered is in this
+                // replica's log and metrics, for the operator's admin.
+                if self.ready == Truth::Unknown {
+                    let m = format!("{message}; waiting for another replica to confirm it");
+                    self.settle(Truth::Unknown, "Unconfirmed", m, ctx);
+                }
+                let m = format!(
+                    "probes from {} fail ({reason}) and no other replica could confirm it yet",
+                    ctx.place.describe()
+                );
+                fx.degraded = self.set_degraded(Truth::True, "Unconfirmed", m, ctx);
             }
             Verdict::Alone => {
                 fx.transition = self.settle(Truth::False, reason, message.to_string(), ctx);
             }
             Verdict::Refuted { by, millis } => {
                 let m = format!(
-                    "probes from {} fail ({reason}: {message}) while {} reached the target in {millis} ms",
+                    "probes from {} fail ({reason}) while {} reached the target in {millis} ms",
                     ctx.place.describe(),
                     by.describe()
                 );
@@ -524,8 +537,6 @@ impl CheckerStatus {
             last_http_version: o
                 .and_then(|o| o.http_version)
                 .map(|v| version_name(v).to_string()),
-            consecutive_successes: Some(self.consecutive_successes as i32),
-            consecutive_failures: Some(self.consecutive_failures as i32),
             owner: Some(ctx.owner.to_string()),
             zones: Vec::new(),
         }

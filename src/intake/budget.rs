@@ -144,7 +144,7 @@ impl Budgets {
                 let verdict = if fits {
                     Verdict::Admitted
                 } else {
-                    Verdict::Over(over(self.kind, namespace, m.cost, limit))
+                    Verdict::Over(over(self.kind, m.cost, limit))
                 };
                 changed.push((m.key.clone(), verdict));
             }
@@ -163,25 +163,22 @@ impl Budgets {
 
 /// The QuotaExceeded message: what the checker needs, the budget, the flag
 /// and what to do.
-fn over(kind: Kind, namespace: &str, need: usize, limit: usize) -> String {
-    let (what, budget, flag, fix) = match kind {
+fn over(kind: Kind, need: usize, limit: usize) -> String {
+    let (what, flag, fix) = match kind {
         Kind::Patterns => (
-            "the patterns of this checker need",
-            "for compiled patterns",
+            "its patterns need",
             "--namespace-pattern-budget-mib",
-            "simplify or remove checkers (ASCII classes such as [a-z] or (?-u:\\w) are much smaller than Unicode ones)",
+            "simplify or remove checkers",
         ),
         Kind::Values => (
-            "the Secret and ConfigMap values this checker references take",
-            "for Secret and ConfigMap values",
+            "its Secret and ConfigMap values take",
             "--namespace-value-budget-mib",
-            "reference smaller values or fewer, or remove checkers",
+            "reference smaller values or remove checkers",
         ),
     };
     format!(
-        "{what} {}, more than is left of the budget of namespace {namespace:?} {budget} ({} on each replica, \
-         {flag}), which older checkers of the namespace use: {fix}, or ask the operator's administrator for a \
-         larger budget",
+        "{what} {}; older checkers of this namespace use its budget ({} per replica, {flag}): {fix}, \
+         or ask for a larger budget",
         size(need),
         size(limit)
     )
@@ -223,7 +220,7 @@ mod tests {
         }
         let (v, _) = b.set("a/c3", "a", at(3, "c3"), 3 * MIB);
         assert!(
-            matches!(&v, Verdict::Over(m) if m.contains("need 3 MiB") && m.contains("(10 MiB on each replica")),
+            matches!(&v, Verdict::Over(m) if m.contains("need 3 MiB") && m.contains("(10 MiB per replica")),
             "{v:?}"
         );
         // A smaller one still fits in what is left.

@@ -285,7 +285,7 @@ mod tests {
         }
         let over = compiled(cache.attach(checker("c2", 2, spec)).await);
         assert!(
-            matches!(over.as_ref(), Err(PatternError::OverBudget(m)) if m.contains("namespace \"ns\"")),
+            matches!(over.as_ref(), Err(PatternError::OverBudget(m)) if m.contains("--namespace-pattern-budget-mib")),
             "{over:?}"
         );
         assert!(cache.by_key["ns/c2"].compiled.is_none(), "not kept");

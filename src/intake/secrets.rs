@@ -50,22 +50,21 @@ pub const RETRY: Duration = Duration::from_secs(10);
 const REFUSED_TYPES: &[(&str, &str)] = &[
     (
         "kubernetes.io/service-account-token",
-        "a ServiceAccount token grants access to the API server",
+        "it grants access to the API server",
     ),
     (
         "bootstrap.kubernetes.io/token",
-        "a bootstrap token lets a node join the cluster",
+        "it lets a node join the cluster",
     ),
 ];
 
 /// The InvalidSpec message for a Secret of a refused type, if it is one.
-fn refused_type(namespace: &str, name: &str, type_: Option<&str>) -> Option<String> {
+fn refused_type(name: &str, type_: Option<&str>) -> Option<String> {
     let t = type_?;
     let (_, why) = REFUSED_TYPES.iter().find(|(r, _)| *r == t)?;
     Some(format!(
-        "Secret {name:?} in namespace {namespace:?} is of type {t}, which the operator never \
-         uses ({why}): put a credential made for the target in a Secret of type Opaque \
-         (for the cluster's CA certificate, use the ConfigMap kube-root-ca.crt)"
+        "Secret {name:?} is of type {t}, which the operator never uses ({why}): use one of \
+         type Opaque (CA: ConfigMap kube-root-ca.crt)"
     ))
 }
 
@@ -232,7 +231,7 @@ pub async fn read(client: Client, obj: ObjectId) -> Read {
             .map_err(|_| timeout())?
             .map_err(classify)?
             .ok_or_else(missing)?;
-        if let Some(msg) = refused_type(namespace, name, obj.type_.as_deref()) {
+        if let Some(msg) = refused_type(name, obj.type_.as_deref()) {
             return Err(Fetch::Final(msg));
         }
         Ok(obj
@@ -379,11 +378,9 @@ mod tests {
             "kubernetes.io/service-account-token",
             "bootstrap.kubernetes.io/token",
         ] {
-            let msg = refused_type("shop", "tok", Some(t)).expect(t);
-            assert!(
-                msg.contains("Secret \"tok\" in namespace \"shop\""),
-                "{msg}"
-            );
+            let msg = refused_type("tok", Some(t)).expect(t);
+            assert!(msg.starts_with("Secret \"tok\" "), "{msg}");
+            assert!(msg.chars().count() <= crate::api::MAX_MESSAGE, "{msg}");
             assert!(msg.contains(t) && msg.contains("Opaque"), "{msg}");
         }
         for t in [
@@ -393,7 +390,7 @@ mod tests {
             Some("kubernetes.io/tls"),
             Some("kubernetes.io/dockerconfigjson"),
         ] {
-            assert_eq!(refused_type("shop", "s", t), None, "{t:?}");
+            assert_eq!(refused_type("s", t), None, "{t:?}");
         }
     }
 

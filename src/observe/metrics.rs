@@ -183,6 +183,10 @@ pub struct Metrics {
     pub unconfirmed_failures: IntCounterVec,
     /// Confirmer side: asks served, by result.
     pub confirm_requests: IntCounterVec,
+    /// Owner side: 1 while it could not get a token to ask with.
+    pub confirm_credentials_missing: IntGauge,
+    /// Connections closed at once for a listener's limits, by listener.
+    pub connections_refused: IntCounterVec,
     /// This replica's place: zone and node; always 1.
     pub replica_place: IntGaugeVec,
 }
@@ -289,7 +293,7 @@ const ADDRESS_DISCOVERY_UP: Family = (
 
 const CONFIRMATIONS: Family = (
     "webchecker_confirmations_total",
-    "Failures of this replica's probes that would have turned a checker Ready=False, by what another replica's probe said: confirmed (it failed too), refuted (it succeeded: Ready stays True, Degraded=True), unanswered (no other replica answered: the failure stands), none (no other replica, or confirmFailures: false)",
+    "Failures of this replica's probes that would have turned a checker Ready=False, by what another replica's probe said: confirmed (it failed too), refuted (it succeeded: Ready stays True, Degraded=True), unanswered (no other replica answered: Ready keeps its verdict, Degraded=True), none (no other replica, or confirmFailures: false)",
 );
 const UNCONFIRMED_FAILURES: Family = (
     "webchecker_unconfirmed_failures_total",
@@ -297,7 +301,15 @@ const UNCONFIRMED_FAILURES: Family = (
 );
 const CONFIRM_REQUESTS: Family = (
     "webchecker_confirm_requests_total",
-    "Asks to confirm a failure that this replica served, by result: probed, refused (not a member, a changed or unknown checker), busy (no share of its namespace's or of the replica's confirmations came free within a second)",
+    "Asks to confirm a failure or to probe from this zone that this replica served, by result: probed, unauthenticated (not a member's credentials, or not from its address), refused (the asker does not own the checker, it changed, is unknown or cannot be probed here), busy (no share of its namespace's or of the replica's work came free in time), abandoned (the owner stopped waiting before the answer: the work was dropped)",
+);
+const CONFIRM_CREDENTIALS_MISSING: Family = (
+    "webchecker_confirm_credentials_missing",
+    "1 while this replica could not get credentials to ask other replicas to confirm its failures and to probe from their zones (its ServiceAccount, its pod or the permission to request them is missing; its log says which): its failures then go unconfirmed; 0 otherwise",
+);
+const CONNECTIONS_REFUSED: Family = (
+    "webchecker_http_connections_refused_total",
+    "Connections closed at once because their listener (main: /metrics /healthz /readyz; confirm: asks of other replicas) had its connections in all or from that peer address open",
 );
 const REPLICA_PLACE: Family = (
     "webchecker_replica_place",
@@ -407,6 +419,8 @@ impl Metrics {
             confirmations: counter_vec(&r, CONFIRMATIONS, &["result"]),
             unconfirmed_failures: counter_vec(&r, UNCONFIRMED_FAILURES, &["zone"]),
             confirm_requests: counter_vec(&r, CONFIRM_REQUESTS, &["result"]),
+            confirm_credentials_missing: gauge(&r, CONFIRM_CREDENTIALS_MISSING),
+            connections_refused: counter_vec(&r, CONNECTIONS_REFUSED, &["listener"]),
             replica_place: gauge_vec(&r, REPLICA_PLACE, &["zone", "node"]),
             registry: r,
         };
@@ -439,8 +453,11 @@ impl Metrics {
         for result in ["confirmed", "refuted", "unanswered", "none"] {
             self.confirmations.with_label_values(&[result]);
         }
-        for result in ["probed", "refused", "busy"] {
+        for result in ["probed", "unauthenticated", "refused", "busy", "abandoned"] {
             self.confirm_requests.with_label_values(&[result]);
+        }
+        for listener in ["main", "confirm"] {
+            self.connections_refused.with_label_values(&[listener]);
         }
     }
 

@@ -3,5 +3,6 @@
 //! published fairly per namespace (`events`).
 
 pub(crate) mod events;
+pub(crate) mod listener;
 pub(crate) mod metrics;
 pub(crate) mod server;

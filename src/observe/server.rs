@@ -2,7 +2,12 @@
 //!
 //! It runs on its own thread with its own small runtime, like a sidecar, so a
 //! saturated probe engine never makes /healthz time out and get the pod
-//! restarted in the middle of an overload.
+//! restarted in the middle of an overload. Connections are limited in all
+//! and per peer (crate::observe::listener), and at most [`RENDERS`]
+//! expositions are rendered or sent at once: each is tens of megabytes for
+//! a large fleet, and a scraper that never reads must not make the replica
+//! hold one per connection. Asks to confirm a failure have a listener of
+//! their own (crate::confirm::endpoint).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,10 +17,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::get;
+use futures::StreamExt as _;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::confirm::service::{Desk, Request as ConfirmRequest};
-
+use crate::observe::listener::{self, Limits};
 use crate::observe::metrics::{Metrics, negotiate};
 
 /// Health flags shared between the engine and the server.
@@ -44,15 +50,25 @@ impl HealthFlags {
 struct AppState {
     metrics: Arc<Metrics>,
     health: Arc<HealthFlags>,
-    /// Where asks to confirm a failure go (crate::confirm::service).
-    desk: Option<Desk>,
+    /// Expositions rendered or being sent.
+    renders: Arc<Semaphore>,
 }
 
-/// Bytes of an ask read at most.
-const ASK_LIMIT: usize = 4096;
-/// How long an ask may wait for its reply (a probe's timeout is below 60 s
-/// for every interval a checker can have, plus the reads before it).
-const ASK_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+/// Expositions rendered or sent at once, at most (Prometheus pairs scrape
+/// one replica at a time each).
+const RENDERS: usize = 2;
+/// An exposition is handed to the connection in pieces of this size, so
+/// its render's permit is held until all but the last few pieces are sent.
+const PIECE: usize = 64 * 1024;
+
+/// The main listener's limits: the kubelet's probes, peers' /healthz and a
+/// few scrapers; a scrape may take a while to send on a slow link.
+const LIMITS: Limits = Limits {
+    connections: 128,
+    per_peer: 16,
+    head: std::time::Duration::from_secs(10),
+    lifetime: std::time::Duration::from_secs(120),
+};
 
 /// Does this Accept-Encoding admit gzip (RFC 9110 12.5.3: `gzip` or `*`
 /// with a non-zero weight, an explicit `gzip` weighing over `*`)?
@@ -78,6 +94,9 @@ fn accepts_gzip(accept_encoding: &str) -> bool {
 /// for scrapers that ask (Prometheus does), rendered and compressed off this
 /// thread's runtime so /healthz answers meanwhile.
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::response::Response {
+    let Ok(permit) = s.renders.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "busy rendering\n").into_response();
+    };
     let gzip = headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()
@@ -119,7 +138,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> axum::respons
                 HeaderValue::from_static("accept, accept-encoding"),
             ),
         ],
-        body,
+        held(body, permit),
     )
         .into_response();
     if gzip {
@@ -153,54 +172,29 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     }
 }
 
-/// An ask to confirm a failure: handed to the confirmation service, which
-/// checks who asks; this thread only waits for its reply.
-async fn confirm(
-    State(s): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> axum::response::Response {
-    let Some(desk) = &s.desk else {
-        return (StatusCode::NOT_FOUND, "confirmations are off\n").into_response();
-    };
-    if body.len() > ASK_LIMIT {
-        return (StatusCode::PAYLOAD_TOO_LARGE, "ask too large\n").into_response();
-    }
-    let Ok(ask) = serde_json::from_slice::<crate::confirm::Ask>(&body) else {
-        return (StatusCode::BAD_REQUEST, "not an ask\n").into_response();
-    };
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
-    let (reply, wait) = tokio::sync::oneshot::channel();
-    if !desk.leave(ConfirmRequest { token, ask, reply }) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "busy\n").into_response();
-    }
-    match tokio::time::timeout(ASK_WAIT, wait).await {
-        Ok(Ok(reply)) => (
-            [(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            )],
-            serde_json::to_vec(&reply).unwrap_or_default(),
-        )
-            .into_response(),
-        _ => (StatusCode::SERVICE_UNAVAILABLE, "no reply\n").into_response(),
-    }
+/// `body` in pieces, holding `permit` until the connection took the last.
+fn held(body: Vec<u8>, permit: OwnedSemaphorePermit) -> axum::body::Body {
+    let body = bytes::Bytes::from(body);
+    let pieces: Vec<bytes::Bytes> = (0..body.len())
+        .step_by(PIECE)
+        .map(|at| body.slice(at..(at + PIECE).min(body.len())))
+        .collect();
+    let stream = futures::stream::iter(pieces).map(move |piece| {
+        let _held = &permit;
+        Ok::<_, std::convert::Infallible>(piece)
+    });
+    axum::body::Body::from_stream(stream)
 }
 
-pub fn router(metrics: Arc<Metrics>, health: Arc<HealthFlags>, desk: Option<Desk>) -> Router {
+pub fn router(metrics: Arc<Metrics>, health: Arc<HealthFlags>) -> Router {
     Router::new()
         .route("/metrics", get(self::metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route(crate::confirm::PATH, post(confirm))
         .with_state(AppState {
             metrics,
             health,
-            desk,
+            renders: Arc::new(Semaphore::new(RENDERS)),
         })
 }
 
@@ -228,7 +222,6 @@ pub fn spawn(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     health: Arc<HealthFlags>,
-    desk: Option<Desk>,
 ) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Receiver<()>)> {
     let listener = std::net::TcpListener::bind(addr)?;
     listener.set_nonblocking(true)?;
@@ -246,7 +239,9 @@ pub fn spawn(
             rt.block_on(async move {
                 tokio::spawn(return_free_memory());
                 let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let _ = axum::serve(listener, router(metrics, health, desk)).await;
+                let refused = metrics.connections_refused.with_label_values(&["main"]);
+                let app = router(metrics, health);
+                listener::serve(listener, app, LIMITS, move || refused.inc()).await;
             });
         })?;
     Ok((local, stopped))
@@ -298,7 +293,7 @@ mod tests {
         if let Some(a) = accept {
             req = req.header(header::ACCEPT, a);
         }
-        let resp = router(metrics, Arc::new(HealthFlags::default()), None)
+        let resp = router(metrics, Arc::new(HealthFlags::default()))
             .oneshot(req.body(Body::empty()).unwrap())
             .await
             .unwrap();

@@ -21,8 +21,11 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::confirm::asker::Asker;
 use crate::confirm::choice::Candidate;
-use crate::confirm::service::{Desk, Request as ConfirmRequest, Service as ConfirmService};
-use crate::confirm::tokens::{Reviewer, TokenSource};
+use crate::confirm::review::Reviewer;
+use crate::confirm::service::{
+    Desk, Parts as ConfirmParts, Request as ConfirmRequest, Service as ConfirmService,
+};
+use crate::confirm::tokens::TokenSource;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::{Advert, LeaseAt, Membership};
 use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
@@ -166,9 +169,11 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         ..Default::default()
     });
     let (desk, asks) = Desk::new();
-    let (addr, server_stopped) =
-        server::spawn(cfg.listen, metrics.clone(), health.clone(), Some(desk))?;
-    info!(replica = %identity, listen = %addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
+    let (addr, server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
+    let refused = metrics.connections_refused.with_label_values(&["confirm"]);
+    let confirm_addr =
+        crate::confirm::endpoint::spawn(cfg.confirm_listen, desk, move || refused.inc())?;
+    info!(replica = %identity, listen = %addr, confirm_listen = %confirm_addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
     let node = cfg.node_name.clone().unwrap_or_default();
     let zone = match &cfg.zone {
         Some(z) => z.clone(),
@@ -185,6 +190,7 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
     info!(zone = %zone, node = %node, "place of this replica (confirmations are asked of another zone first)");
     let advert = Advert {
         address: cfg.advertised(addr),
+        confirm_address: cfg.advertised_confirm(confirm_addr),
         incarnation,
         pod_uid: cfg.pod_uid.clone().filter(|u| !u.is_empty()),
         zone,
@@ -331,7 +337,8 @@ fn start_tasks(
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (ev_tx, ev_rx) = events::event_queue(events::EVENT_QUEUE);
     let view = MemberView::new(cfg.lease_duration);
-    let asker = confirmation(cfg, basics, &view, &prober);
+    let asker = asker(cfg, basics, &view);
+    let confirmer_prober = prober.clone();
     let engine = Engine::new(
         EngineSettings {
             identity: basics.identity.clone(),
@@ -346,6 +353,7 @@ fn start_tasks(
         writer.clone(),
         ev_tx,
     );
+    confirmer(cfg, basics, &view, confirmer_prober, cmd_tx.clone());
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -423,45 +431,70 @@ fn start_discovery(cfg: &Config, basics: &Basics, leader: &Arc<LeaderGate>) {
     });
 }
 
-/// Confirmation (crate::confirm): the service that answers other replicas'
-/// asks, started now; the asker of this replica (confirmations, unless
-/// `--confirm-failures=false`, and the zones' probes of `spec.locations`).
-fn confirmation(
+/// The service that answers other replicas' asks (crate::confirm), its
+/// probes on the engine's worker pool.
+fn confirmer(
     cfg: &Config,
     basics: &Basics,
     view: &Arc<MemberView>,
-    prober: &Arc<probe::Prober>,
-) -> Arc<Asker> {
+    prober: Arc<probe::Prober>,
+    engine: mpsc::Sender<Command>,
+) {
     let client = &basics.clients.requests;
     if let Some(asks) = basics.asks.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        let service = ConfirmService::new(
-            client.clone(),
-            Reviewer::new(client.clone(), &cfg.namespace, &cfg.service_account),
-            prober.clone(),
-            basics.metrics.clone(),
-        );
+        let service = ConfirmService::new(ConfirmParts {
+            client: client.clone(),
+            reviewer: Reviewer::new(
+                client.clone(),
+                &cfg.namespace,
+                &cfg.service_account,
+                cfg.confirm_allow_unbound_tokens,
+            ),
+            prober,
+            metrics: basics.metrics.clone(),
+            view: view.clone(),
+            engine,
+            workers: cfg.workers as usize,
+            budgets: crate::intake::budget::Limits {
+                pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
+                value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
+            },
+        });
         tokio::spawn(service.run(asks));
     }
-    {
-        let me = Candidate {
-            identity: basics.identity.clone(),
-            address: String::new(),
-            zone: basics.advert.zone.clone(),
-            node: basics.advert.node.clone(),
-        };
-        let pod = basics
-            .advert
-            .pod_uid
-            .clone()
-            .map(|uid| (basics.identity.clone(), uid));
-        let tokens = TokenSource::new(client.clone(), &cfg.namespace, &cfg.service_account, pod);
-        let asker = Asker::new(me, view.clone(), tokens);
+}
+
+/// This replica's asker: confirmations (unless `--confirm-failures=false`)
+/// and the zones' probes of `spec.locations`.
+fn asker(cfg: &Config, basics: &Basics, view: &Arc<MemberView>) -> Arc<Asker> {
+    let me = Candidate {
+        identity: basics.identity.clone(),
+        address: String::new(),
+        zone: basics.advert.zone.clone(),
+        node: basics.advert.node.clone(),
+    };
+    let pod = basics
+        .advert
+        .pod_uid
+        .clone()
+        .map(|uid| (basics.identity.clone(), uid));
+    let tokens = TokenSource::new(
+        basics.clients.requests.clone(),
+        &cfg.namespace,
+        &cfg.service_account,
+        pod,
+        basics.metrics.confirm_credentials_missing.clone(),
+    );
+    let asker = Asker::new(me, view.clone(), tokens);
+    // Zones' probes make a token when a checker asks for them; with
+    // confirmations on, every failure may need one.
+    if cfg.confirm_failures {
         tokio::spawn({
             let asker = asker.clone();
             async move { asker.warm().await }
         });
-        asker
     }
+    asker
 }
 
 struct CoordinationTasks {

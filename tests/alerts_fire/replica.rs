@@ -112,6 +112,7 @@ pub async fn writes(s: &Single, alerts: &Alerts<'_>) {
     println!("writes: proxy {}", proxy.stats());
 }
 
+/// The limited replica's missing permissions: address discovery, tokens.
 pub async fn limited(s: &Single, alerts: &Alerts<'_>) {
     let (job, pod) = (s.job.clone(), s.op.identity.clone());
     alerts.never("the limited replica may list namespaces", move |a| {
@@ -122,6 +123,17 @@ pub async fn limited(s: &Single, alerts: &Alerts<'_>) {
     });
     // Not permitted from the start: the waits count from now.
     let t = Instant::now();
+    // Nor may its ServiceAccount request tokens: it cannot ask others to
+    // confirm its failures.
+    alerts
+        .wait_firing(
+            "no token to ask with",
+            "WebCheckerConfirmCredentialsMissing",
+            s.replica_labels("warning"),
+            t,
+            Duration::from_secs(5),
+        )
+        .await;
     for source in ["nodes", "service", "endpointslices"] {
         let mut want = s.replica_labels("warning");
         want.insert("source".into(), source.into());

@@ -31,6 +31,7 @@ pub const FOR: &[(&str, Option<u64>)] = &[
     ("WebCheckerLeaseRenewFailing", Some(5)),
     ("WebCheckerAddressDiscoveryFailing", Some(5)),
     ("WebCheckerProberImpaired", Some(5)),
+    ("WebCheckerConfirmCredentialsMissing", Some(5)),
 ];
 
 /// The test's `for:` of an alert (zero when it has none).

@@ -1,12 +1,15 @@
 //! API Priority and Fairness: the chart's FlowSchema serves the operator's
-//! Lease requests at the built-in `leader-election` priority level.
+//! Lease requests and the TokenReviews of the asks it serves at the
+//! built-in `leader-election` priority level.
 //!
 //! Rendered, it covers the Lease verbs of the chart's Role, in the release
-//! namespace, for the chart's ServiceAccount, and nothing else. On a real API
-//! server, the FlowSchema and the priority level that served a request are
-//! named (by UID) in its `X-Kubernetes-PF-*` response headers: each Lease verb
-//! of the operator's ServiceAccount is ours at `leader-election`; its other
-//! requests, its Leases elsewhere and other users' Leases are not. Under load,
+//! namespace, and `create` of `tokenreviews`, for the chart's
+//! ServiceAccount, and nothing else. On a real API server, the FlowSchema
+//! and the priority level that served a request are named (by UID) in its
+//! `X-Kubernetes-PF-*` response headers: each Lease verb and a TokenReview
+//! of the operator's ServiceAccount are ours at `leader-election`; its other
+//! requests, its Leases elsewhere, other users' Leases and TokenReviews are
+//! not. Under load,
 //! a renewal is answered at once while the operator's own burst of status
 //! writes holds every seat of `workload-low`, where the same ServiceAccount's
 //! other requests wait (and where its Leases would wait without the
@@ -88,7 +91,14 @@ fn the_flow_schema_covers_the_lease_verbs_of_the_role_and_nothing_else() {
     );
     assert!(rule["nonResourceRules"].is_null(), "{rule:?}");
     let resource_rules = rule["resourceRules"].as_sequence().unwrap();
-    assert_eq!(resource_rules.len(), 1, "{resource_rules:?}");
+    assert_eq!(resource_rules.len(), 2, "{resource_rules:?}");
+    // The TokenReviews of the asks the replicas serve: cluster-scoped, create.
+    assert_eq!(
+        resource_rules[1],
+        yaml(
+            "{apiGroups: [authentication.k8s.io], resources: [tokenreviews], clusterScope: true, verbs: [create]}"
+        )
+    );
     // The namespace where the operator keeps its Leases (POD_NAMESPACE).
     assert_eq!(
         resource_rules[0]["namespaces"],
@@ -105,8 +115,12 @@ fn the_flow_schema_covers_the_lease_verbs_of_the_role_and_nothing_else() {
         .into_iter()
         .filter(|(g, r, _)| g == "coordination.k8s.io" && r == "leases")
         .collect();
-    assert_eq!(flow_schema_grants(rule), operator_lease_grants());
-    assert_eq!(flow_schema_grants(rule), role_leases);
+    let lease_rule = yaml(&format!(
+        "{{resourceRules: [{}]}}",
+        serde_json::to_string(&resource_rules[0]).unwrap()
+    ));
+    assert_eq!(flow_schema_grants(&lease_rule), operator_lease_grants());
+    assert_eq!(flow_schema_grants(&lease_rule), role_leases);
 
     // The ServiceAccount's name and the precedence follow the values.
     let all_on = render(&["-f", ALL_ON]);
@@ -337,6 +351,15 @@ async fn the_operators_lease_requests_are_served_at_leader_election() {
     send(&operator, "DELETE", &one, None, true)
         .await
         .assert_ours(&uids, "delete");
+    // A TokenReview, as a replica reviews an ask's token.
+    let review = json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": "made-up", "audiences": ["webchecker-operator.test.network.io/confirm"]},
+    });
+    let reviews = "/apis/authentication.k8s.io/v1/tokenreviews";
+    send(&operator, "POST", reviews, Some(&review), true)
+        .await
+        .assert_ours(&uids, "a TokenReview");
 
     // Nothing else: the same ServiceAccount's other requests, its Leases in
     // another namespace (refused by RBAC, classified all the same), another
@@ -356,6 +379,8 @@ async fn the_operators_lease_requests_are_served_at_leader_election() {
     let theirs = send(&tenant, "GET", &leases, None, true).await;
     assert_eq!(theirs.status, 403);
     theirs.assert_service_accounts(&uids, "another ServiceAccount's Leases");
+    let theirs = send(&tenant, "POST", reviews, Some(&review), true).await;
+    theirs.assert_service_accounts(&uids, "another ServiceAccount's TokenReview");
 
     // flowSchema.enabled=false: the FlowSchema goes, and the operator's Leases
     // are back with every ServiceAccount's requests.

@@ -1,9 +1,11 @@
-//! `networkPolicy`: off by default; on, it selects the operator pods (not
-//! the `helm test` pod), lets the release's own pods reach the metrics port
-//! (fast failover looks at the peers' /healthz there, confirmations are
-//! asked on /confirm) and the peers of `from`, adds `extraIngress`, and
-//! restricts egress only with `egress`, then keeps the replicas' way to
-//! each other's metrics port open before those rules.
+//! `networkPolicy`: on by default; it selects the operator pods (not the
+//! `helm test` pod), admits the release's own pods alone to the confirm port
+//! (asks to confirm a failure or probe from a zone), the release's own pods
+//! (fast failover looks at the peers' /healthz) and the peers of `from`, or
+//! anyone while `from` is empty (scrapers and the kubelet's probes wherever
+//! they run), to the metrics port; adds `extraIngress`, and restricts
+//! egress only with `egress`, then keeps the replicas' way to each other's
+//! ports open before those rules.
 
 use std::collections::BTreeMap;
 
@@ -47,14 +49,15 @@ fn ports(rule: &Value) -> Vec<(u64, &str)> {
 }
 
 #[test]
-fn network_policy_is_off_by_default() {
-    let docs = render(&[]);
-    assert!(of_kind(&docs, "NetworkPolicy").is_empty());
+fn network_policy_is_on_by_default_and_off_on_request() {
+    assert_eq!(of_kind(&render(&[]), "NetworkPolicy").len(), 1);
+    let off = render(&["--set", "networkPolicy.enabled=false"]);
+    assert!(of_kind(&off, "NetworkPolicy").is_empty());
 }
 
 #[test]
-fn network_policy_lets_the_replicas_reach_each_other_and_leaves_egress_open() {
-    let docs = render_with_tests(&["--set", "networkPolicy.enabled=true"]);
+fn only_the_replicas_reach_the_confirm_port_and_anyone_the_metrics_port() {
+    let docs = render_with_tests(&[]);
     let np = one(&docs, "NetworkPolicy");
     assert_eq!(np["apiVersion"].as_str(), Some("networking.k8s.io/v1"));
     assert_eq!(np["metadata"]["name"].as_str(), Some(FULLNAME));
@@ -80,29 +83,50 @@ fn network_policy_lets_the_replicas_reach_each_other_and_leaves_egress_open() {
     );
     assert!(spec["egress"].is_null());
     let ingress = spec["ingress"].as_sequence().expect("ingress");
-    assert_eq!(ingress.len(), 1, "the release's own pods only: {ingress:?}");
+    assert_eq!(ingress.len(), 3, "{ingress:?}");
+    // The confirm port: the replicas of this release, nobody else.
+    assert_eq!(ports(&ingress[0]), [(8081, "TCP")]);
     let peers = ingress[0]["from"].as_sequence().unwrap();
     assert_eq!(peers.len(), 1);
     assert!(peers[0]["namespaceSelector"].is_null(), "this namespace");
+    assert!(selects(&peers[0]["podSelector"], pod_labels));
     assert!(
-        selects(&peers[0]["podSelector"], pod_labels),
-        "a replica may reach its peers"
+        !selects(&peers[0]["podSelector"], test_labels),
+        "not even the helm test pod"
     );
+    // The metrics port: the replicas and the helm test pod...
+    assert_eq!(ports(&ingress[1]), [(8080, "TCP")]);
+    let peers = ingress[1]["from"].as_sequence().unwrap();
+    assert!(selects(&peers[0]["podSelector"], pod_labels));
     assert!(
         selects(&peers[0]["podSelector"], test_labels),
         "the helm test pod may ask for /readyz"
     );
-    assert_eq!(ports(&ingress[0]), [(8080, "TCP")]);
+    // ...and anyone (no `from`): a plain install is scraped and probed.
+    assert_eq!(ports(&ingress[2]), [(8080, "TCP")]);
+    assert!(ingress[2]["from"].is_null(), "{:?}", ingress[2]);
+    // The container ports and the operator's listeners follow the values.
+    let env = |name: &str| {
+        env_entries(container(dep))
+            .into_iter()
+            .find(|e| e["name"].as_str() == Some(name))
+            .and_then(|e| e["value"].as_str().map(str::to_string))
+    };
+    assert_eq!(env("WEBCHECKER_LISTEN").as_deref(), Some("0.0.0.0:8080"));
+    assert_eq!(
+        env("WEBCHECKER_CONFIRM_LISTEN").as_deref(),
+        Some("0.0.0.0:8081")
+    );
 
-    // The rule follows the metrics port.
     let docs = render(&[
         "--set",
-        "networkPolicy.enabled=true",
-        "--set",
         "operator.metricsPort=9443",
+        "--set",
+        "operator.confirmPort=9444",
     ]);
     let np = one(&docs, "NetworkPolicy");
-    assert_eq!(ports(&np["spec"]["ingress"][0]), [(9443, "TCP")]);
+    assert_eq!(ports(&np["spec"]["ingress"][0]), [(9444, "TCP")]);
+    assert_eq!(ports(&np["spec"]["ingress"][1]), [(9443, "TCP")]);
 }
 
 #[test]
@@ -117,10 +141,11 @@ fn network_policy_adds_peers_extra_ingress_and_egress_rules_as_given() {
     let ingress = spec["ingress"].as_sequence().expect("ingress");
     // Own pods, `from`, then every extra rule.
     let extra = given["extraIngress"].as_sequence().unwrap();
-    assert_eq!(ingress.len(), 2 + extra.len(), "{ingress:?}");
-    assert_eq!(ingress[1]["from"], given["from"]);
-    assert_eq!(ports(&ingress[1]), [(9090, "TCP")], "operator.metricsPort");
-    assert_eq!(&ingress[2..], extra.as_slice());
+    assert_eq!(ingress.len(), 3 + extra.len(), "{ingress:?}");
+    assert_eq!(ports(&ingress[0]), [(9091, "TCP")], "operator.confirmPort");
+    assert_eq!(ingress[2]["from"], given["from"]);
+    assert_eq!(ports(&ingress[2]), [(9090, "TCP")], "operator.metricsPort");
+    assert_eq!(&ingress[3..], extra.as_slice());
     assert_eq!(
         spec["policyTypes"],
         serde_yaml::from_str::<Value>("[Ingress, Egress]").unwrap()
@@ -140,7 +165,11 @@ fn network_policy_adds_peers_extra_ingress_and_egress_rules_as_given() {
         selects(&peers[0]["podSelector"], pod_labels),
         "a replica may reach its peers (fast failover, confirmations)"
     );
-    assert_eq!(ports(&egress[0]), [(9090, "TCP")], "operator.metricsPort");
+    assert_eq!(
+        ports(&egress[0]),
+        [(9090, "TCP"), (9091, "TCP")],
+        "operator.metricsPort and operator.confirmPort"
+    );
 }
 
 #[test]
@@ -172,15 +201,18 @@ fn restricted_egress_still_lets_the_replicas_reach_each_other() {
         !selects(&peers[0]["podSelector"], test_labels),
         "not the helm test pod"
     );
-    assert_eq!(ports(&egress[0]), [(8080, "TCP")]);
+    assert_eq!(ports(&egress[0]), [(8080, "TCP"), (8081, "TCP")]);
     assert_eq!(
         egress[1]["to"][0]["ipBlock"]["cidr"].as_str(),
         Some("203.0.113.0/24")
     );
-    // Both ends of an ask: ingress from the peers on the same port.
-    assert!(selects(
-        &spec["ingress"][0]["from"][0]["podSelector"],
-        pod_labels
-    ));
-    assert_eq!(ports(&spec["ingress"][0]), ports(&egress[0]));
+    // Both ends of an ask and of a look at /healthz: ingress from the
+    // peers on the same ports.
+    for rule in &spec["ingress"].as_sequence().unwrap()[..2] {
+        assert!(selects(&rule["from"][0]["podSelector"], pod_labels));
+    }
+    assert_eq!(
+        [ports(&spec["ingress"][0]), ports(&spec["ingress"][1])].concat(),
+        [(8081, "TCP"), (8080, "TCP")]
+    );
 }

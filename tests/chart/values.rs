@@ -16,8 +16,12 @@ use support::repo;
 use webchecker::config::Config;
 
 /// Documented variables the chart never sets: the advertised address comes
-/// from POD_IP and the listen port.
-const NOT_FROM_THE_CHART: [&str; 1] = ["WEBCHECKER_ADVERTISE_ADDRESS"];
+/// from POD_IP and the listen port; the chart's pods always ask with tokens
+/// bound to themselves, so it never accepts unbound ones.
+const NOT_FROM_THE_CHART: [&str; 2] = [
+    "WEBCHECKER_ADVERTISE_ADDRESS",
+    "WEBCHECKER_CONFIRM_ALLOW_UNBOUND_TOKENS",
+];
 
 #[test]
 fn default_values_render_a_hardened_three_replica_deployment() {
@@ -53,6 +57,8 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     assert_eq!(cfg.namespace, RELEASE_NS);
     assert_eq!(cfg.watch_namespace, None, "all namespaces by default");
     assert_eq!(cfg.listen.port(), 8080);
+    assert_eq!(cfg.confirm_listen.port(), 8081);
+    assert!(!cfg.confirm_allow_unbound_tokens);
     assert!(
         cfg.deny_cidrs.0.is_empty(),
         "link-local, loopback... are denied without a flag"
@@ -115,10 +121,11 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         "PodMonitor",
         "PrometheusRule",
         "ConfigMap",
-        "NetworkPolicy",
     ] {
         assert!(!k.contains(off), "{off} rendered by default: {k:?}");
     }
+    // On by default: the confirm port is the release's own.
+    assert!(k.contains("NetworkPolicy"), "{k:?}");
 }
 
 /// Settings whose chart default is not the operator's, on purpose:
@@ -211,6 +218,7 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(cfg.watch_namespace.as_deref(), Some("probes"));
     assert_eq!(cfg.lease_prefix, "probes-wc");
     assert_eq!(cfg.listen.port(), 9090);
+    assert_eq!(cfg.confirm_listen.port(), 9091);
     assert_eq!(cfg.workers, 512);
     assert_eq!(cfg.heartbeat, Duration::from_secs(120));
     assert_eq!(cfg.lease_duration, Duration::from_secs(15));

@@ -13,7 +13,7 @@ use kube::api::{ListParams, PostParams};
 use serde_json::json;
 
 use crate::support::fleet::*;
-use crate::support::netns::ZonedReplicas;
+use crate::support::netns::{Netns, ZonedReplicas};
 use crate::support::oracle::zone_overlaps;
 use crate::support::*;
 use webchecker::api::WebChecker;
@@ -26,15 +26,15 @@ fn zone_of(replica: &str) -> String {
 }
 
 /// Ready (status, message), Degraded (status, message) and the zones'
-/// results of every checker.
-type Seen = BTreeMap<
-    String,
-    (
-        (String, String),
-        Option<(String, String)>,
-        Vec<(String, String)>,
-    ),
->;
+/// results of one checker.
+type Checker = (
+    (String, String),
+    Option<(String, String)>,
+    Vec<(String, String)>,
+);
+
+/// Each checker's, by name.
+type Seen = BTreeMap<String, Checker>;
 
 async fn seen(api: &Api<WebChecker>) -> Seen {
     let list = api.list(&ListParams::default()).await.unwrap();
@@ -260,6 +260,13 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
         seen(&api).await["z0"].0.1
     );
 
+    for c in &down {
+        fleet.witness.set_mode(c, Mode::Ok);
+    }
+    isolated_zone(&fleet, &api, &netns, interval).await;
+    let ops = std::mem::take(&mut fleet.ops);
+    fleet.ops = second_member(cluster, &fleet, ops, &api, &netns, interval).await;
+
     // The oracle: per checker and zone, one prober at a time.
     let mut hits = fleet.witness.hits();
     hits.extend(fleet.witness.zone_probe_hits());
@@ -270,4 +277,119 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
         *by.entry(h.replica.clone()).or_default() += 1;
     }
     println!("zone probes by replica: {by:?}");
+}
+
+/// Zone c cut off from its peers and from the targets, the API server still
+/// reachable (the classic zone isolation): its own probes fail and nobody
+/// answers its asks, nor reaches it. No checker turns Ready=False: one
+/// zone's word is no quorum, whatever the others did not say.
+async fn isolated_zone(fleet: &Fleet, api: &Api<WebChecker>, netns: &Netns, interval: Duration) {
+    let ready = |(r, _, z): &Checker| r.0 == "True" && *z == all_zones("Succeeded");
+    wait_all(
+        api,
+        3 * interval + LEASE,
+        "every checker Ready again",
+        &[],
+        ready,
+    )
+    .await;
+    let ops = &fleet.ops;
+    let peers: Vec<u16> = ops[..2]
+        .iter()
+        .flat_map(|o| [o.port, o.confirm_port])
+        .collect();
+    let own = [ops[2].port, ops[2].confirm_port];
+    let cut_at = Instant::now();
+    netns.isolate(&[fleet.witness.addr.port()], &peers, &own);
+    let (mut ready_false, mut said) = (0usize, None);
+    while cut_at.elapsed() < CUT {
+        let now = seen(api).await;
+        ready_false = ready_false.max(now.values().filter(|(r, _, _)| r.0 == "False").count());
+        // Its own checkers say what is known: zone c fails, a and b are silent.
+        said = said.or_else(|| {
+            now.values()
+                .filter_map(|(_, d, _)| d.as_ref())
+                .find(|(s, m)| s == "True" && m.contains("no answer from zone a, b"))
+                .map(|(_, m)| m.clone())
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    netns.heal();
+    println!(
+        "{CUT:?} isolation of zone c from its peers and the targets: {ready_false} of {CHECKERS} \
+         Ready=False; its checkers say e.g. {said:?}"
+    );
+    assert_eq!(ready_false, 0, "an isolated zone paged");
+    assert!(said.is_some(), "the isolated zone's checkers say so");
+    wait_all(
+        api,
+        3 * interval + LEASE + Duration::from_secs(5),
+        "healed",
+        &[],
+        ready,
+    )
+    .await;
+}
+
+/// Two members in zone b; the one a checker's round asks first is killed:
+/// the other answers in the same round, so zone b never shows Unknown.
+async fn second_member(
+    cluster: &'static Cluster,
+    fleet: &Fleet,
+    mut ops: Vec<Operator>,
+    api: &Api<WebChecker>,
+    netns: &Netns,
+    interval: Duration,
+) -> Vec<Operator> {
+    let flags: Vec<&str> = FAST_LEASES.iter().copied().chain(["--zone=b"]).collect();
+    let b2 = Operator::spawn_placed(
+        cluster,
+        "zq-b2",
+        &fleet.ns,
+        &flags,
+        &cluster.kubeconfig,
+        &netns.host_ip,
+        None,
+    );
+    b2.wait_ready(Duration::from_secs(60)).await;
+    // Both of zone b probe for the other zones' owners by now.
+    eventually(
+        Duration::from_secs(30),
+        "zq-b and zq-b2 both probe for other zones",
+        || async {
+            let since = Instant::now() - 2 * interval;
+            let by: std::collections::HashSet<String> = fleet
+                .witness
+                .zone_probe_hits()
+                .into_iter()
+                .filter(|h| h.start > since)
+                .map(|h| h.replica)
+                .collect();
+            (by.contains("zq-b") && by.contains("zq-b2")).then_some(())
+        },
+    )
+    .await;
+    let killed_at = Instant::now();
+    ops[1].kill();
+    let (mut unknown, mut ready_false) = (Vec::new(), 0usize);
+    while killed_at.elapsed() < 4 * interval + LEASE {
+        let now = seen(api).await;
+        ready_false = ready_false.max(now.values().filter(|(r, _, _)| r.0 == "False").count());
+        for (name, (_, _, zones)) in &now {
+            if zones.iter().any(|(z, r)| z == "b" && r == "Unknown") {
+                unknown.push(name.clone());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    unknown.sort();
+    unknown.dedup();
+    println!(
+        "zone b's first member killed: {} checkers showed zone b Unknown, {ready_false} Ready=False",
+        unknown.len()
+    );
+    assert!(unknown.is_empty(), "zone b went unanswered for {unknown:?}");
+    assert_eq!(ready_false, 0);
+    ops.push(b2);
+    ops
 }

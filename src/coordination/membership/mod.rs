@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 use tracing::{error, info, warn};
 
 use crate::api::{
-    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, NODE_ANNOTATION,
-    PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
+    ADDRESS_ANNOTATION, CONFIRM_ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL,
+    NODE_ANNOTATION, PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{managers, patch_params, post_params};
@@ -75,6 +75,8 @@ pub struct Advert {
     /// Where peers reach its HTTP server (see `crate::coordination::shard::peers`);
     /// `None`: peers judge it by its Lease alone.
     pub address: Option<String>,
+    /// Where peers send their asks (crate::confirm::endpoint).
+    pub confirm_address: Option<String>,
     pub incarnation: String,
     /// UID of the pod this process runs in (the Lease's owner), if known.
     pub pod_uid: Option<String>,
@@ -227,6 +229,9 @@ impl Membership {
                 INCARNATION_ANNOTATION.to_string(),
                 self.advert.incarnation.clone(),
             );
+        }
+        if let Some(address) = &self.advert.confirm_address {
+            annotations.insert(CONFIRM_ADDRESS_ANNOTATION.to_string(), address.clone());
         }
         for (k, v) in [
             (ZONE_ANNOTATION, &self.advert.zone),

@@ -31,8 +31,8 @@ use tracing::{info, warn};
 use crate::coordination::LeaseNames;
 
 use crate::api::{
-    ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL, NODE_ANNOTATION,
-    PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
+    ADDRESS_ANNOTATION, CONFIRM_ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL,
+    NODE_ANNOTATION, PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::Error;
 use crate::observe::metrics::Metrics;
@@ -55,6 +55,8 @@ pub struct ObservedLease {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemberPlace {
     pub address: Option<String>,
+    /// Where it takes asks (crate::confirm::endpoint).
+    pub confirm_address: Option<String>,
     pub zone: String,
     pub node: String,
 }
@@ -64,6 +66,7 @@ fn member_place(lease: &Lease) -> MemberPlace {
     let get = |k: &str| a.and_then(|a| a.get(k)).cloned();
     MemberPlace {
         address: get(ADDRESS_ANNOTATION),
+        confirm_address: get(CONFIRM_ADDRESS_ANNOTATION),
         zone: get(ZONE_ANNOTATION).unwrap_or_default(),
         node: get(NODE_ANNOTATION).unwrap_or_default(),
     }

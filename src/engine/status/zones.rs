@@ -6,9 +6,10 @@
 //! The owner's probe updates its zone at once; the verdict waits for the
 //! other zones' answers to the same round (so a real outage does not show
 //! as Degraded for the moment between the owner's probe and theirs).
-//! Ready turns False when at least `quorum` zones have Failed (or, when
-//! fewer zones answer than `quorum`, every zone that answers); Degraded is
-//! True while some zones have Failed but fewer than that, and names them.
+//! Ready turns False when at least `quorum` zones of the round have Failed;
+//! zones that did not answer count against that, never for it, so fewer
+//! answers than the quorum keep Ready as it was. Degraded is True while
+//! some zones have Failed but fewer than that, and names them.
 
 use crate::api::ZoneStatus;
 use crate::confirm::Place;
@@ -207,7 +208,7 @@ impl CheckerStatus {
                         reason,
                         millis,
                     } => Ok((*success, reason.as_str(), *millis)),
-                    ZoneResult::NoAnswer(why) => Err(why.as_str()),
+                    ZoneResult::NoAnswer => Err("NoAnswer"),
                 },
             });
         }
@@ -224,23 +225,32 @@ impl CheckerStatus {
     }
 
     /// Ready and Degraded from the zones' streaks; the status to write.
+    ///
+    /// The quorum counts every zone of the round, answered or not: zones
+    /// that did not answer never let fewer failures turn Ready False (a
+    /// zone cut off from its peers would otherwise page on its own word).
+    /// Only where fewer zones have a member than the quorum does the quorum
+    /// shrink to the zones there are.
     fn zone_verdict(&mut self, o: &Outcome, q: ZoneQuorum, ctx: &Context<'_>) -> Effects {
         let entries = self.zones.entries();
-        let known = entries.iter().filter(|e| e.known).count() as u32;
-        let quorum = q.quorum.min(known).max(1);
-        let failed = self.zones.failed(ctx.failure_threshold);
+        let asked = entries.len() as u32;
+        let quorum = q.quorum.min(asked).max(1);
+        let failed: Vec<ZoneEntry> = self
+            .zones
+            .failed(ctx.failure_threshold)
+            .into_iter()
+            .cloned()
+            .collect();
         let failed_n = failed.len() as u32;
         let succeeding = entries
             .iter()
             .filter(|e| e.known && e.successes >= ctx.success_threshold)
             .count() as u32;
-        let unknown: Vec<String> = entries
+        let silent: Vec<String> = entries
             .iter()
             .filter(|e| !e.known)
-            .map(|e| format!("zone {} did not answer ({})", e.zone, e.reason))
+            .map(|e| e.zone.clone())
             .collect();
-        let asked = entries.len();
-        let failures = failed.iter().map(|e| describe(e)).collect::<Vec<_>>();
         let first_reason = failed
             .iter()
             .find(|e| e.zone == ctx.place.zone)
@@ -248,14 +258,15 @@ impl CheckerStatus {
             .map(|e| e.reason.clone());
         let mut fx = Effects::default();
         if failed_n >= quorum {
-            let mut m = format!(
+            let list: Vec<String> = failed
+                .iter()
+                .map(|e| format!("{}: {}", e.zone, e.reason))
+                .collect();
+            let m = format!(
                 "failing in {failed_n} of {asked} zones (quorum {}): {}",
                 q.quorum,
-                failures.join("; ")
+                list.join(", ")
             );
-            if !unknown.is_empty() {
-                m.push_str(&format!("; unconfirmed: {}", unknown.join("; ")));
-            }
             let reason = first_reason.unwrap_or_else(|| o.reason.as_str().to_string());
             fx.transition = self.settle(Truth::False, &reason, m, ctx);
             self.set_degraded(
@@ -275,26 +286,58 @@ impl CheckerStatus {
                         o.reason.as_str().to_string()
                     }
                 );
-                if !unknown.is_empty() {
-                    m.push_str(&format!("; {}", unknown.join("; ")));
+                if !silent.is_empty() {
+                    m.push_str(&format!("; no answer from zone {}", silent.join(", ")));
                 }
                 fx.transition = self.settle(Truth::True, "ProbeSucceeded", m, ctx);
-            }
-            if failed_n > 0 {
+            } else if self.ready == Truth::Unknown {
                 let m = format!(
-                    "failing in {failed_n} of {asked} zones, fewer than the quorum of {}: {}",
-                    q.quorum,
-                    failures.join("; ")
+                    "no quorum yet: {failed_n} of {asked} zones fail, {} did not answer",
+                    silent.len()
                 );
-                fx.degraded = self.set_degraded(Truth::True, "ZonesFailing", m, ctx);
-            } else {
-                self.set_degraded(Truth::False, "AllZonesSucceed", "no zone fails".into(), ctx);
+                self.settle(Truth::Unknown, "NoQuorum", m, ctx);
             }
+            fx.degraded = self.degraded_zones(&failed, &silent, q, ctx);
         }
         let mut status = self.render(ctx, Some(o));
         status.zones = self.zones.render(ctx.failure_threshold);
         fx.write = self.maybe_write(status, ctx);
         fx
+    }
+
+    /// Degraded below the quorum: the failing zones and those that did not
+    /// answer are named; the Warning's message when it turned True.
+    fn degraded_zones(
+        &mut self,
+        failed: &[ZoneEntry],
+        silent: &[String],
+        q: ZoneQuorum,
+        ctx: &Context<'_>,
+    ) -> Option<String> {
+        if failed.is_empty() {
+            let (status, reason, m) = if silent.is_empty() {
+                (Truth::False, "AllZonesSucceed", "no zone fails".to_string())
+            } else {
+                (
+                    Truth::False,
+                    "NoZoneFails",
+                    format!("no zone fails; no answer from zone {}", silent.join(", ")),
+                )
+            };
+            return self.set_degraded(status, reason, m, ctx);
+        }
+        let list: Vec<String> = failed.iter().map(describe).collect();
+        let mut m = format!(
+            "failing in {} of {} zones, fewer than the quorum of {}: {}",
+            failed.len(),
+            self.zones.entries().len(),
+            q.quorum,
+            list.join("; ")
+        );
+        if !silent.is_empty() {
+            m.push_str(&format!("; no answer from zone {}", silent.join(", ")));
+        }
+        self.set_degraded(Truth::True, "ZonesFailing", m, ctx)
     }
 }
 

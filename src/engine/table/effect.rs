@@ -82,6 +82,16 @@ pub enum Input {
         seq: u64,
         answers: Vec<ZoneAnswer>,
     },
+    /// Another replica asked for a probe of a checker of `namespace`
+    /// (crate::confirm::service): it waits for a worker with the
+    /// namespace's own probes; it may hold one for up to `hold`.
+    Foreign {
+        key: String,
+        namespace: String,
+        hold: Duration,
+    },
+    /// That probe ended (or was given up).
+    ForeignDone { key: String },
 }
 
 #[derive(Debug)]
@@ -105,6 +115,15 @@ pub enum Effect {
     },
     /// Abort the checker's probe in flight: its `Done` is not wanted.
     Abort {
+        key: String,
+    },
+    /// Start the probe asked for as [`Input::Foreign`] on the worker the
+    /// shell holds; report its end as [`Input::ForeignDone`].
+    ProbeForeign {
+        key: String,
+    },
+    /// That probe will not run (fence, shutdown): tell whoever waits.
+    DropForeign {
         key: String,
     },
     /// Ask another replica to confirm the checker's failure, within
@@ -168,7 +187,7 @@ pub struct Notice {
     pub object_ref: ObjectReference,
     pub warning: bool,
     pub reason: String,
-    /// At most 1,000 characters.
+    /// At most [`crate::api::MAX_MESSAGE`] characters.
     pub note: String,
 }
 
@@ -233,10 +252,7 @@ pub(super) fn transition_notice(
         object_ref: object_ref.clone(),
         warning: t.ready != Truth::True,
         reason: t.reason.clone(),
-        note: format!("Ready={}: {}", t.ready.as_str(), t.message)
-            .chars()
-            .take(1000)
-            .collect(),
+        note: crate::api::condition_message(&format!("Ready={}: {}", t.ready.as_str(), t.message)),
     }
 }
 
@@ -268,7 +284,7 @@ pub(super) fn source_notice(
         object_ref: source.clone(),
         warning,
         reason: reason.to_string(),
-        note: note.chars().take(1000).collect(),
+        note: crate::api::condition_message(&note),
     })
 }
 
@@ -285,6 +301,6 @@ pub(super) fn warning_notice(
         object_ref: object_ref.clone(),
         warning: true,
         reason: reason.to_string(),
-        note: message.chars().take(1000).collect(),
+        note: crate::api::condition_message(message),
     }
 }

@@ -31,6 +31,7 @@ use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};
 
 mod effect;
+mod foreign;
 mod plan;
 #[cfg(test)]
 mod tests;
@@ -105,6 +106,7 @@ impl Entry {
             uid: self.object_ref.uid.clone().unwrap_or_default(),
             generation: self.generation,
             purpose,
+            wait_millis: None,
         }
     }
 }
@@ -123,6 +125,8 @@ pub struct Table {
     stopped: bool,
     /// The effects of the current step.
     out: Vec<Effect>,
+    /// Probes other replicas asked for, queued or in flight.
+    foreign: foreign::Foreign,
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
@@ -148,6 +152,7 @@ impl Table {
             stopping: false,
             stopped: false,
             out: Vec::new(),
+            foreign: Default::default(),
         }
     }
 
@@ -155,7 +160,7 @@ impl Table {
     /// the due probes are dropped.
     pub fn wants_worker(&mut self) -> bool {
         if self.stopping {
-            self.ready.clear_ready();
+            self.clear_ready();
             return false;
         }
         self.ready.has_ready()
@@ -215,6 +220,12 @@ impl Table {
             } => self.done(key, seq, outcome, finished, clock),
             Input::Confirmed { key, seq, verdict } => self.confirmed(key, seq, verdict, clock),
             Input::Zones { key, seq, answers } => self.zones_answered(key, seq, answers, clock),
+            Input::Foreign {
+                key,
+                namespace,
+                hold,
+            } => self.foreign_asked(key, namespace, hold, clock),
+            Input::ForeignDone { key } => self.foreign_done(&key),
         }
         // A failure held for another replica's word is written before the end.
         if self.stopping
@@ -241,10 +252,13 @@ impl Table {
     /// Starts the next ready probe the namespaces' fair shares allow, if any.
     fn dispatch(&mut self, free: usize, clock: Clock) {
         if self.stopping {
-            self.ready.clear_ready();
+            self.clear_ready();
             return;
         }
         while let Some((ns, key, due)) = self.ready.pop(free) {
+            if self.foreign_starts(&ns, &key) {
+                return;
+            }
             let Some(e) = self.entries.get_mut(&key) else {
                 continue;
             };
@@ -487,14 +501,14 @@ impl Table {
             self.remove(&k);
         }
         self.out.push(Effect::Writer(ToWriter::ForgetAll));
-        self.ready.clear_ready();
+        self.clear_ready();
         self.arrivals.emptied();
         self.shrink_if_sparse();
         self.owned();
     }
 
     fn shutdown(&mut self) {
-        self.ready.clear_ready();
+        self.clear_ready();
         let keys: Vec<String> = self.entries.keys().cloned().collect();
         for k in &keys {
             self.cancel(k);
@@ -663,7 +677,7 @@ fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
             ZoneResult::Probed {
                 success, millis, ..
             } => Some((*success, *millis)),
-            ZoneResult::NoAnswer(_) => None,
+            ZoneResult::NoAnswer => None,
         },
     });
     Effect::Metric(Metric::Zones {
@@ -673,6 +687,7 @@ fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
     })
 }
 
-/// What a confirmer may spend besides the probe's timeout: its reads of the
-/// checker, its token review and its Secrets.
-const CONFIRM_READS: Duration = Duration::from_secs(2);
+/// What a confirmer may spend besides the probe's timeout: a review of the
+/// asker's token, a read of the checker and reads of its Secrets (at once),
+/// 2 s each at most (crate::confirm::service).
+const CONFIRM_READS: Duration = Duration::from_secs(6);

@@ -176,7 +176,7 @@ fn values_over_the_namespace_budget_are_not_kept_until_room_is_made() {
     assert!(got[0].1.quota_exceeded().is_none());
     let msg = got[1].1.quota_exceeded().expect("over the budget");
     assert!(
-        msg.contains("take 600 KiB") && msg.contains("(1 MiB on each replica"),
+        msg.contains("take 600 KiB") && msg.contains("(1 MiB per replica"),
         "{msg}"
     );
     assert_eq!(got[1].1.bytes(), 0, "values not kept");

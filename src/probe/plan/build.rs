@@ -329,7 +329,7 @@ pub(super) fn join_path(base: &url::Url, path: &str) -> Result<url::Url, String>
         && !has_userinfo(&full);
     if !same {
         return Err(format!(
-            "spec.path {path:?} leaves the host of spec.host: a URL reads a path that starts with '//' (or contains a backslash, a tab or a line break) as another host; start it with a single '/' and put the host in spec.host"
+            "spec.path {path:?} leaves the host of spec.host (a '//' start, a backslash, tab or line break make a URL name another host): start it with one '/'"
         ));
     }
     Ok(full)

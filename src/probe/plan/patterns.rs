@@ -204,7 +204,7 @@ fn one(
                 over_budget(field, budget)
             } else if e.size_limit().is_some() {
                 format!(
-                    "{field} is too large once compiled (limit {} per expression); a counted repetition of a Unicode class (\\w{{100}}, \\p{{L}}{{50}}, .{{500}}) is the usual cause: use a smaller count, or ASCII classes such as [a-zA-Z0-9_] or (?-u:\\w)",
+                    "{field} is too large once compiled (limit {} per expression): use smaller counts of Unicode classes (\\w{{100}}, .{{500}}) or ASCII ones ([a-z0-9_], (?-u:\\w))",
                     mib(per_pattern)
                 )
             } else {
@@ -224,7 +224,7 @@ fn one(
 
 fn over_budget(field: &str, budget: usize) -> String {
     format!(
-        "{field}: the regular expressions of this checker together are too large once compiled (limit {} per checker); make them smaller or fewer (ASCII classes such as [a-z] or (?-u:\\w) are much smaller than Unicode ones)",
+        "{field}: the regular expressions of this checker together are too large once compiled (limit {} per checker): make them fewer or smaller (ASCII classes: [a-z], (?-u:\\w))",
         mib(budget)
     )
 }

@@ -152,6 +152,9 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- if lt $lease 1000 }}
 {{- fail (printf "operator.leaseDuration (%s) must be at least 1s (Leases count whole seconds)" (toString $op.leaseDuration)) }}
 {{- end }}
+{{- if eq ($op.metricsPort | int64) ($op.confirmPort | int64) }}
+{{- fail (printf "operator.confirmPort (%d) must differ from operator.metricsPort: asks to confirm a failure have a port of their own, which the NetworkPolicy opens to the release's pods only" ($op.confirmPort | int64)) }}
+{{- end }}
 {{- if and .Values.caBundle.configMap .Values.caBundle.secret }}
 {{- fail (printf "caBundle: set configMap (%q) or secret (%q), not both" .Values.caBundle.configMap .Values.caBundle.secret) }}
 {{- end }}

@@ -63,7 +63,7 @@ fn answer(zone: &str, success: Option<bool>) -> ZoneAnswer {
                 reason: if s { "ProbeSucceeded" } else { "ConnectError" }.into(),
                 millis: 9,
             },
-            None => ZoneResult::NoAnswer("did not answer in time".into()),
+            None => ZoneResult::NoAnswer,
         },
     }
 }
@@ -245,13 +245,35 @@ fn zones_that_do_not_answer_leave_the_verdict_to_those_that_do() {
     let w = fx.write.expect("the zones' results changed");
     assert_eq!(zones(&w)[1], ("b".into(), "Unknown".into()));
     assert_eq!(w.zones[1].reason, "NoAnswer");
-    // Failing where only it answers: its failure stands, marked unconfirmed.
-    let fx = round(&mut s, &mut r, false, &[("b", None), ("c", None)]);
-    let t = fx.transition.expect("Ready turned False");
+    // Failing where only it answers: one zone is no quorum, whatever
+    // the others did not say. Ready stays; Degraded names both.
+    for _ in 0..3 {
+        let fx = round(&mut s, &mut r, false, &[("b", None), ("c", None)]);
+        assert!(fx.transition.is_none(), "one zone's word never pages");
+        assert!(s.is_ready());
+    }
+    let d = s.degraded.clone().expect("Degraded");
+    assert_eq!((d.status, d.reason.as_str()), (Truth::True, "ZonesFailing"));
     assert!(
-        t.message.contains("unconfirmed: zone b did not answer"),
+        d.message.contains("zone a (replica r0)") && d.message.contains("no answer from zone b, c"),
         "{}",
-        t.message
+        d.message
+    );
+    // Once the zones answer and fail too, the quorum decides.
+    let fx = round(&mut s, &mut r, false, &[("b", Some(false)), ("c", None)]);
+    assert_eq!(fx.transition.expect("quorum reached").ready, Truth::False);
+}
+
+#[test]
+fn a_new_checker_without_a_quorum_stays_unknown_with_a_reason() {
+    let (mut s, mut r) = fresh(1);
+    let fx = round(&mut s, &mut r, false, &[("b", None), ("c", None)]);
+    assert!(fx.transition.is_none());
+    let w = fx.write.expect("its first status");
+    let ready = w.condition(super::super::READY).unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("Unknown", "NoQuorum")
     );
 }
 

@@ -57,7 +57,7 @@ fn a_failure_waits_for_the_confirmer_and_is_written_with_its_name() {
     // Held: no status, no Event; the ask goes out within timeout + reads.
     assert_eq!(
         only(&lines, &["confirm", "status", "event"]),
-        ["confirm ns/a within 3000ms"]
+        ["confirm ns/a within 7000ms"]
     );
     assert!(lines.contains(&"metric probe ns/a ConnectError ready=true".to_string()));
     let fx = sim.step(Input::Confirmed {
@@ -95,7 +95,7 @@ fn a_refuted_failure_keeps_ready_and_degrades_naming_the_owner_until_it_succeeds
     assert_eq!(
         degraded.as_deref(),
         Some(
-            "True UnconfirmedFailure: probes from replica me in zone a fail (ConnectError: ConnectError) \
+            "True UnconfirmedFailure: probes from replica me in zone a fail (ConnectError) \
              while replica r2 in zone b reached the target in 4 ms"
         )
     );
@@ -113,7 +113,7 @@ fn a_refuted_failure_keeps_ready_and_degrades_naming_the_owner_until_it_succeeds
     let lines = sim.done("ns/a", seq, Some(refused()));
     assert_eq!(
         only(&lines, &["confirm", "status"]),
-        ["confirm ns/a within 3000ms"]
+        ["confirm ns/a within 7000ms"]
     );
     let fx = sim.step(Input::Confirmed {
         key: "ns/a".into(),
@@ -142,21 +142,68 @@ fn a_refuted_failure_keeps_ready_and_degrades_naming_the_owner_until_it_succeeds
 }
 
 #[test]
-fn an_unanswered_ask_lets_the_failure_stand_marked_unconfirmed() {
+fn an_unanswered_ask_keeps_ready_and_says_so_without_the_operators_reasons() {
     let mut sim = confirming_sim();
     let (seq, _) = failing(&mut sim);
     let fx = sim.step(Input::Confirmed {
         key: "ns/a".into(),
         seq,
         verdict: Verdict::Unanswered {
-            why: "replica r2 in zone b did not answer in time".into(),
+            why: "r2: not accepted: a token bound to no pod".into(),
         },
+    });
+    let (ready, reason, _, degraded) = written(&fx).expect("Degraded is news: written");
+    assert_eq!(
+        (ready.as_str(), reason.as_str()),
+        ("True", "ProbeSucceeded"),
+        "one replica's word never turns a checker False"
+    );
+    assert_eq!(
+        degraded.as_deref(),
+        Some(
+            "True Unconfirmed: probes from replica me in zone a fail (ConnectError) \
+             and no other replica could confirm it yet"
+        )
+    );
+    assert_eq!(
+        only(&sim.show(&fx), &["event", "metric verdict"]),
+        [
+            "event Warning Unconfirmed",
+            "metric verdict ns/a unanswered ready=true"
+        ]
+    );
+    // The next failure asks again, and a confirmation decides.
+    let due = sim.now + 10 * S - Duration::from_millis(300);
+    let seq = sim.start("ns/a", due);
+    let lines = sim.done("ns/a", seq, Some(refused()));
+    assert_eq!(
+        only(&lines, &["confirm", "status"]),
+        ["confirm ns/a within 7000ms"]
+    );
+    let fx = sim.step(Input::Confirmed {
+        key: "ns/a".into(),
+        seq,
+        verdict: Verdict::Confirmed { by: b() },
     });
     let (ready, _, message, _) = written(&fx).expect("written");
     assert_eq!(ready, "False");
+    assert_eq!(message, "ConnectError (confirmed by replica r2 in zone b)");
+}
+
+#[test]
+fn a_refusal_of_the_operators_own_is_not_sent_for_confirmation() {
+    let mut sim = confirming_sim();
+    let next = probed_until_settled(&mut sim, "a");
+    let seq = sim.start("ns/a", next);
+    let forbidden = crate::probe::Outcome {
+        reason: crate::probe::Reason::Forbidden,
+        message: "127.0.0.1 is an address the operator may not probe (loopback)".into(),
+        ..refused()
+    };
+    let lines = sim.done("ns/a", seq, Some(forbidden));
     assert_eq!(
-        message,
-        "ConnectError (unconfirmed: replica r2 in zone b did not answer in time)"
+        only(&lines, &["confirm", "status"]),
+        ["status ns/a Ready=False Forbidden"]
     );
 }
 
@@ -198,7 +245,7 @@ fn shutdown_waits_for_a_held_failure_and_writes_it() {
     let lines = sim.done("ns/a", seq, Some(refused()));
     assert_eq!(
         only(&lines, &["confirm", "status", "stopped"]),
-        ["confirm ns/a within 3000ms"]
+        ["confirm ns/a within 7000ms"]
     );
     let fx = sim.step(Input::Confirmed {
         key: "ns/a".into(),

@@ -209,6 +209,8 @@ impl Sim {
             }
             Effect::Cancel { key } => format!("cancel {key}"),
             Effect::Abort { key } => format!("abort {key}"),
+            Effect::ProbeForeign { key } => format!("probe foreign {key}"),
+            Effect::DropForeign { key } => format!("drop foreign {key}"),
             Effect::Writer(w) => match w {
                 ToWriter::Observe {
                     key,

@@ -47,7 +47,7 @@ fn the_owner_asks_the_other_zones_once_per_round_and_decides_on_their_answers() 
     let lines = sim.done("ns/z", seq, Some(ok()));
     assert_eq!(
         only(&lines, &["ask", "status", "event", "metric zones"]),
-        ["ask 2 zones for ns/z within 3000ms"],
+        ["ask 2 zones for ns/z within 7000ms"],
         "nothing decided before the other zones answered"
     );
     let next = scheduled(&sim, &lines);
@@ -102,7 +102,7 @@ fn the_owner_asks_the_other_zones_once_per_round_and_decides_on_their_answers() 
     let lines = sim.done("ns/z", seq3, Some(ok()));
     assert_eq!(
         only(&lines, &["ask"]),
-        ["ask 2 zones for ns/z within 3000ms"]
+        ["ask 2 zones for ns/z within 7000ms"]
     );
 }
 
