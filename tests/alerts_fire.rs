@@ -19,7 +19,7 @@
 //! NoLeader, LeaseRenewFailing, ScheduleLagHigh, StatusWritesFailing,
 //! AddressDiscoveryFailing, ConfirmCredentialsMissing; checkers.rs:
 //! CertificateExpiring, Down, Slow),
-//! `confirming` (confirm.rs: ProberImpaired).
+//! `confirming` (confirm.rs: ProberImpaired, ZonesShort).
 //! The faults: a replica SIGKILLed, one SIGSTOPped, a fault proxy that resets
 //! every connection or answers one kind of API call (status writes, the
 //! sharder's assignment writes) with 500, one worker for too much probing, a

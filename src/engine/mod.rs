@@ -535,8 +535,9 @@ impl Engine {
             Metric::Zones {
                 namespace,
                 name,
+                asked,
                 results,
-            } => metrics.record_zones(&namespace, &name, &results),
+            } => metrics.record_zones(&namespace, &name, asked, &results),
             Metric::Forget { namespace, name } => metrics.forget_checker(&namespace, &name),
             Metric::Owned(n) => metrics.owned.set(n),
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),

@@ -88,6 +88,8 @@ struct CheckerSeries {
     info: Option<Arc<CheckerInfo>>,
     /// With spec.locations: each zone's series, in the order of the last round.
     zones: Vec<ZoneSeries>,
+    /// With spec.locations: the zones asked for (`webchecker_zones_asked`).
+    zones_asked: Option<u32>,
 }
 
 /// One zone's series of a checker with spec.locations.
@@ -565,11 +567,12 @@ impl Metrics {
         });
     }
 
-    /// A round of a checker with spec.locations: the zones of `results`
-    /// replace the earlier ones (a zone no longer asked loses its series),
-    /// each counting its probe.
-    pub fn record_zones(&self, namespace: &str, name: &str, results: &[ZoneSample]) {
+    /// A round of a checker with spec.locations (`asked` zones asked for):
+    /// the zones of `results` replace the earlier ones (a zone no longer
+    /// asked loses its series), each counting its probe.
+    pub fn record_zones(&self, namespace: &str, name: &str, asked: u32, results: &[ZoneSample]) {
         self.with_checker(namespace, name, |c| {
+            c.zones_asked = (asked > 0).then_some(asked);
             let mut old = std::mem::take(&mut c.zones);
             for r in results {
                 let mut z = match old.iter().position(|z| *z.zone == *r.zone) {

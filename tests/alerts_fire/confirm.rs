@@ -5,7 +5,9 @@
 //! failure of the cut replica is confirmed by the other, whose probe
 //! succeeds, so it is refuted (webchecker_unconfirmed_failures_total of the
 //! cut replica's zone) and WebCheckerProberImpaired fires for that replica
-//! and zone, never for the other.
+//! and zone, never for the other. One more checker asks to be probed from
+//! three zones (`spec.locations`) where the replicas run in two:
+//! WebCheckerZonesShort fires for it, and for no other checker.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,11 +29,15 @@ const TIMEOUT_S: f64 = 0.5;
 const HELD: Duration = Duration::from_secs(2);
 /// The replicas and their zones; the second one's path gets cut.
 const REPLICAS: [(&str, &str); 2] = [("confirming-0", "zone-a"), ("confirming-1", "zone-b")];
+/// The checker that asks for three zones of the two there are.
+const SHORT: &str = "zones-short";
 
 pub struct Confirming {
     pub ns: String,
     pub ops: Vec<Operator>,
     names: Vec<String>,
+    /// When the checker of [`SHORT`] was created.
+    short_since: Instant,
     /// While set, the target holds every request of the cut replica.
     cut: Arc<AtomicBool>,
     _target: RecordingTarget,
@@ -94,10 +100,19 @@ impl Confirming {
             })
             .collect();
         create_all(&client, &ns, objs, 1).await;
+        let short_since = Instant::now();
+        let short = checker_object(
+            SHORT,
+            &target.url(),
+            INTERVAL_S,
+            json!({"timeoutSeconds": TIMEOUT_S, "locations": {"zones": 3, "quorum": 2}}),
+        );
+        create_all(&client, &ns, vec![short], 1).await;
         let s = Confirming {
             ns,
             ops,
             names,
+            short_since,
             cut,
             _target: target,
         };
@@ -135,11 +150,33 @@ impl Confirming {
     pub fn healthy(&self) -> Vec<(String, String)> {
         self.names
             .iter()
+            .chain([&SHORT.to_string()])
             .map(|n| (self.ns.clone(), n.clone()))
             .collect()
     }
 
     pub async fn drive(&self, alerts: &Alerts<'_>) {
+        alerts.never(
+            "only the checker that asks for more zones is short of them",
+            |a| {
+                a.name == "WebCheckerZonesShort"
+                    && a.labels.get("name").map(String::as_str) != Some(SHORT)
+            },
+        );
+        alerts
+            .wait_firing(
+                "a checker asking for three zones of two",
+                "WebCheckerZonesShort",
+                labels_of(&[
+                    ("namespace", &self.ns),
+                    ("name", SHORT),
+                    ("severity", "warning"),
+                ]),
+                self.short_since,
+                // Its first round, then two scrapes.
+                Duration::from_secs(15),
+            )
+            .await;
         let spared = self.ops[0].identity.clone();
         alerts.never(
             "the replica that reaches the target is not impaired",

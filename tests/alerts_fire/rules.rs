@@ -32,6 +32,7 @@ pub const FOR: &[(&str, Option<u64>)] = &[
     ("WebCheckerAddressDiscoveryFailing", Some(5)),
     ("WebCheckerProberImpaired", Some(5)),
     ("WebCheckerConfirmCredentialsMissing", Some(5)),
+    ("WebCheckerZonesShort", Some(5)),
 ];
 
 /// The test's `for:` of an alert (zero when it has none).

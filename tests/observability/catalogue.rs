@@ -33,6 +33,10 @@ const ABSENT_OK: &[(&str, &str)] = &[
         "webchecker_zone_probes_total",
         "checkers with spec.locations only; the scenario has none",
     ),
+    (
+        "webchecker_zones_asked",
+        "checkers with spec.locations only; the scenario has none",
+    ),
 ];
 
 /// `texts`: every replica's /metrics as (identity, text).

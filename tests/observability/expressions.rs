@@ -112,6 +112,11 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
         "needs a fault: Lease renewals failing (API server unreachable or Lease lost)",
     ),
     (
+        "alert=WebCheckerZonesShort",
+        "webchecker_zones_asked exists for checkers with spec.locations only; the scenario has \
+         none (tests/alerts_fire/confirm.rs makes it fire)",
+    ),
+    (
         "alert=WebCheckerProberImpaired",
         "needs a replica whose probes fail where another replica's succeed (a network fault \
          of one replica's path to the targets)",

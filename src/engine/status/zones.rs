@@ -314,7 +314,19 @@ impl CheckerStatus {
         q: ZoneQuorum,
         ctx: &Context<'_>,
     ) -> Option<String> {
+        let round = self.zones.entries().len() as u32;
+        // Fewer zones have a replica than spec.locations asks for: the
+        // checker is judged from fewer places than its author wanted.
+        let fewer = (round < q.zones).then(|| {
+            format!(
+                "probed from {round} of {} zones: the operator's replicas run in fewer zones",
+                q.zones
+            )
+        });
         if failed.is_empty() {
+            if let Some(m) = fewer {
+                return self.set_degraded(Truth::True, "FewerZones", m, ctx);
+            }
             let (status, reason, m) = if silent.is_empty() {
                 (Truth::False, "AllZonesSucceed", "no zone fails".to_string())
             } else {
@@ -336,6 +348,9 @@ impl CheckerStatus {
         );
         if !silent.is_empty() {
             m.push_str(&format!("; no answer from zone {}", silent.join(", ")));
+        }
+        if let Some(f) = fewer {
+            m.push_str(&format!("; {f}"));
         }
         self.set_degraded(Truth::True, "ZonesFailing", m, ctx)
     }

@@ -227,6 +227,8 @@ pub enum Metric {
     Zones {
         namespace: String,
         name: String,
+        /// `spec.locations.zones`: the zones asked for.
+        asked: u32,
         results: Vec<ZoneSample>,
     },
     /// Drop its series.

@@ -683,6 +683,11 @@ fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
     Effect::Metric(Metric::Zones {
         namespace: e.namespace.clone(),
         name: e.name.clone(),
+        asked: e
+            .plan
+            .as_ref()
+            .and_then(|p| p.locations)
+            .map_or(0, |q| q.zones),
         results: own.into_iter().chain(others).collect(),
     })
 }

@@ -190,6 +190,16 @@ impl Table {
             return;
         };
         let old_interval = e.plan.as_ref().map(|p| p.interval);
+        let had_zones = e.plan.as_ref().is_some_and(|p| p.locations.is_some());
+        if had_zones && !plan.as_ref().is_ok_and(|p| p.locations.is_some()) {
+            // No longer probed from zones: its zone series go.
+            self.out.push(Effect::Metric(Metric::Zones {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                asked: 0,
+                results: Vec::new(),
+            }));
+        }
         match plan {
             Ok(p) if p.suspend => {
                 e.plan = None;

@@ -81,6 +81,13 @@ pub(super) fn render_checkers(out: &mut dyn Sink, checkers: &Snapshot, h: Histog
 /// The zone series of checkers with spec.locations, exported by the owner
 /// only (it holds every zone's answer), so sums never count a probe twice.
 fn render_zones(out: &mut dyn Sink, checkers: &Snapshot) {
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_zones_asked",
+        "spec.locations.zones: the zones asked to probe this checker every interval",
+        |c| c.zones_asked.map(f64::from),
+    );
     type Value = fn(&ZoneSeries) -> Vec<(&'static str, f64)>;
     let families: [(&str, Kind, &str, Value); 3] = [
         (

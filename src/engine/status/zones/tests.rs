@@ -314,3 +314,47 @@ fn a_later_probe_of_the_owner_while_the_zones_are_out_is_the_one_decided_on() {
         Effects::default()
     );
 }
+
+#[test]
+fn a_round_from_fewer_zones_than_asked_is_degraded_and_says_so() {
+    let (mut s, mut r) = fresh(1);
+    let full = round(
+        &mut s,
+        &mut r,
+        true,
+        &[("b", Some(true)), ("c", Some(true))],
+    );
+    assert_eq!(full.degraded, None, "three zones of three: nothing to say");
+    // Zone c lost its last replica: two zones of the three asked.
+    let fx = round(&mut s, &mut r, true, &[("b", Some(true))]);
+    assert_eq!(fx.transition, None, "Ready stays True");
+    let warning = fx.degraded.expect("Degraded turns True, with a Warning");
+    assert!(warning.contains("probed from 2 of 3 zones"), "{warning}");
+    let d = s.degraded.clone().unwrap();
+    assert_eq!((d.status, d.reason.as_str()), (Truth::True, "FewerZones"));
+    // A failing zone among fewer: ZonesFailing, and the shortfall in its message.
+    let fx = round(&mut s, &mut r, true, &[("b", Some(false))]);
+    let d = s.degraded.clone().unwrap();
+    assert_eq!((d.status, d.reason.as_str()), (Truth::True, "ZonesFailing"));
+    assert!(
+        d.message.contains("probed from 2 of 3 zones"),
+        "{}",
+        d.message
+    );
+    assert_eq!(
+        fx.transition, None,
+        "one failing zone of two: below the quorum"
+    );
+    // The third zone back: Degraded ends.
+    round(
+        &mut s,
+        &mut r,
+        true,
+        &[("b", Some(true)), ("c", Some(true))],
+    );
+    let d = s.degraded.clone().unwrap();
+    assert_eq!(
+        (d.status, d.reason.as_str()),
+        (Truth::False, "AllZonesSucceed")
+    );
+}

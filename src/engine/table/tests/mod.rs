@@ -290,6 +290,7 @@ impl Sim {
                 namespace,
                 name,
                 results,
+                ..
             } => {
                 let zones: Vec<String> = results
                     .iter()
