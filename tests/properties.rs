@@ -599,8 +599,10 @@ proptest! {
     }
 
     /// With confirmation, failures another replica refutes never turn Ready
-    /// False, whatever the sequence; Degraded is True exactly while the
-    /// owner's last probes failed past the threshold; a held failure is
+    /// False, whatever the sequence (only a refusal of the operator's own,
+    /// the same from every replica, does); unless Ready is False, Degraded is
+    /// True exactly while the owner's last probes failed past the threshold;
+    /// a held failure is
     /// never written before the verdict.
     #[test]
     fn refuted_failures_never_page(
@@ -615,6 +617,7 @@ proptest! {
         for (i, (r, code)) in steps.into_iter().enumerate() {
             let o = outcome(REASONS[r], code);
             if o.success() { run_bad = 0 } else { run_bad += 1 }
+            let was = s.ready;
             let ctx = step_context(i, start, failure_threshold, true, &here);
             let fx = s.observe(&o, &ctx);
             if fx.confirm {
@@ -622,9 +625,11 @@ proptest! {
                 let verdict = webchecker::confirm::Verdict::Refuted { by: by.clone(), millis: 3 };
                 s.confirmed(&verdict, &ctx);
             }
-            prop_assert_ne!(s.ready, Truth::False);
+            if s.ready == Truth::False && was != Truth::False {
+                prop_assert_eq!(o.reason, Reason::Forbidden, "only the operator's own refusal pages unconfirmed");
+            }
             let degraded = s.degraded.as_ref().map(|d| d.status);
-            if run_bad >= failure_threshold {
+            if run_bad >= failure_threshold && s.ready != Truth::False {
                 prop_assert_eq!(degraded, Some(Truth::True));
             } else if run_bad == 0 {
                 prop_assert_ne!(degraded, Some(Truth::True));

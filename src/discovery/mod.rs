@@ -51,6 +51,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use rules::TOO_MANY;
 pub use writer::{INVALID_CHECKER, NAME_TAKEN};
 
 use std::collections::BTreeMap;

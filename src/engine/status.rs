@@ -24,6 +24,106 @@ pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
 /// another replica's succeed (its network is suspect, not the target), or
 /// while no other replica could probe to confirm them.
 pub const DEGRADED: &str = "Degraded";
+/// Ready before the first probe's verdict.
+pub const PENDING: &str = "Pending";
+/// Ready of a new checker with spec.locations before a quorum of zones spoke.
+pub const NO_QUORUM: &str = "NoQuorum";
+
+/// The reasons of [`DEGRADED`], with the status each goes with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DegradedReason {
+    /// True: the owner's probe failed where a confirming replica's succeeded.
+    UnconfirmedFailure,
+    /// True: no other replica could probe to confirm a failure.
+    Unconfirmed,
+    /// True: some zones fail, fewer than the quorum.
+    ZonesFailing,
+    /// True: probed from fewer zones than spec.locations asks for.
+    FewerZones,
+    /// False: the owner's probes succeed again.
+    ProbesSucceed,
+    /// False: another replica saw the failure too.
+    FailureConfirmed,
+    /// False: a quorum of zones fails: Ready is False.
+    QuorumFailed,
+    /// False: every zone succeeds.
+    AllZonesSucceed,
+    /// False: no zone fails, some did not answer.
+    NoZoneFails,
+}
+
+impl DegradedReason {
+    pub const ALL: [DegradedReason; 9] = [
+        DegradedReason::UnconfirmedFailure,
+        DegradedReason::Unconfirmed,
+        DegradedReason::ZonesFailing,
+        DegradedReason::FewerZones,
+        DegradedReason::ProbesSucceed,
+        DegradedReason::FailureConfirmed,
+        DegradedReason::QuorumFailed,
+        DegradedReason::AllZonesSucceed,
+        DegradedReason::NoZoneFails,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DegradedReason::UnconfirmedFailure => "UnconfirmedFailure",
+            DegradedReason::Unconfirmed => "Unconfirmed",
+            DegradedReason::ZonesFailing => "ZonesFailing",
+            DegradedReason::FewerZones => "FewerZones",
+            DegradedReason::ProbesSucceed => "ProbesSucceed",
+            DegradedReason::FailureConfirmed => "FailureConfirmed",
+            DegradedReason::QuorumFailed => "QuorumFailed",
+            DegradedReason::AllZonesSucceed => "AllZonesSucceed",
+            DegradedReason::NoZoneFails => "NoZoneFails",
+        }
+    }
+
+    /// The condition's status with this reason.
+    pub fn status(self) -> Truth {
+        match self {
+            DegradedReason::UnconfirmedFailure
+            | DegradedReason::Unconfirmed
+            | DegradedReason::ZonesFailing
+            | DegradedReason::FewerZones => Truth::True,
+            _ => Truth::False,
+        }
+    }
+}
+
+/// The reasons of [`CERTIFICATE_EXPIRING`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpiryReason {
+    /// True: the certificate expired.
+    CertificateExpired,
+    /// True: it expires within the warning days.
+    ExpiresSoon,
+    /// False: it does not.
+    CertificateValid,
+}
+
+impl ExpiryReason {
+    pub const ALL: [ExpiryReason; 3] = [
+        ExpiryReason::CertificateExpired,
+        ExpiryReason::ExpiresSoon,
+        ExpiryReason::CertificateValid,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExpiryReason::CertificateExpired => "CertificateExpired",
+            ExpiryReason::ExpiresSoon => "ExpiresSoon",
+            ExpiryReason::CertificateValid => "CertificateValid",
+        }
+    }
+
+    pub fn status(self) -> Truth {
+        match self {
+            ExpiryReason::CertificateValid => Truth::False,
+            _ => Truth::True,
+        }
+    }
+}
 
 /// A condition's status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +166,12 @@ pub enum NotProbed {
 }
 
 impl NotProbed {
+    pub const ALL: [NotProbed; 3] = [
+        NotProbed::Suspended,
+        NotProbed::InvalidSpec,
+        NotProbed::QuotaExceeded,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             NotProbed::Suspended => "Suspended",
@@ -74,7 +180,7 @@ impl NotProbed {
         }
     }
 
-    fn ready(self) -> Truth {
+    pub fn ready(self) -> Truth {
         match self {
             NotProbed::Suspended => Truth::Unknown,
             NotProbed::InvalidSpec | NotProbed::QuotaExceeded => Truth::False,
@@ -304,8 +410,7 @@ impl CheckerStatus {
             // An answer still to come for an earlier failure is moot now.
             self.confirming = None;
             self.set_degraded(
-                Truth::False,
-                "ProbesSucceed",
+                DegradedReason::ProbesSucceed,
                 "this replica's probes succeed again".into(),
                 ctx,
             );
@@ -369,8 +474,7 @@ impl CheckerStatus {
                 let m = format!("{message} (confirmed by {})", by.describe());
                 fx.transition = self.settle(Truth::False, reason, m, ctx);
                 self.set_degraded(
-                    Truth::False,
-                    "FailureConfirmed",
+                    DegradedReason::FailureConfirmed,
                     format!("{} sees the failure too", by.describe()),
                     ctx,
                 );
@@ -388,7 +492,7 @@ impl CheckerStatus {
                     "probes from {} fail ({reason}) and no other replica could confirm it yet",
                     ctx.place.describe()
                 );
-                fx.degraded = self.set_degraded(Truth::True, "Unconfirmed", m, ctx);
+                fx.degraded = self.set_degraded(DegradedReason::Unconfirmed, m, ctx);
             }
             Verdict::Alone => {
                 fx.transition = self.settle(Truth::False, reason, message.to_string(), ctx);
@@ -399,7 +503,7 @@ impl CheckerStatus {
                     ctx.place.describe(),
                     by.describe()
                 );
-                fx.degraded = self.set_degraded(Truth::True, "UnconfirmedFailure", m, ctx);
+                fx.degraded = self.set_degraded(DegradedReason::UnconfirmedFailure, m, ctx);
             }
         }
         let status = self.render(ctx, Some(&o));
@@ -411,15 +515,15 @@ impl CheckerStatus {
     /// Warning event when it turned True.
     fn set_degraded(
         &mut self,
-        status: Truth,
-        reason: &str,
+        reason: DegradedReason,
         message: String,
         ctx: &Context<'_>,
     ) -> Option<String> {
+        let status = reason.status();
         if self.degraded.is_none() && status != Truth::True {
             return None;
         }
-        SideCondition::set(&mut self.degraded, status, reason, message, ctx)
+        SideCondition::set(&mut self.degraded, status, reason.as_str(), message, ctx)
     }
 
     /// Updates CertificateExpiring from the certificate chain a probe saw
@@ -448,16 +552,14 @@ impl CheckerStatus {
             .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
             .unwrap_or_else(|| not_after.to_string());
         let expiring = left < i64::from(days) * 86_400;
-        let (status, reason, message) = if left <= 0 {
+        let (reason, message) = if left <= 0 {
             (
-                Truth::True,
-                "CertificateExpired",
+                ExpiryReason::CertificateExpired,
                 format!("{which} expired at {expiry}"),
             )
         } else if expiring {
             (
-                Truth::True,
-                "ExpiresSoon",
+                ExpiryReason::ExpiresSoon,
                 format!(
                     "{which} expires at {expiry}, in {} days (warning at {days} days)",
                     left / 86_400
@@ -465,12 +567,17 @@ impl CheckerStatus {
             )
         } else {
             (
-                Truth::False,
-                "CertificateValid",
+                ExpiryReason::CertificateValid,
                 format!("{which} expires at {expiry}, in {} days", left / 86_400),
             )
         };
-        SideCondition::set(&mut self.certificate, status, reason, message, ctx)
+        SideCondition::set(
+            &mut self.certificate,
+            reason.status(),
+            reason.as_str(),
+            message,
+            ctx,
+        )
     }
 
     /// A checker that cannot be probed (spec invalid at run time, suspended).
@@ -509,7 +616,7 @@ impl CheckerStatus {
             type_: READY.into(),
             status: self.ready.as_str().into(),
             reason: if self.reason.is_empty() {
-                "Pending".into()
+                PENDING.into()
             } else {
                 self.reason.clone()
             },

@@ -33,26 +33,8 @@ const ASSIGN_BUCKETS: &[f64] = &[
     0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-const ALL_REASONS: &[Reason] = &[
-    Reason::ProbeSucceeded,
-    Reason::DnsError,
-    Reason::ConnectError,
-    Reason::TlsError,
-    Reason::CertificateInvalid,
-    Reason::Timeout,
-    Reason::CheckTimeout,
-    Reason::UnexpectedStatus,
-    Reason::UnexpectedHttpVersion,
-    Reason::BodyMismatch,
-    Reason::SlowResponse,
-    Reason::Forbidden,
-    Reason::ProtocolError,
-    Reason::InvalidSpec,
-    Reason::NotServing,
-    Reason::ServiceUnknown,
-    Reason::UnexpectedGrpcStatus,
-    Reason::UnexpectedResponse,
-];
+/// Probe reasons in the order of the per-checker counters.
+const ALL_REASONS: [Reason; 18] = Reason::ALL;
 
 /// Per-checker series of one owned checker. Kept as plain numbers and rendered
 /// straight to the text format: the prometheus crate's label-set maps cost
@@ -513,10 +495,7 @@ impl Metrics {
             0.0
         };
         let seconds = o.duration.as_secs_f64();
-        let reason = ALL_REASONS
-            .iter()
-            .position(|r| *r == o.reason)
-            .unwrap_or(ALL_REASONS.len() - 1);
+        let reason = o.reason.index();
         let histogram = self.histograms.per_checker;
         let native = histogram && self.histograms.native;
         self.with_checker(namespace, name, |c| {

@@ -31,6 +31,53 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order of [`Reason::index`].
+    pub const ALL: [Reason; 18] = [
+        Reason::ProbeSucceeded,
+        Reason::DnsError,
+        Reason::ConnectError,
+        Reason::TlsError,
+        Reason::CertificateInvalid,
+        Reason::Timeout,
+        Reason::CheckTimeout,
+        Reason::UnexpectedStatus,
+        Reason::UnexpectedHttpVersion,
+        Reason::BodyMismatch,
+        Reason::SlowResponse,
+        Reason::Forbidden,
+        Reason::ProtocolError,
+        Reason::InvalidSpec,
+        Reason::NotServing,
+        Reason::ServiceUnknown,
+        Reason::UnexpectedGrpcStatus,
+        Reason::UnexpectedResponse,
+    ];
+
+    /// Its place in [`Reason::ALL`] (the match makes a new reason impossible
+    /// to leave out: it has no index until it is given one).
+    pub const fn index(self) -> usize {
+        match self {
+            Reason::ProbeSucceeded => 0,
+            Reason::DnsError => 1,
+            Reason::ConnectError => 2,
+            Reason::TlsError => 3,
+            Reason::CertificateInvalid => 4,
+            Reason::Timeout => 5,
+            Reason::CheckTimeout => 6,
+            Reason::UnexpectedStatus => 7,
+            Reason::UnexpectedHttpVersion => 8,
+            Reason::BodyMismatch => 9,
+            Reason::SlowResponse => 10,
+            Reason::Forbidden => 11,
+            Reason::ProtocolError => 12,
+            Reason::InvalidSpec => 13,
+            Reason::NotServing => 14,
+            Reason::ServiceUnknown => 15,
+            Reason::UnexpectedGrpcStatus => 16,
+            Reason::UnexpectedResponse => 17,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::ProbeSucceeded => "ProbeSucceeded",
@@ -139,4 +186,16 @@ fn hyper_cause(e: &hyper::Error) -> String {
         src = inner.source();
     }
     s.chars().take(160).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn every_reason_is_listed_once_at_its_index() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r:?}");
+        }
+    }
 }

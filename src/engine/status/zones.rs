@@ -16,7 +16,7 @@ use crate::confirm::Place;
 use crate::confirm::zones::{ZoneAnswer, ZoneResult};
 use crate::probe::{Outcome, ZoneQuorum};
 
-use super::{CheckerStatus, Context, Effects, Truth};
+use super::{CheckerStatus, Context, DegradedReason, Effects, NO_QUORUM, Truth};
 
 /// One zone's streak.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,8 +270,7 @@ impl CheckerStatus {
             let reason = first_reason.unwrap_or_else(|| o.reason.as_str().to_string());
             fx.transition = self.settle(Truth::False, &reason, m, ctx);
             self.set_degraded(
-                Truth::False,
-                "QuorumFailed",
+                DegradedReason::QuorumFailed,
                 format!("{failed_n} of {asked} zones fail: Ready is False"),
                 ctx,
             );
@@ -295,7 +294,7 @@ impl CheckerStatus {
                     "no quorum yet: {failed_n} of {asked} zones fail, {} did not answer",
                     silent.len()
                 );
-                self.settle(Truth::Unknown, "NoQuorum", m, ctx);
+                self.settle(Truth::Unknown, NO_QUORUM, m, ctx);
             }
             fx.degraded = self.degraded_zones(&failed, &silent, q, ctx);
         }
@@ -325,18 +324,17 @@ impl CheckerStatus {
         });
         if failed.is_empty() {
             if let Some(m) = fewer {
-                return self.set_degraded(Truth::True, "FewerZones", m, ctx);
+                return self.set_degraded(DegradedReason::FewerZones, m, ctx);
             }
-            let (status, reason, m) = if silent.is_empty() {
-                (Truth::False, "AllZonesSucceed", "no zone fails".to_string())
+            let (reason, m) = if silent.is_empty() {
+                (DegradedReason::AllZonesSucceed, "no zone fails".to_string())
             } else {
                 (
-                    Truth::False,
-                    "NoZoneFails",
+                    DegradedReason::NoZoneFails,
                     format!("no zone fails; no answer from zone {}", silent.join(", ")),
                 )
             };
-            return self.set_degraded(status, reason, m, ctx);
+            return self.set_degraded(reason, m, ctx);
         }
         let list: Vec<String> = failed.iter().map(describe).collect();
         let mut m = format!(
@@ -352,7 +350,7 @@ impl CheckerStatus {
         if let Some(f) = fewer {
             m.push_str(&format!("; {f}"));
         }
-        self.set_degraded(Truth::True, "ZonesFailing", m, ctx)
+        self.set_degraded(DegradedReason::ZonesFailing, m, ctx)
     }
 }
 
