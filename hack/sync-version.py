@@ -7,7 +7,9 @@ files state it: one version for the crate, the chart and the images.
 - Dockerfile: every `org.opencontainers.image.version` label (hack/image.sh
   labels and tags its images with the same version);
 - README.md: every `--version <version>` of its `## Install` section (the
-  chart that `make push` pushes; tests/node.rs runs those commands).
+  chart that `make push` pushes; tests/node.rs runs those commands);
+- examples/README.md and examples/values-*.yaml: every `--version <version>`
+  of their install commands.
 
     python3 hack/sync-version.py           # rewrite them
     python3 hack/sync-version.py --check   # exit 1 if one is out of date
@@ -25,6 +27,7 @@ CARGO = os.path.join(REPO, "Cargo.toml")
 CHART = os.path.join(REPO, "deploy", "helm", "webchecker-operator", "Chart.yaml")
 DOCKERFILE = os.path.join(REPO, "Dockerfile")
 README = os.path.join(REPO, "README.md")
+EXAMPLES = os.path.join(REPO, "examples")
 # SemVer 2 (semver.org), which Helm requires of a chart version.
 SEMVER = re.compile(
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -80,6 +83,18 @@ def readme(text, v):
     return text[:start] + flag.sub("--version " + v, section) + text[end:]
 
 
+def anywhere(text, v):
+    """Every `--version <semver>` of the text set to v."""
+    flag = re.compile(r"--version " + SEMVER.pattern + r"(?![0-9A-Za-z.+-])")
+    return flag.sub("--version " + v, text)
+
+
+def example_files():
+    names = sorted(n for n in os.listdir(EXAMPLES)
+                   if n == "README.md" or (n.startswith("values-") and n.endswith(".yaml")))
+    return [(os.path.join(EXAMPLES, n), anywhere) for n in names]
+
+
 def main(argv):
     check = argv[1:] == ["--check"]
     if argv[1:] and not check:
@@ -88,7 +103,8 @@ def main(argv):
     try:
         v = crate_version()
         stale = []
-        for path, update in ((CHART, chart), (DOCKERFILE, dockerfile), (README, readme)):
+        files = [(CHART, chart), (DOCKERFILE, dockerfile), (README, readme)] + example_files()
+        for path, update in files:
             with open(path, encoding="utf-8") as f:
                 old = f.read()
             new = update(old, v)

@@ -3,7 +3,7 @@
 //! (`kubectl apply --dry-run=server`) where it serves their kinds.
 
 use serde::Deserialize;
-use support::release::{CHART, helm_command, ok, run};
+use support::release::{CHART, base_values, helm_command, ok, run};
 
 use super::*;
 
@@ -21,6 +21,9 @@ async fn render(file: &str, ns: &str) -> Vec<Value> {
         "--skip-tests",
         "-f",
     ])
+    // The image a user names (it has no default), then the example's values.
+    .arg(base_values())
+    .arg("-f")
     .arg(&values);
     let rendered = ok(run(c).await, &format!("helm template -f examples/{file}"));
     serde_yaml::Deserializer::from_str(&rendered)

@@ -76,3 +76,33 @@ fn readme_install_commands_name_the_crates_version() {
         "README.md's Install section names chart versions {versions:?}, Cargo.toml's is {CRATE_VERSION:?}; {FIX}"
     );
 }
+
+/// The examples' install commands name the same chart version as the
+/// README's (hack/sync-version.py writes them too).
+#[test]
+fn example_install_commands_name_the_crates_version() {
+    let dir = super::repo().join("examples");
+    let mut stale = Vec::new();
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("examples/") {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        let listed =
+            name == "README.md" || (name.starts_with("values-") && name.ends_with(".yaml"));
+        if !listed {
+            continue;
+        }
+        let text = repo_file(&format!("examples/{name}"));
+        for rest in text.split("--version ").skip(1) {
+            seen += 1;
+            let v = rest.split_whitespace().next().unwrap_or_default();
+            if v != CRATE_VERSION {
+                stale.push(format!("examples/{name}: --version {v}"));
+            }
+        }
+    }
+    assert!(seen > 0, "no example names a chart --version");
+    assert!(
+        stale.is_empty(),
+        "{stale:?} where Cargo.toml's version is {CRATE_VERSION:?}; {FIX}"
+    );
+}
