@@ -211,8 +211,8 @@ impl Writer {
             self.metrics.applied("name_taken");
             let s = to.source;
             let msg = format!(
-                "a WebChecker named {} exists that this {} did not generate: it is left as it is, and {} gets no checker from this {}; rename or delete that WebChecker to have it generated",
-                d.name, s.kind, d.host, s.kind
+                "WebChecker {} was made by hand and is left alone, so {} gets no checker from this {}: rename or delete it to have one generated",
+                d.name, d.host, s.kind
             );
             info!(namespace = %s.namespace, source = %s.name, checker = %d.name, "name taken: the existing checker is left alone");
             self.warn(to.reference, NAME_TAKEN, &msg).await;
@@ -285,7 +285,7 @@ impl Writer {
         let ev = Event {
             type_: EventType::Warning,
             reason: reason.to_string(),
-            note: Some(note.chars().take(1024).collect()),
+            note: Some(crate::api::condition_message(note)),
             action: "GenerateCheckers".into(),
             secondary: None,
         };
