@@ -67,6 +67,15 @@ async fn discovering(c: &'static Cluster, leases: &str, n: usize, extra: &[&str]
     ops
 }
 
+/// A control plane for one test: discovery watches every namespace, so
+/// the discovering replicas of two tests sharing one would both act on
+/// each other's routes (and caps).
+async fn own_cluster(name: &'static str) -> &'static Cluster {
+    tokio::task::spawn_blocking(move || &*Box::leak(Box::new(Cluster::start(name))))
+        .await
+        .unwrap()
+}
+
 /// The index of the replica that leads with discovery's watches listed.
 async fn discovery_leader(ops: &[Operator], within: Duration) -> usize {
     eventually(within, "a replica leading discovery", || async {
@@ -160,7 +169,7 @@ fn growth(op: &Operator, base: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingresses_with_huge_annotations_cannot_exhaust_the_discovery_leaders_memory() {
-    let c = Cluster::shared("isolation");
+    let c = own_cluster("iso-disc-memory").await;
     let client = c.client().await;
     let leases = c.namespace("iso-disc-leases");
     let (a_ns, b_ns) = (c.namespace("iso-disc-a"), c.namespace("iso-disc-b"));
@@ -299,7 +308,7 @@ const QUIET_WITHIN: Duration = Duration::from_secs(8);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_namespaces_routes_do_not_hold_up_anothers_and_its_cap_holds() {
-    let c = Cluster::shared("isolation");
+    let c = own_cluster("iso-disc-turns").await;
     let client = c.client().await;
     let leases = c.namespace("iso-turns-leases");
     let (flood, quiet) = (
@@ -458,8 +467,8 @@ async fn gateway(c: &Cluster, ns: &str, name: &str, port: u16, from: Option<&str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_route_is_never_probed_through_a_gateway_that_does_not_admit_it() {
-    let c = Cluster::shared("isolation");
-    tokio::task::spawn_blocking(|| Cluster::shared("isolation").install_gateway_api())
+    let c = own_cluster("iso-disc-gateway").await;
+    tokio::task::spawn_blocking(|| c.install_gateway_api())
         .await
         .unwrap();
     let client = c.client().await;
