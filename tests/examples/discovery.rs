@@ -1,5 +1,7 @@
 //! Route discovery: the opted-in Ingress and HTTPRoute of examples/.
 
+use webchecker::discovery::names;
+
 use super::*;
 
 /// The cluster's Gateway the example's HTTPRoute names (`public`), as a
@@ -22,9 +24,9 @@ spec:
       certificateRefs: [{name: wildcard-example-com}]
 ";
 
-/// ingress.yaml and httproute.yaml with `--discover-routes`: the checkers
-/// shop-shop.example.com and store-store.example.com, owned by their route,
-/// probe https://<host>/healthz through the name server and are Ready=True.
+/// ingress.yaml and httproute.yaml with `--discover-routes`: one checker
+/// each, of the name the example's comment gives, owned by its route,
+/// probing https://<host>/healthz through the name server, Ready=True.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_opted_in_ingress_and_httproute_get_checkers() {
     tokio::task::spawn_blocking(|| cluster().install_gateway_api())
@@ -44,20 +46,23 @@ async fn an_opted_in_ingress_and_httproute_get_checkers() {
     apply_example(&ns, "ingress.yaml").await;
     apply_example(&ns, "httproute.yaml").await;
     let ready = ("Ready", "True", "ProbeSucceeded");
-    for (name, kind, route, host) in [
+    for (file, kind, route, host) in [
+        ("ingress.yaml", "Ingress", "shop", "https://shop.example.com"),
         (
-            "shop-shop.example.com",
-            "Ingress",
-            "shop",
-            "https://shop.example.com",
-        ),
-        (
-            "store-store.example.com",
+            "httproute.yaml",
             "HTTPRoute",
             "store",
             "https://store.example.com",
         ),
     ] {
+        let label = kind.to_ascii_lowercase();
+        let h = host.trim_start_matches("https://");
+        let name = &names::generated(&label, route, h, None, None);
+        let comment = std::fs::read_to_string(example(file)).unwrap();
+        assert!(
+            comment.contains(&format!(" {name},")),
+            "examples/{file} must say the checker's name (`Here: {name},`)"
+        );
         wait_condition(&api, name, ready, FIRST).await;
         let wc = api.get(name).await.unwrap();
         assert_eq!(
@@ -71,7 +76,6 @@ async fn an_opted_in_ingress_and_httproute_get_checkers() {
                 .any(|o| o.kind == kind && o.name == route && o.controller == Some(true)),
             "{name}: owners {owners:?}"
         );
-        let h = host.trim_start_matches("https://");
         let log = web.access_log();
         assert!(
             log.contains(&format!("{h} - \"GET /healthz HTTP/1.1\" 200")),
