@@ -236,6 +236,19 @@ impl Fleet {
         metric(&m, name, labels).unwrap_or(0.0)
     }
 
+    /// A counter of one replica, None while it does not answer (a replica
+    /// just resumed from SIGSTOP first serves the connections queued while
+    /// it was stopped, and refuses a peer's beyond its per-peer limit).
+    pub async fn counter_if_answered(
+        &self,
+        identity: &str,
+        name: &str,
+        labels: &[(&str, &str)],
+    ) -> Option<f64> {
+        let m = self.op(identity).metrics().await?;
+        Some(metric(&m, name, labels).unwrap_or(0.0))
+    }
+
     /// A metric summed over every replica; each must answer.
     pub async fn sum(&self, name: &str) -> f64 {
         let mut total = 0.0;

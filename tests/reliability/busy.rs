@@ -215,11 +215,10 @@ async fn silent_replica_replaced(fleet: &Fleet, leader: bool, pct: f64, bound: D
     resume(&fleet.ops[victim.index]);
     // Resumed, it holds its probes until a renewal answers: 404, fenced.
     eventually(8 * LEASE, "the resumed replica fenced itself", || async {
-        (fleet
-            .counter(&victim.identity, "webchecker_self_fences_total", &[])
-            .await
-            > fences)
-            .then_some(())
+        let now = fleet
+            .counter_if_answered(&victim.identity, "webchecker_self_fences_total", &[])
+            .await?;
+        (now > fences).then_some(())
     })
     .await;
     // Back in the ring with a share of its own before the next round.
