@@ -47,7 +47,12 @@ async fn an_opted_in_ingress_and_httproute_get_checkers() {
     apply_example(&ns, "httproute.yaml").await;
     let ready = ("Ready", "True", "ProbeSucceeded");
     for (file, kind, route, host) in [
-        ("ingress.yaml", "Ingress", "shop", "https://shop.example.com"),
+        (
+            "ingress.yaml",
+            "Ingress",
+            "shop",
+            "https://shop.example.com",
+        ),
         (
             "httproute.yaml",
             "HTTPRoute",

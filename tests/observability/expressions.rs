@@ -122,6 +122,11 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
          of one replica's path to the targets)",
     ),
     (
+        "alert=WebCheckerConfirmCredentialsMissing",
+        "needs a replica that may not request tokens for its ServiceAccount; \
+         tests/alerts_fire/replica.rs makes it fire",
+    ),
+    (
         "alert=WebCheckerAddressDiscoveryFailing",
         "needs a replica that cannot list a source of the forgery guard (tests/egress.rs \
          shows the metric at 0 without permission on Nodes)",
