@@ -5,7 +5,11 @@
 - no import circle between the files of src/: a file's `use` of another
   file's items (crate::a::b, super::x, self::y paths) is an edge, and the
   graph of files must have no cycle. Test modules (`tests.rs`, `mod tests`)
-  are left out: they import what they test.
+  are left out: they import what they test;
+- the assignment protocol's keys (owner label; epoch, drain, drain-epoch,
+  handed-over-from and last-probe annotations) are named in
+  src/assignment.rs only: everyone else reads and writes an assignment
+  through it.
 
 Prints each violation; exits 1 when there is one.
 """
@@ -228,8 +232,33 @@ def cycles():
     return out, edges
 
 
+PROTOCOL = re.compile(
+    r"\b(OWNER_LABEL|EPOCH_ANNOTATION|DRAIN_ANNOTATION|DRAIN_EPOCH_ANNOTATION|"
+    r"HANDED_OVER_FROM_ANNOTATION|LAST_PROBE_ANNOTATION)\b|"
+    r"webchecker\.test\.network\.io/(owner|epoch|drain|drain-epoch|handed-over-from|last-probe)\b"
+)
+
+
+def protocol_outside():
+    """(file, line, text) of every mention of an assignment key outside
+    src/assignment.rs (tests aside)."""
+    out = []
+    home = os.path.join(SRC, "assignment")
+    for p in rs_files():
+        if is_test_file(p) or p == home + ".rs" or p.startswith(home + os.sep):
+            continue
+        lines = open(p, encoding="utf-8").read().split("\n")
+        for i, l in enumerate(lines[: test_cutoff(lines)]):
+            if PROTOCOL.search(l):
+                out.append((p, i + 1, l.strip()))
+    return out
+
+
 def main():
     bad = 0
+    for p, line, text in protocol_outside():
+        print(f"{os.path.relpath(p, ROOT)}:{line}: names an assignment key outside src/assignment.rs: {text}")
+        bad += 1
     for p in rs_files():
         for line, name, n in long_functions(p):
             print(f"{os.path.relpath(p, ROOT)}:{line}: fn {name} is {n} lines (at most {MAX_FN_LINES})")
@@ -246,7 +275,8 @@ def main():
     if bad:
         print(f"check-structure: {bad} violation(s)")
         sys.exit(1)
-    print("check-structure: no function above %d lines, no import circle in src/" % MAX_FN_LINES)
+    print("check-structure: no function above %d lines, no import circle in src/, "
+          "assignment keys in src/assignment.rs only" % MAX_FN_LINES)
 
 
 if __name__ == "__main__":

@@ -10,24 +10,6 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 pub const GROUP: &str = "test.network.io";
-/// Label naming the replica that owns (probes) a checker.
-pub const OWNER_LABEL: &str = "webchecker.test.network.io/owner";
-/// Annotation: UID of the owner's membership Lease when the assignment was written.
-/// An assignment is valid only while the owner still holds that very Lease.
-pub const EPOCH_ANNOTATION: &str = "webchecker.test.network.io/epoch";
-/// Annotation: the sharder asks the owner to hand the checker over (value: target replica).
-pub const DRAIN_ANNOTATION: &str = "webchecker.test.network.io/drain";
-/// Annotation beside [`DRAIN_ANNOTATION`]: the target's membership Lease UID,
-/// so the old owner's acknowledgement assigns the target itself (one write
-/// instead of two). Absent when a sharder of an earlier version drains.
-pub const DRAIN_EPOCH_ANNOTATION: &str = "webchecker.test.network.io/drain-epoch";
-/// Annotation written by the old owner's drain acknowledgement: the replica
-/// that handed the checker over. The sharder's assignments remove it, so an
-/// owner change that carries it was made by the old owner, after it stopped.
-pub const HANDED_OVER_FROM_ANNOTATION: &str = "webchecker.test.network.io/handed-over-from";
-/// Annotation left by the old owner on a drain: unix milliseconds of its last
-/// probe, so the new owner keeps the cadence.
-pub const LAST_PROBE_ANNOTATION: &str = "webchecker.test.network.io/last-probe";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
 /// Annotation on a membership Lease: `host:port` of the member's HTTP server,

@@ -3,6 +3,8 @@
 //!
 //! Module map, one layer per folder (see docs/architecture.md):
 //! - [`api`]: the CRD types;
+//! - [`assignment`]: which replica probes a checker, as its metadata says
+//!   (owner, epoch, drain), and the steps of the handover;
 //! - [`probe`]: the HTTP prober with phase timings and the forgery guard;
 //!   `probe::plan` is the only part that reads the API types;
 //! - `intake`: the shard's checkers with their Secret/ConfigMap values and
@@ -21,6 +23,7 @@
 //! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
 pub mod api;
+pub mod assignment;
 pub mod config;
 pub mod confirm;
 pub mod coordination;

@@ -6,13 +6,13 @@
 //! intervals rise), /healthz keeps answering, readiness stays honest, memory
 //! stays bounded, nothing crashes, and it recovers when the load drops.
 
-mod support;
+use webchecker_kit as support;
 
 use std::time::{Duration, Instant};
 
 use kube::api::ListParams;
 use support::*;
-use webchecker::api::OWNER_LABEL;
+use webchecker::assignment::OWNER_LABEL;
 
 struct Sample {
     at: Duration,

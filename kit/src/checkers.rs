@@ -9,7 +9,8 @@ use kube::core::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use webchecker::api::{Condition, DRAIN_ANNOTATION, OWNER_LABEL, WebChecker};
+use webchecker::api::{Condition, WebChecker};
+use webchecker::assignment::{DRAIN_ANNOTATION, OWNER_LABEL};
 
 /// A checker as YAML for kubectl; `extra`: further spec lines, indented by two.
 pub fn checker_yaml(name: &str, host: &str, path: &str, interval: u32, extra: &str) -> String {

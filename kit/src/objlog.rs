@@ -25,8 +25,9 @@ use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::core::DynamicObject;
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
-use webchecker::api::{
-    DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, MEMBER_LABEL, OWNER_LABEL,
+use webchecker::api::MEMBER_LABEL;
+use webchecker::assignment::{
+    DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, OWNER_LABEL,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

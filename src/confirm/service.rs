@@ -35,7 +35,8 @@ use super::plans::Plans;
 use super::review::Reviewer;
 use super::shares::Shares;
 use super::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
-use crate::api::{OWNER_LABEL, WebChecker};
+use crate::api::WebChecker;
+use crate::assignment::Assignment;
 use crate::coordination::shard::MemberView;
 use crate::intake::budget::Limits;
 use crate::intake::secrets::{self, ObjectId, Resolved};
@@ -307,8 +308,7 @@ impl Service {
         if wc.metadata.generation != ask.generation {
             return refused("the checker's spec changed meanwhile");
         }
-        let owner = wc.metadata.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
-        if owner.map(String::as_str) != Some(ask.from.as_str()) {
+        if Assignment::of(&wc.metadata).owner.as_deref() != Some(ask.from.as_str()) {
             return refused(format!("{} does not own the checker", ask.from));
         }
         Ok(wc)

@@ -38,9 +38,9 @@ pub struct Checker {
     /// keeps its condition and transition time.
     pub status: Option<WebCheckerStatus>,
     /// The old owner's last probe (unix milliseconds), left on a handover
-    /// (crate::kubeio::writer::LAST_PROBE_ANNOTATION): its cadence is kept.
+    /// (crate::assignment): its cadence is kept.
     pub last_probe: Option<i64>,
-    /// The epoch of the assignment it was found under (crate::api::EPOCH_ANNOTATION).
+    /// The epoch of the assignment it was found under (crate::assignment).
     pub epoch: Option<String>,
 }
 
@@ -74,7 +74,7 @@ pub enum Command {
         /// The epoch of the assignment it was found under.
         epoch: Option<String>,
         /// Whom to hand it to, when the sharder named the target's epoch.
-        handover: Option<crate::kubeio::writer::Handover>,
+        handover: Option<crate::assignment::Handover>,
     },
     /// Deleted, or no longer ours.
     Remove { key: String },

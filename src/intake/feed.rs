@@ -17,27 +17,15 @@ use kube::{Api, Client};
 use tokio::sync::mpsc;
 use tracing::warn;
 
-use crate::api::{DRAIN_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, WebChecker, object_key};
+use crate::api::{WebChecker, object_key};
+use crate::assignment::{self, Assignment};
 use crate::coordination::membership::Membership;
 use crate::engine::Command;
 use crate::error::Error;
 use crate::intake::found::{Found, Step, malformed};
 use crate::intake::resolver::Resolver;
-use crate::kubeio::writer::Handover;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HealthFlags;
-
-/// Whether an object is assigned to this incarnation of this replica (not to
-/// another replica, nor to an earlier incarnation of this one).
-fn assigned_here(meta: &kube::core::ObjectMeta, membership: &Membership) -> bool {
-    let owner = meta.labels.as_ref().and_then(|l| l.get(OWNER_LABEL));
-    let epoch = meta
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(EPOCH_ANNOTATION))
-        .cloned();
-    owner == Some(&membership.identity) && epoch == membership.epoch()
-}
 
 fn classify(
     obj: DynamicObject,
@@ -49,13 +37,13 @@ fn classify(
     let namespace = obj.metadata.namespace.clone().unwrap_or_default();
     let name = obj.metadata.name.clone().unwrap_or_default();
     let key = object_key(&namespace, &name);
-    let ann = obj.metadata.annotations.clone().unwrap_or_default();
-    if !assigned_here(&obj.metadata, membership) {
+    let assignment = Assignment::of(&obj.metadata);
+    if !assignment.held_by(&membership.identity, membership.epoch().as_deref()) {
         // Assigned to an earlier incarnation of this replica: not ours to probe.
         return (key.clone(), Some(Step::Command(Command::Remove { key })));
     }
     let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
-    if ann.contains_key(DRAIN_ANNOTATION) {
+    if assignment.draining() {
         return (
             key.clone(),
             Some(Step::Command(Command::Drain {
@@ -64,12 +52,12 @@ fn classify(
                 name,
                 resource_version,
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
-                epoch: ann.get(EPOCH_ANNOTATION).cloned(),
-                handover: Handover::requested(Some(&ann)),
+                epoch: assignment.epoch.clone(),
+                handover: assignment.handover(),
             })),
         );
     }
-    let epoch = ann.get(EPOCH_ANNOTATION).cloned();
+    let epoch = assignment.epoch;
     let generation = obj.metadata.generation;
     let value = serde_json::to_value(&obj).unwrap_or_default();
     let step = match serde_json::from_value::<WebChecker>(value) {
@@ -168,7 +156,7 @@ pub async fn watch_own_shard(
     };
     let cfg = watcher::Config::default()
         .timeout(crate::kubeio::client::WATCH_TIMEOUT_SECS)
-        .labels(&format!("{OWNER_LABEL}={}", membership.identity));
+        .labels(&assignment::owned_by(&membership.identity));
     let open = || {
         watcher::watcher(api.clone(), cfg.clone())
             .backoff(crate::kubeio::client::WatchBackoff::default())
@@ -184,7 +172,10 @@ pub async fn watch_own_shard(
         Resolver::new(
             crate::intake::secrets::reader(client),
             crate::intake::secrets::TTL,
-            Box::new(move |wc: &WebChecker| assigned_here(&wc.metadata, &membership)),
+            Box::new(move |wc: &WebChecker| {
+                Assignment::of(&wc.metadata)
+                    .held_by(&membership.identity, membership.epoch().as_deref())
+            }),
             budgets.value_bytes,
         )
     };

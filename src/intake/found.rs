@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use kube::{Resource, ResourceExt};
 
-use crate::api::{EPOCH_ANNOTATION, WebChecker, object_key};
+use crate::api::{WebChecker, object_key};
+use crate::assignment::Assignment;
 use crate::engine::{Checker, Command, Definition};
 use crate::intake::secrets::Resolved;
-use crate::kubeio::writer::LAST_PROBE_ANNOTATION;
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::Compiled;
 
@@ -45,10 +45,7 @@ impl Found {
             initial,
             seen,
         } = self;
-        let last_probe = wc
-            .annotations()
-            .get(LAST_PROBE_ANNOTATION)
-            .and_then(|v| v.parse::<i64>().ok());
+        let assignment = Assignment::of(&wc.metadata);
         let checker = Checker {
             key: object_key(&wc.namespace().unwrap_or_default(), &wc.name_any()),
             namespace: wc.namespace().unwrap_or_default(),
@@ -58,9 +55,9 @@ impl Found {
             object_ref: wc.object_ref(&()),
             source_ref: crate::discovery::route_events::source_of(&wc.metadata),
             info,
-            last_probe,
+            last_probe: assignment.last_probe_unix_ms,
             status: wc.status.clone(),
-            epoch: wc.annotations().get(EPOCH_ANNOTATION).cloned(),
+            epoch: assignment.epoch,
             definition: Ok(Definition {
                 spec: wc.spec,
                 values,

@@ -29,39 +29,12 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
-use crate::api::{
-    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
-    OWNER_LABEL, WebChecker, WebCheckerStatus,
-};
+use crate::api::{WebChecker, WebCheckerStatus};
+use crate::assignment::{self, Assignment, Handover};
 use crate::coordination::membership::Membership;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, managers, patch_params};
 use crate::observe::metrics::Metrics;
-
-pub use crate::api::LAST_PROBE_ANNOTATION;
-
-/// Whom a drain hands the checker to: the target and its Lease UID, as the
-/// sharder wrote them beside the drain.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Handover {
-    pub to: String,
-    pub epoch: String,
-}
-
-impl Handover {
-    /// The handover an object's annotations ask for; `None` when the drain
-    /// names no epoch (a sharder of an earlier version: the acknowledgement
-    /// clears the assignment and that sharder assigns the target).
-    pub fn requested(
-        annotations: Option<&std::collections::BTreeMap<String, String>>,
-    ) -> Option<Handover> {
-        let a = annotations?;
-        Some(Handover {
-            to: a.get(DRAIN_ANNOTATION)?.clone(),
-            epoch: a.get(DRAIN_EPOCH_ANNOTATION)?.clone(),
-        })
-    }
-}
 
 #[derive(Clone, Debug)]
 pub enum Op {
@@ -93,41 +66,6 @@ impl Pending {
     /// A write succeeded after this one failed.
     fn backoff_over(&self, answered_at: Option<Instant>) -> bool {
         matches!((self.failed_at, answered_at), (Some(f), Some(a)) if a > f)
-    }
-}
-
-/// The drain acknowledgement: with a handover, one write assigns the target
-/// (the old owner has stopped, so the target may start at once); without
-/// one, owner and epoch are cleared and the sharder assigns. Either way it
-/// carries the last probe's time, so the new owner keeps the cadence.
-fn ack_patch(
-    rv: Option<String>,
-    last_probe_unix_ms: Option<i64>,
-    handover: Option<&Handover>,
-    me: &str,
-) -> serde_json::Value {
-    let last = last_probe_unix_ms.map(|t| t.to_string());
-    match handover {
-        Some(h) => json!({
-            "metadata": {
-                "resourceVersion": rv,
-                "labels": { OWNER_LABEL: h.to },
-                "annotations": {
-                    EPOCH_ANNOTATION: h.epoch,
-                    DRAIN_ANNOTATION: null,
-                    DRAIN_EPOCH_ANNOTATION: null,
-                    HANDED_OVER_FROM_ANNOTATION: me,
-                    LAST_PROBE_ANNOTATION: last,
-                },
-            }
-        }),
-        None => json!({
-            "metadata": {
-                "resourceVersion": rv,
-                "labels": { OWNER_LABEL: null },
-                "annotations": { EPOCH_ANNOTATION: null, LAST_PROBE_ANNOTATION: last },
-            }
-        }),
     }
 }
 
@@ -345,8 +283,8 @@ impl StatusWriter {
                 last_probe_unix_ms,
                 handover,
             } => {
-                let patch = ack_patch(
-                    rv,
+                let patch = assignment::acknowledge_drain(
+                    rv.as_deref(),
                     *last_probe_unix_ms,
                     handover.as_ref(),
                     &self.membership.identity,
@@ -366,19 +304,14 @@ impl StatusWriter {
     /// Is the object still ours to write? (owner and epoch match, and for status
     /// writes no drain requested.)
     fn still_ours(&self, obj: &DynamicObject, op: &Op) -> bool {
-        let owner = obj
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL));
-        let ann = obj.metadata.annotations.as_ref();
-        let epoch = ann.and_then(|a| a.get(EPOCH_ANNOTATION));
-        let draining = ann.is_some_and(|a| a.contains_key(DRAIN_ANNOTATION));
-        let mine =
-            owner == Some(&self.membership.identity) && epoch.cloned() == self.membership.epoch();
+        let a = Assignment::of(&obj.metadata);
+        let mine = a.held_by(
+            &self.membership.identity,
+            self.membership.epoch().as_deref(),
+        );
         match op {
-            Op::Status(_) => mine && !draining,
-            Op::AckDrain { .. } => mine && draining,
+            Op::Status(_) => mine && !a.draining(),
+            Op::AckDrain { .. } => mine && a.draining(),
         }
     }
 
@@ -433,7 +366,7 @@ impl StatusWriter {
                     // The sharder may have re-targeted the drain meanwhile:
                     // hand over to the target of the version we write on.
                     if let Op::AckDrain { handover, .. } = &mut p.op {
-                        *handover = Handover::requested(obj.metadata.annotations.as_ref());
+                        *handover = Assignment::of(&obj.metadata).handover();
                     }
                     self.attempt(client, &key, &p, obj.metadata.resource_version.clone())
                         .await

@@ -353,7 +353,7 @@ fn start_tasks(
         writer.clone(),
         ev_tx,
     );
-    confirmer(cfg, basics, &view, confirmer_prober, cmd_tx.clone());
+    let confirm = confirmer(cfg, basics, &view, confirmer_prober, cmd_tx.clone());
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -373,12 +373,13 @@ fn start_tasks(
             Ok::<(), Error>(())
         }
     });
-    tokio::spawn(events::run_events(
-        recorder,
-        ev_rx,
-        metrics.clone(),
-        events_client,
-    ));
+    let events = tokio::spawn({
+        let metrics = metrics.clone();
+        async move {
+            events::run_events(recorder, ev_rx, metrics, events_client).await;
+            Ok::<(), Error>(())
+        }
+    });
     let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
     let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view);
     let watch = tokio::spawn(feed::watch_own_shard(
@@ -404,6 +405,8 @@ fn start_tasks(
         leader: coordination.leader,
         watch,
         peers: coordination.peers,
+        events,
+        confirm,
         server_stopped,
     };
     let running = Running {
@@ -432,36 +435,42 @@ fn start_discovery(cfg: &Config, basics: &Basics, leader: &Arc<LeaderGate>) {
 }
 
 /// The service that answers other replicas' asks (crate::confirm), its
-/// probes on the engine's worker pool.
+/// probes on the engine's worker pool; its task, once started.
 fn confirmer(
     cfg: &Config,
     basics: &Basics,
     view: &Arc<MemberView>,
     prober: Arc<probe::Prober>,
     engine: mpsc::Sender<Command>,
-) {
+) -> Option<tokio::task::JoinHandle<Result<(), Error>>> {
     let client = &basics.clients.requests;
-    if let Some(asks) = basics.asks.lock().unwrap_or_else(|p| p.into_inner()).take() {
-        let service = ConfirmService::new(ConfirmParts {
-            client: client.clone(),
-            reviewer: Reviewer::new(
-                client.clone(),
-                &cfg.namespace,
-                &cfg.service_account,
-                cfg.confirm_allow_unbound_tokens,
-            ),
-            prober,
-            metrics: basics.metrics.clone(),
-            view: view.clone(),
-            engine,
-            workers: cfg.workers as usize,
-            budgets: crate::intake::budget::Limits {
-                pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
-                value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
-            },
-        });
-        tokio::spawn(service.run(asks));
-    }
+    let asks = basics
+        .asks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()?;
+    let service = ConfirmService::new(ConfirmParts {
+        client: client.clone(),
+        reviewer: Reviewer::new(
+            client.clone(),
+            &cfg.namespace,
+            &cfg.service_account,
+            cfg.confirm_allow_unbound_tokens,
+        ),
+        prober,
+        metrics: basics.metrics.clone(),
+        view: view.clone(),
+        engine,
+        workers: cfg.workers as usize,
+        budgets: crate::intake::budget::Limits {
+            pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
+            value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
+        },
+    });
+    Some(tokio::spawn(async move {
+        service.run(asks).await;
+        Ok::<(), Error>(())
+    }))
 }
 
 /// This replica's asker: confirmations (unless `--confirm-failures=false`)
@@ -487,7 +496,8 @@ fn asker(cfg: &Config, basics: &Basics, view: &Arc<MemberView>) -> Arc<Asker> {
     );
     let asker = Asker::new(me, view.clone(), tokens);
     // Zones' probes make a token when a checker asks for them; with
-    // confirmations on, every failure may need one.
+    // confirmations on, every failure may need one. Not joined: it ends
+    // after its first token, and without it the first ask makes one.
     if cfg.confirm_failures {
         tokio::spawn({
             let asker = asker.clone();

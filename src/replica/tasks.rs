@@ -17,6 +17,10 @@ pub(super) struct Tasks {
     pub leader: Vital,
     pub watch: Vital,
     pub peers: Vital,
+    /// The Event publisher.
+    pub events: Vital,
+    /// The service answering other replicas' asks, once started.
+    pub confirm: Option<Vital>,
     pub server_stopped: tokio::sync::oneshot::Receiver<()>,
 }
 
@@ -32,8 +36,18 @@ impl Tasks {
             r = &mut self.leader => Err(vital("leader election", r)),
             r = &mut self.watch => Err(vital("checker watch", r)),
             r = &mut self.peers => Err(vital("peer evidence", r)),
+            r = &mut self.events => Err(vital("event publisher", r)),
+            r = optional(&mut self.confirm) => Err(vital("confirmation service", r)),
             _ = &mut self.server_stopped => Err(vital("http server", Ok(Ok(())))),
         }
+    }
+}
+
+/// The end of a task that may not have been started (never, then).
+async fn optional(task: &mut Option<Vital>) -> Result<Result<(), Error>, tokio::task::JoinError> {
+    match task {
+        Some(t) => t.await,
+        None => std::future::pending().await,
     }
 }
 

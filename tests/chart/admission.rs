@@ -125,7 +125,6 @@ fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 /// namespace alone when there is one.
 #[test]
 fn coordination_keys_are_the_operators_alone() {
-    use webchecker::api::*;
     let docs = render(&[]);
     let name = format!("{FULLNAME}-coordination");
     let policy = named(&docs, "ValidatingAdmissionPolicy", &name);
@@ -134,14 +133,7 @@ fn coordination_keys_are_the_operators_alone() {
     let spec = &policy["spec"];
     assert_eq!(spec["failurePolicy"].as_str(), Some("Fail"));
     let text = serde_yaml::to_string(spec).unwrap();
-    for key in [
-        OWNER_LABEL,
-        EPOCH_ANNOTATION,
-        DRAIN_ANNOTATION,
-        DRAIN_EPOCH_ANNOTATION,
-        HANDED_OVER_FROM_ANNOTATION,
-        LAST_PROBE_ANNOTATION,
-    ] {
+    for key in webchecker::assignment::KEYS {
         assert!(text.contains(&format!("'{key}'")), "{key} not guarded");
     }
     let sa = format!("system:serviceaccount:{RELEASE_NS}:{FULLNAME}");

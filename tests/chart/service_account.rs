@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
-use webchecker::api::{OWNER_LABEL, WebChecker};
+use webchecker::api::WebChecker;
+use webchecker::assignment::OWNER_LABEL;
 
 use super::install::{helm_release, live_env};
 use super::rendered::POD_UID;

@@ -22,7 +22,8 @@ use serde_json::json;
 use crate::support::fleet::*;
 use crate::support::netns::ZonedReplicas;
 use crate::support::*;
-use webchecker::api::{OWNER_LABEL, WebChecker};
+use webchecker::api::WebChecker;
+use webchecker::assignment::OWNER_LABEL;
 
 const WORKERS: usize = 8;
 const HANG: usize = 60;

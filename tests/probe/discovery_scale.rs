@@ -9,7 +9,7 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::networking::v1::Ingress;
-use webchecker::api::OWNER_LABEL;
+use webchecker::assignment::OWNER_LABEL;
 use webchecker::discovery::annotations::{CHECK, INTERVAL_SECONDS};
 use webchecker::discovery::{SOURCE_LABEL, ingress::LABEL};
 

@@ -11,7 +11,7 @@
 use kube::core::ObjectMeta;
 use support::objlog::ObjectLog;
 use support::release::Replica;
-use webchecker::api::{
+use webchecker::assignment::{
     DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, LAST_PROBE_ANNOTATION,
     OWNER_LABEL,
 };

@@ -20,9 +20,10 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use webchecker::api::{
+use webchecker::api::MEMBER_LABEL;
+use webchecker::assignment::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
-    MEMBER_LABEL, OWNER_LABEL,
+    OWNER_LABEL,
 };
 
 pub type Body = UnsyncBoxBody<Bytes, Infallible>;

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use kube::api::ObjectMeta;
 
 use super::window::START_WINDOW;
-use crate::api::{
-    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL, object_key,
-};
+use crate::api::object_key;
+use crate::assignment::Assignment;
 use crate::coordination::ring::{self, Move, PlacementRef};
 
 /// How long a completed write holds its key while its watch event has not
@@ -49,13 +48,13 @@ impl ObjState {
     ) -> Option<(String, Self)> {
         let namespace = meta.namespace.clone()?;
         let name = meta.name.clone()?;
-        let owner = meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .cloned();
-        let ann = meta.annotations.as_ref();
-        let drain = ann.and_then(|a| a.get(DRAIN_ANNOTATION)).cloned();
+        let Assignment {
+            owner,
+            epoch,
+            drain,
+            drain_epoch,
+            ..
+        } = Assignment::of(meta);
         let since = |was: Option<Instant>, is: bool| is.then(|| was.unwrap_or(now));
         let first_seen_unassigned = since(
             prev.and_then(|p| p.first_seen_unassigned),
@@ -69,9 +68,9 @@ impl ObjState {
                 name,
                 resource_version: meta.resource_version.clone().unwrap_or_default(),
                 owner,
-                epoch: ann.and_then(|a| a.get(EPOCH_ANNOTATION)).cloned(),
+                epoch,
                 drain,
-                drain_epoch: ann.and_then(|a| a.get(DRAIN_EPOCH_ANNOTATION)).cloned(),
+                drain_epoch,
                 first_seen_unassigned,
                 drain_since,
                 orphan_since: prev.and_then(|p| p.orphan_since),

@@ -27,7 +27,6 @@ use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
-use serde_json::json;
 use tracing::{debug, info, warn};
 
 use super::book::{Action, Book, Census, Roster, WriteOutcome};
@@ -69,10 +68,8 @@ fn thread_cpu() -> Duration {
 
 /// Assignment writes a sharder keeps in flight at most.
 pub const WRITES_IN_FLIGHT: usize = 64;
-use crate::api::{
-    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
-    OWNER_LABEL, WebChecker,
-};
+use crate::api::WebChecker;
+use crate::assignment;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
@@ -367,33 +364,11 @@ impl Sharder {
             &namespace,
             &kube::discovery::ApiResource::erase::<WebChecker>(&()),
         );
+        let (rv, epoch) = (resource_version.as_str(), epoch.as_deref());
         let patch = match &action {
-            Action::Assign { to, .. } => json!({
-                "metadata": {
-                    "resourceVersion": resource_version,
-                    "labels": { OWNER_LABEL: to },
-                    "annotations": {
-                        EPOCH_ANNOTATION: epoch,
-                        DRAIN_ANNOTATION: null,
-                        DRAIN_EPOCH_ANNOTATION: null,
-                        HANDED_OVER_FROM_ANNOTATION: null,
-                    },
-                }
-            }),
-            // The target's epoch goes with the drain: the old owner's
-            // acknowledgement assigns the target itself.
-            Action::SetDrain { to, .. } => json!({
-                "metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": { DRAIN_ANNOTATION: to, DRAIN_EPOCH_ANNOTATION: epoch },
-                }
-            }),
-            Action::ClearDrain { .. } => json!({
-                "metadata": {
-                    "resourceVersion": resource_version,
-                    "annotations": { DRAIN_ANNOTATION: null, DRAIN_EPOCH_ANNOTATION: null },
-                }
-            }),
+            Action::Assign { to, .. } => assignment::assign(rv, to, epoch),
+            Action::SetDrain { to, .. } => assignment::drain(rv, to, epoch),
+            Action::ClearDrain { .. } => assignment::withdraw_drain(rv),
         };
         let (pp, patch) = (patch_params(managers::SHARDER), Patch::Merge(&patch));
         let started = Instant::now();
@@ -768,6 +743,8 @@ impl Drop for ClearOrphans {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::kubeio::mock_api::{client, ok, status};
 

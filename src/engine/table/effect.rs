@@ -8,12 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
+use crate::assignment::Handover;
 use crate::confirm::zones::ZoneAnswer;
 use crate::confirm::{Ask, Verdict};
 use crate::engine::command::Checker;
 use crate::engine::status::{Transition, Truth};
 use crate::intake::secrets::Resolved;
-use crate::kubeio::writer::{Handover, Op};
+use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Compiled, Outcome, ProbePlan};

@@ -19,13 +19,14 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::debug;
 
+use crate::assignment::Handover;
 use crate::confirm::zones::{ZoneAnswer, ZoneResult};
 use crate::confirm::{Purpose, Verdict};
 use crate::engine::arrival::{self, Arrivals};
 use crate::engine::command::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
-use crate::kubeio::writer::{Handover, Op};
+use crate::kubeio::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};

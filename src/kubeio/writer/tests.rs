@@ -1,4 +1,8 @@
 use super::*;
+use crate::assignment::{
+    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
+    LAST_PROBE_ANNOTATION, OWNER_LABEL,
+};
 
 fn writer() -> Arc<StatusWriter> {
     let metrics = Arc::new(Metrics::new("r1", false));
@@ -466,7 +470,11 @@ async fn a_drain_ack_with_a_handover_assigns_the_target_in_one_write() {
         (DRAIN_EPOCH_ANNOTATION.to_string(), "uid-r2".to_string()),
     ]
     .into();
-    let handover = Handover::requested(Some(&annotations));
+    let meta = kube::api::ObjectMeta {
+        annotations: Some(annotations),
+        ..Default::default()
+    };
+    let handover = Assignment::of(&meta).handover();
     assert_eq!(
         handover,
         Some(Handover {
@@ -535,22 +543,4 @@ async fn a_drain_retargeted_meanwhile_is_handed_to_the_new_target() {
     let (_h, body) = api.await.unwrap();
     assert_eq!(body["metadata"]["labels"][OWNER_LABEL], "r3");
     assert_eq!(body["metadata"]["annotations"][EPOCH_ANNOTATION], "uid-r3");
-}
-
-/// A drain from a sharder of an earlier version names no epoch: the ack
-/// clears the assignment and leaves the drain for that sharder to assign.
-#[test]
-fn a_drain_without_an_epoch_is_acknowledged_the_earlier_way() {
-    let mut a = std::collections::BTreeMap::new();
-    a.insert(DRAIN_ANNOTATION.to_string(), "r2".to_string());
-    assert_eq!(Handover::requested(Some(&a)), None);
-    let body = ack_patch(Some("5".into()), Some(9), None, "r1");
-    let m = &body["metadata"];
-    assert_eq!(m["labels"][OWNER_LABEL], serde_json::Value::Null);
-    assert_eq!(m["annotations"][EPOCH_ANNOTATION], serde_json::Value::Null);
-    assert!(
-        m["annotations"].get(DRAIN_ANNOTATION).is_none(),
-        "the drain stays"
-    );
-    assert!(m["annotations"].get(HANDED_OVER_FROM_ANNOTATION).is_none());
 }
