@@ -63,7 +63,7 @@ node-down: ## stop the node and its control plane; remove every pod, mount, netn
 node-status: ## show whether the node runs
 	@hack/node.sh status $(NODE_DIR)
 
-node-test: image ## the whole node suite (tests/node.rs, --ignored too): helm install, pod faults, rollout, upgrade, scale, eviction, helm test (~15 min)
+node-test: image ## the whole node suite (tests/node/main.rs, --ignored too): helm install, pod faults, rollout, upgrade, scale, eviction, helm test (~15 min)
 	hack/install-deps.sh --node >/dev/null
 	cargo test --locked --test node -- --include-ignored --test-threads=1 --nocapture
 
@@ -100,7 +100,7 @@ crds: ## regenerate crds/ from src/api.rs (crdgen), then chart-sync
 	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync
 
-chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table (tests/chart.rs, tests/generated.rs check them)
+chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table (tests/chart/main.rs, tests/generated/main.rs check them)
 	cp crds/webcheckers.test.network.io.yaml $(CHART_DIR)/crds/webcheckers.test.network.io.yaml
 	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
 	cp alerts/blackbox.rules.yaml $(CHART_DIR)/files/blackbox.rules.yaml

@@ -5,7 +5,7 @@
 # bin directory. Reuses a finished build.
 #
 # The end-to-end tests run this one by default, and Debian's Prometheus 2.42
-# (hack/install-deps.sh) as the second target (tests/support/prom.rs,
+# (hack/install-deps.sh) as the second target (kit/src/prom.rs,
 # WEBCHECKER_PROMETHEUS=2; observability and alerts_fire run both).
 #
 #   - Prometheus 3.N.M is published as the Go module version v0.3NN.M

@@ -23,7 +23,7 @@ Conventions of values.yaml (helm-docs style):
 
 values.yaml is read as the YAML subset it is written in: block mappings and
 sequences, plain, single- and double-quoted scalars, `[]` and `{}`. Anything
-else is an error naming the line (tests/generated.rs compares the defaults
+else is an error naming the line (tests/generated/main.rs compares the defaults
 with a real YAML parser).
 """
 import json

@@ -64,7 +64,7 @@ if [ -z "$node_only" ]; then
   else
     missing+=(exim4-daemon-light)
   fi
-  # tests/examples.rs: nginx, the examples' web server (the tests run it with
+  # tests/examples/main.rs: nginx, the examples' web server (the tests run it with
   # a config of their own, kit/src/nginx.rs; the package's own server is
   # stopped below), and Lua 5.1, which runs the Argo CD health script of
   # examples/ (the Lua that Argo's gopher-lua speaks).

@@ -2,7 +2,7 @@
 # A real single-node cluster on this machine: the control plane of
 # hack/cluster.sh plus kube-controller-manager, kube-scheduler, containerd
 # (runc), the kubelet, kube-proxy (nftables) and pod networking through the
-# CNI bridge plugin. Used by `make node-up`/`make node-down` and tests/node.rs.
+# CNI bridge plugin. Used by `make node-up`/`make node-down` and tests/node/main.rs.
 # docs/node.md explains every setting.
 #
 #   hack/node.sh up DIR            start (or reuse) it; last stdout line: DIR/kubeconfig

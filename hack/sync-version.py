@@ -6,15 +6,15 @@ files state it: one version for the crate, the chart and the images.
   (the chart's image.tag defaults to appVersion);
 - Dockerfile: every `org.opencontainers.image.version` label (hack/image.sh
   labels and tags its images with the same version);
-- README.md: every `--version <version>` of its `## Install` section (the
-  chart that `make push` pushes; tests/node.rs runs those commands);
+- README.md: every `--version <version>` (the chart that `make push`
+  pushes; tests/node/main.rs runs the `## Install` section's commands);
 - examples/README.md and examples/values-*.yaml: every `--version <version>`
   of their install commands.
 
     python3 hack/sync-version.py           # rewrite them
     python3 hack/sync-version.py --check   # exit 1 if one is out of date
 
-`make chart-sync` runs it; tests/generated.rs checks the result with real
+`make chart-sync` runs it; tests/generated/main.rs checks the result with real
 parsers. Standard library only.
 """
 import os
@@ -69,8 +69,8 @@ def dockerfile(text, v):
 
 
 def readme(text, v):
-    """README.md with each `--version <semver>` of its `## Install` section
-    (up to the next `## ` heading) set to v."""
+    """README.md with each `--version <semver>` set to v; its `## Install`
+    section (up to the next `## ` heading) must have one."""
     start = text.find("\n## Install\n")
     if start < 0:
         raise Bad("README.md has no `## Install` section")
@@ -80,7 +80,8 @@ def readme(text, v):
     flag = re.compile(r"--version " + SEMVER.pattern + r"(?![0-9A-Za-z.+-])")
     if not flag.search(section):
         raise Bad("README.md's Install section names no `--version <version>`")
-    return text[:start] + flag.sub("--version " + v, section) + text[end:]
+    # The Install section must name it; every other command follows it.
+    return anywhere(text, v)
 
 
 def anywhere(text, v):

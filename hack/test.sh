@@ -16,7 +16,7 @@
 # the run says so: a new test file is classified here.
 #
 # One compile of the dependency graph serves lint, tests and images: the
-# images the tests load (tests/image.rs, tests/node.rs) hold the test build's
+# images the tests load (tests/image.rs, tests/node/main.rs) hold the test build's
 # binaries (IMAGE_PROFILE=dev); `make image` builds the release ones. The
 # build comes in two parts: first the alone lane's binaries (the suite's
 # critical path starts when they and the control plane exist), then, beside
@@ -64,19 +64,26 @@ BESIDE=(image chart egress spec_limits tenancy kit protocols chart_alerts
 ALONE=(reliability probe ha isolation confirmation failover chaos foundation tenancy_dns)
 
 known=" ${PURE[*]} ${BESIDE[*]} ${ALONE[*]} "
-for f in tests/*.rs; do
-  b=$(basename "$f" .rs)
+# Cargo's test binaries: tests/<name>.rs and tests/<name>/main.rs.
+binaries() {
+  local f
+  for f in tests/*.rs tests/*/main.rs; do
+    case $f in */main.rs) basename "$(dirname "$f")" ;; *) basename "$f" .rs ;; esac
+  done
+}
+for b in $(binaries); do
   case $known in
     *" $b "*) ;;
     *)
-      echo "test.sh: tests/$b.rs is in no group of hack/test.sh: it runs alone"
+      echo "test.sh: test binary $b is in no group of hack/test.sh: it runs alone"
       ALONE+=("$b")
       ;;
   esac
 done
 for b in ${PURE[@]} ${BESIDE[@]} ${ALONE[@]}; do
   case $b in lib | bins | kit | bench-bench) continue ;; esac
-  [ -f "tests/$b.rs" ] || { echo "test.sh: hack/test.sh names tests/$b.rs, which does not exist" >&2; exit 1; }
+  [ -f "tests/$b.rs" ] || [ -f "tests/$b/main.rs" ] ||
+    { echo "test.sh: hack/test.sh names test binary $b, which does not exist" >&2; exit 1; }
 done
 
 if [ -n "${TEST_ONLY:-}" ]; then
@@ -104,7 +111,7 @@ mkdir -p "$logs"
 # CRDs (hack/fetch-prometheus-operator-crds.sh), Prometheus 3
 # (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
 # tests wait on its lock), Flux's health evaluators (hack/build-flux-health.sh,
-# for tests/examples.rs), then the node's (only when a binary that needs them
+# for tests/examples/main.rs), then the node's (only when a binary that needs them
 # runs).
 tools_log=$logs/tools.log
 tools_lock=${WEBCHECKER_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/webchecker-operator}/build-tools.lock

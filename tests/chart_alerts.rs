@@ -11,9 +11,8 @@
 //!   Prometheus 3 alike;
 //! - unknown alert or threshold names fail the rendering, naming what exists.
 
-#[path = "support/platform.rs"]
-mod platform;
-mod support;
+use webchecker_kit as support;
+use webchecker_kit::platform;
 
 use std::collections::BTreeMap;
 

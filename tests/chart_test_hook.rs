@@ -2,14 +2,10 @@
 //! template` renders it: test hooks only, cleaned up after a pass, the test
 //! image following the operator's tag, RBAC in the watched namespace only,
 //! the pod as hardened as the operator's and pointed at the release's own
-//! Service. tests/node.rs runs it for real.
+//! Service. tests/node/main.rs runs it for real.
 
-#[path = "support/platform.rs"]
-mod platform;
-mod support;
-
-use platform::{of_kind, render_sets};
 use serde_yaml::Value;
+use webchecker_kit::platform::{of_kind, render_sets};
 
 fn is_test_hook(d: &Value) -> bool {
     d["metadata"]["annotations"]["helm.sh/hook"].as_str() == Some("test")

@@ -4,7 +4,7 @@
 //! at most one retry period of double probing, once. Default leases (10 s /
 //! 7 s / 2 s), real processes, the witness's log as the oracle.
 
-mod support;
+use webchecker_kit as support;
 
 use support::fleet::*;
 

@@ -12,7 +12,7 @@
 //! The archives are built first when missing (a release build: minutes;
 //! with IMAGE_PROFILE=dev from the test build's binaries: seconds).
 
-mod support;
+use webchecker_kit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;

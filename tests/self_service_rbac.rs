@@ -12,9 +12,8 @@
 //! kubectl with their own tokens. Before the controller runs, the same user is
 //! refused: the permission comes from the aggregation and nothing else.
 
-#[path = "support/platform.rs"]
-mod platform;
-mod support;
+use webchecker_kit as support;
+use webchecker_kit::platform;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

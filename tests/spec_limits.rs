@@ -6,7 +6,7 @@
 //! The prober against real loopback targets (two ports are two origins),
 //! and the operator against a real control plane.
 
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};

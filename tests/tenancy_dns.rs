@@ -12,7 +12,7 @@
 //! what it was without them, relative to the interval, and all of them must
 //! still succeed.
 
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::net::IpAddr;

@@ -1,7 +1,7 @@
 //! A real Prometheus 3 (hack/build-prometheus.sh) for part 6: one scrape job
 //! over the replicas at the checkers' interval, its HTTP API and its own
-//! /metrics. The tests' helper (tests/support/prom.rs, not a library the
-//! bench can use) scrapes every second with settings fit for assertions; the
+//! /metrics. The tests' helper (webchecker_kit::prom) scrapes every second
+//! with settings fit for assertions; the
 //! bench needs a production-like interval and a fresh TSDB per
 //! configuration, so it starts its own.
 

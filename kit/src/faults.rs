@@ -1,4 +1,4 @@
-//! Fault kit, shared by the randomized campaign (tests/chaos.rs) and any test
+//! Fault kit, shared by the randomized campaign (tests/chaos/main.rs) and any test
 //! that needs faults:
 //!
 //! - [`FaultProxy`]: a TLS-terminating HTTP proxy in front of the API server,

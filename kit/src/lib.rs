@@ -1,5 +1,5 @@
-//! The end-to-end kit shared by the tests (tests/, through tests/support),
-//! the fault campaign (tests/chaos.rs) and the bench (bench/): a real control
+//! The end-to-end kit shared by the tests (tests/, as `support`),
+//! the fault campaign (tests/chaos/main.rs) and the bench (bench/): a real control
 //! plane (hack/cluster.sh, the same code path as `make cluster-up`), operator
 //! replicas as local processes, witness HTTP targets that log who probed them
 //! and when, fleets, faults, and the invariants judged from outside.
@@ -26,8 +26,10 @@ pub mod oci;
 pub mod operator;
 pub mod oracle;
 pub mod peers;
+pub mod platform;
 pub mod pods;
 pub mod ports;
+pub mod prom;
 pub mod proxy;
 pub mod readme;
 pub mod registry;

@@ -1,7 +1,7 @@
 //! The invariants of docs/invariants.md checked from outside the operator: from the
 //! witness's probe log and from the object log (objlog.rs). Pure
 //! functions over those logs, so that they can be tested on made-up histories
-//! (tests/chaos.rs) before they judge a real one.
+//! (tests/chaos/main.rs) before they judge a real one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Targets for the protocol tests (tests/protocols.rs): HTTP/1.1, h2c, or
+//! Targets for the protocol tests (tests/protocols/main.rs): HTTP/1.1, h2c, or
 //! TLS with chosen ALPN protocols and a certificate that can be swapped while
 //! the session ticket keys stay.
 

@@ -94,7 +94,7 @@ fn check_busy(w: &Window, mode: &ProxyMode, lost: &Fault) {
     assert!(!w.fault.alike(), "{d}");
 }
 
-/// Failover bounds under a busy API server (tests/reliability.rs): the
+/// Failover bounds under a busy API server (tests/reliability/main.rs): the
 /// normal one at 30% errors, twice it at 50%, plus the calls of the path
 /// under latency; a cut-off replica hears of its Lease's deletion within a
 /// retry period when only stale connections stall, within ten at 50% errors,

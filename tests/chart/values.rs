@@ -77,7 +77,7 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     assert_eq!(
         container(dep)["image"].as_str(),
         Some(format!("webchecker-operator:{}", env!("CARGO_PKG_VERSION")).as_str()),
-        "the image tag defaults to appVersion, the crate's version (tests/generated.rs)"
+        "the image tag defaults to appVersion, the crate's version (tests/generated/main.rs)"
     );
     assert_eq!(
         dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as_u64(),

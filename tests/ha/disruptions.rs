@@ -1,6 +1,6 @@
 //! Disruptions of a running fleet: a rolling restart, a paused replica, a
 //! replica cut off alone, a burst of new checkers, and leader failover at the
-//! default lease timings (an API server outage: tests/reliability.rs).
+//! default lease timings (an API server outage: tests/reliability/main.rs).
 
 use super::*;
 

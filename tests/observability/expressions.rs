@@ -128,7 +128,7 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
     ),
     (
         "alert=WebCheckerAddressDiscoveryFailing",
-        "needs a replica that cannot list a source of the forgery guard (tests/egress.rs \
+        "needs a replica that cannot list a source of the forgery guard (tests/egress/main.rs \
          shows the metric at 0 without permission on Nodes)",
     ),
 ];

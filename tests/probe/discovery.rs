@@ -10,7 +10,7 @@
 //! Deleting an Ingress deletes its checkers through the garbage collector,
 //! which this control plane does not run: here the ownerReference is
 //! checked; the deletion itself is checked on the real node
-//! (tests/node.rs), whose kube-controller-manager runs it.
+//! (tests/node/main.rs), whose kube-controller-manager runs it.
 
 use webchecker::discovery::annotations::{
     CHECK, EXPECTED_STATUS_CODES, FAILURE_THRESHOLD, INTERVAL_SECONDS, PATH, VIA,

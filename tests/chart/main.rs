@@ -29,36 +29,21 @@
 //!   over; a replica started after a permission was taken away exits at once,
 //!   naming it.
 
-#[path = "chart/admission.rs"]
 mod admission;
-#[path = "chart/ca_bundle.rs"]
 mod ca_bundle;
-#[path = "chart/crd_upgrade.rs"]
 mod crd_upgrade;
-#[path = "chart/dns_and_volumes.rs"]
 mod dns_and_volumes;
-#[path = "chart/flow_schema.rs"]
 mod flow_schema;
-#[path = "chart/install.rs"]
 mod install;
-#[path = "chart/lint.rs"]
 mod lint;
-#[path = "chart/network_policy.rs"]
 mod network_policy;
-#[path = "support/platform.rs"]
-mod platform;
-#[path = "chart/pod_monitor.rs"]
+use webchecker_kit::platform;
 mod pod_monitor;
-#[path = "chart/rbac.rs"]
 mod rbac;
-#[path = "chart/rendered.rs"]
 mod rendered;
-#[path = "chart/route_discovery.rs"]
 mod route_discovery;
-#[path = "chart/service_account.rs"]
 mod service_account;
-mod support;
-#[path = "chart/values.rs"]
+use webchecker_kit as support;
 mod values;
 
 use std::path::Path;

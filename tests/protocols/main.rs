@@ -2,9 +2,8 @@
 //! servers on loopback (rustls and hyper): a full, verified TLS handshake on
 //! every probe, the certificate chain, HTTP/2 and compression.
 
-#[path = "protocols/kinds.rs"]
 mod kinds;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

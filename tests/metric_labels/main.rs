@@ -13,13 +13,10 @@
 //!
 //! And native histograms with Prometheus 3 (native_histograms.rs).
 
-#[path = "metric_labels/native_histograms.rs"]
 mod native_histograms;
-#[path = "support/platform.rs"]
-mod platform;
-#[path = "support/prom.rs"]
-mod prom;
-mod support;
+use webchecker_kit as support;
+use webchecker_kit::platform;
+use webchecker_kit::prom;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

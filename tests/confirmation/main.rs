@@ -9,12 +9,9 @@
 //! log is the oracle: owners' probes stay exclusive, and confirmation
 //! probes come from another zone, once per failure, never in steady state.
 
-#[path = "confirmation/fairness.rs"]
 mod fairness;
-#[path = "confirmation/hostile.rs"]
 mod hostile;
-mod support;
-#[path = "confirmation/zones.rs"]
+use webchecker_kit as support;
 mod zones;
 
 use std::collections::{BTreeMap, HashMap};

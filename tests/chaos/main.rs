@@ -32,18 +32,12 @@
 //! cluster), and the object log read from etcd against the API server's
 //! watch across compactions and restarts (a control plane of its own, ~40 s).
 
-#[path = "chaos/campaign.rs"]
 mod campaign;
-#[path = "chaos/judge.rs"]
 mod judge;
-#[path = "chaos/kit_tests.rs"]
 mod kit_tests;
-#[path = "chaos/proxy_tests.rs"]
 mod proxy_tests;
-#[path = "chaos/report.rs"]
 mod report;
-mod support;
-#[path = "chaos/window.rs"]
+use webchecker_kit as support;
 mod window;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

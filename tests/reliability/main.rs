@@ -1,9 +1,8 @@
 //! Reliability under control-plane faults and bad objects, on a real control
 //! plane; the witness targets and the API objects are the judges.
 
-#[path = "reliability/busy.rs"]
 mod busy;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

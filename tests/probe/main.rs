@@ -11,41 +11,24 @@
 //! Events on the route, through the forgery guard, with and without the
 //! Gateway API.
 
-#[path = "probe/ca_bundle.rs"]
 mod ca_bundle;
-#[path = "probe/discovery.rs"]
 mod discovery;
-#[path = "probe/discovery_gateway_api.rs"]
 mod discovery_gateway_api;
-#[path = "probe/discovery_grpcroutes.rs"]
 mod discovery_grpcroutes;
-#[path = "probe/discovery_guard.rs"]
 mod discovery_guard;
-#[path = "probe/discovery_names.rs"]
 mod discovery_names;
-#[path = "probe/discovery_route_events.rs"]
 mod discovery_route_events;
-#[path = "probe/discovery_scale.rs"]
 mod discovery_scale;
-#[path = "probe/discovery_services.rs"]
 mod discovery_services;
-#[path = "probe/e2e_kinds.rs"]
 mod e2e_kinds;
-#[path = "probe/e2e_specs.rs"]
 mod e2e_specs;
-#[path = "probe/e2e_targets.rs"]
 mod e2e_targets;
-#[path = "probe/gate_tls.rs"]
 mod gate_tls;
-#[path = "probe/hostile.rs"]
 mod hostile;
-#[path = "probe/network.rs"]
 mod network;
-#[path = "probe/ops.rs"]
 mod ops;
-#[path = "probe/request.rs"]
 mod request;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::future::Future;

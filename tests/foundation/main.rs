@@ -3,9 +3,8 @@
 //! and real HTTP targets (witnesses). One shared cluster per test binary, one
 //! namespace and one operator per test.
 
-#[path = "foundation/steady.rs"]
 mod steady;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

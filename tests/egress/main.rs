@@ -9,11 +9,9 @@
 //! listeners on loopback that count every connection; a denied address must
 //! end `Forbidden` with no connection at its listener.
 
-#[path = "egress/operator.rs"]
 mod operator;
-#[path = "egress/proxies.rs"]
 mod proxies;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

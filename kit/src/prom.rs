@@ -5,8 +5,6 @@
 //! ServiceMonitor does), in one job or in several (one per installation), and
 //! evaluating the given rule files each second; and the samples of its HTTP
 //! API's answers.
-//! Included with `#[path]` (next to `mod support;` and `mod platform;`).
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -16,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::platform::{PromVersion, scratch};
-use crate::support::{eventually, free_port, http_get};
+use crate::{eventually, free_port, http_get};
 
 pub const JOB: &str = "webchecker-operator";
 

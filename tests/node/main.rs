@@ -18,15 +18,14 @@
 //!   collector), uninstall.
 //! - `install_from_registry` (in `make test`): the README's Install section
 //!   word for word, images and chart from a registry on the node's address
-//!   (tests/node/registry.rs);
+//!   (tests/node/install_from_registry.rs);
 //! - `lifecycle` (ignored; `make node-test`): delete a pod, kill a container,
 //!   rollout restart, helm upgrade to a new tag, scale 3 -> 5 -> 2, evictions
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
 //!   largest gap per step.
 
-#[path = "node/registry.rs"]
 mod install_from_registry;
-mod support;
+use webchecker_kit as support;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

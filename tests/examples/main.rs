@@ -15,20 +15,13 @@
 //! that CA through `--ca-bundle` (the chart's `caBundle`), except where the
 //! example brings its own CA (https-ca-configmap.yaml).
 
-#[path = "examples/chart_values.rs"]
 mod chart_values;
-#[path = "examples/demo.rs"]
 mod demo;
-#[path = "examples/discovery.rs"]
 mod discovery;
-#[path = "examples/gitops.rs"]
 mod gitops;
-#[path = "examples/https.rs"]
 mod https;
-#[path = "examples/protocols.rs"]
 mod protocols;
-mod support;
-#[path = "examples/zones.rs"]
+use webchecker_kit as support;
 mod zones;
 
 use std::net::Ipv4Addr;
@@ -289,7 +282,7 @@ fn every_example_is_applied_by_a_test_and_listed() {
     found.sort();
     assert_eq!(
         found, TESTED,
-        "examples/ and the files tests/examples.rs applies"
+        "examples/ and the files tests/examples/main.rs applies"
     );
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     for f in TESTED {

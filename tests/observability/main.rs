@@ -15,27 +15,17 @@
 //! are checked, the probe counters are compared with what the witness saw,
 //! and the catalogue of metrics with what the fleet exports.
 
-#[path = "observability/alerts.rs"]
 mod alerts;
-#[path = "observability/catalogue.rs"]
 mod catalogue;
-#[path = "observability/checker_dashboard.rs"]
 mod checker_dashboard;
-#[path = "observability/counts.rs"]
 mod counts;
-#[path = "observability/expressions.rs"]
 mod expressions;
-#[path = "observability/panels.rs"]
 mod panels;
-#[path = "support/platform.rs"]
-mod platform;
-#[path = "support/prom.rs"]
-mod prom;
-#[path = "observability/rules.rs"]
+use webchecker_kit::platform;
+use webchecker_kit::prom;
 mod rules;
-#[path = "observability/scenario.rs"]
 mod scenario;
-mod support;
+use webchecker_kit as support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_sees_a_scaled_out_fleet_through_the_dashboards_and_alerts() {

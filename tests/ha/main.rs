@@ -2,9 +2,8 @@
 //! plane, with faults injected from outside. The witness targets' own logs
 //! decide whether the invariants of docs/invariants.md held.
 
-#[path = "ha/disruptions.rs"]
 mod disruptions;
-mod support;
+use webchecker_kit as support;
 
 use support::fleet::*;
 use support::objlog::ObjectLog;

@@ -1,11 +1,9 @@
-//! Helpers of the platform-team, chart and observability tests (tests/chart.rs,
+//! Helpers of the platform-team, chart and observability tests (tests/chart/main.rs,
 //! tests/chart_alerts.rs, tests/chart_test_hook.rs, tests/self_service_rbac.rs,
-//! tests/metric_labels.rs, tests/observability.rs): the real helm of
+//! tests/metric_labels/main.rs, tests/observability/main.rs): the real helm of
 //! hack/build-tools.sh, programs on PATH (promtool, prometheus, python3), the
 //! Prometheus 3 of hack/build-prometheus.sh ([`PromVersion`]), and the chart
-//! rendered into YAML documents. Included with `#[path]` next to
-//! `mod support;`.
-#![allow(dead_code)]
+//! rendered into YAML documents.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -14,8 +12,8 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 use serde_yaml::Value;
 
-use crate::support::release::{base_values, helm_command};
-use crate::support::{SETUP_LIMIT, bounded, repo};
+use crate::release::{base_values, helm_command};
+use crate::{SETUP_LIMIT, bounded, repo};
 
 pub const CHART: &str = "deploy/helm/webchecker-operator";
 pub const RELEASE: &str = "wc";
@@ -116,7 +114,7 @@ impl PromVersion {
 pub fn prometheus3_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let bin = crate::support::script_dir(
+        let bin = crate::script_dir(
             "build-prometheus.sh",
             "Go >= the GO_MIN_VERSION of hack/versions.env and the Go module proxy",
         );
@@ -131,7 +129,7 @@ pub fn prometheus3_bin() -> &'static Path {
     })
 }
 
-pub use crate::support::release::text;
+pub use crate::release::text;
 
 /// Runs a command in the repository; its stdout and stderr, and whether it
 /// succeeded.

@@ -14,16 +14,11 @@
 //! between two probes) and starved the Lease renewals. On the matching
 //! pool, A waits behind its own checks.
 
-#[path = "isolation/discovery.rs"]
 mod discovery;
-#[path = "isolation/events.rs"]
 mod events;
-#[path = "isolation/memory.rs"]
 mod memory;
-#[path = "isolation/secrets.rs"]
 mod secrets;
-mod support;
-#[path = "isolation/workers.rs"]
+use webchecker_kit as support;
 mod workers;
 
 use std::time::{Duration, Instant};

@@ -20,9 +20,8 @@
 //! - a checker naming a ServiceAccount or bootstrap token Secret ends
 //!   `InvalidSpec` and its target receives nothing, policy or not.
 
-#[path = "tenancy/coordination.rs"]
 mod coordination;
-mod support;
+use webchecker_kit as support;
 
 use std::time::{Duration, Instant};
 

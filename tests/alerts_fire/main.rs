@@ -34,24 +34,15 @@
 //! CertificateExpiring for a certificate valid 90 more days, no
 //! AddressDiscoveryFailing for a source the replica may read.
 
-#[path = "alerts_fire/checkers.rs"]
 mod checkers;
-#[path = "alerts_fire/confirm.rs"]
 mod confirm;
-#[path = "alerts_fire/fleets.rs"]
 mod fleets;
-#[path = "support/platform.rs"]
-mod platform;
-#[path = "support/prom.rs"]
-mod prom;
-#[path = "alerts_fire/replica.rs"]
+use webchecker_kit::platform;
+use webchecker_kit::prom;
 mod replica;
-#[path = "alerts_fire/rules.rs"]
 mod rules;
-#[path = "alerts_fire/shards.rs"]
 mod shards;
-mod support;
-#[path = "alerts_fire/watch.rs"]
+use webchecker_kit as support;
 mod watch;
 
 use std::collections::BTreeSet;

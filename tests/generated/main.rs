@@ -5,18 +5,16 @@
 //! - `values_doc`: the values table of the chart's README, from values.yaml
 //!   (both `make chart-sync`);
 //! - `figures`: figures quoted from docs/benchmarks.md's summary (`make bench`);
-//! - `interface`: docs/operator-interface.md's tables, from the code.
+//! - `interface`: docs/operator-interface.md's tables, from the code;
+//! - `links`: the documents' links within the repository lead somewhere.
 //!
 //! The chart's copies of the CRD, rules and dashboards are checked by
-//! tests/chart.rs (lint).
+//! tests/chart/main.rs (lint).
 
-#[path = "generated/figures.rs"]
 mod figures;
-#[path = "generated/interface.rs"]
 mod interface;
-#[path = "generated/values_doc.rs"]
+mod links;
 mod values_doc;
-#[path = "generated/version.rs"]
 mod version;
 
 use std::path::{Path, PathBuf};
