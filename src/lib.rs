@@ -38,8 +38,6 @@ mod replica;
 
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).
 pub async fn run(cfg: config::Config) -> Result<(), error::Error> {
-    // Process-wide, like the log filter: read by the metrics of this process.
-    observe::metrics::configure_label_allowlist(&cfg.metric_labels_allowlist);
     replica::run(cfg).await
 }
 /// Name of the leader Lease (tests and tools read it).

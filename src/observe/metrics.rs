@@ -20,7 +20,6 @@ mod grpc;
 mod info;
 mod native;
 pub use exposition::{Format, negotiate};
-pub(crate) use info::configure as configure_label_allowlist;
 pub use info::{CheckerInfo, LabelAllowlist, parse_label_allowlist};
 
 const PROBE_BUCKETS: &[f64] = &[
@@ -345,6 +344,13 @@ impl Metrics {
         }
     }
 
+    /// The checker labels `webchecker_checker_info` copies
+    /// (`--metric-labels-allowlist`); none by default.
+    pub fn with_label_allowlist(mut self, list: LabelAllowlist) -> Self {
+        self.label_allowlist = Arc::new(list);
+        self
+    }
+
     pub fn new(identity: &str, per_checker_histogram: bool) -> Self {
         Self::with_histograms(
             identity,
@@ -368,7 +374,7 @@ impl Metrics {
         .expect("process collector registers once");
         let m = Metrics {
             histograms,
-            label_allowlist: info::configured(),
+            label_allowlist: Arc::default(),
             checkers: Mutex::new(BTreeMap::new()),
             owned: gauge(&r, OWNED),
             leader: gauge(&r, LEADER),

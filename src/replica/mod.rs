@@ -154,14 +154,17 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         Clients::new(kube_config.clone())?
     };
     let clients = Clients::new(kube_config)?;
-    let metrics = Arc::new(Metrics::with_histograms(
-        &identity,
-        crate::observe::metrics::HistogramOptions {
-            per_checker: cfg.per_checker_histogram,
-            native: cfg.native_histograms,
-            keep_classic: cfg.classic_histograms,
-        },
-    ));
+    let metrics = Arc::new(
+        Metrics::with_histograms(
+            &identity,
+            crate::observe::metrics::HistogramOptions {
+                per_checker: cfg.per_checker_histogram,
+                native: cfg.native_histograms,
+                keep_classic: cfg.classic_histograms,
+            },
+        )
+        .with_label_allowlist(cfg.metric_labels_allowlist.clone()),
+    );
     // Tells this process from an earlier or later one at the same address.
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let health = Arc::new(HealthFlags {

@@ -5,8 +5,6 @@
 //! queries join it on (namespace, name), which keeps every other series
 //! (and its cardinality) as it is.
 
-use std::sync::{Arc, RwLock};
-
 use super::Snapshot;
 use super::exposition::{Kind, Sink};
 use crate::api::CheckKind;
@@ -89,22 +87,6 @@ pub fn parse_label_allowlist(s: &str) -> Result<LabelAllowlist, String> {
         out.push((key.to_string(), name));
     }
     Ok(LabelAllowlist(out))
-}
-
-/// The allowlist of this process (set by [`crate::run`] from its flag),
-/// read when a [`super::Metrics`] is created.
-static CONFIGURED: RwLock<Option<Arc<LabelAllowlist>>> = RwLock::new(None);
-
-pub(crate) fn configure(list: &LabelAllowlist) {
-    *CONFIGURED.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(list.clone()));
-}
-
-pub(crate) fn configured() -> Arc<LabelAllowlist> {
-    CONFIGURED
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .unwrap_or_default()
 }
 
 /// What `webchecker_checker_info` says of one checker besides its namespace
