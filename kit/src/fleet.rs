@@ -228,12 +228,9 @@ impl Fleet {
     /// Panics if the replica does not answer: a silent 0 would let an
     /// equality between two readings hold vacuously.
     pub async fn counter(&self, identity: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-        let m = self
-            .op(identity)
-            .metrics()
+        self.counter_if_answered(identity, name, labels)
             .await
-            .unwrap_or_else(|| panic!("{identity} does not serve its metrics"));
-        metric(&m, name, labels).unwrap_or(0.0)
+            .unwrap_or_else(|| panic!("{identity} does not serve its metrics"))
     }
 
     /// A counter of one replica, None while it does not answer (a replica
