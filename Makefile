@@ -95,7 +95,7 @@ CHART_DIR := deploy/helm/webchecker-operator
 
 .PHONY: crds chart-sync
 
-crds: ## regenerate crds/ from src/api.rs (crdgen), then chart-sync
+crds: ## regenerate crds/ from crates/api/src/lib.rs (crdgen), then chart-sync
 	cargo run -q --bin crdgen > crds/webcheckers.test.network.io.yaml.tmp
 	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync

@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""Structure rules of src/ that rustc and clippy do not check (`make lint`):
+"""Structure rules that rustc and clippy do not check (`make lint`), over
+every crate of the workspace: the operator (src/), crates/*, the kit (kit/),
+the bench (bench/) and each test binary (tests/<name>.rs, tests/<name>/main.rs):
 
-- no function longer than MAX_FN_LINES lines (signature to closing brace);
-- no import circle between the files of src/: a file's `use` of another
-  file's items (crate::a::b, super::x, self::y paths) is an edge, and the
-  graph of files must have no cycle. Test modules (`tests.rs`, `mod tests`)
-  are left out: they import what they test;
+- no function longer than MAX_FN_LINES lines (signature to closing brace),
+  tests included;
+- no import circle between the files of a library or binary crate: a file's
+  `use` of another file's items (crate::a::b, super::x, self::y paths) is an
+  edge, and the graph of files must have no cycle. Unit tests (`tests.rs`,
+  `mod tests`) are left out: they import what they test;
+- no circle between folders: an edge between two files is an edge between
+  the two folders (siblings under their nearest common folder) that hold
+  them, in every crate, test binaries included;
+- no circle between the workspace's crates (a crate's code naming another's);
 - the assignment protocol's keys (owner label; epoch, drain, drain-epoch,
   handed-over-from and last-probe annotations) are named in
-  src/assignment.rs only: everyone else reads and writes an assignment
-  through it.
+  crates/api/src/assignment.rs only: everyone else reads and writes an
+  assignment through it.
 
 Prints each violation; exits 1 when there is one.
 """
@@ -18,8 +25,8 @@ import re
 import sys
 
 MAX_FN_LINES = 100
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-SRC = os.path.join(ROOT, "src")
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+PROTOCOL_HOME = os.path.join(ROOT, "crates", "api", "src", "assignment")
 
 FN = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?fn\s+(\w+)")
 
@@ -32,27 +39,18 @@ def strip(line):
     return line if i < 0 else line[:i]
 
 
-def rs_files():
-    for d, _, fs in os.walk(SRC):
+def rs_under(top):
+    for d, _, fs in os.walk(top):
         for f in sorted(fs):
             if f.endswith(".rs"):
                 yield os.path.join(d, f)
 
 
-def test_cutoff(lines):
-    """Index of the line where an inline `mod tests` starts (or len)."""
-    for i, l in enumerate(lines):
-        if re.match(r"^\s*mod tests\s*\{", l):
-            return i
-    return len(lines)
-
-
 def long_functions(path):
     lines = open(path, encoding="utf-8").read().split("\n")
     out = []
-    end_of_code = test_cutoff(lines)
     i = 0
-    while i < end_of_code:
+    while i < len(lines):
         m = FN.match(lines[i])
         if not m:
             i += 1
@@ -78,20 +76,76 @@ def long_functions(path):
     return out
 
 
-def module_of(path):
-    rel = os.path.relpath(path, SRC)[:-3].split(os.sep)
-    if rel[-1] == "mod":
-        rel = rel[:-1]
-    if rel in (["lib"], ["main"]):
-        return []
-    return rel
+def test_cutoff(lines):
+    """Index of the line where an inline `mod tests` starts (or len)."""
+    for i, l in enumerate(lines):
+        if re.match(r"^\s*mod tests\s*\{", l):
+            return i
+    return len(lines)
+
+
+class Crate:
+    """One compiled crate: its root file and the files of its modules.
+    `lib` is the name other crates use it by (None for binaries and tests)."""
+
+    def __init__(self, label, root, moddir, files, lib=None, unit_tests=True):
+        self.label, self.root, self.moddir, self.lib = label, root, moddir, lib
+        self.files = files
+        self.unit_tests = unit_tests  # test files are left out of file circles
+
+    def module_of(self, path):
+        if path == self.root:
+            return ()
+        rel = os.path.relpath(path, self.moddir)[:-3].split(os.sep)
+        if rel[-1] == "mod":
+            rel = rel[:-1]
+        return tuple(rel)
+
+
+def packages():
+    """(dir, lib name or None) of the workspace's members, from Cargo.toml."""
+    text = open(os.path.join(ROOT, "Cargo.toml"), encoding="utf-8").read()
+    members = re.search(r"members\s*=\s*\[([^\]]*)\]", text).group(1)
+    out = []
+    for m in re.findall(r'"([^"]+)"', members):
+        d = os.path.normpath(os.path.join(ROOT, m))
+        toml = open(os.path.join(d, "Cargo.toml"), encoding="utf-8").read()
+        name = re.search(r'(?m)^name\s*=\s*"([^"]+)"', toml).group(1)
+        lib = re.search(r'(?ms)^\[lib\][^\[]*?^name\s*=\s*"([^"]+)"', toml)
+        has_lib = os.path.exists(os.path.join(d, "src", "lib.rs"))
+        out.append((d, (lib.group(1) if lib else name.replace("-", "_")) if has_lib else None))
+    return out
+
+
+def crates():
+    out = []
+    for d, lib in packages():
+        src = os.path.join(d, "src")
+        rel = os.path.relpath(d, ROOT)
+        bins = os.path.join(src, "bin")
+        if lib:
+            files = [p for p in rs_under(src)
+                     if not p.startswith(bins + os.sep) and p != os.path.join(src, "main.rs")]
+            out.append(Crate(f"{rel}: lib", os.path.join(src, "lib.rs"), src, files, lib))
+            for single in [os.path.join(src, "main.rs")] + list(rs_under(bins)):
+                if os.path.exists(single):
+                    out.append(Crate(os.path.relpath(single, ROOT), single, os.path.dirname(single), [single]))
+        elif os.path.exists(os.path.join(src, "main.rs")):
+            out.append(Crate(f"{rel}: bin", os.path.join(src, "main.rs"), src, list(rs_under(src))))
+        tests = os.path.join(d, "tests")
+        if os.path.isdir(tests):
+            for e in sorted(os.listdir(tests)):
+                p = os.path.join(tests, e)
+                if e.endswith(".rs"):
+                    out.append(Crate(os.path.relpath(p, ROOT), p, tests, [p], unit_tests=False))
+                elif os.path.exists(os.path.join(p, "main.rs")):
+                    out.append(Crate(os.path.relpath(p, ROOT), os.path.join(p, "main.rs"), p,
+                                     list(rs_under(p)), unit_tests=False))
+    return out
 
 
 def is_test_file(path):
     return os.path.basename(path) == "tests.rs" or os.sep + "tests" + os.sep in path
-
-
-USE = re.compile(r"^\s*(pub(\([^)]*\))?\s+)?use\s+([^;]+);", re.S)
 
 
 def use_paths(text):
@@ -139,11 +193,11 @@ def code_of(path):
 
 
 class Tree:
-    """The modules of src/ (one per file), the items each defines and the
+    """The modules of one crate (one per file), the items each defines and the
     names each re-exports (`pub use`)."""
 
-    def __init__(self, files):
-        self.path = {tuple(module_of(p)): p for p in files}
+    def __init__(self, crate, files):
+        self.path = {crate.module_of(p): p for p in files}
         self.code = {m: code_of(p) for m, p in self.path.items()}
         self.defined = {m: set(DEF.findall(c)) for m, c in self.code.items()}
         self.reexports = {}
@@ -171,6 +225,8 @@ class Tree:
             cur, segs = here, segs[1:]
         elif here + (segs[0],) in self.path:
             cur = here
+        elif (segs[0],) in self.path and here == ():
+            cur = ()
         else:
             return None
         while segs and cur + (segs[0],) in self.path:
@@ -186,21 +242,21 @@ class Tree:
         return cur if cur in self.path else None
 
 
-def cycles():
-    files = [p for p in rs_files() if not is_test_file(p)]
-    tree = Tree(files)
+def file_edges(crate, files):
+    tree = Tree(crate, files)
     edges = {m: set() for m in tree.path}
     for m, c in tree.code.items():
         # A facade's re-exports are not uses.
         body = re.sub(r"(?m)^\s*pub(?:\([^)]*\))?\s+use\s+[^;]+;", "", c)
         for u in use_paths(body):
             t = tree.target(u, m)
-            if t is not None and t != m and t != m[: len(t)]:
+            if t is not None and t != m:
                 edges[m].add(t)
-            elif t is not None and t != m:
-                # An ancestor's own items (a child using its parent's types).
-                edges[m].add(t)
-    # Tarjan's strongly connected components.
+    return edges
+
+
+def circles(edges):
+    """The strongly connected components of more than one node (Tarjan)."""
     index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
 
     def visit(v):
@@ -208,7 +264,7 @@ def cycles():
         n[0] += 1
         stack.append(v)
         on.add(v)
-        for w in edges[v]:
+        for w in edges.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -229,7 +285,50 @@ def cycles():
     for v in sorted(edges):
         if v not in index:
             visit(v)
-    return out, edges
+    return out
+
+
+def is_folder(tree_paths, m):
+    """Whether module m has modules below it (a folder)."""
+    return any(len(o) > len(m) and o[: len(m)] == m for o in tree_paths)
+
+
+def folder_edges(edges):
+    """File edges lifted to folders: a -> b becomes an edge between the two
+    children of their nearest common folder that hold them. An edge from or
+    to the common folder's own file (mod.rs) stays inside the folder."""
+    out = {}
+    for a, targets in edges.items():
+        for b in targets:
+            k = 0
+            while k < min(len(a), len(b)) and a[k] == b[k]:
+                k += 1
+            if k == len(a) or k == len(b):
+                continue  # one holds the other
+            fa, fb = a[: k + 1], b[: k + 1]
+            if not (is_folder(edges, fa) or is_folder(edges, fb)):
+                continue  # two files of one folder: the file rule's business
+            out.setdefault(fa, set()).add(fb)
+            out.setdefault(fb, set())
+    return out
+
+
+def crate_edges(all_crates):
+    """lib name -> the other libs of the workspace its non-test code names."""
+    libs = {c.lib: c for c in all_crates if c.lib}
+    out = {}
+    for c in all_crates:
+        if not c.lib:
+            continue
+        out[c.lib] = set()
+        for p in c.files:
+            if is_test_file(p):
+                continue
+            text = code_of(p)
+            for other in libs:
+                if other != c.lib and re.search(r"\b%s::" % re.escape(other), text):
+                    out[c.lib].add(other)
+    return out
 
 
 PROTOCOL = re.compile(
@@ -239,44 +338,67 @@ PROTOCOL = re.compile(
 )
 
 
-def protocol_outside():
+def protocol_outside(all_crates):
     """(file, line, text) of every mention of an assignment key outside
-    src/assignment.rs (tests aside)."""
+    crates/api/src/assignment.rs, in the code of the libraries and binaries
+    (their unit tests and the test binaries aside)."""
     out = []
-    home = os.path.join(SRC, "assignment")
-    for p in rs_files():
-        if is_test_file(p) or p == home + ".rs" or p.startswith(home + os.sep):
+    for c in all_crates:
+        if not c.unit_tests:
             continue
-        lines = open(p, encoding="utf-8").read().split("\n")
-        for i, l in enumerate(lines[: test_cutoff(lines)]):
-            if PROTOCOL.search(l):
-                out.append((p, i + 1, l.strip()))
+        for p in c.files:
+            if is_test_file(p) or p == PROTOCOL_HOME + ".rs" or p.startswith(PROTOCOL_HOME + os.sep):
+                continue
+            lines = open(p, encoding="utf-8").read().split("\n")
+            for i, l in enumerate(lines[: test_cutoff(lines)]):
+                if PROTOCOL.search(l):
+                    out.append((p, i + 1, l.strip()))
     return out
 
 
+def name(m):
+    return "::".join(m) or "crate"
+
+
 def main():
-    bad = 0
-    for p, line, text in protocol_outside():
-        print(f"{os.path.relpath(p, ROOT)}:{line}: names an assignment key outside src/assignment.rs: {text}")
-        bad += 1
-    for p in rs_files():
-        for line, name, n in long_functions(p):
-            print(f"{os.path.relpath(p, ROOT)}:{line}: fn {name} is {n} lines (at most {MAX_FN_LINES})")
-            bad += 1
-    comps, edges = cycles()
-    for comp in comps:
-        names = ["::".join(c) or "crate" for c in comp]
-        print(f"import circle between {len(comp)} files: {', '.join(names)}")
-        members = set(comp)
-        for c in comp:
-            ins = sorted("::".join(t) for t in edges[c] if t in members)
-            print(f"  {'::'.join(c)} uses {', '.join(ins)}")
-        bad += 1
+    bad = []
+    all_crates = crates()
+    for p, line, text in protocol_outside(all_crates):
+        bad.append(f"{os.path.relpath(p, ROOT)}:{line}: names an assignment key outside "
+                   f"crates/api/src/assignment.rs: {text}")
+    for c in all_crates:
+        for p in c.files:
+            for line, fn, n in long_functions(p):
+                bad.append(f"{os.path.relpath(p, ROOT)}:{line}: fn {fn} is {n} lines (at most {MAX_FN_LINES})")
+        edges = file_edges(c, c.files)
+        if c.unit_tests:
+            code = [p for p in c.files if not is_test_file(p)]
+            code_edges = file_edges(c, code)
+            for comp in circles(code_edges):
+                members = set(comp)
+                lines = [f"{c.label}: import circle between {len(comp)} files: {', '.join(map(name, comp))}"]
+                for m in comp:
+                    ins = sorted(name(t) for t in code_edges[m] if t in members)
+                    lines.append(f"  {name(m)} uses {', '.join(ins)}")
+                bad.append("\n".join(lines))
+        folders = folder_edges(edges if not c.unit_tests else file_edges(c, [p for p in c.files if not is_test_file(p)]))
+        for comp in circles(folders):
+            members = set(comp)
+            lines = [f"{c.label}: import circle between folders {', '.join(map(name, comp))}"]
+            for m in comp:
+                ins = sorted(name(t) for t in folders[m] if t in members)
+                lines.append(f"  {name(m)} uses {', '.join(ins)}")
+            bad.append("\n".join(lines))
+    for comp in circles(crate_edges(all_crates)):
+        bad.append(f"import circle between crates: {', '.join(comp)}")
+    for b in bad:
+        print(b)
     if bad:
-        print(f"check-structure: {bad} violation(s)")
+        print(f"check-structure: {len(bad)} violation(s)")
         sys.exit(1)
-    print("check-structure: no function above %d lines, no import circle in src/, "
-          "assignment keys in src/assignment.rs only" % MAX_FN_LINES)
+    print(f"check-structure: {len(all_crates)} crates; no function above {MAX_FN_LINES} lines, "
+          "no import circle between files, folders or crates, the assignment keys in "
+          "crates/api/src/assignment.rs only")
 
 
 if __name__ == "__main__":

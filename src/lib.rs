@@ -22,8 +22,10 @@
 //!   (`--discover-routes`), written by the leader;
 //! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
-pub mod api;
-pub mod assignment;
+pub use webchecker_api as api;
+pub use webchecker_api::assignment;
+pub mod ask;
+pub mod checker;
 pub mod config;
 pub mod confirm;
 pub mod coordination;
@@ -33,7 +35,7 @@ pub(crate) mod error;
 pub(crate) mod intake;
 pub(crate) mod kubeio;
 pub(crate) mod observe;
-pub mod probe;
+pub use webchecker_probe as probe;
 mod replica;
 
 /// Runs one replica until SIGTERM/SIGINT (Ok) or until a vital task dies (Err).

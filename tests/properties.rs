@@ -579,7 +579,7 @@ proptest! {
         for (i, (r, code)) in steps.into_iter().enumerate() {
             let o = outcome(REASONS[r], code);
             if o.success() { run_ok += 1; run_bad = 0 } else { run_bad += 1; run_ok = 0 }
-            let place = webchecker::confirm::Place::default();
+            let place = webchecker::ask::Place::default();
             let ctx = Context {
                 success_threshold,
                 ..step_context(i, start, failure_threshold, false, &place)
@@ -610,8 +610,8 @@ proptest! {
         failure_threshold in 1u32..5,
     ) {
         let start = Instant::now();
-        let here = webchecker::confirm::Place { replica: "r0".into(), zone: "a".into() };
-        let by = webchecker::confirm::Place { replica: "r1".into(), zone: "b".into() };
+        let here = webchecker::ask::Place { replica: "r0".into(), zone: "a".into() };
+        let by = webchecker::ask::Place { replica: "r1".into(), zone: "b".into() };
         let mut s = CheckerStatus::from_existing(None);
         let mut run_bad = 0u32;
         for (i, (r, code)) in steps.into_iter().enumerate() {
@@ -622,7 +622,7 @@ proptest! {
             let fx = s.observe(&o, &ctx);
             if fx.confirm {
                 prop_assert!(fx.write.is_none() && fx.transition.is_none());
-                let verdict = webchecker::confirm::Verdict::Refuted { by: by.clone(), millis: 3 };
+                let verdict = webchecker::ask::Verdict::Refuted { by: by.clone(), millis: 3 };
                 s.confirmed(&verdict, &ctx);
             }
             if s.ready == Truth::False && was != Truth::False {
@@ -644,7 +644,7 @@ fn step_context<'a>(
     start: Instant,
     failure_threshold: u32,
     confirm: bool,
-    place: &'a webchecker::confirm::Place,
+    place: &'a webchecker::ask::Place,
 ) -> Context<'a> {
     Context {
         generation: Some(1),

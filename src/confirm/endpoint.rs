@@ -19,24 +19,20 @@ use axum::routing::post;
 use http_body_util::{BodyExt, Limited};
 
 use super::service::{Desk, Request};
-use super::{Ask, PATH};
+use crate::ask::{ASK_WAIT, Ask, PATH};
 use crate::observe::listener::{self, Limits, Peer};
 
 /// Bytes of an ask read at most.
 pub const ASK_LIMIT: usize = 4096;
 /// How long the body of an ask may take to arrive.
 const BODY_WAIT: Duration = Duration::from_secs(5);
-/// How long an ask may wait for its reply at most: the longest probe
-/// timeout a checker can have (600 s) plus the confirmer's reads.
-pub const ASK_WAIT: Duration = Duration::from_secs(630);
-
 /// The confirm listener's limits: every member may have as many asks out
 /// to this replica at once as the asker allows itself
-/// ([`super::asker::PER_CONFIRMER`]), with room for a rollout's second
+/// ([`crate::ask::asker::PER_CONFIRMER`]), with room for a rollout's second
 /// process at one address.
 pub const LIMITS: Limits = Limits {
     connections: 512,
-    per_peer: 2 * super::asker::PER_CONFIRMER,
+    per_peer: 2 * crate::ask::asker::PER_CONFIRMER,
     head: Duration::from_secs(5),
     // An ask waits for its probe; the connection no longer than the ask.
     lifetime: Duration::from_secs(ASK_WAIT.as_secs() + 30),
@@ -235,7 +231,7 @@ mod tests {
             assert_eq!(r.ask.name, "c");
             let _ = r
                 .reply
-                .send(super::super::Reply::Refused { why: "no".into() });
+                .send(crate::ask::Reply::Refused { why: "no".into() });
         });
         assert_eq!(status_of(addr, &head, &ask).await, "HTTP/1.1 200 OK");
         served.await.unwrap();

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use super::{Ask, Purpose};
+use crate::ask::{Ask, Purpose};
 use crate::intake::budget::Limits;
 
 /// How long a plan is used before the checker and its Secrets are read

@@ -25,7 +25,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::{Semaphore, watch};
 
-use super::AUDIENCE;
+use crate::ask::AUDIENCE;
 use crate::coordination::shard::view::MemberPlace;
 
 /// How long a good review is trusted. A member's token is also checked

@@ -34,12 +34,13 @@ use tracing::debug;
 use super::plans::Plans;
 use super::review::Reviewer;
 use super::shares::Shares;
-use super::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
+use crate::ask::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::WebChecker;
 use crate::assignment::Assignment;
 use crate::coordination::shard::MemberView;
 use crate::intake::budget::Limits;
-use crate::intake::secrets::{self, ObjectId, Resolved};
+use crate::checker::Resolved;
+use crate::intake::secrets::{self, ObjectId};
 use crate::observe::metrics::Metrics;
 use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
 

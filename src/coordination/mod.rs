@@ -7,6 +7,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 
+pub(crate) mod look;
 pub(crate) mod membership;
 pub mod ring;
 pub(crate) mod shard;

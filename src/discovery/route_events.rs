@@ -29,6 +29,14 @@ pub fn is_source_kind(r: &ObjectReference) -> bool {
     KINDS.iter().any(|(_, k, _, _)| *k == kind)
 }
 
+/// Whether an Event may go to `r`: any object but a route (or Service) a
+/// checker was generated from, and such a source only when it is the one its
+/// checker names ([`is_the_source`]). The Event publisher's audience
+/// (`crate::observe::events::Audience`).
+pub async fn may_hear(client: &Client, r: &ObjectReference) -> bool {
+    !is_source_kind(r) || is_the_source(client, r).await
+}
+
 /// Whether the route (or Service) `r` names exists with the UID `r` names:
 /// the checker reporting to it is one its controller ownerReference really
 /// ties to that object (a checker naming a route by name with another UID,

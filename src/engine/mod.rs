@@ -23,23 +23,23 @@ use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
 use tracing::warn;
 
-use crate::confirm::Verdict;
-use crate::confirm::asker::Asker;
-use crate::confirm::zones::ZoneAnswer;
+use crate::ask::Verdict;
+use crate::ask::asker::Asker;
+use crate::ask::zones::ZoneAnswer;
 use crate::coordination::membership::Membership;
-use crate::kubeio::writer::StatusWriter;
+use crate::engine::writer::StatusWriter;
 use crate::observe::events::EventSender;
 use crate::observe::metrics::Metrics;
 use crate::probe::{Outcome, ProbePlan, Prober};
 use table::{Clock, Effect, Input, Metric, Notice, Table, ToWriter};
 
 mod arrival;
-mod command;
 pub(crate) mod fairness;
 pub mod status;
 mod table;
+pub(crate) mod writer;
 
-pub use command::{Checker, Command, Definition};
+pub use crate::checker::{Checker, Command, Definition};
 
 pub struct EngineSettings {
     pub identity: String,
@@ -438,7 +438,7 @@ impl Engine {
     }
 
     /// Asks another replica about a failure, off the engine's task.
-    fn confirm(&self, key: String, seq: u64, ask: crate::confirm::Ask, limit: Duration) {
+    fn confirm(&self, key: String, seq: u64, ask: crate::ask::Ask, limit: Duration) {
         let tx = self.heard.0.clone();
         let asker = self.asker.clone();
         tokio::spawn(async move {
@@ -456,7 +456,7 @@ impl Engine {
         &self,
         key: String,
         seq: u64,
-        ask: crate::confirm::Ask,
+        ask: crate::ask::Ask,
         others: usize,
         limit: Duration,
     ) {

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::api::{Condition, WebCheckerStatus};
-use crate::confirm::Verdict;
+use crate::ask::Verdict;
 use crate::probe::{Outcome, Reason, version_name};
 
 mod zones;
@@ -350,7 +350,7 @@ pub struct Context<'a> {
     /// Whether a failure that would turn Ready False is confirmed first.
     pub confirm: bool,
     /// Where the owner runs (named in Degraded's message).
-    pub place: &'a crate::confirm::Place,
+    pub place: &'a crate::ask::Place,
 }
 
 impl CheckerStatus {
@@ -745,7 +745,7 @@ mod tests {
         }
     }
 
-    static HERE: crate::confirm::Place = crate::confirm::Place {
+    static HERE: crate::ask::Place = crate::ask::Place {
         replica: String::new(),
         zone: String::new(),
     };

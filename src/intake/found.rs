@@ -10,7 +10,7 @@ use kube::{Resource, ResourceExt};
 use crate::api::{WebChecker, object_key};
 use crate::assignment::Assignment;
 use crate::engine::{Checker, Command, Definition};
-use crate::intake::secrets::Resolved;
+use crate::checker::Resolved;
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::Compiled;
 

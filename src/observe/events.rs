@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::Notify;
 
@@ -87,20 +88,23 @@ impl EventReceiver {
     }
 }
 
+/// Whether an Event may go to the object it is about. The wiring passes
+/// discovery's rule (`crate::discovery::route_events::may_hear`): an Event
+/// on a generated checker's route goes out only when that route exists with
+/// the UID the checker names, so a checker cannot write on a route of its
+/// choosing.
+pub type Audience = Arc<dyn Fn(ObjectReference) -> BoxFuture<'static, bool> + Send + Sync>;
+
 /// Publishes the queued Events, one namespace after another, until the
-/// engine is gone. An Event on a generated checker's route goes out only
-/// when that route exists with the UID the checker names
-/// (`route_events::is_the_source`): a checker cannot write on a route of
-/// its choosing.
+/// engine is gone, each only where `audience` allows.
 pub async fn run_events(
     recorder: Recorder,
     rx: EventReceiver,
     metrics: Arc<Metrics>,
-    client: kube::Client,
+    audience: Audience,
 ) {
-    use crate::discovery::route_events::{is_source_kind, is_the_source};
     while let Some((reference, ev)) = rx.next().await {
-        if is_source_kind(&reference) && !is_the_source(&client, &reference).await {
+        if !audience(reference.clone()).await {
             debug!(
                 kind = reference.kind.as_deref().unwrap_or_default(),
                 name = reference.name.as_deref().unwrap_or_default(),

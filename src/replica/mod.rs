@@ -19,13 +19,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::config::Config;
-use crate::confirm::asker::Asker;
-use crate::confirm::choice::Candidate;
+use crate::discovery::route_events;
+use crate::ask::asker::Asker;
+use crate::ask::choice::Candidate;
 use crate::confirm::review::Reviewer;
 use crate::confirm::service::{
     Desk, Parts as ConfirmParts, Request as ConfirmRequest, Service as ConfirmService,
 };
-use crate::confirm::tokens::TokenSource;
+use crate::ask::tokens::TokenSource;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::{Advert, LeaseAt, Membership};
 use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
@@ -34,7 +35,7 @@ use crate::engine::{Command, Engine, EngineSettings};
 use crate::error::Error;
 use crate::intake::feed;
 use crate::kubeio::client::Clients;
-use crate::kubeio::writer::StatusWriter;
+use crate::engine::writer::StatusWriter;
 use crate::kubeio::{egress, preflight};
 use crate::observe::events;
 use crate::observe::metrics::Metrics;
@@ -379,7 +380,11 @@ fn start_tasks(
     let events = tokio::spawn({
         let metrics = metrics.clone();
         async move {
-            events::run_events(recorder, ev_rx, metrics, events_client).await;
+            let audience: events::Audience = Arc::new(move |r| {
+                let client = events_client.clone();
+                Box::pin(async move { route_events::may_hear(&client, &r).await })
+            });
+            events::run_events(recorder, ev_rx, metrics, audience).await;
             Ok::<(), Error>(())
         }
     });

@@ -23,7 +23,7 @@ use crate::support::*;
 use crate::watch::{Alerts, labels_of};
 
 /// The status writer's longest backoff between two tries of a write
-/// (src/kubeio/writer.rs, `backoff`).
+/// (src/engine/writer.rs, `backoff`).
 const WRITER_MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// How long `leaderless` stays stopped: more than its Lease.

@@ -1,6 +1,6 @@
 //! Generated files are up to date with their sources:
 //!
-//! - the CRD manifests, from `src/api.rs` (src/bin/crdgen.rs, `make crds`);
+//! - the CRD manifests, from `crates/api/src/lib.rs` (src/bin/crdgen.rs, `make crds`);
 //! - `version`: Cargo.toml's version in Chart.yaml and the Dockerfile;
 //! - `values_doc`: the values table of the chart's README, from values.yaml
 //!   (both `make chart-sync`);
@@ -46,7 +46,7 @@ fn check(rel: &str) {
             .position(|(a, b)| a != b)
             .unwrap_or_else(|| committed.lines().count().min(want.lines().count()));
         panic!(
-            "{rel} is out of date with src/api.rs (first difference at line {}: committed {:?}, generated {:?}); run `make crds` (that is `cargo run --bin crdgen` into crds/webcheckers.test.network.io.yaml and deploy/helm/webchecker-operator/crds/) and commit the result",
+            "{rel} is out of date with crates/api/src/lib.rs (first difference at line {}: committed {:?}, generated {:?}); run `make crds` (that is `cargo run --bin crdgen` into crds/webcheckers.test.network.io.yaml and deploy/helm/webchecker-operator/crds/) and commit the result",
             first + 1,
             committed.lines().nth(first),
             want.lines().nth(first),

@@ -81,7 +81,7 @@ pub struct Advert {
     /// UID of the pod this process runs in (the Lease's owner), if known.
     pub pod_uid: Option<String>,
     /// Zone and node it runs on (empty when unknown), where confirmers are
-    /// chosen from (crate::confirm::choice).
+    /// chosen from (crate::ask::choice).
     pub zone: String,
     pub node: String,
 }
@@ -307,9 +307,9 @@ impl Membership {
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let gone = match (annotations.get(ADDRESS_ANNOTATION), incarnation) {
             (Some(address), Some(inc)) => {
-                crate::coordination::shard::peers::look(address, inc, Duration::from_millis(500))
+                crate::coordination::look::look(address, inc, Duration::from_millis(500))
                     .await
-                    == crate::coordination::shard::peers::Evidence::Gone
+                    == crate::coordination::look::Evidence::Gone
             }
             _ => false,
         };

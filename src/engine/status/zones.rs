@@ -12,8 +12,8 @@
 //! some zones have Failed but fewer than that, and names them.
 
 use crate::api::ZoneStatus;
-use crate::confirm::Place;
-use crate::confirm::zones::{ZoneAnswer, ZoneResult};
+use crate::ask::Place;
+use crate::ask::zones::{ZoneAnswer, ZoneResult};
 use crate::probe::{Outcome, ZoneQuorum};
 
 use super::{CheckerStatus, Context, DegradedReason, Effects, NO_QUORUM, Truth};

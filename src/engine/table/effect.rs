@@ -9,12 +9,12 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::assignment::Handover;
-use crate::confirm::zones::ZoneAnswer;
-use crate::confirm::{Ask, Verdict};
-use crate::engine::command::Checker;
+use crate::ask::zones::ZoneAnswer;
+use crate::ask::{Ask, Verdict};
+use crate::checker::Checker;
 use crate::engine::status::{Transition, Truth};
-use crate::intake::secrets::Resolved;
-use crate::kubeio::writer::Op;
+use crate::checker::Resolved;
+use crate::engine::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Compiled, Outcome, ProbePlan};
@@ -154,7 +154,7 @@ pub enum Effect {
     Stopped,
 }
 
-/// For the status writer (crate::kubeio::writer::StatusWriter).
+/// For the status writer (crate::engine::writer::StatusWriter).
 #[derive(Debug)]
 pub enum ToWriter {
     /// The resourceVersion the watch delivered: what writes are fenced with.

@@ -20,13 +20,13 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::debug;
 
 use crate::assignment::Handover;
-use crate::confirm::zones::{ZoneAnswer, ZoneResult};
-use crate::confirm::{Purpose, Verdict};
+use crate::ask::zones::{ZoneAnswer, ZoneResult};
+use crate::ask::{Purpose, Verdict};
 use crate::engine::arrival::{self, Arrivals};
-use crate::engine::command::Definition;
+use crate::checker::Definition;
 use crate::engine::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
-use crate::kubeio::writer::Op;
+use crate::engine::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};
@@ -53,7 +53,7 @@ pub struct Settings {
     /// Where this replica runs, and whether failures are confirmed by
     /// another replica before they turn a checker Ready=False (a checker
     /// may still opt out).
-    pub place: crate::confirm::Place,
+    pub place: crate::ask::Place,
     pub confirm: bool,
     /// Whether other zones can be asked to probe (spec.locations).
     pub zones: bool,
@@ -99,8 +99,8 @@ impl Entry {
     }
 
     /// The ask about this checker (crate::confirm).
-    fn ask(&self, identity: &str, purpose: Purpose) -> crate::confirm::Ask {
-        crate::confirm::Ask {
+    fn ask(&self, identity: &str, purpose: Purpose) -> crate::ask::Ask {
+        crate::ask::Ask {
             from: identity.to_string(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),

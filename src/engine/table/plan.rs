@@ -11,9 +11,9 @@ use tracing::warn;
 use super::effect::{Clock, Effect, Metric, ToWriter};
 use super::{Entry, Table, context, unix_ms};
 use crate::engine::arrival::{self, Arrival, first_due};
-use crate::engine::command::{Checker, Definition};
+use crate::checker::{Checker, Definition};
 use crate::engine::status::{CheckerStatus, NotProbed};
-use crate::intake::secrets::Resolved;
+use crate::checker::Resolved;
 use crate::probe::{Compiled, PatternError, ProbePlan, Roots};
 
 /// Why a checker has no plan: the Ready reason and message.

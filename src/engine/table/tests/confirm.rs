@@ -4,7 +4,7 @@
 //! stands, marked so; a success before the answer makes the answer moot.
 
 use super::*;
-use crate::confirm::{Place, Verdict};
+use crate::ask::{Place, Verdict};
 
 fn confirming_sim() -> Sim {
     let mut sim = Sim::warm();

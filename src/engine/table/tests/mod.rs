@@ -9,8 +9,8 @@ use std::time::{Duration, Instant, SystemTime};
 use super::*;
 use crate::api::WebCheckerSpec;
 use crate::engine::arrival::ARRIVAL_JITTER;
-use crate::engine::command::Checker;
-use crate::intake::secrets::Resolved;
+use crate::checker::Checker;
+use crate::checker::Resolved;
 use crate::probe::{Compiled, Outcome, PatternError, Phases, Reason};
 
 mod cadence;

@@ -2,8 +2,8 @@
 //! round out at a time), and decides when their answers are in.
 
 use super::*;
-use crate::confirm::Place;
-use crate::confirm::zones::{ZoneAnswer, ZoneResult};
+use crate::ask::Place;
+use crate::ask::zones::{ZoneAnswer, ZoneResult};
 
 fn zoned_sim() -> Sim {
     let mut sim = Sim::warm();

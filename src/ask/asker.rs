@@ -108,7 +108,7 @@ impl Asker {
     }
 
     /// Asks one member in each of up to `others` other zones to probe
-    /// `ask`'s checker now (crate::confirm::zones), all at once, within
+    /// `ask`'s checker now (crate::ask::zones), all at once, within
     /// `limit`: a zone's next member when its first did not probe. One
     /// answer per zone asked.
     pub async fn ask_zones(&self, ask: Ask, others: usize, limit: Duration) -> Vec<ZoneAnswer> {

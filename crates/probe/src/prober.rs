@@ -10,7 +10,7 @@ use http::HeaderValue;
 use super::certs::ChainCache;
 use super::env_proxy::EnvProxy;
 use super::matcher::Matcher;
-use super::plan::{Alpn, MinTlsVersion};
+use super::tls::{Alpn, MinTlsVersion};
 use super::policy::AddressPolicy;
 use super::resolve::Resolver;
 use super::roots::Roots;
@@ -85,7 +85,7 @@ impl Prober {
 
     /// Default verification (checkers without a `caBundle`, and every origin
     /// a redirect leads to) trusts `roots`: the operator's `--ca-bundle`.
-    /// Plans must be made with the same roots ([`crate::probe::plan_trusting`]).
+    /// Plans must be made with the same roots ([`crate::plan_trusting`]).
     pub fn set_roots(&mut self, roots: Roots) {
         self.verified = verified_configs(&roots);
         self.roots = roots;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::api::{BasicAuth, WebCheckerSpec};
+use webchecker_api::{BasicAuth, WebCheckerSpec};
 
 /// A value the spec takes from the cluster: one key of a Secret or of a
 /// ConfigMap in the checker's namespace.

@@ -4,7 +4,7 @@
 use http::{HeaderName, HeaderValue};
 
 use super::values::{ValueRef, basic_keys};
-use crate::api::{AuthSpec, HeaderSpec};
+use webchecker_api::{AuthSpec, HeaderSpec};
 
 type Resolve<'a> = &'a dyn Fn(&ValueRef) -> Result<Vec<u8>, String>;
 

@@ -13,14 +13,14 @@ use super::values::ValueRef;
 use super::{
     AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum,
 };
-use crate::api::{
+use webchecker_api::{
     CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec,
     default_timeout,
 };
-use crate::probe::decode::Coding;
-use crate::probe::env_proxy::proxy_target;
-use crate::probe::roots::Roots;
-use crate::probe::target::Target;
+use crate::decode::Coding;
+use crate::env_proxy::proxy_target;
+use crate::roots::Roots;
+use crate::target::Target;
 
 /// Turns a spec into a plan. Errors are the `InvalidSpec` messages: what the
 /// schema could not catch (the CRD rejects most bad input at admission), and
@@ -47,7 +47,7 @@ pub fn plan_with(
 }
 
 /// [`plan_with`] whose default verification trusts `roots` (the prober's,
-/// [`crate::probe::Prober::roots`]) rather than the built-in roots alone.
+/// [`crate::Prober::roots`]) rather than the built-in roots alone.
 pub fn plan_trusting(
     spec: &WebCheckerSpec,
     resolve: &dyn Fn(&ValueRef) -> Result<Vec<u8>, String>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http::Method;
 
 use super::*;
-use crate::api::WebCheckerSpec;
+use webchecker_api::WebCheckerSpec;
 
 fn spec(yaml: &str) -> WebCheckerSpec {
     serde_yaml::from_str(yaml).unwrap()

@@ -4,6 +4,11 @@
 //! `spec.host` plus an optional `spec.path`) must keep working unchanged, so
 //! every field added here is optional with a default that reproduces its
 //! behaviour (10 s interval, 1 s timeout, 2xx/3xx success).
+//!
+//! The bottom layer of the workspace: the resource's types and the assignment
+//! protocol ([`assignment`]), with no client, no runtime and no server.
+
+pub mod assignment;
 
 use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};

@@ -26,8 +26,9 @@ use http::{HeaderName, HeaderValue, Method};
 
 use super::decode::Coding;
 use super::target::Target;
-use crate::api::CheckKind;
+use webchecker_api::CheckKind;
 
+pub use crate::tls::{Alpn, MinTlsVersion};
 pub use build::{plan, plan_trusting, plan_with};
 pub use credentials::base64;
 pub use kinds::GRPC_HEALTH_PATH;
@@ -106,35 +107,6 @@ pub struct TcpStepPlan {
     pub start_tls: bool,
 }
 
-/// The ALPN protocols a probe's TLS handshakes offer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Alpn {
-    /// h2 and http/1.1 (`http2: Negotiate`).
-    H2AndHttp11,
-    /// http/1.1 (`http2: Disabled`).
-    Http11,
-    /// h2 alone (`http2: PriorKnowledge`, gRPC).
-    H2,
-    /// None: tcp and tls checks speak no HTTP.
-    Nothing,
-}
-
-impl Alpn {
-    pub const ALL: [Alpn; 4] = [Alpn::H2AndHttp11, Alpn::Http11, Alpn::H2, Alpn::Nothing];
-
-    pub fn protocols(self) -> &'static [&'static [u8]] {
-        match self {
-            Alpn::H2AndHttp11 => &[b"h2", b"http/1.1"],
-            Alpn::Http11 => &[b"http/1.1"],
-            Alpn::H2 => &[b"h2"],
-            Alpn::Nothing => &[],
-        }
-    }
-
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
 
 impl From<Http2> for Alpn {
     fn from(h: Http2) -> Alpn {
@@ -240,13 +212,6 @@ pub enum Http2 {
     Disabled,
     /// HTTP/2 without negotiation: h2c in the clear, ALPN h2 alone over TLS.
     PriorKnowledge,
-}
-
-/// The lowest TLS version a probe accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MinTlsVersion {
-    Tls12,
-    Tls13,
 }
 
 /// A rustls client configuration of one checker (custom roots, client

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use regex_automata::meta;
 
-use crate::api::WebCheckerSpec;
+use webchecker_api::WebCheckerSpec;
 
 /// Size limit of each of a pattern's NFAs (forward and reverse), and of its
 /// one-pass DFA. `\w{10}` takes about half of it: Unicode classes are large.
@@ -109,7 +109,7 @@ pub fn sources(spec: &WebCheckerSpec) -> Vec<Option<&str>> {
     out
 }
 
-fn tcp_steps(spec: &WebCheckerSpec) -> impl Iterator<Item = &crate::api::TcpStep> {
+fn tcp_steps(spec: &WebCheckerSpec) -> impl Iterator<Item = &webchecker_api::TcpStep> {
     spec.tcp
         .iter()
         .flat_map(|t| t.query_response.iter().flatten())

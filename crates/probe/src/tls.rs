@@ -10,8 +10,44 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{CipherSuite, NamedGroup};
 
-use super::plan::{Alpn, MinTlsVersion};
 use super::verify::CachingVerifier;
+
+/// The ALPN protocols a probe's TLS handshakes offer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alpn {
+    /// h2 and http/1.1 (`http2: Negotiate`).
+    H2AndHttp11,
+    /// http/1.1 (`http2: Disabled`).
+    Http11,
+    /// h2 alone (`http2: PriorKnowledge`, gRPC).
+    H2,
+    /// None: tcp and tls checks speak no HTTP.
+    Nothing,
+}
+
+impl Alpn {
+    pub const ALL: [Alpn; 4] = [Alpn::H2AndHttp11, Alpn::Http11, Alpn::H2, Alpn::Nothing];
+
+    pub fn protocols(self) -> &'static [&'static [u8]] {
+        match self {
+            Alpn::H2AndHttp11 => &[b"h2", b"http/1.1"],
+            Alpn::Http11 => &[b"http/1.1"],
+            Alpn::H2 => &[b"h2"],
+            Alpn::Nothing => &[],
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The lowest TLS version a probe accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MinTlsVersion {
+    Tls12,
+    Tls13,
+}
 
 /// Which server certificates a configuration accepts.
 pub(super) enum Trust {

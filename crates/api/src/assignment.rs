@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::ObjectMeta;
+use kube::core::ObjectMeta;
 use serde_json::{Value, json};
 
 /// Label naming the replica that owns (probes) a checker.

@@ -1,7 +1,7 @@
 //! Unit tests of the plans of grpc, tcp and tls checks.
 
 use super::*;
-use crate::api::{CheckKind, WebCheckerSpec};
+use webchecker_api::{CheckKind, WebCheckerSpec};
 
 fn spec(yaml: &str) -> WebCheckerSpec {
     serde_yaml::from_str(yaml).unwrap()

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::oneshot;
 
 use crate::api::{WebCheckerSpec, WebCheckerStatus};
-use crate::intake::secrets::Resolved;
+use super::Resolved;
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::Compiled;
 
