@@ -48,46 +48,4 @@ pub use coordination::shard::elector::LEADER_LEASE;
 /// bound for a stalled connection).
 pub use kubeio::client::WATCH_IDLE_LIMIT;
 
-/// Gives a map's memory back once it holds less than a quarter of its
-/// capacity (a shard that shrank: load dropped, checkers moved away); maps
-/// otherwise keep their largest capacity for good. Returns whether it shrank.
-pub(crate) fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(
-    map: &mut std::collections::HashMap<K, V>,
-) -> bool {
-    let sparse = map.capacity() > 1024 && map.len() < map.capacity() / 4;
-    if sparse {
-        map.shrink_to_fit();
-    }
-    sparse
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    #[test]
-    fn a_map_shrinks_only_once_mostly_empty() {
-        let mut m: HashMap<u32, u32> = (0..4000).map(|i| (i, i)).collect();
-        let full = m.capacity();
-        m.retain(|k, _| *k < 2000);
-        assert!(!super::shrink_if_sparse(&mut m), "half full stays");
-        assert!(
-            m.capacity() * 2 > full,
-            "capacity {} of {full}",
-            m.capacity()
-        );
-        m.retain(|k, _| *k < 10);
-        assert!(super::shrink_if_sparse(&mut m));
-        assert!(m.capacity() < 100, "capacity {}", m.capacity());
-        let mut small: HashMap<u32, u32> = (0..100)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .map(|i| (i, i))
-            .collect();
-        small.clear();
-        assert!(
-            !super::shrink_if_sparse(&mut small),
-            "small maps are left alone"
-        );
-    }
-}
+pub(crate) use webchecker_core::shrink_if_sparse;

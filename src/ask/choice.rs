@@ -2,11 +2,11 @@
 //!
 //! Another zone if any member advertises one, else another node, else any
 //! other member; within the best of these, members in the order of their
-//! rendezvous score for the checker (crate::coordination::ring::score), so
+//! rendezvous score for the checker (webchecker_core::ring::score), so
 //! the asks of one owner spread over the confirmers and a checker is
 //! confirmed by the same one while the members stay the same.
 
-use crate::coordination::ring::score;
+use webchecker_core::ring::score;
 
 /// A member that can be asked.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //!
 //! The owner probes from its own zone. Of the other zones that have a
 //! member, the checker takes those with the highest rendezvous score of the
-//! zone's name for the checker (crate::coordination::ring::score), and in
+//! zone's name for the checker (webchecker_core::ring::score), and in
 //! each zone the member with the highest score: the rule that picks the
 //! owner among all members, applied within the zone (the owner is also the
 //! highest-scoring member of its own zone when it is the ring's choice).
@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::Place;
 use super::choice::Candidate;
-use crate::coordination::ring::score;
+use webchecker_core::ring::score;
 
 /// The members that probe `key` from zones other than `me`'s: at most
 /// `others` zones, best zone first; each zone's members best first (the

@@ -81,7 +81,7 @@ pub enum Command {
     /// The Secret/ConfigMap values a checker references changed (rotation).
     Refresh { key: String, resolved: Resolved },
     /// A checker's patterns changed without a new spec: its namespace's
-    /// budget made room for them, or no longer does (crate::intake::budget).
+    /// budget made room for them, or no longer does (webchecker_core::namespace_budget).
     Patterns { key: String, compiled: Compiled },
     /// A re-list finished: keys not in the set are no longer ours.
     Resync { present: HashSet<String> },

@@ -14,7 +14,7 @@ use crate::probe::ValueRef;
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Resolved {
     values: BTreeMap<ValueRef, Result<Vec<u8>, String>>,
-    /// The QuotaExceeded message (crate::intake::budget): the values are not kept.
+    /// The QuotaExceeded message (webchecker_core::namespace_budget): the values are not kept.
     over_budget: Option<String>,
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use crate::ask::{Ask, Purpose};
-use crate::intake::budget::Limits;
+use webchecker_core::namespace_budget::Limits;
 
 /// How long a plan is used before the checker and its Secrets are read
 /// again; a Secret's new value reaches confirmations within this.

@@ -38,7 +38,7 @@ use crate::ask::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::WebChecker;
 use crate::assignment::Assignment;
 use crate::coordination::shard::MemberView;
-use crate::intake::budget::Limits;
+use webchecker_core::namespace_budget::Limits;
 use crate::checker::Resolved;
 use crate::intake::secrets::{self, ObjectId};
 use crate::observe::metrics::Metrics;
@@ -126,7 +126,7 @@ pub struct Parts {
     /// The engine, which runs the probes on its worker pool.
     pub engine: mpsc::Sender<crate::engine::Command>,
     pub workers: usize,
-    /// The namespaces' budgets (crate::intake::budget).
+    /// The namespaces' budgets (webchecker_core::namespace_budget).
     pub budgets: Limits,
 }
 

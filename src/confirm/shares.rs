@@ -1,5 +1,5 @@
 //! How many asks a confirmer works on at once, per namespace and in all, as
-//! fairly as the engine's worker pool (crate::engine::fairness):
+//! fairly as the engine's worker pool (webchecker_core::fairness):
 //!
 //! - **Share.** A namespace below `ceil(limit / namespaces with asks in
 //!   work or waiting)` may start an ask whenever the limit has room.
@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::engine::fairness::BORROW_HOLD;
+use webchecker_core::fairness::BORROW_HOLD;
 
 #[derive(Default)]
 struct Space {

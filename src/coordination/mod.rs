@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 
 pub(crate) mod look;
 pub(crate) mod membership;
-pub mod ring;
+pub use webchecker_core::ring;
 pub(crate) mod shard;
 pub mod standalone;
 

@@ -27,7 +27,7 @@
 
 pub mod annotations;
 mod attach;
-mod budget;
+use webchecker_core::generated_cap as budget;
 pub mod gateway_api;
 mod gateways;
 pub mod grpcroute;

@@ -33,8 +33,6 @@ use crate::observe::metrics::Metrics;
 use crate::probe::{Outcome, ProbePlan, Prober};
 use table::{Clock, Effect, Input, Metric, Notice, Table, ToWriter};
 
-mod arrival;
-pub(crate) mod fairness;
 pub mod status;
 mod table;
 pub(crate) mod writer;
@@ -279,7 +277,7 @@ impl Engine {
     }
 
     /// Starts as many ready probes as the pool, the namespaces' fair shares
-    /// (crate::engine::fairness) and the membership gate allow. Returns false when the
+    /// (webchecker_core::fairness) and the membership gate allow. Returns false when the
     /// gate held probes back.
     fn dispatch(&mut self, done_tx: &mpsc::Sender<Done>) -> bool {
         while self.table.wants_worker() {

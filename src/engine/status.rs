@@ -161,7 +161,7 @@ pub enum NotProbed {
     Suspended,
     /// The spec cannot be probed (found at run time).
     InvalidSpec,
-    /// Over its namespace's budget (crate::intake::budget).
+    /// Over its namespace's budget (webchecker_core::namespace_budget).
     QuotaExceeded,
 }
 

@@ -1,6 +1,6 @@
 //! Compiles the regular expressions of the checkers in this replica's shard,
 //! in the feed, before a checker reaches the engine, and keeps each
-//! namespace's compiled patterns within its budget (crate::intake::budget).
+//! namespace's compiled patterns within its budget (webchecker_core::namespace_budget).
 //!
 //! Compiling one checker's patterns takes up to a few milliseconds (bounded by
 //! the limits of [`crate::probe::compile_patterns`]): too long for the engine
@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use crate::api::{WebChecker, WebCheckerSpec};
 use crate::engine::Command;
-use crate::intake::budget::{Budgets, Kind, Verdict};
+use webchecker_core::namespace_budget::{Budgets, Kind, Verdict};
 use crate::intake::found::{Step, forgotten};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
 

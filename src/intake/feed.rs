@@ -147,7 +147,7 @@ pub async fn watch_own_shard(
     commands: mpsc::Sender<Command>,
     health: Arc<HealthFlags>,
     metrics: Arc<Metrics>,
-    budgets: crate::intake::budget::Limits,
+    budgets: webchecker_core::namespace_budget::Limits,
 ) -> Result<(), Error> {
     let ar = ApiResource::erase::<WebChecker>(&());
     let api: Api<DynamicObject> = match &watch_namespace {

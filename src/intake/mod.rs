@@ -5,7 +5,6 @@
 //! A valid checker travels between them as a `found::Found` and reaches the
 //! engine as a fully resolved `crate::engine::Checker`.
 
-pub(crate) mod budget;
 pub(crate) mod compiler;
 pub(crate) mod feed;
 pub(crate) mod found;

@@ -32,7 +32,7 @@ use tracing::debug;
 
 use crate::api::WebChecker;
 use crate::engine::Command;
-use crate::intake::budget::{Budgets, Kind, Order, Verdict};
+use webchecker_core::namespace_budget::{Budgets, Kind, Order, Verdict};
 use crate::intake::found::{Found, Step, forgotten};
 use crate::intake::secrets::queue::{ReadQueue, Urgency};
 use crate::intake::secrets::{Fetch, ObjectId, REFRESH, Read, Reader, Resolved, ValueCache};

@@ -397,7 +397,7 @@ fn start_tasks(
         cmd_tx.clone(),
         basics.health.clone(),
         metrics.clone(),
-        crate::intake::budget::Limits {
+        webchecker_core::namespace_budget::Limits {
             pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
             value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
         },
@@ -470,7 +470,7 @@ fn confirmer(
         view: view.clone(),
         engine,
         workers: cfg.workers as usize,
-        budgets: crate::intake::budget::Limits {
+        budgets: webchecker_core::namespace_budget::Limits {
             pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
             value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
         },

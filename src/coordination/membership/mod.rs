@@ -10,7 +10,7 @@
 //! (create, renew, release) and keeps the heartbeat that detects pauses.
 
 mod clock;
-pub mod gate;
+pub use webchecker_core::gate;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -19,12 +19,12 @@
 //! Every write carries a resourceVersion precondition and is made only while
 //! this replica leads ([`elector::LeaderGate`]).
 
-pub mod book;
+pub use webchecker_core::book;
 pub mod elector;
 pub mod peers;
 pub mod sharder;
 pub mod view;
-pub mod window;
+pub use webchecker_core::window;
 
 pub use elector::{LeaderElector, LeaderGate};
 pub use peers::Peers;

@@ -36,7 +36,7 @@ use super::view::{MemberView, ObservedLease};
 use super::window::Window;
 
 /// Leases after which a drain its owner never acknowledged is withdrawn
-/// (crate::coordination::shard::book::Book::stuck_drains): a handover takes
+/// (webchecker_core::book::Book::stuck_drains): a handover takes
 /// a probe's timeout and two writes, far less.
 const STUCK_LEASES: u32 = 3;
 

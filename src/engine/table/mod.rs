@@ -6,7 +6,7 @@
 //! order: start a probe, arm or disarm a timer, abort a probe, tell the
 //! status writer, queue an Event, update a metric. It owns what is pure: the
 //! per-checker state, the status reducer of each checker
-//! (crate::engine::status) and the ready queue (crate::engine::fairness);
+//! (crate::engine::status) and the ready queue (webchecker_core::fairness);
 //! the shell owns the timers, the worker pool, the tasks and the handles.
 //!
 //! At most one probe per checker is in flight: the next one is scheduled
@@ -22,9 +22,9 @@ use tracing::debug;
 use crate::assignment::Handover;
 use crate::ask::zones::{ZoneAnswer, ZoneResult};
 use crate::ask::{Purpose, Verdict};
-use crate::engine::arrival::{self, Arrivals};
+use webchecker_core::arrival::{self, Arrivals};
 use crate::checker::Definition;
-use crate::engine::fairness::FairQueue;
+use webchecker_core::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
 use crate::engine::writer::Op;
 use crate::observe::metrics::CheckerInfo;
@@ -86,7 +86,7 @@ struct Entry {
     last_probe_wall: Option<SystemTime>,
     /// A new arrival not yet probed: when the watch delivered it.
     first_probe_since: Option<Instant>,
-    /// Its probes have yet to reach their phase (crate::engine::arrival::phase):
+    /// Its probes have yet to reach their phase (webchecker_core::arrival::phase):
     /// it came at once as a new arrival, or its interval changed.
     settling: bool,
     info: Arc<CheckerInfo>,

@@ -10,7 +10,7 @@ use tracing::warn;
 
 use super::effect::{Clock, Effect, Metric, ToWriter};
 use super::{Entry, Table, context, unix_ms};
-use crate::engine::arrival::{self, Arrival, first_due};
+use webchecker_core::arrival::{self, Arrival, first_due};
 use crate::checker::{Checker, Definition};
 use crate::engine::status::{CheckerStatus, NotProbed};
 use crate::checker::Resolved;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::*;
 use crate::api::WebCheckerSpec;
-use crate::engine::arrival::ARRIVAL_JITTER;
+use webchecker_core::arrival::ARRIVAL_JITTER;
 use crate::checker::Checker;
 use crate::checker::Resolved;
 use crate::probe::{Compiled, Outcome, PatternError, Phases, Reason};
@@ -377,7 +377,7 @@ fn wall_ms_at(sim: &Sim, at: Instant) -> i64 {
 /// Whether the wall clock reads the checker's phase at `at` (a due time).
 fn on_phase(sim: &Sim, key: &str, at: Instant, interval: Duration) -> bool {
     wall_ms_at(sim, at).rem_euclid(interval.as_millis() as i64)
-        == crate::engine::arrival::phase(key, interval).as_millis() as i64
+        == webchecker_core::arrival::phase(key, interval).as_millis() as i64
 }
 
 #[test]
@@ -416,7 +416,7 @@ fn a_new_checker_is_probed_within_the_jitter_and_its_result_written() {
     // Its phase is 734 ms past the 10 s grid and its first probe was due at
     // 50 ms: the slot at 10,734 ms is more than an interval on, so the next
     // probe is half an interval before it (5,734 ms), and the one after on it.
-    let phase = crate::engine::arrival::phase("ns/a", 10 * S);
+    let phase = webchecker_core::arrival::phase("ns/a", 10 * S);
     assert_eq!(phase, Duration::from_millis(734));
     // The next probe is no new arrival: no first-probe delay.
     sim.advance(Duration::from_millis(5379));

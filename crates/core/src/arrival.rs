@@ -85,7 +85,7 @@ pub fn first_due(
 /// same offset.
 pub fn phase(key: &str, interval: Duration) -> Duration {
     // The ring's hash: stable across builds and processes, unlike std's.
-    let h = crate::coordination::ring::fnv1a64(key.as_bytes());
+    let h = crate::ring::fnv1a64(key.as_bytes());
     Duration::from_millis(h % (interval.as_millis() as u64).max(1))
 }
 

@@ -185,7 +185,7 @@ fn over(kind: Kind, need: usize, limit: usize) -> String {
 }
 
 /// A size for a person: KiB below 1 MiB, else MiB with one decimal.
-pub(crate) fn size(bytes: usize) -> String {
+pub fn size(bytes: usize) -> String {
     if bytes < 1 << 20 {
         format!("{} KiB", bytes.div_ceil(1 << 10))
     } else if bytes.is_multiple_of(1 << 20) {

@@ -7,12 +7,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use kube::api::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::window::START_WINDOW;
-use crate::api::object_key;
-use crate::assignment::Assignment;
-use crate::coordination::ring::{self, Move, PlacementRef};
+use crate::window::START_WINDOW;
+use webchecker_api::object_key;
+use webchecker_api::assignment::Assignment;
+use crate::ring::{self, Move, PlacementRef};
 
 /// How long a completed write holds its key while its watch event has not
 /// arrived (a later change may come first and the event never show).

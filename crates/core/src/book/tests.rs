@@ -1,8 +1,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::assignment::{DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL};
-use crate::coordination::shard::window::START_WINDOW;
+use webchecker_api::assignment::{DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL};
+use crate::window::START_WINDOW;
 
 fn meta(
     name: &str,

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 /// The longest a probe started on a borrowed worker may hold it: the default
 /// timeout (1 s).
-pub(crate) const BORROW_HOLD: Duration = Duration::from_secs(1);
+pub const BORROW_HOLD: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Space {
@@ -65,7 +65,7 @@ impl Space {
     }
 }
 
-pub(crate) struct FairQueue {
+pub struct FairQueue {
     workers: usize,
     reserve: usize,
     spaces: HashMap<String, Space>,

@@ -1,0 +1,68 @@
+//! The pure core of webchecker-operator: the state machines that decide,
+//! with the clock and every random draw passed in, so each rule is tested in
+//! milliseconds. No runtime, no client, no server, no metrics: the operator's
+//! shells feed them what they heard and carry out what they return.
+//!
+//! - [`ring`]: the consistent-hash ring that places checkers on members;
+//! - [`book`]: the sharder's book of who owns what and the moves it plans,
+//!   within the handover [`window`];
+//! - [`gate`]: what a replica may do (dispatch, write, judge) given what its
+//!   Lease renewals heard;
+//! - [`fairness`]: the engine's ready queue, namespaces in turn;
+//! - [`arrival`]: when a checker's first probe is due;
+//! - [`namespace_budget`]: per-namespace budgets of a replica's memory;
+//! - [`generated_cap`]: the cap on the checkers discovery generates in one
+//!   namespace.
+
+pub mod arrival;
+pub mod book;
+pub mod fairness;
+pub mod gate;
+pub mod generated_cap;
+pub mod namespace_budget;
+pub mod ring;
+pub mod window;
+
+/// Gives a map's memory back once it holds less than a quarter of its
+/// capacity (a shard that shrank: load dropped, checkers moved away); maps
+/// otherwise keep their largest capacity for good. Returns whether it shrank.
+pub fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(
+    map: &mut std::collections::HashMap<K, V>,
+) -> bool {
+    let sparse = map.capacity() > 1024 && map.len() < map.capacity() / 4;
+    if sparse {
+        map.shrink_to_fit();
+    }
+    sparse
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    #[test]
+    fn a_map_shrinks_only_once_mostly_empty() {
+        let mut m: HashMap<u32, u32> = (0..4000).map(|i| (i, i)).collect();
+        let full = m.capacity();
+        m.retain(|k, _| *k < 2000);
+        assert!(!super::shrink_if_sparse(&mut m), "half full stays");
+        assert!(
+            m.capacity() * 2 > full,
+            "capacity {} of {full}",
+            m.capacity()
+        );
+        m.retain(|k, _| *k < 10);
+        assert!(super::shrink_if_sparse(&mut m));
+        assert!(m.capacity() < 100, "capacity {}", m.capacity());
+        let mut small: HashMap<u32, u32> = (0..100)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|i| (i, i))
+            .collect();
+        small.clear();
+        assert!(
+            !super::shrink_if_sparse(&mut small),
+            "small maps are left alone"
+        );
+    }
+}
