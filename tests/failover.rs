@@ -145,6 +145,17 @@ fn double_probing(hits: &[Hit], accused: &str, of: &[String], at: Instant) -> (D
     worst
 }
 
+/// The count of members `leader` proved gone by evidence.
+async fn proofs(fleet: &Fleet, leader: &str) -> f64 {
+    fleet
+        .counter(
+            leader,
+            "webchecker_peer_evidence_proofs_total",
+            &[("result", "proven")],
+        )
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_falsely_found_gone_double_probes_at_most_a_retry_period_once() {
     let mut doors = Vec::new();
@@ -178,66 +189,12 @@ async fn a_replica_falsely_found_gone_double_probes_at_most_a_retry_period_once(
     eventually(
         DEFAULT_LEASE,
         "the accused proven gone by evidence",
-        || async {
-            (fleet
-                .counter(
-                    &leader,
-                    "webchecker_peer_evidence_proofs_total",
-                    &[("result", "proven")],
-                )
-                .await
-                >= 1.0)
-                .then_some(())
-        },
+        || async { (proofs(&fleet, &leader).await >= 1.0).then_some(()) },
     )
     .await;
-    // ...it hears so at its next renewal, drops its checkers and re-joins,
-    // marking its Lease: its address is no evidence any more.
-    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), &fleet.ns);
-    let name = format!("webchecker-member-{}", victim.identity);
-    eventually(
-        DEFAULT_LEASE * 2,
-        "the accused re-joined, distrusted",
-        || async {
-            let l = leases.get_opt(&name).await.ok().flatten()?;
-            let a = l.metadata.annotations?;
-            (a.get(PEER_EVIDENCE_ANNOTATION).map(String::as_str) == Some("distrusted"))
-                .then_some(())
-        },
-    )
-    .await;
-    // It gets its share back (through drains) and keeps it, its door still
-    // closed: watch for two leases that nobody accuses it again.
-    eventually(
-        DEFAULT_LEASE * 3,
-        "the accused holds its share again",
-        || async {
-            let owners = fleet.wait_all_assigned(DEFAULT_LEASE).await;
-            (shard_sizes(&owners).get(&victim.identity).copied() == Some(fleet.names.len() / 3))
-                .then_some(())
-        },
-    )
-    .await;
-    let watch_from = Instant::now();
-    let watch_until = watch_from + DEFAULT_LEASE * 2;
-    while Instant::now() < watch_until {
-        let fences = fleet
-            .counter(
-                &victim.identity,
-                "webchecker_self_fences_total",
-                &[("reason", "lost")],
-            )
-            .await;
-        assert_eq!(fences, 1.0, "the accused lost its Lease again");
-        tokio::time::sleep(DEFAULT_RETRY).await;
-    }
-    let proven = fleet
-        .counter(
-            &leader,
-            "webchecker_peer_evidence_proofs_total",
-            &[("result", "proven")],
-        )
-        .await;
+    rejoins_distrusted_and_takes_its_share_back(&fleet, &victim.identity).await;
+    let watch_until = never_accused_again(&fleet, &victim.identity).await;
+    let proven = proofs(&fleet, &leader).await;
     assert_eq!(proven, 1.0, "evidence against one process used once");
     let hits = fleet.witness.hits();
     let (overlap, who) =
@@ -258,4 +215,54 @@ async fn a_replica_falsely_found_gone_double_probes_at_most_a_retry_period_once(
         gap <= Duration::from_secs(INTERVAL as u64) + DEFAULT_RETRY,
         "{gap_who} unprobed for {gap:?}"
     );
+}
+
+/// `accused`, proven gone, re-joins distrusted and gets its share back.
+async fn rejoins_distrusted_and_takes_its_share_back(fleet: &Fleet, accused: &str) {
+    // ...it hears so at its next renewal, drops its checkers and re-joins,
+    // marking its Lease: its address is no evidence any more.
+    let leases: Api<Lease> = Api::namespaced(fleet.client.clone(), &fleet.ns);
+    let name = format!("webchecker-member-{accused}");
+    eventually(
+        DEFAULT_LEASE * 2,
+        "the accused re-joined, distrusted",
+        || async {
+            let l = leases.get_opt(&name).await.ok().flatten()?;
+            let a = l.metadata.annotations?;
+            (a.get(PEER_EVIDENCE_ANNOTATION).map(String::as_str) == Some("distrusted"))
+                .then_some(())
+        },
+    )
+    .await;
+    // It gets its share back (through drains) and keeps it, its door still
+    // closed: watch for two leases that nobody accuses it again.
+    eventually(
+        DEFAULT_LEASE * 3,
+        "the accused holds its share again",
+        || async {
+            let owners = fleet.wait_all_assigned(DEFAULT_LEASE).await;
+            (shard_sizes(&owners).get(accused).copied() == Some(fleet.names.len() / 3))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// For two leases from now, every retry period: `accused` lost its Lease
+/// no more than the once. The end of the watch.
+async fn never_accused_again(fleet: &Fleet, accused: &str) -> Instant {
+    let watch_from = Instant::now();
+    let watch_until = watch_from + DEFAULT_LEASE * 2;
+    while Instant::now() < watch_until {
+        let fences = fleet
+            .counter(
+                accused,
+                "webchecker_self_fences_total",
+                &[("reason", "lost")],
+            )
+            .await;
+        assert_eq!(fences, 1.0, "the accused lost its Lease again");
+        tokio::time::sleep(DEFAULT_RETRY).await;
+    }
+    watch_until
 }

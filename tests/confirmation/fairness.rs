@@ -112,35 +112,10 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
     let witness = Witness::start_on(&netns.host_ip).await;
     let client = cluster.client().await;
     let (hang_ns, quick_ns) = (cluster.namespace("hang"), cluster.namespace("quick"));
-    for (ns, prefix, n, extra) in [
-        (
-            &hang_ns,
-            "h",
-            HANG,
-            json!({"timeoutSeconds": 5, "intervalSeconds": 6}),
-        ),
-        (&quick_ns, "k", QUICK, json!({})),
-    ] {
-        let api = crate::support::checkers_api(&client, ns);
-        for i in 0..n {
-            let name = format!("{prefix}{i}");
-            let o = checker_object(&name, &witness.url(), INTERVAL.into(), extra.clone());
-            api.create(&PostParams::default(), &o).await.unwrap();
-        }
-    }
+    create_hang_and_quick(&client, &hang_ns, &quick_ns, &witness).await;
     let quick: Api<WebChecker> = Api::namespaced(client.clone(), &quick_ns);
     let interval = Duration::from_secs(INTERVAL.into());
-    let owners = eventually(
-        Duration::from_secs(60),
-        "every quick checker owned and probed",
-        || async {
-            let now = seen(&quick).await;
-            let probed = witness.hits().len() >= QUICK;
-            (now.len() == QUICK && now.values().all(|(o, _)| !o.is_empty()) && probed)
-                .then_some(now)
-        },
-    )
-    .await;
+    let owners = every_quick_checker_owned_and_probed(&quick, &witness).await;
     let cut_one = "fq-c";
     let mine: Vec<String> = owners
         .iter()
@@ -152,6 +127,75 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
     // them holds a worker for its whole timeout, the confirmers' too) as the
     // third replica's path is cut.
     let hang: Api<WebChecker> = Api::namespaced(client.clone(), &hang_ns);
+    every_hang_checker_ready(&hang).await;
+    let asked_before = asks_served(&ops[..2]).await;
+    let cut_at = Instant::now();
+    for i in 0..HANG {
+        witness.set_mode(&format!("h{i}"), Mode::Hang(Duration::from_secs(120)));
+    }
+    netns.cut_tcp_to(&[witness.addr.port()]);
+    let refuted_in = every_quick_checker_refuted(&quick, &mine, cut_at, interval).await;
+    tokio::time::sleep(CUT.saturating_sub(cut_at.elapsed())).await;
+    let to = Instant::now();
+    netns.heal();
+    let cut = Cut {
+        cut_one,
+        mine: mine.len(),
+        cut_at,
+        to,
+        refuted_in,
+        asked_before,
+    };
+    check_the_confirmers(&witness, &ops, &hang, &cut).await;
+    drop(ops);
+    cluster.down();
+}
+
+/// HANG checkers in namespace `hang` (5 s timeouts, every 6 s) and QUICK in
+/// namespace `quick`, all on the witness.
+async fn create_hang_and_quick(
+    client: &kube::Client,
+    hang_ns: &str,
+    quick_ns: &str,
+    witness: &Witness,
+) {
+    for (ns, prefix, n, extra) in [
+        (
+            hang_ns,
+            "h",
+            HANG,
+            json!({"timeoutSeconds": 5, "intervalSeconds": 6}),
+        ),
+        (quick_ns, "k", QUICK, json!({})),
+    ] {
+        let api = crate::support::checkers_api(client, ns);
+        for i in 0..n {
+            let name = format!("{prefix}{i}");
+            let o = checker_object(&name, &witness.url(), INTERVAL.into(), extra.clone());
+            api.create(&PostParams::default(), &o).await.unwrap();
+        }
+    }
+}
+
+/// The quick checkers once every one is owned and the witness saw probes.
+async fn every_quick_checker_owned_and_probed(
+    quick: &Api<WebChecker>,
+    witness: &Witness,
+) -> BTreeMap<String, (String, Option<(String, String)>)> {
+    eventually(
+        Duration::from_secs(60),
+        "every quick checker owned and probed",
+        || async {
+            let now = seen(quick).await;
+            let probed = witness.hits().len() >= QUICK;
+            (now.len() == QUICK && now.values().all(|(o, _)| !o.is_empty()) && probed)
+                .then_some(now)
+        },
+    )
+    .await
+}
+
+async fn every_hang_checker_ready(hang: &Api<WebChecker>) {
     eventually(
         Duration::from_secs(60),
         "every hang checker Ready",
@@ -167,17 +211,21 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
         },
     )
     .await;
-    let asked_before = asks_served(&ops[..2]).await;
-    let cut_at = Instant::now();
-    for i in 0..HANG {
-        witness.set_mode(&format!("h{i}"), Mode::Hang(Duration::from_secs(120)));
-    }
-    netns.cut_tcp_to(&[witness.addr.port()]);
-    let refuted_in = eventually(
+}
+
+/// How long after `cut_at` every one of `mine` was Degraded, refuted by
+/// another zone.
+async fn every_quick_checker_refuted(
+    quick: &Api<WebChecker>,
+    mine: &[String],
+    cut_at: Instant,
+    interval: Duration,
+) -> Duration {
+    eventually(
         2 * interval + LEASE + Duration::from_secs(5),
         "every quick checker of the cut replica refuted by another zone",
         || async {
-            let now = seen(&quick).await;
+            let now = seen(quick).await;
             mine.iter()
                 .all(|n| {
                     now[n]
@@ -188,10 +236,37 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
                 .then(|| cut_at.elapsed())
         },
     )
-    .await;
-    tokio::time::sleep(CUT.saturating_sub(cut_at.elapsed())).await;
-    let to = Instant::now();
-    netns.heal();
+    .await
+}
+
+/// The cut of the third replica and what came of it.
+struct Cut<'a> {
+    cut_one: &'a str,
+    /// How many quick checkers it owns.
+    mine: usize,
+    cut_at: Instant,
+    to: Instant,
+    refuted_in: Duration,
+    /// Asks the confirmers had served before the cut.
+    asked_before: f64,
+}
+
+/// No confirmer had more than its workers' probes in flight during the cut,
+/// and the cut replica's hang failures were asked too.
+async fn check_the_confirmers(
+    witness: &Witness,
+    ops: &[Operator],
+    hang: &Api<WebChecker>,
+    cut: &Cut<'_>,
+) {
+    let Cut {
+        cut_one,
+        mine,
+        cut_at,
+        to,
+        refuted_in,
+        asked_before,
+    } = *cut;
     let mut hits = witness.hits();
     hits.extend(witness.confirmation_hits());
     hits.extend(witness.zone_probe_hits());
@@ -220,10 +295,9 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
         })
         .collect();
     println!(
-        "{CUT:?} cut of {cut_one} on {WORKERS} workers: its {} quick checkers refuted after \
+        "{CUT:?} cut of {cut_one} on {WORKERS} workers: its {mine} quick checkers refuted after \
          {refuted_in:?}; confirmation probes by namespace {confirmed:?}; most probes in flight \
-         at once per confirmer {most:?}",
-        mine.len()
+         at once per confirmer {most:?}"
     );
     for (replica, n) in &most {
         assert!(*n <= WORKERS, "{replica} had {n} probes in flight at once");
@@ -231,7 +305,7 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
     // Hang's failures were asked too (they wait in hang's own share, behind
     // hang's own probes, and may be given up unprobed).
     let asked = asks_served(&ops[..2]).await - asked_before;
-    let hang_of_cut = seen(&hang)
+    let hang_of_cut = seen(hang)
         .await
         .values()
         .filter(|(o, _)| o == cut_one)
@@ -241,6 +315,4 @@ async fn two_namespaces_confirmations_share_the_workers_fairly() {
          {hang_of_cut} hang checkers)"
     );
     assert!(asked >= hang_of_cut as f64, "{asked} asks");
-    drop(ops);
-    cluster.down();
 }

@@ -12,17 +12,17 @@
 //! quorum, turns Ready=False, each is Degraded by a refutation from another
 //! zone, and the flood costs the API server no TokenReview.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 
 use crate::support::fleet::*;
 use crate::support::hostile::{self, Intruder};
-use crate::support::netns::ZonedReplicas;
+use crate::support::netns::{Netns, ZonedReplicas};
 use crate::support::*;
 use webchecker::api::WebChecker;
 
@@ -66,6 +66,17 @@ fn confirm_addrs(ops: &[Operator]) -> Vec<SocketAddr> {
         .collect()
 }
 
+/// What the flood and the cut act on and watch.
+struct Scene<'a> {
+    cluster: &'static Cluster,
+    fleet: &'a Fleet,
+    netns: &'a Netns,
+    api: &'a Api<WebChecker>,
+    addrs: &'a [SocketAddr],
+    owners: &'a HashMap<String, String>,
+    interval: Duration,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
     let cluster = Cluster::shared("confirmation");
@@ -83,18 +94,13 @@ async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
     let mut fleet =
         Fleet::start_with_witness(cluster, ns.clone(), ops, witness, CONFIRMING, INTERVAL).await;
     let interval = Duration::from_secs(INTERVAL.into());
-    let dynamic = fleet.api();
     let quorum: Vec<String> = (0..QUORUM).map(|i| format!("q{i}")).collect();
-    for name in &quorum {
-        let o = checker_object(
-            name,
-            &fleet.witness.url(),
-            INTERVAL.into(),
-            json!({"locations": {"zones": 3, "quorum": 2}}),
-        );
-        dynamic.create(&PostParams::default(), &o).await.unwrap();
-    }
-    fleet.names.extend(quorum.iter().cloned());
+    super::create_checkers_with(
+        &mut fleet,
+        &quorum,
+        json!({"locations": {"zones": 3, "quorum": 2}}),
+    )
+    .await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
     fleet
         .wait_all_probed_since(Instant::now(), Duration::from_secs(30))
@@ -104,8 +110,38 @@ async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
 
     stalled_uploads(&fleet, &intruder, addrs[0], &owners, interval).await;
     refused_asks(cluster, &fleet, &intruder, &addrs, &owners).await;
+    let scene = Scene {
+        cluster,
+        fleet: &fleet,
+        netns: &netns,
+        api: &api,
+        addrs: &addrs,
+        owners: &owners,
+        interval,
+    };
+    flood_during_a_cut(&scene, intruder).await;
+}
 
-    // The flood, then the cut of the third replica's path to the targets.
+/// Confirmation probes of checker `name` so far.
+fn confirmations_of(w: &Witness, name: &str) -> usize {
+    w.confirmation_hits()
+        .iter()
+        .filter(|h| h.checker == name)
+        .count()
+}
+
+/// The flood, then the cut of the third replica's path to the targets.
+async fn flood_during_a_cut(scene: &Scene<'_>, intruder: Intruder) {
+    let Scene {
+        cluster,
+        fleet,
+        netns,
+        api,
+        addrs,
+        owners,
+        interval,
+    } = *scene;
+    let ns = &fleet.ns;
     let members: Vec<String> = fleet.ops.iter().map(|o| o.identity.clone()).collect();
     // A checker of the second replica, never cut: nothing asks about it
     // but the flood.
@@ -114,17 +150,11 @@ async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
         .find(|(n, o)| *o == &fleet.ops[1].identity && n.starts_with('c'))
         .map(|(n, _)| n.clone())
         .expect("a checker of the second replica");
-    let bait = bait(&api, &of_b).await;
-    let bait_probed = |w: &Witness| {
-        w.confirmation_hits()
-            .iter()
-            .filter(|h| h.checker == bait.0)
-            .count()
-    };
-    let bait_before = bait_probed(&fleet.witness);
+    let bait = bait(api, &of_b).await;
+    let bait_before = confirmations_of(&fleet.witness, &bait.0);
     let reviews_before = hostile::token_reviews(cluster).await;
     let flood = intruder.flood(
-        addrs.clone(),
+        addrs.to_vec(),
         FLOOD_PER_SECOND,
         ns.clone(),
         members,
@@ -139,32 +169,16 @@ async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
         .filter(|(_, o)| *o == cut_one)
         .map(|(n, _)| n)
         .collect();
-    let mut ready_false = 0usize;
-    let mut all_degraded_after = None;
-    let mut last = Seen::new();
-    while cut_at.elapsed() < CUT {
-        let now = seen(&api).await;
-        ready_false = ready_false.max(now.values().filter(|(r, _)| r.0 == "False").count());
-        let refuted = mine
-            .iter()
-            .filter(|n| {
-                now[n.as_str()].1.as_ref().is_some_and(|(s, reason, m)| {
-                    s == "True"
-                        && (reason == "UnconfirmedFailure" && m.contains("reached the target")
-                            || reason == "ZonesFailing" && m.contains("zone c (replica hp-c)"))
-                })
-            })
-            .count();
-        if refuted == mine.len() && all_degraded_after.is_none() {
-            all_degraded_after = Some(cut_at.elapsed());
-        }
-        last = now;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let watched = watch_the_cut(api, &mine, cut_at).await;
     let flood_sent = flood.stats.sent.load(std::sync::atomic::Ordering::Relaxed);
     let reviews = hostile::token_reviews(cluster).await - reviews_before;
     drop(flood);
     netns.heal();
+    let CutWatched {
+        ready_false,
+        all_degraded_after,
+        last,
+    } = watched;
     println!(
         "flood of {FLOOD_PER_SECOND} made-up asks/s at each replica ({flood_sent} sent) and a {CUT:?} \
          cut of {cut_one} ({} of its checkers): {ready_false} checkers Ready=False, all of its \
@@ -191,10 +205,52 @@ async fn a_hostile_pod_neither_blinds_nor_exhausts_the_replicas() {
     // the flood's need none.
     assert!(reviews <= 6.0, "{reviews} TokenReviews during the flood");
     assert_eq!(
-        bait_probed(&fleet.witness),
+        confirmations_of(&fleet.witness, &bait.0),
         bait_before,
         "a made-up ask was probed"
     );
+}
+
+/// What the watch over the cut saw.
+struct CutWatched {
+    /// The most checkers Ready=False at once.
+    ready_false: usize,
+    /// When every checker of the cut replica was first refuted by another zone.
+    all_degraded_after: Option<Duration>,
+    /// The checkers as last seen.
+    last: Seen,
+}
+
+/// Every 500 ms until CUT after `cut_at`: checkers Ready=False, and whether
+/// each of `mine` is Degraded by another zone's refutation.
+async fn watch_the_cut(api: &Api<WebChecker>, mine: &[&String], cut_at: Instant) -> CutWatched {
+    let mut ready_false = 0usize;
+    let mut all_degraded_after = None;
+    let mut last = Seen::new();
+    while cut_at.elapsed() < CUT {
+        let now = seen(api).await;
+        ready_false = ready_false.max(now.values().filter(|(r, _)| r.0 == "False").count());
+        let refuted = mine
+            .iter()
+            .filter(|n| {
+                now[n.as_str()].1.as_ref().is_some_and(|(s, reason, m)| {
+                    s == "True"
+                        && (reason == "UnconfirmedFailure" && m.contains("reached the target")
+                            || reason == "ZonesFailing" && m.contains("zone c (replica hp-c)"))
+                })
+            })
+            .count();
+        if refuted == mine.len() && all_degraded_after.is_none() {
+            all_degraded_after = Some(cut_at.elapsed());
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    CutWatched {
+        ready_false,
+        all_degraded_after,
+        last,
+    }
 }
 
 /// The name and UID of checker `name`, which a hostile ask names.
@@ -209,7 +265,7 @@ async fn stalled_uploads(
     fleet: &Fleet,
     intruder: &Intruder,
     target: SocketAddr,
-    owners: &std::collections::HashMap<String, String>,
+    owners: &HashMap<String, String>,
     interval: Duration,
 ) {
     let op = &fleet.ops[0];
@@ -264,7 +320,7 @@ async fn refused_asks(
     fleet: &Fleet,
     intruder: &Intruder,
     addrs: &[SocketAddr],
-    owners: &std::collections::HashMap<String, String>,
+    owners: &HashMap<String, String>,
 ) {
     let ns = &fleet.ns;
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), ns);

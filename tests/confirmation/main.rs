@@ -86,6 +86,56 @@ fn zone_of(replica: &str) -> &str {
     replica.rsplit('-').next().unwrap()
 }
 
+/// Creates checkers `names` on the fleet's witness with `extra` in their
+/// spec, and counts them among the fleet's.
+async fn create_checkers_with(fleet: &mut Fleet, names: &[String], extra: serde_json::Value) {
+    let dynamic = fleet.api();
+    for name in names {
+        let o = checker_object(name, &fleet.witness.url(), INTERVAL.into(), extra.clone());
+        dynamic.create(&PostParams::default(), &o).await.unwrap();
+    }
+    fleet.names.extend(names.iter().cloned());
+}
+
+/// The cut replica's checkers: those that confirm, and how many opted out.
+struct Share<'a> {
+    cut_one: &'a str,
+    mine: Vec<&'a String>,
+    mine_opted: usize,
+}
+
+impl<'a> Share<'a> {
+    fn of(owners: &'a HashMap<String, String>, cut_one: &'a str) -> Share<'a> {
+        let mine: Vec<&String> = owners
+            .iter()
+            .filter(|(n, o)| *o == cut_one && !n.starts_with('o'))
+            .map(|(n, _)| n)
+            .collect();
+        let mine_opted = owners
+            .iter()
+            .filter(|(n, o)| *o == cut_one && n.starts_with('o'))
+            .count();
+        assert!(
+            !mine.is_empty() && mine_opted > 0,
+            "{cut_one} owns checkers of both kinds"
+        );
+        Share {
+            cut_one,
+            mine,
+            mine_opted,
+        }
+    }
+}
+
+/// What the watch over the cut saw.
+struct DuringCut {
+    /// The most confirming and opted-out checkers Ready=False at once.
+    false_confirming: usize,
+    false_opted: usize,
+    /// When each of the cut replica's checkers first showed Degraded naming it.
+    degraded_at: HashMap<String, Duration>,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_from_another_zone() {
     let cluster = Cluster::shared("confirmation");
@@ -103,31 +153,57 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         Fleet::start_with_witness(cluster, ns.clone(), ops, witness, CHECKERS, INTERVAL).await;
     let interval = Duration::from_secs(INTERVAL.into());
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
-    let dynamic = fleet.api();
     let opted: Vec<String> = (0..OPTED_OUT).map(|i| format!("o{i}")).collect();
-    for name in &opted {
-        let o = checker_object(
-            name,
-            &fleet.witness.url(),
-            INTERVAL.into(),
-            json!({"confirmFailures": false}),
-        );
-        dynamic.create(&PostParams::default(), &o).await.unwrap();
-    }
-    fleet.names.extend(opted.iter().cloned());
+    create_checkers_with(&mut fleet, &opted, json!({"confirmFailures": false})).await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
     fleet
         .wait_all_probed_since(Instant::now(), Duration::from_secs(30))
         .await;
 
-    // Steady state: one probe per checker per interval, no confirmation.
-    let writes_before = status_writes(&fleet).await;
+    steady_state(&fleet, interval).await;
+
+    // Cut the third replica's path to the targets.
+    let share = Share::of(&owners, cut_one);
+    let delay_before = write_delay(&fleet, cut_one).await;
+    let cut_at = Instant::now();
+    netns.cut_tcp_to(&[fleet.witness.addr.port()]);
+    let during = watch_the_cut(&api, &share, cut_at).await;
+    check_the_cut(&fleet, &api, &share, delay_before, during, interval).await;
+
+    // Heal: everything Ready=True and Degraded=False again.
+    netns.heal();
+    let healed_at = Instant::now();
+    eventually(
+        2 * interval + LEASE + Duration::from_secs(5),
+        "every checker Ready and none Degraded after the heal",
+        || async {
+            let now = conditions(&api).await;
+            now.values()
+                .all(|(ready, degraded, _)| {
+                    ready == "True" && degraded.as_ref().is_none_or(|(s, _)| s == "False")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    println!(
+        "healed: all Ready, none Degraded after {:?}",
+        healed_at.elapsed()
+    );
+
+    a_target_really_down(&fleet, &api, &owners, interval).await;
+    the_oracle(&fleet, &owners);
+}
+
+/// Steady state: one probe per checker per interval, no confirmation.
+async fn steady_state(fleet: &Fleet, interval: Duration) {
+    let writes_before = status_writes(fleet).await;
     let from = Instant::now();
     tokio::time::sleep(10 * interval).await;
     let to = Instant::now();
     let steady = fleet.witness.hits_between(from, to);
     let per_checker = steady.len() as f64 / fleet.names.len() as f64 / 10.0;
-    let writes = status_writes(&fleet).await - writes_before;
+    let writes = status_writes(fleet).await - writes_before;
     let probes = steady.len() as f64;
     println!(
         "steady state: {per_checker:.2} probes per checker per interval, {} confirmation probes, \
@@ -137,29 +213,17 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
     );
     assert!((0.95..=1.05).contains(&per_checker), "{per_checker}");
     assert!(fleet.witness.confirmation_hits().is_empty());
+}
 
-    // Cut the third replica's path to the targets.
-    let mine: Vec<&String> = owners
-        .iter()
-        .filter(|(n, o)| *o == cut_one && !n.starts_with('o'))
-        .map(|(n, _)| n)
-        .collect();
-    let mine_opted = owners
-        .iter()
-        .filter(|(n, o)| *o == cut_one && n.starts_with('o'))
-        .count();
-    assert!(
-        !mine.is_empty() && mine_opted > 0,
-        "{cut_one} owns checkers of both kinds"
-    );
-    let delay_before = write_delay(&fleet, cut_one).await;
-    let cut_at = Instant::now();
-    netns.cut_tcp_to(&[fleet.witness.addr.port()]);
+/// Every 500 ms until CUT after `cut_at`: how many checkers are Ready=False,
+/// and when each of the cut replica's first shows Degraded naming it.
+async fn watch_the_cut(api: &Api<WebChecker>, share: &Share<'_>, cut_at: Instant) -> DuringCut {
+    let cut_one = share.cut_one;
     let (mut false_confirming, mut false_opted) = (0usize, 0usize);
     // When each of its checkers first showed Degraded naming it.
     let mut degraded_at: HashMap<String, Duration> = HashMap::new();
     while cut_at.elapsed() < CUT {
-        let now = conditions(&api).await;
+        let now = conditions(api).await;
         let down = |opted: bool| {
             now.iter()
                 .filter(|(n, (ready, _, _))| n.starts_with('o') == opted && ready == "False")
@@ -168,7 +232,7 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         false_confirming = false_confirming.max(down(false));
         false_opted = false_opted.max(down(true));
         let seen = cut_at.elapsed();
-        for n in &mine {
+        for n in &share.mine {
             if now[n.as_str()].1.as_ref().is_some_and(|(s, m)| {
                 // Refuted by another zone's probe, not merely unconfirmed.
                 s == "True"
@@ -180,7 +244,34 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    for (n, (ready, _, message)) in conditions(&api).await {
+    DuringCut {
+        false_confirming,
+        false_opted,
+        degraded_at,
+    }
+}
+
+/// Nothing of the cut replica's paged, its opted-out checkers did, and all
+/// of its confirming checkers were Degraded in time.
+async fn check_the_cut(
+    fleet: &Fleet,
+    api: &Api<WebChecker>,
+    share: &Share<'_>,
+    delay_before: (f64, f64),
+    during: DuringCut,
+    interval: Duration,
+) {
+    let Share {
+        cut_one,
+        ref mine,
+        mine_opted,
+    } = *share;
+    let DuringCut {
+        false_confirming,
+        false_opted,
+        degraded_at,
+    } = during;
+    for (n, (ready, _, message)) in conditions(api).await {
         if ready == "False" && !n.starts_with('o') {
             println!("{n}: Ready=False: {message}");
         }
@@ -193,13 +284,13 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         )
         .await;
     let busy = summed(
-        &fleet,
+        fleet,
         cut_one,
         "webchecker_confirm_requests_total",
         &[("result", "busy")],
     )
     .await;
-    let delay_after = write_delay(&fleet, cut_one).await;
+    let delay_after = write_delay(fleet, cut_one).await;
     let writes = delay_after.1 - delay_before.1;
     println!(
         "{cut_one}'s status writes during the cut: {writes}, landed {:.2} s after the change on average",
@@ -229,29 +320,15 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         "Degraded after {degraded_in:?}"
     );
     assert!(unconfirmed >= mine.len() as f64);
+}
 
-    // Heal: everything Ready=True and Degraded=False again.
-    netns.heal();
-    let healed_at = Instant::now();
-    eventually(
-        2 * interval + LEASE + Duration::from_secs(5),
-        "every checker Ready and none Degraded after the heal",
-        || async {
-            let now = conditions(&api).await;
-            now.values()
-                .all(|(ready, degraded, _)| {
-                    ready == "True" && degraded.as_ref().is_none_or(|(s, _)| s == "False")
-                })
-                .then_some(())
-        },
-    )
-    .await;
-    println!(
-        "healed: all Ready, none Degraded after {:?}",
-        healed_at.elapsed()
-    );
-
-    // A target really down: Ready=False, confirmed from another zone.
+/// A target really down: Ready=False, confirmed from another zone.
+async fn a_target_really_down(
+    fleet: &Fleet,
+    api: &Api<WebChecker>,
+    owners: &HashMap<String, String>,
+    interval: Duration,
+) {
     let down: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
     for c in &down {
         fleet.witness.set_mode(c, Mode::Status(503));
@@ -261,14 +338,14 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         2 * interval + LEASE + Duration::from_secs(2),
         "the down targets Ready=False, confirmed",
         || async {
-            let now = conditions(&api).await;
+            let now = conditions(api).await;
             down.iter()
                 .all(|c| now[c].0 == "False" && now[c].2.contains("(confirmed by replica "))
                 .then_some(down_at.elapsed())
         },
     )
     .await;
-    let now = conditions(&api).await;
+    let now = conditions(api).await;
     for c in &down {
         let owner = &owners[c];
         let message = &now[c].2;
@@ -282,9 +359,11 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
         "target down: Ready=False after {confirmed_in:?} (interval {interval:?}), e.g. {:?}",
         now["c0"].2
     );
+}
 
-    // The oracle: owners' probes exclusive; confirmations from another zone,
-    // for the owner, never by the owner.
+/// The oracle: owners' probes exclusive; confirmations from another zone,
+/// for the owner, never by the owner.
+fn the_oracle(fleet: &Fleet, owners: &HashMap<String, String>) {
     assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
     let confirmations = fleet.witness.confirmation_hits();
     assert!(!confirmations.is_empty());

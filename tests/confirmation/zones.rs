@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use serde_json::json;
 
 use crate::support::fleet::*;
@@ -116,18 +116,14 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
     let mut fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, INTERVAL).await;
     let interval = Duration::from_secs(INTERVAL.into());
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
-    let dynamic = fleet.api();
     let names: Vec<String> = (0..CHECKERS).map(|i| format!("z{i}")).collect();
-    for name in &names {
-        let o = checker_object(
-            name,
-            &fleet.witness.url(),
-            INTERVAL.into(),
-            json!({"locations": {"zones": 3, "quorum": 2}}),
-        );
-        dynamic.create(&PostParams::default(), &o).await.unwrap();
-    }
-    fleet.names = names.clone();
+    // The fleet started with none: these are all its checkers.
+    super::create_checkers_with(
+        &mut fleet,
+        &names,
+        json!({"locations": {"zones": 3, "quorum": 2}}),
+    )
+    .await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
     wait_all(
         &api,
@@ -138,8 +134,45 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
     )
     .await;
 
-    // Steady state: three probes per checker per interval, one per zone.
-    let writes_before = super::status_writes(&fleet).await;
+    steady_state(&fleet, &owners, interval).await;
+    cut_zone_c(&fleet, &api, &netns, interval).await;
+
+    netns.heal();
+    let healed_at = Instant::now();
+    wait_all(
+        &api,
+        2 * interval + LEASE + Duration::from_secs(5),
+        "every zone succeeds and nothing is Degraded after the heal",
+        &[],
+        |(r, d, z)| {
+            r.0 == "True"
+                && d.as_ref().is_none_or(|(s, _)| s == "False")
+                && *z == all_zones("Succeeded")
+        },
+    )
+    .await;
+    println!("healed after {:?}", healed_at.elapsed());
+
+    a_target_really_down(&fleet, &api, interval).await;
+    isolated_zone(&fleet, &api, &netns, interval).await;
+    let ops = std::mem::take(&mut fleet.ops);
+    fleet.ops = second_member(cluster, &fleet, ops, &api, &netns, interval).await;
+
+    // The oracle: per checker and zone, one prober at a time.
+    let mut hits = fleet.witness.hits();
+    hits.extend(fleet.witness.zone_probe_hits());
+    let overlaps = zone_overlaps(&hits, &|r| zone_of(r));
+    assert!(overlaps.is_empty(), "{overlaps:#?}");
+    let mut by: HashMap<String, usize> = HashMap::new();
+    for h in fleet.witness.zone_probe_hits() {
+        *by.entry(h.replica.clone()).or_default() += 1;
+    }
+    println!("zone probes by replica: {by:?}");
+}
+
+/// Steady state: three probes per checker per interval, one per zone.
+async fn steady_state(fleet: &Fleet, owners: &HashMap<String, String>, interval: Duration) {
+    let writes_before = super::status_writes(fleet).await;
     let from = Instant::now();
     tokio::time::sleep(10 * interval).await;
     let to = Instant::now();
@@ -152,7 +185,7 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
         .collect();
     let probes = (own.len() + zone_hits.len()) as f64;
     let per_checker = probes / CHECKERS as f64 / 10.0;
-    let written = super::status_writes(&fleet).await - writes_before;
+    let written = super::status_writes(fleet).await - writes_before;
     let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
     for h in own.iter().chain(&zone_hits) {
         *per_zone.entry(zone_of(&h.replica)).or_default() += 1;
@@ -188,15 +221,18 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
         3.0 * CHECKERS as f64,
         "zone series over all replicas"
     );
+}
 
-    // Cut zone c's path to the targets: its probes fail, two zones succeed.
+/// Cut zone c's path to the targets: its probes fail, two zones succeed.
+/// Left cut: the caller heals.
+async fn cut_zone_c(fleet: &Fleet, api: &Api<WebChecker>, netns: &Netns, interval: Duration) {
     let cut_at = Instant::now();
     netns.cut_tcp_to(&[fleet.witness.addr.port()]);
     let mut ready_false = 0usize;
     let mut all_degraded_after = None;
     let mut last = Seen::new();
     while cut_at.elapsed() < CUT {
-        let now = seen(&api).await;
+        let now = seen(api).await;
         last = now.clone();
         ready_false = ready_false.max(now.values().filter(|(r, _, _)| r.0 == "False").count());
         let degraded = now
@@ -225,30 +261,17 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
     let degraded_in = all_degraded_after
         .unwrap_or_else(|| panic!("every checker showed zone c failing; at the end e.g. {not:#?}"));
     assert!(degraded_in <= 2 * interval + LEASE, "{degraded_in:?}");
+}
 
-    netns.heal();
-    let healed_at = Instant::now();
-    wait_all(
-        &api,
-        2 * interval + LEASE + Duration::from_secs(5),
-        "every zone succeeds and nothing is Degraded after the heal",
-        &[],
-        |(r, d, z)| {
-            r.0 == "True"
-                && d.as_ref().is_none_or(|(s, _)| s == "False")
-                && *z == all_zones("Succeeded")
-        },
-    )
-    .await;
-    println!("healed after {:?}", healed_at.elapsed());
-
-    // A target really down: every zone fails, Ready=False.
+/// A target really down: every zone fails, Ready=False. The targets are up
+/// again on return.
+async fn a_target_really_down(fleet: &Fleet, api: &Api<WebChecker>, interval: Duration) {
     let down: Vec<String> = (0..6).map(|i| format!("z{i}")).collect();
     for c in &down {
         fleet.witness.set_mode(c, Mode::Status(503));
     }
     let down_in = wait_all(
-        &api,
+        api,
         interval + Duration::from_secs(2) + LEASE,
         "the down targets Ready=False from the quorum",
         &down,
@@ -257,26 +280,12 @@ async fn three_zones_probe_each_checker_and_only_a_quorum_of_them_pages() {
     .await;
     println!(
         "target down: Ready=False after {down_in:?}: {:?}",
-        seen(&api).await["z0"].0.1
+        seen(api).await["z0"].0.1
     );
 
     for c in &down {
         fleet.witness.set_mode(c, Mode::Ok);
     }
-    isolated_zone(&fleet, &api, &netns, interval).await;
-    let ops = std::mem::take(&mut fleet.ops);
-    fleet.ops = second_member(cluster, &fleet, ops, &api, &netns, interval).await;
-
-    // The oracle: per checker and zone, one prober at a time.
-    let mut hits = fleet.witness.hits();
-    hits.extend(fleet.witness.zone_probe_hits());
-    let overlaps = zone_overlaps(&hits, &|r| zone_of(r));
-    assert!(overlaps.is_empty(), "{overlaps:#?}");
-    let mut by: HashMap<String, usize> = HashMap::new();
-    for h in fleet.witness.zone_probe_hits() {
-        *by.entry(h.replica.clone()).or_default() += 1;
-    }
-    println!("zone probes by replica: {by:?}");
 }
 
 /// Zone c cut off from its peers and from the targets, the API server still

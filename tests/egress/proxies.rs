@@ -8,13 +8,11 @@ fn plan(yaml: &str) -> webchecker::probe::ProbePlan {
     webchecker::probe::plan(&spec, &|_| Err("no values".into())).unwrap()
 }
 
-/// Behind a proxy the operator resolves the target's name and judges every
-/// address before the proxy hears of it. Names come from the prober's own
-/// table (no system resolver involved).
-#[tokio::test]
-async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_proxy() {
-    let proxy = Recorder::bind("127.0.0.1:0").await;
-    let via = format!("proxy: {{url: 'http://{}'}}", proxy.addr);
+/// A prober that may dial loopback, with names of its own table (no system
+/// resolver involved): `metadata.test` and `nat64.test` resolve to
+/// link-local addresses, `mixed.test` to an allowed one and AWS's IPv6
+/// metadata address, `fine.test` to an allowed one alone.
+fn prober_with_test_names() -> Prober {
     let mut p = Prober::new(Some("egress"), AddressPolicy::with_loopback(), 65536);
     let hosts: HashMap<&str, &[&str]> = HashMap::from([
         ("metadata.test", &["169.254.169.254"][..]),
@@ -30,6 +28,22 @@ async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_prox
                 .collect(),
         );
     }
+    p
+}
+
+/// One probe of the checker `yaml` describes, in namespace "ns".
+async fn probe_spec(p: &Prober, yaml: &str) -> webchecker::probe::Outcome {
+    p.probe(&plan(yaml), "ns", &|| true).await.unwrap()
+}
+
+/// Behind a proxy the operator resolves the target's name and judges every
+/// address before the proxy hears of it. Names come from the prober's own
+/// table (no system resolver involved).
+#[tokio::test]
+async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_proxy() {
+    let proxy = Recorder::bind("127.0.0.1:0").await;
+    let via = format!("proxy: {{url: 'http://{}'}}", proxy.addr);
+    let mut p = prober_with_test_names();
     // What a name resolves to is not quoted, only why it is refused.
     for (url, why) in [
         (
@@ -47,10 +61,7 @@ async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_prox
             "169.254.169.254 is an address the operator may not probe (link-local",
         ),
     ] {
-        let o = p
-            .probe(&plan(&format!("host: {url}\n{via}")), "ns", &|| true)
-            .await
-            .unwrap();
+        let o = probe_spec(&p, &format!("host: {url}\n{via}")).await;
         assert_eq!(o.reason, Reason::Forbidden, "{url}: {o:?}");
         assert!(o.message.contains(why), "{url}: {}", o.message);
         if !url.contains("//169") {
@@ -63,25 +74,15 @@ async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_prox
     }
     assert_eq!(proxy.accepts(), 0, "the proxy heard of a denied target");
     // A name with only allowed addresses goes to the proxy, in absolute form.
-    let o = p
-        .probe(
-            &plan(&format!("host: http://fine.test\n{via}")),
-            "ns",
-            &|| true,
-        )
-        .await
-        .unwrap();
+    let o = probe_spec(&p, &format!("host: http://fine.test\n{via}")).await;
     assert_eq!(o.reason, Reason::ProbeSucceeded, "{o:?}");
     assert_eq!(proxy.heads(), vec!["GET http://fine.test/ HTTP/1.1"]);
     // A proxy at a denied address is not dialled either.
-    let o = p
-        .probe(
-            &plan("host: http://fine.test\nproxy: {url: 'http://169.254.169.254:3128'}"),
-            "ns",
-            &|| true,
-        )
-        .await
-        .unwrap();
+    let o = probe_spec(
+        &p,
+        "host: http://fine.test\nproxy: {url: 'http://169.254.169.254:3128'}",
+    )
+    .await;
     assert_eq!(o.reason, Reason::Forbidden);
     assert!(
         o.message
@@ -92,24 +93,10 @@ async fn a_proxied_name_resolving_to_a_denied_address_is_refused_before_the_prox
     // --check-proxied-targets=false: names are the proxy's business (a
     // literal address is still judged).
     p.policy.check_proxied_targets = false;
-    let o = p
-        .probe(
-            &plan(&format!("host: http://metadata.test\n{via}")),
-            "ns",
-            &|| true,
-        )
-        .await
-        .unwrap();
+    let o = probe_spec(&p, &format!("host: http://metadata.test\n{via}")).await;
     assert_eq!(o.reason, Reason::ProbeSucceeded, "{o:?}");
     assert_eq!(proxy.heads()[1], "GET http://metadata.test/ HTTP/1.1");
-    let o = p
-        .probe(
-            &plan(&format!("host: http://169.254.169.254\n{via}")),
-            "ns",
-            &|| true,
-        )
-        .await
-        .unwrap();
+    let o = probe_spec(&p, &format!("host: http://169.254.169.254\n{via}")).await;
     assert_eq!(o.reason, Reason::Forbidden);
     assert_eq!(proxy.accepts(), 2);
 }

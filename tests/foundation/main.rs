@@ -145,13 +145,21 @@ async fn seed_manifests_work_unchanged() {
     }
     assert!(applied.elapsed() < Duration::from_secs(15));
 
+    badnews_in_the_seeds_shape(c, &ns).await;
+    drop(op);
+}
+
+/// `kubectl get -o yaml` shows badnews in the seed's shape: its apiVersion,
+/// kind, spec with the path defaulted, and a Ready condition of the
+/// metav1.Condition shape naming the name-resolution failure.
+async fn badnews_in_the_seeds_shape(c: &Cluster, ns: &str) {
     let out = c
         .kubectl_async(&[
             "get",
             "webcheckers.test.network.io",
             "badnews",
             "-n",
-            &ns,
+            ns,
             "-o",
             "yaml",
         ])
@@ -196,7 +204,6 @@ async fn seed_manifests_work_unchanged() {
         yaml.contains("status: \"False\""),
         "seed shape: status: \"False\""
     );
-    drop(op);
 }
 
 // ---------------------------------------------------------------- 2
@@ -302,9 +309,78 @@ async fn local_target_lifecycle() {
         text(&out.stderr)
     );
 
+    kubectl_default_columns(c, &ns, name).await;
+    kubectl_wide_columns(c, &ns, &id).await;
+
+    // Steady True: the transition time does not move.
+    steady(&api, name, &up, 4, Duration::from_millis(1200)).await;
+
+    let (down, took_down) = target_down(&api, name, &mut w, &up).await;
+    let took_up = target_back(&api, name, &mut w, &down).await;
+
+    transition_events(&client, &ns, name).await;
+    println!("transition latency: down {took_down:?}, up {took_up:?} (bound 4.5s)");
+}
+
+/// Target down: Ready=False (ConnectError) within interval + timeout +
+/// allowance, at a new transition time that then stays put. The condition
+/// and how long it took.
+async fn target_down(
+    api: &Api<WebChecker>,
+    name: &str,
+    w: &mut Witness,
+    up: &Condition,
+) -> (Condition, Duration) {
+    let wall = chrono::Utc::now();
+    w.pause();
+    let (down, took_down) = wait_ready_status(api, name, "False", Duration::from_secs(10)).await;
+    println!("Ready=False {took_down:?} after the target stopped: {down:?}");
+    assert_eq!(down.reason, "ConnectError", "{down:?}");
+    assert!(down.message.contains("connection refused"), "{down:?}");
+    assert!(
+        took_down <= Duration::from_millis(4500),
+        "took {took_down:?} > interval 2s + timeout 1s + 1.5s"
+    );
+    assert_ne!(down.last_transition_time, up.last_transition_time);
+    let ltt_down = rfc3339(down.last_transition_time.as_deref().unwrap());
+    assert!(
+        ltt_down >= wall - chrono::TimeDelta::seconds(1)
+            && ltt_down <= chrono::Utc::now() + chrono::TimeDelta::seconds(1),
+        "lastTransitionTime {ltt_down} is not the time of the transition (target stopped at {wall})"
+    );
+    steady(api, name, &down, 4, Duration::from_millis(1000)).await;
+    (down, took_down)
+}
+
+/// Target back: Ready=True again, at a new transition time that then stays
+/// put. How long it took.
+async fn target_back(
+    api: &Api<WebChecker>,
+    name: &str,
+    w: &mut Witness,
+    down: &Condition,
+) -> Duration {
+    let wall = chrono::Utc::now();
+    w.resume().await;
+    let (back, took_up) = wait_ready_status(api, name, "True", Duration::from_secs(10)).await;
+    println!("Ready=True {took_up:?} after the target came back: {back:?}");
+    assert_eq!(back.reason, "ProbeSucceeded");
+    assert!(took_up <= Duration::from_millis(4500), "took {took_up:?}");
+    assert_ne!(back.last_transition_time, down.last_transition_time);
+    let ltt_back = rfc3339(back.last_transition_time.as_deref().unwrap());
+    assert!(
+        ltt_back >= wall - chrono::TimeDelta::seconds(1)
+            && ltt_back <= chrono::Utc::now() + chrono::TimeDelta::seconds(1)
+    );
+    steady(api, name, &back, 3, Duration::from_millis(1000)).await;
+    took_up
+}
+
+/// The default columns of `kubectl get wc`.
+async fn kubectl_default_columns(c: &Cluster, ns: &str, name: &str) {
     // Nothing in the default columns goes stale between status writes: Since
     // is the Ready condition's transition, the rest is spec or identity.
-    let out = c.kubectl_async(&["get", "wc", "-n", &ns]).await;
+    let out = c.kubectl_async(&["get", "wc", "-n", ns]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
     println!("kubectl get wc:\n{table}");
@@ -330,9 +406,12 @@ async fn local_target_lifecycle() {
         "host column {:?}",
         row[4]
     );
-    // The last write's details and the owner are in -o wide.
+}
+
+/// The last write's details and the owner are in -o wide.
+async fn kubectl_wide_columns(c: &Cluster, ns: &str, id: &str) {
     let out = c
-        .kubectl_async(&["get", "wc", "-n", &ns, "-o", "wide"])
+        .kubectl_async(&["get", "wc", "-n", ns, "-o", "wide"])
         .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let table = text(&out.stdout);
@@ -354,48 +433,12 @@ async fn local_target_lifecycle() {
     assert_eq!(row[6], "200");
     assert!(row[7].parse::<u64>().is_ok(), "latency column {:?}", row[7]);
     assert_eq!(row[8], id);
+}
 
-    // Steady True: the transition time does not move.
-    steady(&api, name, &up, 4, Duration::from_millis(1200)).await;
-
-    // Target down: Ready=False (ConnectError) within interval + timeout + allowance.
-    let wall = chrono::Utc::now();
-    w.pause();
-    let (down, took_down) = wait_ready_status(&api, name, "False", Duration::from_secs(10)).await;
-    println!("Ready=False {took_down:?} after the target stopped: {down:?}");
-    assert_eq!(down.reason, "ConnectError", "{down:?}");
-    assert!(down.message.contains("connection refused"), "{down:?}");
-    assert!(
-        took_down <= Duration::from_millis(4500),
-        "took {took_down:?} > interval 2s + timeout 1s + 1.5s"
-    );
-    assert_ne!(down.last_transition_time, up.last_transition_time);
-    let ltt_down = rfc3339(down.last_transition_time.as_deref().unwrap());
-    assert!(
-        ltt_down >= wall - chrono::TimeDelta::seconds(1)
-            && ltt_down <= chrono::Utc::now() + chrono::TimeDelta::seconds(1),
-        "lastTransitionTime {ltt_down} is not the time of the transition (target stopped at {wall})"
-    );
-    steady(&api, name, &down, 4, Duration::from_millis(1000)).await;
-
-    // Target back: Ready=True again.
-    let wall = chrono::Utc::now();
-    w.resume().await;
-    let (back, took_up) = wait_ready_status(&api, name, "True", Duration::from_secs(10)).await;
-    println!("Ready=True {took_up:?} after the target came back: {back:?}");
-    assert_eq!(back.reason, "ProbeSucceeded");
-    assert!(took_up <= Duration::from_millis(4500), "took {took_up:?}");
-    assert_ne!(back.last_transition_time, down.last_transition_time);
-    let ltt_back = rfc3339(back.last_transition_time.as_deref().unwrap());
-    assert!(
-        ltt_back >= wall - chrono::TimeDelta::seconds(1)
-            && ltt_back <= chrono::Utc::now() + chrono::TimeDelta::seconds(1)
-    );
-    steady(&api, name, &back, 3, Duration::from_millis(1000)).await;
-
-    // Events for the transitions: Unknown->True, True->False, False->True.
+/// One Event per transition: Unknown->True, True->False, False->True.
+async fn transition_events(client: &Client, ns: &str, name: &str) {
     let ev = eventually(Duration::from_secs(15), "transition events", || async {
-        let m = events_for(&client, &ns, name).await;
+        let m = events_for(client, ns, name).await;
         let warn = m
             .get(&("Warning".into(), "ConnectError".into()))
             .copied()
@@ -418,7 +461,6 @@ async fn local_target_lifecycle() {
         Some(&2),
         "{ev:?}"
     );
-    println!("transition latency: down {took_down:?}, up {took_up:?} (bound 4.5s)");
 }
 
 // ---------------------------------------------------------------- 3

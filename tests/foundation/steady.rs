@@ -155,35 +155,32 @@ fn no_stacking(hits: &[Hit], floor: Duration) -> Option<(Duration, Duration)> {
 async fn no_stacking_no_deadlock() {
     let c = cluster();
     let client = c.client().await;
+    let (hang_names, ok_names) = (names("hang", 500), names("ok", 100));
+    // Part 1's witnesses stay up through part 2, as its checkers do.
+    let _part_one = default_pool(c, &client, &hang_names, &ok_names).await;
+    saturated_pool(c, &client, &hang_names[..200], &ok_names).await;
+}
 
-    // Part 1: default pool (1024); 500 hanging beside 100 healthy checkers.
+/// Part 1: default pool (1024); 500 hanging beside 100 healthy checkers.
+/// Returns the witnesses (hanging, healthy).
+async fn default_pool(
+    c: &'static Cluster,
+    client: &Client,
+    hang_names: &[String],
+    ok_names: &[String],
+) -> (Witness, Witness) {
     let ns = c.namespace("stack");
     let hang = Witness::start().await;
     hang.set_default_mode(Mode::Hang(Duration::from_millis(1500)));
     let ok = Witness::start().await;
     let op = Operator::spawn(c, &format!("op-{ns}"), &ns, FAST_LEASES);
     op.wait_ready(Duration::from_secs(60)).await;
-    let (hang_names, ok_names) = (names("hang", 500), names("ok", 100));
     let t = Instant::now();
-    let _ = create_checkers(&client, &ns, &hang.url(), &hang_names, 2).await;
-    let _ = create_checkers(&client, &ns, &ok.url(), &ok_names, 2).await;
+    let _ = create_checkers(client, &ns, &hang.url(), hang_names, 2).await;
+    let _ = create_checkers(client, &ns, &ok.url(), ok_names, 2).await;
     println!("created 600 checkers in {:?}", t.elapsed());
-    let api = checkers(&client, &ns);
-    eventually(Duration::from_secs(90), "all 600 have a status", || async {
-        let l = api.list(&ListParams::default()).await.ok()?;
-        let n = l
-            .items
-            .iter()
-            .filter(|o| {
-                o.status
-                    .as_ref()
-                    .and_then(|s| s.condition("Ready"))
-                    .is_some()
-            })
-            .count();
-        (n == 600).then_some(())
-    })
-    .await;
+    let api = checkers(client, &ns);
+    all_600_have_a_status(&api).await;
     println!(
         "all 600 have a status {:?} after creation began",
         t.elapsed()
@@ -203,8 +200,8 @@ async fn no_stacking_no_deadlock() {
         .expect("hanging checkers probed past their settling");
     let min_ok = no_stacking(&ok_hits, Duration::from_millis(1800))
         .expect("healthy checkers probed past their settling");
-    let gap_ok = largest_gap(&ok_hits, &ok_names, from, to);
-    let gap_hang = largest_gap(&hang_hits, &hang_names, from, to);
+    let gap_ok = largest_gap(&ok_hits, ok_names, from, to);
+    let gap_hang = largest_gap(&hang_hits, hang_names, from, to);
     let p50 = histogram_quantile(&m, "webchecker_schedule_lag_seconds", 0.5);
     let p99 = histogram_quantile(&m, "webchecker_schedule_lag_seconds", 0.99);
     let missed = metric(&m, "webchecker_missed_intervals_total", &[]).unwrap_or(0.0);
@@ -234,17 +231,47 @@ async fn no_stacking_no_deadlock() {
         "schedule lag p99 {p99:?} (bucket upper bound) not under 100 ms"
     );
     drop(op);
+    (hang, ok)
+}
 
-    // Part 2: the same load on 8 workers: saturated, but alive and fair.
-    let ns = c.namespace("sat");
-    let hang = Witness::start().await;
-    hang.set_default_mode(Mode::Hang(Duration::from_millis(1500)));
-    let ok = Witness::start().await;
-    let op = Operator::spawn(c, &format!("op-{ns}"), &ns, &args(&["--workers=8"]));
-    op.wait_ready(Duration::from_secs(60)).await;
-    let addr = format!("127.0.0.1:{}", op.port);
-    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let poller = tokio::spawn(async move {
+/// Waits until all 600 checkers of `api` have a Ready condition.
+async fn all_600_have_a_status(api: &Api<WebChecker>) {
+    eventually(Duration::from_secs(90), "all 600 have a status", || async {
+        let l = api.list(&ListParams::default()).await.ok()?;
+        let n = l
+            .items
+            .iter()
+            .filter(|o| {
+                o.status
+                    .as_ref()
+                    .and_then(|s| s.condition("Ready"))
+                    .is_some()
+            })
+            .count();
+        (n == 600).then_some(())
+    })
+    .await;
+}
+
+/// What the poller of /healthz and /metrics saw.
+struct Polls {
+    /// The slowest /healthz.
+    worst: Duration,
+    /// Every /healthz answer that was not a 200.
+    bad: Vec<String>,
+    /// /healthz polls.
+    n: usize,
+    /// The most inflight probes the metrics showed.
+    max_inflight: f64,
+}
+
+/// Polls /healthz and /metrics of the replica at `addr` every 250 ms until
+/// `stop_rx` fires.
+fn poll_health(
+    addr: String,
+    mut stop_rx: tokio::sync::oneshot::Receiver<()>,
+) -> tokio::task::JoinHandle<Polls> {
+    tokio::spawn(async move {
         let (mut worst, mut bad, mut n, mut max_inflight) = (Duration::ZERO, Vec::new(), 0, 0.0f64);
         loop {
             let t = Instant::now();
@@ -259,17 +286,34 @@ async fn no_stacking_no_deadlock() {
                     max_inflight.max(metric(&m, "webchecker_inflight_probes", &[]).unwrap_or(0.0));
             }
             tokio::select! {
-                _ = &mut stop_rx => return (worst, bad, n, max_inflight),
+                _ = &mut stop_rx => return Polls { worst, bad, n, max_inflight },
                 _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }
-    });
+    })
+}
+
+/// Part 2: the same load on 8 workers: saturated, but alive and fair.
+async fn saturated_pool(
+    c: &'static Cluster,
+    client: &Client,
+    hang_names: &[String],
+    ok_names: &[String],
+) {
+    let ns = c.namespace("sat");
+    let hang = Witness::start().await;
+    hang.set_default_mode(Mode::Hang(Duration::from_millis(1500)));
+    let ok = Witness::start().await;
+    let op = Operator::spawn(c, &format!("op-{ns}"), &ns, &args(&["--workers=8"]));
+    op.wait_ready(Duration::from_secs(60)).await;
+    let addr = format!("127.0.0.1:{}", op.port);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let poller = poll_health(addr, stop_rx);
     // 200 hanging checkers every 2 s on 8 workers, each holding one for its
     // 1 s timeout: 12.5 times what the pool can do.
-    let hang_names = &hang_names[..200];
     let t = Instant::now();
-    let _ = create_checkers(&client, &ns, &hang.url(), hang_names, 2).await;
-    let _ = create_checkers(&client, &ns, &ok.url(), &ok_names, 2).await;
+    let _ = create_checkers(client, &ns, &hang.url(), hang_names, 2).await;
+    let _ = create_checkers(client, &ns, &ok.url(), ok_names, 2).await;
     let created = t.elapsed();
     // One round over the hanging checkers takes 200 * 1 s / 8 = 25 s (the
     // healthy ones take milliseconds). Allow that plus the creation time and
@@ -294,7 +338,12 @@ async fn no_stacking_no_deadlock() {
     )
     .await;
     let _ = stop_tx.send(());
-    let (worst, bad, n, max_inflight) = poller.await.unwrap();
+    let Polls {
+        worst,
+        bad,
+        n,
+        max_inflight,
+    } = poller.await.unwrap();
     let m = metrics_of(&op).await;
     let p99 = histogram_quantile(&m, "webchecker_schedule_lag_seconds", 0.99);
     let missed = metric(&m, "webchecker_missed_intervals_total", &[]).unwrap_or(0.0);
@@ -334,42 +383,7 @@ async fn health_endpoints_and_graceful_shutdown() {
     assert_eq!(op.get("/healthz").await.map(|r| r.0), Some(200));
     assert_eq!(op.get("/readyz").await, Some((200, "ready\n".to_string())));
 
-    // A replica that cannot reach the API server never becomes ready.
-    let bad_kc = c.dir.join(format!("kubeconfig-closed-{ns}"));
-    redirect_kubeconfig(&c.kubeconfig, free_port(), &bad_kc);
-    let bad_cluster = Cluster {
-        dir: c.dir.clone(),
-        kubeconfig: bad_kc,
-        bin: c.bin.clone(),
-    };
-    let mut bad = Operator::spawn(&bad_cluster, &format!("bad-{ns}"), &ns, FAST_LEASES);
-    let mut answers = Vec::new();
-    let until = Instant::now() + Duration::from_secs(5);
-    // The assertion is about these 5 s: never ready.
-    while Instant::now() < until {
-        let r = bad.get("/readyz").await;
-        assert_ne!(
-            r.as_ref().map(|r| r.0),
-            Some(200),
-            "ready without an API server"
-        );
-        if answers.last() != Some(&r) {
-            answers.push(r);
-        }
-        if bad.exited().is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let exit = bad.exited();
-    println!(
-        "unreachable API server: /readyz answers {answers:?}; exit {exit:?}; log tail:\n{}",
-        dump_log_tail(&bad, 2)
-    );
-    if let Some(st) = exit {
-        assert!(!st.success(), "exited 0 without an API server");
-    }
-    drop(bad);
+    never_ready_without_an_api_server(c, &ns).await;
 
     // Graceful shutdown while a probe hangs (target hangs 3 s, timeout 2 s).
     let out = c
@@ -386,38 +400,7 @@ async fn health_endpoints_and_graceful_shutdown() {
         (no_status && metric(&m, "webchecker_inflight_probes", &[]) == Some(1.0)).then_some(())
     })
     .await;
-    let term = Instant::now();
-    op.signal(libc::SIGTERM);
-    let mut saw_503 = None;
-    let status = loop {
-        if let Some(st) = op.exited() {
-            break st;
-        }
-        if saw_503.is_none()
-            && let Some((503, body)) = op.get("/readyz").await
-        {
-            assert_eq!(body, "shutting down\n");
-            saw_503 = Some(term.elapsed());
-        }
-        assert!(
-            term.elapsed() < Duration::from_secs(10),
-            "no exit within the shutdown timeout (10s)"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
-    let exited = term.elapsed();
-    println!(
-        "SIGTERM: readyz 503 \"shutting down\" after {saw_503:?}, exit {status:?} after {exited:?}"
-    );
-    assert!(
-        saw_503.is_some(),
-        "readyz never said 503 shutting down before the exit"
-    );
-    assert!(
-        status.success(),
-        "exit status {status:?}; log:\n{}",
-        dump_log_tail(&op, 20)
-    );
+    sigterm_exits_gracefully(&mut op).await;
     // The in-flight probe was let finish (timed out at 2 s, not cut), and its
     // result was written before the exit.
     // The witness logs the abandoned exchange when it sees the connection close.
@@ -452,5 +435,81 @@ async fn health_endpoints_and_graceful_shutdown() {
             .unwrap()
             .is_none(),
         "membership Lease released"
+    );
+}
+
+/// A replica that cannot reach the API server never becomes ready.
+async fn never_ready_without_an_api_server(c: &Cluster, ns: &str) {
+    let bad_kc = c.dir.join(format!("kubeconfig-closed-{ns}"));
+    redirect_kubeconfig(&c.kubeconfig, free_port(), &bad_kc);
+    let bad_cluster = Cluster {
+        dir: c.dir.clone(),
+        kubeconfig: bad_kc,
+        bin: c.bin.clone(),
+    };
+    let mut bad = Operator::spawn(&bad_cluster, &format!("bad-{ns}"), ns, FAST_LEASES);
+    let mut answers = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    // The assertion is about these 5 s: never ready.
+    while Instant::now() < until {
+        let r = bad.get("/readyz").await;
+        assert_ne!(
+            r.as_ref().map(|r| r.0),
+            Some(200),
+            "ready without an API server"
+        );
+        if answers.last() != Some(&r) {
+            answers.push(r);
+        }
+        if bad.exited().is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let exit = bad.exited();
+    println!(
+        "unreachable API server: /readyz answers {answers:?}; exit {exit:?}; log tail:\n{}",
+        dump_log_tail(&bad, 2)
+    );
+    if let Some(st) = exit {
+        assert!(!st.success(), "exited 0 without an API server");
+    }
+    drop(bad);
+}
+
+/// SIGTERM: /readyz says 503 "shutting down", then the replica exits 0
+/// within its shutdown timeout (10 s).
+async fn sigterm_exits_gracefully(op: &mut Operator) {
+    let term = Instant::now();
+    op.signal(libc::SIGTERM);
+    let mut saw_503 = None;
+    let status = loop {
+        if let Some(st) = op.exited() {
+            break st;
+        }
+        if saw_503.is_none()
+            && let Some((503, body)) = op.get("/readyz").await
+        {
+            assert_eq!(body, "shutting down\n");
+            saw_503 = Some(term.elapsed());
+        }
+        assert!(
+            term.elapsed() < Duration::from_secs(10),
+            "no exit within the shutdown timeout (10s)"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let exited = term.elapsed();
+    println!(
+        "SIGTERM: readyz 503 \"shutting down\" after {saw_503:?}, exit {status:?} after {exited:?}"
+    );
+    assert!(
+        saw_503.is_some(),
+        "readyz never said 503 shutting down before the exit"
+    );
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        dump_log_tail(op, 20)
     );
 }

@@ -274,10 +274,10 @@ async fn scale_out_moves_a_quarter_through_drains_without_overlap() {
     assert!(gap <= bound, "{who}: {gap:?}");
 }
 
-/// The exclusivity oracle can fail: two installs of the operator (Leases in
-/// two namespaces, one fleet each) watching one namespace both take the same
-/// checkers, each finding the other's owner without a Lease of its own
-/// membership. The witness log must show two probers of one checker.
+/// An install: the namespace it watches, its replicas, its Lease prefix
+/// (none: the default), the tag of its checkers' names.
+type Install<'a> = (&'a str, [&'a str; 2], Option<&'a str>, &'a str);
+
 /// Two installs whose Leases share a namespace, told apart by
 /// `--lease-prefix`: each is a fleet of its own (its members, its leader,
 /// its checkers), none of the other's replicas probes its checkers.
@@ -288,21 +288,11 @@ async fn two_installs_share_a_lease_namespace_by_prefix() {
     let (watched_a, watched_b) = (cluster.namespace("pfx-a"), cluster.namespace("pfx-b"));
     let witness = Witness::start().await;
     witness.set_hold(HOLD.0, HOLD.1);
-    let spawn = |id: &str, watched: &str, prefix: Option<&str>| {
-        let flag = prefix.map(|p| format!("--lease-prefix={p}"));
-        let mut extra = FAST_LEASES.to_vec();
-        extra.extend(flag.as_deref());
-        Operator::spawn_scoped(cluster, id, &leases, watched, &extra, &cluster.kubeconfig)
-    };
-    let installs = [
+    let installs: [Install<'_>; 2] = [
         (watched_a.as_str(), ["pa-0", "pa-1"], Some("team-a"), "a"),
         (watched_b.as_str(), ["pb-0", "pb-1"], None, "b"),
     ];
-    let ops: Vec<(usize, Operator)> = installs
-        .iter()
-        .enumerate()
-        .flat_map(|(k, (ns, ids, prefix, _))| ids.iter().map(move |id| (k, spawn(id, ns, *prefix))))
-        .collect();
+    let ops = spawn_installs(cluster, &leases, &installs);
     for (_, o) in &ops {
         o.wait_ready(Duration::from_secs(60)).await;
     }
@@ -329,31 +319,7 @@ async fn two_installs_share_a_lease_namespace_by_prefix() {
         )
         .await;
     }
-    // Each install's replicas see two members, and each install has a leader.
-    for (k, o) in &ops {
-        let members = eventually(Duration::from_secs(30), "ring members", || async {
-            metric(&o.scrape().await, "webchecker_ring_members", &[])
-        })
-        .await;
-        assert_eq!(
-            members, 2.0,
-            "{} (install {k}) sees {members} members",
-            o.identity
-        );
-    }
-    let lease_api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(client.clone(), &leases);
-    for (name, ids) in [
-        ("team-a-leader", installs[0].1),
-        ("webchecker-leader", installs[1].1),
-    ] {
-        let holder = eventually(Duration::from_secs(30), "a leader per install", || async {
-            let l = lease_api.get_opt(name).await.ok()??;
-            l.spec?.holder_identity
-        })
-        .await;
-        assert!(ids.contains(&holder.as_str()), "{name} held by {holder}");
-    }
+    each_install_has_two_members_and_a_leader(&ops, &client, &leases, &installs).await;
     // Three probes of each checker, each by a replica of its install alone.
     let all: Vec<String> = names("a").into_iter().chain(names("b")).collect();
     eventually(
@@ -391,6 +357,63 @@ async fn two_installs_share_a_lease_namespace_by_prefix() {
     println!("two installs, two fleets: {} probes", hits.len());
 }
 
+/// The replicas of each install, their Leases in `leases`, each with the
+/// index of its install.
+fn spawn_installs(
+    cluster: &'static Cluster,
+    leases: &str,
+    installs: &[Install<'_>],
+) -> Vec<(usize, Operator)> {
+    let spawn = |id: &str, watched: &str, prefix: Option<&str>| {
+        let flag = prefix.map(|p| format!("--lease-prefix={p}"));
+        let mut extra = FAST_LEASES.to_vec();
+        extra.extend(flag.as_deref());
+        Operator::spawn_scoped(cluster, id, leases, watched, &extra, &cluster.kubeconfig)
+    };
+    installs
+        .iter()
+        .enumerate()
+        .flat_map(|(k, (ns, ids, prefix, _))| ids.iter().map(move |id| (k, spawn(id, ns, *prefix))))
+        .collect()
+}
+
+/// Each install's replicas see two members, and each install has a leader.
+async fn each_install_has_two_members_and_a_leader(
+    ops: &[(usize, Operator)],
+    client: &kube::Client,
+    leases: &str,
+    installs: &[Install<'_>; 2],
+) {
+    for (k, o) in ops {
+        let members = eventually(Duration::from_secs(30), "ring members", || async {
+            metric(&o.scrape().await, "webchecker_ring_members", &[])
+        })
+        .await;
+        assert_eq!(
+            members, 2.0,
+            "{} (install {k}) sees {members} members",
+            o.identity
+        );
+    }
+    let lease_api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), leases);
+    for (name, ids) in [
+        ("team-a-leader", installs[0].1),
+        ("webchecker-leader", installs[1].1),
+    ] {
+        let holder = eventually(Duration::from_secs(30), "a leader per install", || async {
+            let l = lease_api.get_opt(name).await.ok()??;
+            l.spec?.holder_identity
+        })
+        .await;
+        assert!(ids.contains(&holder.as_str()), "{name} held by {holder}");
+    }
+}
+
+/// The exclusivity oracle can fail: two installs of the operator (Leases in
+/// two namespaces, one fleet each) watching one namespace both take the same
+/// checkers, each finding the other's owner without a Lease of its own
+/// membership. The witness log must show two probers of one checker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_oracle_sees_two_installs_probe_one_namespace() {
     let cluster = Cluster::shared("ha");

@@ -27,6 +27,8 @@ use support::targets::{Answer, RecordingTarget};
 use support::*;
 
 const INTERVAL: u64 = 2;
+/// A's checkers with slow patterns.
+const SLOW: usize = 24;
 
 /// Deletes the checkers of these namespaces when the test ends, however it
 /// ends: the next test of this binary runs replicas that watch every
@@ -97,17 +99,14 @@ async fn owners(client: &kube::Client, ns: &str) -> Vec<(String, Option<String>)
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_leases() {
-    let c = Cluster::shared("isolation");
-    let client = c.client().await;
-    let leases = c.namespace("iso-leases");
+/// Two replicas watching every namespace, their Leases in `leases`, ready.
+async fn replicas_of_every_namespace(c: &'static Cluster, leases: &str) -> Vec<Operator> {
     let ops: Vec<Operator> = (0..2)
         .map(|i| {
             Operator::spawn_all_namespaces_with(
                 c,
                 &format!("iso-r{i}-{leases}"),
-                &leases,
+                leases,
                 FAST_LEASES,
             )
         })
@@ -115,43 +114,49 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
     for o in &ops {
         o.wait_ready(Duration::from_secs(60)).await;
     }
-    let witness = Witness::start().await;
-    let body = "a".repeat(64 * 1024);
-    let heavy = RecordingTarget::http(move |_| Answer::text(&body)).await;
+    ops
+}
 
-    let b_ns = c.namespace("iso-b");
-    let a_ns = c.namespace("iso-a");
-    let _cleanup = DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
-    let healthy: Vec<String> = (0..100).map(|i| format!("h{i}")).collect();
-    create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
-    eventually(
-        Duration::from_secs(60),
-        "every healthy checker probed twice",
-        || async {
-            let hits = witness.hits();
-            healthy
-                .iter()
-                .all(|n| hits.iter().filter(|h| &h.checker == n).count() >= 2)
-                .then_some(())
-        },
-    )
-    .await;
-    let window = Duration::from_secs(8 * INTERVAL);
-    let base_from = Instant::now();
-    let base_before = coordination(&ops).await;
+/// What a window of observation saw: the largest gap between two probes of
+/// a healthy checker (and which), the replicas' coordination before and after.
+struct Window {
+    gap: Duration,
+    slowest: String,
+    before: Vec<Coordination>,
+    after: Vec<Coordination>,
+}
+
+/// Observes `window` from now.
+async fn observe(
+    ops: &[Operator],
+    witness: &Witness,
+    healthy: &[String],
+    window: Duration,
+) -> Window {
+    let from = Instant::now();
+    let before = coordination(ops).await;
     tokio::time::sleep(window).await;
-    let base_after = coordination(&ops).await;
-    let base_gap = largest_gap(&witness.hits(), &healthy, base_from, Instant::now()).0;
-    let (base_renew_p99, _) = renewals_between(&base_before, &base_after);
-    let b_owners = owners(&client, &b_ns).await;
+    let after = coordination(ops).await;
+    let hits = witness.hits();
+    let (gap, slowest) = largest_gap(&hits, healthy, from, Instant::now());
+    Window {
+        gap,
+        slowest,
+        before,
+        after,
+    }
+}
 
-    let hostile: Vec<String> = (0..24).map(|i| format!("slow{i}")).collect();
+/// A's SLOW checkers with slow patterns on `heavy`: once every one is
+/// Ready=False, their reasons.
+async fn slow_patterns(client: &kube::Client, a_ns: &str, heavy: &str) -> Vec<String> {
+    let hostile: Vec<String> = (0..SLOW).map(|i| format!("slow{i}")).collect();
     let objs = hostile
         .iter()
         .map(|n| {
             checker_object(
                 n,
-                &heavy.url(),
+                heavy,
                 INTERVAL,
                 serde_json::json!({
                     "timeoutSeconds": 1,
@@ -160,10 +165,9 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
             )
         })
         .collect();
-    create_all(&client, &a_ns, objs, 8).await;
-    // A's checkers fail, each with a reason that names the checks.
-    let api = checkers_api(&client, &a_ns);
-    let reasons = eventually(
+    create_all(client, a_ns, objs, 8).await;
+    let api = checkers_api(client, a_ns);
+    eventually(
         Duration::from_secs(30),
         "every hostile checker Ready=False",
         || async {
@@ -181,7 +185,48 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
             (reasons.len() == hostile.len()).then_some(reasons)
         },
     )
+    .await
+}
+
+/// Waits until the witness saw two probes of each of `healthy` (B's checkers).
+async fn every_healthy_checker_probed_twice(witness: &Witness, healthy: &[String]) {
+    eventually(
+        Duration::from_secs(60),
+        "every healthy checker probed twice",
+        || async {
+            let hits = witness.hits();
+            healthy
+                .iter()
+                .all(|n| hits.iter().filter(|h| &h.checker == n).count() >= 2)
+                .then_some(())
+        },
+    )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_leases() {
+    let c = Cluster::shared("isolation");
+    let client = c.client().await;
+    let leases = c.namespace("iso-leases");
+    let ops = replicas_of_every_namespace(c, &leases).await;
+    let witness = Witness::start().await;
+    let body = "a".repeat(64 * 1024);
+    let heavy = RecordingTarget::http(move |_| Answer::text(&body)).await;
+
+    let b_ns = c.namespace("iso-b");
+    let a_ns = c.namespace("iso-a");
+    let _cleanup = DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
+    let healthy: Vec<String> = (0..100).map(|i| format!("h{i}")).collect();
+    create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
+    every_healthy_checker_probed_twice(&witness, &healthy).await;
+    let window = Duration::from_secs(8 * INTERVAL);
+    let base = observe(&ops, &witness, &healthy, window).await;
+    let (base_renew_p99, _) = renewals_between(&base.before, &base.after);
+    let b_owners = owners(&client, &b_ns).await;
+
+    // A's checkers fail, each with a reason that names the checks.
+    let reasons = slow_patterns(&client, &a_ns, &heavy.url()).await;
     assert!(
         reasons
             .iter()
@@ -189,17 +234,18 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
         "A's reasons: {reasons:?}"
     );
 
-    let from = Instant::now();
-    let before = coordination(&ops).await;
-    tokio::time::sleep(window).await;
-    let after = coordination(&ops).await;
-    let hits = witness.hits();
-    let (gap, slowest) = largest_gap(&hits, &healthy, from, Instant::now());
+    let Window {
+        gap,
+        slowest,
+        before,
+        after,
+    } = observe(&ops, &witness, &healthy, window).await;
     let (renew_p99, renewals) = renewals_between(&before, &after);
     let probed_a = heavy.requests().len();
     println!(
-        "B (100 healthy at {INTERVAL} s): largest gap {gap:?} ({slowest}) with A's 24 slow patterns, {base_gap:?} without; \
+        "B (100 healthy at {INTERVAL} s): largest gap {gap:?} ({slowest}) with A's 24 slow patterns, {:?} without; \
          Lease renewals p99 <= {renew_p99:?} s ({renewals} renewals), {base_renew_p99:?} s without; A probed {probed_a} times; A's reasons {:?}",
+        base.gap,
         {
             let mut r = reasons.clone();
             r.sort();
@@ -209,7 +255,7 @@ async fn slow_patterns_in_one_namespace_delay_neither_another_namespace_nor_the_
     );
     // The load was real: A kept being probed all along.
     assert!(
-        probed_a >= 3 * hostile.len(),
+        probed_a >= 3 * SLOW,
         "the hostile target was probed {probed_a} times"
     );
     assert!(

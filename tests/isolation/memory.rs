@@ -59,6 +59,58 @@ async fn reasons(client: &kube::Client, ns: &str) -> BTreeMap<(String, String), 
         .collect()
 }
 
+/// Each checker's Ready reason by creation order key.
+type Verdicts = BTreeMap<(String, String), String>;
+
+/// Waits until each of the `n` checkers of `ns` has a Ready reason.
+async fn wait_verdicts(client: &kube::Client, ns: &str, n: usize, what: &str) -> Verdicts {
+    eventually(Duration::from_secs(120), what, || async {
+        let r = reasons(client, ns).await;
+        (r.len() == n && r.values().all(|v| !v.is_empty())).then_some(r)
+    })
+    .await
+}
+
+/// Secret `big` of `ns`: four values of 200 KiB.
+async fn create_big_secret(client: &kube::Client, ns: &str) {
+    let mut data = BTreeMap::new();
+    for k in 0..4 {
+        data.insert(format!("k{k}"), "v".repeat(200 << 10));
+    }
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "big"},
+        "stringData": data,
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
+        .create(&Default::default(), &secret)
+        .await
+        .expect("create the Secret");
+}
+
+/// Checkers `names` on `host` whose four headers come from Secret `big`.
+fn valued_checkers(names: &[String], host: &str) -> Vec<kube::core::DynamicObject> {
+    let headers: Vec<serde_json::Value> = (0..4)
+        .map(|k| serde_json::json!({"name": format!("X-{k}"), "valueFrom": {"secretKeyRef": {"name": "big", "key": format!("k{k}")}}}))
+        .collect();
+    names
+        .iter()
+        .map(|n| checker_object(n, host, 10, serde_json::json!({"headers": headers})))
+        .collect()
+}
+
+/// Waits until the witness saw a probe of each of `healthy` (B's checkers).
+async fn every_one_probed(witness: &Witness, healthy: &[String]) {
+    eventually(Duration::from_secs(60), "B's checkers probed", || async {
+        let hits = witness.hits();
+        healthy
+            .iter()
+            .all(|n| hits.iter().any(|h| &h.checker == n))
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica_stays_under_the_chart_limit()
  {
@@ -74,14 +126,7 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
     let _cleanup = crate::DeleteCheckers(c, vec![a_ns.clone(), b_ns.clone()]);
     let healthy: Vec<String> = (0..20).map(|i| format!("h{i}")).collect();
     create_checkers(&client, &b_ns, &witness.url(), &healthy, INTERVAL as u32).await;
-    eventually(Duration::from_secs(60), "B's checkers probed", || async {
-        let hits = witness.hits();
-        healthy
-            .iter()
-            .all(|n| hits.iter().any(|h| &h.checker == n))
-            .then_some(())
-    })
-    .await;
+    every_one_probed(&witness, &healthy).await;
 
     let heavy: Vec<String> = (0..200).map(|i| format!("heavy{i:03}")).collect();
     let objs_a: Vec<_> = heavy
@@ -91,62 +136,23 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
     // A third namespace: headers from a Secret of 800 KiB.
     let v_ns = c.namespace("iso-mem-v");
     let _cleanup_v = crate::DeleteCheckers(c, vec![v_ns.clone()]);
-    let mut data = BTreeMap::new();
-    for k in 0..4 {
-        data.insert(format!("k{k}"), "v".repeat(200 << 10));
-    }
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "big"},
-        "stringData": data,
-    }))
-    .unwrap();
-    kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &v_ns)
-        .create(&Default::default(), &secret)
-        .await
-        .expect("create the Secret");
+    create_big_secret(&client, &v_ns).await;
     let valued: Vec<String> = (0..200).map(|i| format!("valued{i:03}")).collect();
-    let headers: Vec<serde_json::Value> = (0..4)
-        .map(|k| serde_json::json!({"name": format!("X-{k}"), "valueFrom": {"secretKeyRef": {"name": "big", "key": format!("k{k}")}}}))
-        .collect();
-    let objs = valued
-        .iter()
-        .map(|n| {
-            checker_object(
-                n,
-                &witness.url(),
-                10,
-                serde_json::json!({"headers": headers}),
-            )
-        })
-        .collect();
+    let objs = valued_checkers(&valued, &witness.url());
     let from = Instant::now();
     create_all(&client, &v_ns, objs, 8).await;
     create_all(&client, &a_ns, objs_a, 8).await;
     // Every one of A's checkers gets a verdict: probed, or over the budget.
-    let verdicts = eventually(
-        Duration::from_secs(120),
-        "a Ready reason for each of A's checkers",
-        || async {
-            let r = reasons(&client, &a_ns).await;
-            (r.len() == heavy.len() && r.values().all(|v| !v.is_empty())).then_some(r)
-        },
-    )
-    .await;
+    let what = "a Ready reason for each of A's checkers";
+    let verdicts = wait_verdicts(&client, &a_ns, heavy.len(), what).await;
     let over: Vec<&(String, String)> = verdicts
         .iter()
         .filter(|(_, r)| *r == "QuotaExceeded")
         .map(|(k, _)| k)
         .collect();
     let admitted = heavy.len() - over.len();
-    let v_verdicts = eventually(
-        Duration::from_secs(120),
-        "a Ready reason for each checker with values",
-        || async {
-            let r = reasons(&client, &v_ns).await;
-            (r.len() == valued.len() && r.values().all(|v| !v.is_empty())).then_some(r)
-        },
-    )
-    .await;
+    let what = "a Ready reason for each checker with values";
+    let v_verdicts = wait_verdicts(&client, &v_ns, valued.len(), what).await;
     let v_over = v_verdicts
         .values()
         .filter(|r| *r == "QuotaExceeded")
@@ -173,7 +179,21 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
         (1..=9).contains(&admitted),
         "{admitted} of A's checkers were admitted"
     );
-    // The newest are over: every admitted checker is older than every refused one.
+    the_oldest_fit(&verdicts, &over);
+    assert!(
+        peak < CHART_LIMIT_KIB,
+        "the replica's resident memory reached {} MiB",
+        peak / 1024
+    );
+    assert!(
+        gap <= Duration::from_secs(INTERVAL + 1),
+        "a checker of B waited {gap:?} between two probes ({slowest})"
+    );
+    refused_then_admitted_once_room_is_made(&client, &a_ns, &verdicts, over[0]).await;
+}
+
+/// The newest are over: every admitted checker is older than every refused one.
+fn the_oldest_fit(verdicts: &Verdicts, over: &[&(String, String)]) {
     let newest_admitted = verdicts
         .iter()
         .filter(|(_, r)| *r != "QuotaExceeded")
@@ -184,18 +204,19 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
         over.iter().all(|k| *k > newest_admitted),
         "a checker newer than {newest_admitted:?} was admitted before an older one"
     );
-    assert!(
-        peak < CHART_LIMIT_KIB,
-        "the replica's resident memory reached {} MiB",
-        peak / 1024
-    );
-    assert!(
-        gap <= Duration::from_secs(INTERVAL + 1),
-        "a checker of B waited {gap:?} between two probes ({slowest})"
-    );
+}
+
+/// The refusal of `first_over` (the oldest refused) says what to do; once
+/// the oldest admitted checker is deleted, `first_over` is probed.
+async fn refused_then_admitted_once_room_is_made(
+    client: &kube::Client,
+    a_ns: &str,
+    verdicts: &Verdicts,
+    first_over: &(String, String),
+) {
     // The message says what to do.
-    let api: kube::Api<webchecker::api::WebChecker> = kube::Api::namespaced(client.clone(), &a_ns);
-    let first_over = &over[0].1;
+    let api: kube::Api<webchecker::api::WebChecker> = kube::Api::namespaced(client.clone(), a_ns);
+    let first_over = &first_over.1;
     let cond = condition(&api, first_over, "Ready")
         .await
         .expect("a Ready condition");
@@ -208,7 +229,7 @@ async fn a_namespace_over_its_pattern_budget_gets_quota_exceeded_and_the_replica
     // Room is made: the oldest admitted checker is deleted, and the oldest
     // refused one is probed.
     let oldest = &verdicts.keys().next().unwrap().1;
-    checkers_api(&client, &a_ns)
+    checkers_api(client, a_ns)
         .delete(oldest, &Default::default())
         .await
         .expect("delete");

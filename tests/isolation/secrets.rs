@@ -58,6 +58,9 @@ fn ready(o: &kube::core::DynamicObject) -> Option<Ready> {
     Some((s("status"), s("reason"), s("message")))
 }
 
+/// Each checker's first Ready condition, and when the watch saw it.
+type FirstSeen = Arc<Mutex<HashMap<String, (Instant, Ready)>>>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
     let c = Cluster::shared("isolation");
@@ -92,7 +95,37 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
     let a_in = t0.elapsed();
 
     // B: a Secret of its own, then two new checkers, watched from before.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &b_ns);
+    create_bs_secret(&client, &b_ns).await;
+    let b_api = checkers_api(&client, &b_ns);
+    let (first, listed, watch) = watch_first_statuses(&b_api);
+    // Created only once the watch is open, so each first status is seen as
+    // it lands.
+    listed.await.expect("B's watch listed");
+    let created = create_bs_checkers(&b_api, &witness).await;
+    let limit = Duration::from_secs(60);
+    // Polls the watch's record (10 ms apart: the record has the instants).
+    let _ = tokio::time::timeout(limit, async {
+        while !created
+            .keys()
+            .all(|n| first.lock().unwrap().contains_key(n))
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    watch.abort();
+    let delays = delays(&first, &created);
+    println!(
+        "A: {CHECKERS} checkers x {REFS} missing Secrets, assigned {a_in:?} after the first create; \
+         B's first status after its creation: {delays:?} (none within {limit:?} where None)"
+    );
+    check_bs_first_statuses(&delays, limit, &witness);
+    a_is_served_at_its_own_pace(&a_api, &witness, t0, created_in).await;
+}
+
+/// B's Secret `token`.
+async fn create_bs_secret(client: &kube::Client, b_ns: &str) {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), b_ns);
     let token: Secret = serde_json::from_value(json!({
         "metadata": {"name": "token"},
         "stringData": {"k": "b-value"},
@@ -102,9 +135,18 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
         .create(&PostParams::default(), &token)
         .await
         .expect("create B's Secret");
-    // Each checker's first Ready condition, and when the watch saw it.
-    let first: Arc<Mutex<HashMap<String, (Instant, Ready)>>> = Default::default();
-    let b_api = checkers_api(&client, &b_ns);
+}
+
+/// Watches B's checkers, recording each one's first Ready condition and when
+/// it was seen; the receiver fires once the watch has listed.
+fn watch_first_statuses(
+    b_api: &Api<kube::core::DynamicObject>,
+) -> (
+    FirstSeen,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let first: FirstSeen = Default::default();
     let (listed_tx, listed) = tokio::sync::oneshot::channel();
     let watch = {
         let (first, api) = (first.clone(), b_api.clone());
@@ -130,9 +172,15 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
             }
         })
     };
-    // Created only once the watch is open, so each first status is seen as
-    // it lands.
-    listed.await.expect("B's watch listed");
+    (first, listed, watch)
+}
+
+/// B's two new checkers, one without references and one whose header comes
+/// from B's Secret: when each create call answered.
+async fn create_bs_checkers(
+    b_api: &Api<kube::core::DynamicObject>,
+    witness: &Witness,
+) -> HashMap<String, Instant> {
     let plain = checker_object("b-plain", &witness.url(), 10, json!({"timeoutSeconds": 1}));
     let with_secret = checker_object(
         "b-secret",
@@ -151,39 +199,39 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
             .expect("create B's checker");
         created.insert(o.metadata.name.clone().unwrap(), Instant::now());
     }
-    let limit = Duration::from_secs(60);
-    // Polls the watch's record (10 ms apart: the record has the instants).
-    let _ = tokio::time::timeout(limit, async {
-        while !created
-            .keys()
-            .all(|n| first.lock().unwrap().contains_key(n))
-        {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
-    watch.abort();
-    let delays: Vec<(String, Option<Duration>, Option<Ready>)> = {
-        let f = first.lock().unwrap().clone();
-        let mut v: Vec<_> = created
-            .iter()
-            .map(|(n, t)| {
-                let got = f.get(n);
-                (
-                    n.clone(),
-                    got.map(|(at, _)| at.saturating_duration_since(*t)),
-                    got.map(|(_, r)| r.clone()),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    println!(
-        "A: {CHECKERS} checkers x {REFS} missing Secrets, assigned {a_in:?} after the first create; \
-         B's first status after its creation: {delays:?} (none within {limit:?} where None)"
-    );
-    for (n, delay, r) in &delays {
+    created
+}
+
+/// Each of B's checkers by name: how long after its creation the watch saw
+/// its first status, and that status.
+fn delays(
+    first: &FirstSeen,
+    created: &HashMap<String, Instant>,
+) -> Vec<(String, Option<Duration>, Option<Ready>)> {
+    let f = first.lock().unwrap().clone();
+    let mut v: Vec<_> = created
+        .iter()
+        .map(|(n, t)| {
+            let got = f.get(n);
+            (
+                n.clone(),
+                got.map(|(at, _)| at.saturating_duration_since(*t)),
+                got.map(|(_, r)| r.clone()),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// B's checkers got a successful first status within FIRST_STATUS, and B's
+/// Secret value reached B's target.
+fn check_bs_first_statuses(
+    delays: &[(String, Option<Duration>, Option<Ready>)],
+    limit: Duration,
+    witness: &Witness,
+) {
+    for (n, delay, r) in delays {
         let delay = delay.unwrap_or_else(|| panic!("{n} got no status within {limit:?}"));
         assert!(
             delay <= FIRST_STATUS,
@@ -206,10 +254,17 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
             .map(|h| h.headers.get("x-token"))
             .collect::<Vec<_>>()
     );
+}
 
-    // Liveness: A is served too, at its own pace (24 reads per checker, a
-    // few at a time): a sample of its checkers, each naming one of its own
-    // missing Secrets.
+/// Liveness: A is served too, at its own pace (24 reads per checker, a
+/// few at a time): a sample of its checkers, each naming one of its own
+/// missing Secrets.
+async fn a_is_served_at_its_own_pace(
+    a_api: &Api<kube::core::DynamicObject>,
+    witness: &Witness,
+    t0: Instant,
+    created_in: Duration,
+) {
     let a_done = eventually(
         Duration::from_secs(60),
         "a sample of A's checkers Ready=False InvalidSpec",
