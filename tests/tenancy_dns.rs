@@ -209,7 +209,6 @@ async fn a_black_holed_zone_in_one_namespace_does_not_delay_the_others() {
     dns.add_zone(&good_zone, &["127.0.0.1".parse::<IpAddr>().unwrap()]);
     dns.black_hole(&bad_zone);
     let witness = Witness::start().await;
-    let port = witness.addr.port();
 
     let leases = c.namespace("tenancy-leases");
     let op = Operator::spawn_all_namespaces_with(
@@ -219,14 +218,55 @@ async fn a_black_holed_zone_in_one_namespace_does_not_delay_the_others() {
         &[&format!("--workers={WORKERS}")],
     );
     op.wait_ready(Duration::from_secs(60)).await;
+    let (healthy, good_namespaces) = healthy_checkers(c, &client, &good_zone, &witness).await;
 
+    // Without the black-holed namespace.
+    let (without, base) = window(&op, &witness, &healthy, None, 4 * INTERVAL).await;
+    report("without the 50", &without);
+
+    let bad_ns = c.namespace("tenancy-bad");
+    black_holed_checkers(&client, &bad_ns, &bad_zone).await;
+    // Let the backlog of the black-holed namespace build up.
+    tokio::time::sleep(INTERVAL).await;
+
+    let (with, _) = window(&op, &witness, &healthy, Some(base), 4 * INTERVAL).await;
+    report("with the 50", &with);
+
+    // The load was real: the 50 wanted more workers than there are, held
+    // their namespace's guaranteed share of the pool (their 3 s probes may
+    // not borrow beyond it: six namespaces have checkers), and missed
+    // intervals for want of more.
+    let share = WORKERS.div_ceil(6);
+    assert!(
+        with.max_inflight >= share as f64,
+        "the black-holed probes never held their share of the pool: {}",
+        with.max_inflight
+    );
+    assert!(with.missed > 0.0, "no interval was missed: no contention");
+
+    // Probe results: every healthy probe succeeded, with and without; the
+    // black-holed ones all failed with DNSError.
+    probe_results(&op, &good_namespaces, &bad_ns).await;
+    // Schedule: the healthy probes kept their cadence, relative to the interval.
+    cadence_kept(&with, &without);
+}
+
+/// 500 checkers in five namespaces, probing names of `good_zone` at the
+/// witness, each probed twice; their names and namespaces.
+async fn healthy_checkers(
+    c: &Cluster,
+    client: &kube::Client,
+    good_zone: &str,
+    witness: &Witness,
+) -> (Vec<String>, Vec<String>) {
+    let port = witness.addr.port();
     let mut healthy = Vec::new();
     let mut good_namespaces = Vec::new();
     for k in 0..5 {
         let ns = c.namespace("tenancy-good");
         let names: Vec<String> = (0..100).map(|i| format!("g{}", k * 100 + i)).collect();
         create(
-            &client,
+            client,
             &ns,
             &names,
             |n| format!("http://{n}.{good_zone}:{port}"),
@@ -253,15 +293,17 @@ async fn a_black_holed_zone_in_one_namespace_does_not_delay_the_others() {
     )
     .await;
 
-    // Without the black-holed namespace.
-    let (without, base) = window(&op, &witness, &healthy, None, 4 * INTERVAL).await;
-    report("without the 50", &without);
+    (healthy, good_namespaces)
+}
 
-    let bad_ns = c.namespace("tenancy-bad");
+/// 50 checkers in `bad_ns`, probing names of `bad_zone` (3 s timeout), each
+/// name asked at the name server.
+async fn black_holed_checkers(client: &kube::Client, bad_ns: &str, bad_zone: &str) {
+    let dns = Dns::shared();
     let bad: Vec<String> = (0..50).map(|i| format!("b{i}")).collect();
     create(
-        &client,
-        &bad_ns,
+        client,
+        bad_ns,
         &bad,
         |n| format!("http://{n}.{bad_zone}"),
         3,
@@ -277,28 +319,11 @@ async fn a_black_holed_zone_in_one_namespace_does_not_delay_the_others() {
         },
     )
     .await;
-    // Let the backlog of the black-holed namespace build up.
-    tokio::time::sleep(INTERVAL).await;
+}
 
-    let (with, _) = window(&op, &witness, &healthy, Some(base), 4 * INTERVAL).await;
-    report("with the 50", &with);
-
-    // The load was real: the 50 wanted more workers than there are, held
-    // their namespace's guaranteed share of the pool (their 3 s probes may
-    // not borrow beyond it: six namespaces have checkers), and missed
-    // intervals for want of more.
-    let share = WORKERS.div_ceil(6);
-    assert!(
-        with.max_inflight >= share as f64,
-        "the black-holed probes never held their share of the pool: {}",
-        with.max_inflight
-    );
-    assert!(with.missed > 0.0, "no interval was missed: no contention");
-
-    // Probe results: every healthy probe succeeded, with and without; the
-    // black-holed ones all failed with DNSError.
-    let m = scrape(&op).await;
-    for ns in &good_namespaces {
+async fn probe_results(op: &Operator, good_namespaces: &[String], bad_ns: &str) {
+    let m = scrape(op).await;
+    for ns in good_namespaces {
         let failed = metric(
             &m,
             "webchecker_probes_total",
@@ -306,16 +331,17 @@ async fn a_black_holed_zone_in_one_namespace_does_not_delay_the_others() {
         );
         assert_eq!(failed, None, "{ns}: healthy probes failed");
     }
-    let bad_total = metric(&m, "webchecker_probes_total", &[("namespace", &bad_ns)]);
+    let bad_total = metric(&m, "webchecker_probes_total", &[("namespace", bad_ns)]);
     let bad_dns = metric(
         &m,
         "webchecker_probes_total",
-        &[("namespace", &bad_ns), ("reason", "DNSError")],
+        &[("namespace", bad_ns), ("reason", "DNSError")],
     );
     assert!(bad_dns.is_some_and(|n| n >= 50.0), "{bad_dns:?}");
     assert_eq!(bad_total, bad_dns, "only DNSError in {bad_ns}");
+}
 
-    // Schedule: the healthy probes kept their cadence, relative to the interval.
+fn cadence_kept(with: &Window, without: &Window) {
     let step = INTERVAL.as_secs_f64();
     assert!(
         with.healthy_probes as f64 >= 0.95 * without.healthy_probes as f64,

@@ -105,42 +105,13 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
     let dir = platform::scratch("crd-upgrade-");
     let old = dir.path().join("webchecker-operator");
     let field = older_chart(&old);
-    let base = base_values().to_str().unwrap();
-    let out = ok(
-        cluster_helm(
-            &cluster,
-            &[
-                "install",
-                RELEASE,
-                old.to_str().unwrap(),
-                "-n",
-                RELEASE_NS,
-                "--create-namespace",
-                "-f",
-                base,
-            ],
-        )
-        .await,
-        "helm install of the older chart",
-    );
-    let crd = kubectl_json(&cluster, &["get", "crd", CRD, "--show-managed-fields"]).await;
-    assert!(
-        spec_schema(&crd)["properties"][&field].is_null(),
-        "the older CRD has {field}"
-    );
-    let managers: Vec<&str> = crd["metadata"]["managedFields"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|m| m["manager"].as_str())
-        .collect();
-    assert!(managers.contains(&"helm"), "managers: {managers:?}");
+    let notes = install_the_older_chart(&cluster, &old, &field).await;
 
     // The docs: NOTES.txt as `helm install` printed it, and the chart's README.
     let block = readme::block_with("helm upgrade");
     let [apply, pull] = documented_apply(&block);
     let chart_readme = std::fs::read_to_string(repo().join(CHART).join("README.md")).unwrap();
-    for (doc, text) in [("NOTES.txt", &out), ("the chart's README", &chart_readme)] {
+    for (doc, text) in [("NOTES.txt", &notes), ("the chart's README", &chart_readme)] {
         for cmd in [&apply, &pull] {
             assert!(
                 text.contains(cmd.as_str()),
@@ -149,43 +120,13 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
         }
     }
 
-    // What --force-conflicts is for: the current CRD, applied server-side
-    // without it, is refused.
     let current = repo().join(CHART).join(CRD_FILE);
-    let out = kubectl(
-        &cluster,
-        &[
-            "apply",
-            "--server-side",
-            "--dry-run=server",
-            "-f",
-            current.to_str().unwrap(),
-        ],
-    )
-    .await;
-    let err = support::release::text(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("conflict"),
-        "a server-side apply without --force-conflicts over the CRD helm created: {}\n{err}",
-        out.status
-    );
+    refused_without_force_conflicts(&cluster, &current).await;
 
     // The current chart in a registry, as `make push` leaves it.
     let registry = Registry::start("127.0.0.1".parse().unwrap(), &dir.path().join("registry"));
     let path = format!("{}/team", registry.host());
-    let mut c = helm_command(&cluster.bin, None);
-    c.args(["package", CHART, "--destination"]).arg(dir.path());
-    ok(run(c).await, "helm package");
-    let version = env!("CARGO_PKG_VERSION");
-    let tgz = dir
-        .path()
-        .join(format!("webchecker-operator-{version}.tgz"));
-    let mut c = helm_command(&cluster.bin, None);
-    c.arg("push")
-        .arg(&tgz)
-        .arg(format!("oci://{path}/charts"))
-        .env("SSL_CERT_FILE", registry.trust_bundle());
-    ok(run(c).await, "helm push");
+    push_the_current_chart(&cluster, dir.path(), &registry, &path).await;
 
     let t = std::time::Instant::now();
     let home = repo().join("target").join("e2e").join("helm-home");
@@ -214,6 +155,80 @@ async fn crd_upgrade_as_documented_over_a_crd_helm_created() {
         "the CRD's description after the upgrade"
     );
     let rel = install::helm_release(&cluster).await;
-    support::release::assert_deployed(&Json::Array(rel), 2, version);
+    support::release::assert_deployed(&Json::Array(rel), 2, env!("CARGO_PKG_VERSION"));
     cluster.down();
+}
+
+/// `helm install` of the older chart at `old`: its CRD, without `field`,
+/// managed by helm. What helm printed (NOTES.txt).
+async fn install_the_older_chart(cluster: &Cluster, old: &Path, field: &str) -> String {
+    let base = base_values().to_str().unwrap();
+    let out = ok(
+        cluster_helm(
+            cluster,
+            &[
+                "install",
+                RELEASE,
+                old.to_str().unwrap(),
+                "-n",
+                RELEASE_NS,
+                "--create-namespace",
+                "-f",
+                base,
+            ],
+        )
+        .await,
+        "helm install of the older chart",
+    );
+    let crd = kubectl_json(cluster, &["get", "crd", CRD, "--show-managed-fields"]).await;
+    assert!(
+        spec_schema(&crd)["properties"][field].is_null(),
+        "the older CRD has {field}"
+    );
+    let managers: Vec<&str> = crd["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    assert!(managers.contains(&"helm"), "managers: {managers:?}");
+    out
+}
+
+/// What --force-conflicts is for: the current CRD, applied server-side
+/// without it, is refused.
+async fn refused_without_force_conflicts(cluster: &Cluster, current: &Path) {
+    let out = kubectl(
+        cluster,
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            current.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let err = support::release::text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("conflict"),
+        "a server-side apply without --force-conflicts over the CRD helm created: {}\n{err}",
+        out.status
+    );
+}
+
+/// `helm package` of the current chart into `dir`, and `helm push` of it to
+/// `oci://<path>/charts` of `registry`.
+async fn push_the_current_chart(cluster: &Cluster, dir: &Path, registry: &Registry, path: &str) {
+    let mut c = helm_command(&cluster.bin, None);
+    c.args(["package", CHART, "--destination"]).arg(dir);
+    ok(run(c).await, "helm package");
+    let version = env!("CARGO_PKG_VERSION");
+    let tgz = dir.join(format!("webchecker-operator-{version}.tgz"));
+    let mut c = helm_command(&cluster.bin, None);
+    c.arg("push")
+        .arg(&tgz)
+        .arg(format!("oci://{path}/charts"))
+        .env("SSL_CERT_FILE", registry.trust_bundle());
+    ok(run(c).await, "helm push");
 }

@@ -318,6 +318,16 @@ async fn renew(client: &Client, ns: &str, name: &str, uids: &Uids, what: &str) -
     got.took + put.took
 }
 
+const REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
+
+/// A TokenReview of a made-up token, as a replica reviews an ask's token.
+fn token_review() -> serde_json::Value {
+    json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+        "spec": {"token": "made-up", "audiences": ["webchecker-operator.test.network.io/confirm"]},
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_lease_requests_are_served_at_leader_election() {
     let cluster = Cluster::shared("chart");
@@ -352,35 +362,11 @@ async fn the_operators_lease_requests_are_served_at_leader_election() {
         .await
         .assert_ours(&uids, "delete");
     // A TokenReview, as a replica reviews an ask's token.
-    let review = json!({
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-        "spec": {"token": "made-up", "audiences": ["webchecker-operator.test.network.io/confirm"]},
-    });
-    let reviews = "/apis/authentication.k8s.io/v1/tokenreviews";
-    send(&operator, "POST", reviews, Some(&review), true)
+    send(&operator, "POST", REVIEWS, Some(&token_review()), true)
         .await
         .assert_ours(&uids, "a TokenReview");
 
-    // Nothing else: the same ServiceAccount's other requests, its Leases in
-    // another namespace (refused by RBAC, classified all the same), another
-    // ServiceAccount's Leases in the release namespace.
-    let checkers = format!("/apis/test.network.io/v1alpha1/namespaces/{ns}/webcheckers");
-    send(&operator, "GET", &checkers, None, true)
-        .await
-        .assert_service_accounts(&uids, "the operator's list of WebCheckers");
-    let elsewhere = send(&operator, "GET", &leases_path("default"), None, true).await;
-    assert_eq!(elsewhere.status, 403);
-    elsewhere.assert_service_accounts(&uids, "the operator's Leases in namespace default");
-    ok(
-        kubectl(cluster, &["create", "serviceaccount", "tenant", "-n", ns]).await,
-        "kubectl create serviceaccount",
-    );
-    let tenant = client_without_retries(&service_account(cluster, ns, "tenant").await.0).await;
-    let theirs = send(&tenant, "GET", &leases, None, true).await;
-    assert_eq!(theirs.status, 403);
-    theirs.assert_service_accounts(&uids, "another ServiceAccount's Leases");
-    let theirs = send(&tenant, "POST", reviews, Some(&review), true).await;
-    theirs.assert_service_accounts(&uids, "another ServiceAccount's TokenReview");
+    nothing_else_is_ours(cluster, &operator, ns, &uids).await;
 
     // flowSchema.enabled=false: the FlowSchema goes, and the operator's Leases
     // are back with every ServiceAccount's requests.
@@ -421,6 +407,29 @@ async fn the_operators_lease_requests_are_served_at_leader_election() {
         cluster_helm(cluster, &["uninstall", release, "-n", ns]).await,
         "helm uninstall",
     );
+}
+
+/// Nothing else: the same ServiceAccount's other requests, its Leases in
+/// another namespace (refused by RBAC, classified all the same), another
+/// ServiceAccount's Leases in the release namespace.
+async fn nothing_else_is_ours(cluster: &Cluster, operator: &Client, ns: &str, uids: &Uids) {
+    let checkers = format!("/apis/test.network.io/v1alpha1/namespaces/{ns}/webcheckers");
+    send(operator, "GET", &checkers, None, true)
+        .await
+        .assert_service_accounts(uids, "the operator's list of WebCheckers");
+    let elsewhere = send(operator, "GET", &leases_path("default"), None, true).await;
+    assert_eq!(elsewhere.status, 403);
+    elsewhere.assert_service_accounts(uids, "the operator's Leases in namespace default");
+    ok(
+        kubectl(cluster, &["create", "serviceaccount", "tenant", "-n", ns]).await,
+        "kubectl create serviceaccount",
+    );
+    let tenant = client_without_retries(&service_account(cluster, ns, "tenant").await.0).await;
+    let theirs = send(&tenant, "GET", &leases_path(ns), None, true).await;
+    assert_eq!(theirs.status, 403);
+    theirs.assert_service_accounts(uids, "another ServiceAccount's Leases");
+    let theirs = send(&tenant, "POST", REVIEWS, Some(&token_review()), true).await;
+    theirs.assert_service_accounts(uids, "another ServiceAccount's TokenReview");
 }
 
 // ------------------------------------------------------------ under load
@@ -539,42 +548,11 @@ async fn saturated_with(admin: &Client, n: usize, what: &str) -> Level {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_is_answered_while_the_operators_own_burst_fills_workload_low() {
-    let cluster: &'static Cluster =
-        Box::leak(Box::new(Cluster::start_with("chart-apf", SMALL_API_SERVER)));
-    helm_install(cluster, RELEASE, RELEASE_NS, &[]).await;
-    let uids = Uids::of_release(cluster, &format!("{FULLNAME}-leases")).await;
-    let checker = support::checker_yaml("burst", "http://127.0.0.1:9", "/", 30, "");
-    ok(
-        cluster.apply(RELEASE_NS, &checker).await,
-        "kubectl apply a WebChecker",
-    );
-    let admin = cluster.client().await;
-    let (kubeconfig, _) = service_account(cluster, RELEASE_NS, FULLNAME).await;
-    let operator = client_without_retries(&kubeconfig).await;
-    let lease = "webchecker-member-wc-0";
-    send(
-        &operator,
-        "POST",
-        &leases_path(RELEASE_NS),
-        Some(&member_lease(lease)),
-        true,
-    )
-    .await
-    .assert_ours(&uids, "create");
-    let idle = renew(&operator, RELEASE_NS, lease, &uids, "renewal").await;
-
-    // The burst: status writes of the operator's ServiceAccount, each holding
-    // a seat until released. Seats open only by borrowing, up to the level's
-    // upper limit U; the ServiceAccount's flow spreads its waiting requests
-    // over the `handSize` queues of its hand, each request joining the
-    // shortest. With U + handSize x (U + 1) requests, any further request of
-    // the flow has at least U ahead of it in its queue: it cannot be served
-    // before the burst is released, however many seats open meanwhile. All
-    // until the release must fit in the 15 s a request may wait in a queue
-    // (then 429): it takes under a second.
-    let upper = flow_control(&admin, "apiserver_flowcontrol_upper_limit_seats").await as usize;
+/// `(n, U)`: the size of a burst that keeps any further request of its flow
+/// from being served before it is released (see the test), and the upper
+/// limit of seats of `workload-low`.
+async fn burst_size(cluster: &Cluster, admin: &Client) -> (usize, usize) {
+    let upper = flow_control(admin, "apiserver_flowcontrol_upper_limit_seats").await as usize;
     let pl = kubectl_json(
         cluster,
         &["get", "prioritylevelconfiguration", WORKLOAD_LOW],
@@ -588,6 +566,56 @@ async fn a_renewal_is_answered_while_the_operators_own_burst_fills_workload_low(
         upper + 3 <= limit,
         "queues too short for the burst: {queuing}"
     );
+    (n, upper)
+}
+
+/// WebChecker burst (its status is what the burst writes), and membership
+/// Lease `lease` created by the operator's ServiceAccount.
+async fn burst_checker_and_member_lease(
+    cluster: &Cluster,
+    operator: &Client,
+    lease: &str,
+    uids: &Uids,
+) {
+    let checker = support::checker_yaml("burst", "http://127.0.0.1:9", "/", 30, "");
+    ok(
+        cluster.apply(RELEASE_NS, &checker).await,
+        "kubectl apply a WebChecker",
+    );
+    send(
+        operator,
+        "POST",
+        &leases_path(RELEASE_NS),
+        Some(&member_lease(lease)),
+        true,
+    )
+    .await
+    .assert_ours(uids, "create");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_is_answered_while_the_operators_own_burst_fills_workload_low() {
+    let cluster: &'static Cluster =
+        Box::leak(Box::new(Cluster::start_with("chart-apf", SMALL_API_SERVER)));
+    helm_install(cluster, RELEASE, RELEASE_NS, &[]).await;
+    let uids = Uids::of_release(cluster, &format!("{FULLNAME}-leases")).await;
+    let admin = cluster.client().await;
+    let (kubeconfig, _) = service_account(cluster, RELEASE_NS, FULLNAME).await;
+    let operator = client_without_retries(&kubeconfig).await;
+    let lease = "webchecker-member-wc-0";
+    burst_checker_and_member_lease(cluster, &operator, lease, &uids).await;
+    let idle = renew(&operator, RELEASE_NS, lease, &uids, "renewal").await;
+
+    // The burst: status writes of the operator's ServiceAccount, each holding
+    // a seat until released. Seats open only by borrowing, up to the level's
+    // upper limit U; the ServiceAccount's flow spreads its waiting requests
+    // over the `handSize` queues of its hand, each request joining the
+    // shortest. With U + handSize x (U + 1) requests, any further request of
+    // the flow has at least U ahead of it in its queue: it cannot be served
+    // before the burst is released, however many seats open meanwhile. All
+    // until the release must fit in the 15 s a request may wait in a queue
+    // (then 429): it takes under a second.
+    let (n, upper) = burst_size(cluster, &admin).await;
     let raw = Raw::new(cluster, &kubeconfig);
     let status =
         format!("/apis/test.network.io/v1alpha1/namespaces/{RELEASE_NS}/webcheckers/burst/status");

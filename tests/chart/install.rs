@@ -70,6 +70,15 @@ async fn object_exists(cluster: &Cluster, kind: &str, namespaced: bool, suffix: 
 async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
     let cluster = Cluster::shared("chart");
     // The README's commands, as they are written there.
+    let env = install_the_release(cluster).await;
+    upgrade_the_release(cluster, &env).await;
+    uninstall_the_release(cluster).await;
+}
+
+/// `helm install`: revision 1 and every object of the release, three
+/// replicas, the default Leases; and a WebChecker that must outlive the
+/// release. The Deployment's environment.
+async fn install_the_release(cluster: &Cluster) -> BTreeMap<String, String> {
     let t = Instant::now();
     helm_install(cluster, RELEASE, RELEASE_NS, &[]).await;
     println!("helm install: {:?}", t.elapsed());
@@ -98,7 +107,12 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
     let checker = checker_yaml("keep-me", "http://127.0.0.1:9", "/", 30, "");
     let out = cluster.kubectl_stdin(&["apply", "-n", RELEASE_NS, "-f", "-"], &checker);
     ok(out, "kubectl apply a WebChecker");
+    env
+}
 
+/// `helm upgrade --reuse-values` of the replicas and the Leases: revision 2,
+/// those changed, the rest of the environment `env` as it was.
+async fn upgrade_the_release(cluster: &Cluster, env: &BTreeMap<String, String>) {
     let t = Instant::now();
     ok(
         cluster_helm(
@@ -133,7 +147,7 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
     assert_eq!(env2["WEBCHECKER_LEASE_DURATION"], "15s");
     assert_eq!(env2["WEBCHECKER_RENEW_DEADLINE"], "10s");
     assert_eq!(env2["WEBCHECKER_RETRY_PERIOD"], "3s");
-    for (k, v) in &env {
+    for (k, v) in env {
         if !k.starts_with("WEBCHECKER_LEASE")
             && !k.starts_with("WEBCHECKER_RENEW")
             && !k.starts_with("WEBCHECKER_RETRY")
@@ -141,7 +155,11 @@ async fn helm_install_upgrade_uninstall_on_a_real_control_plane() {
             assert_eq!(&env2[k], v, "{k} changed by the upgrade");
         }
     }
+}
 
+/// `helm uninstall`: the release, its history and its objects go; the CRD and
+/// the WebCheckers stay.
+async fn uninstall_the_release(cluster: &Cluster) {
     let t = Instant::now();
     ok(
         cluster_helm(cluster, &["uninstall", RELEASE, "-n", RELEASE_NS]).await,

@@ -115,6 +115,42 @@ pub fn resource_names(role: &Value, resource: &str) -> Vec<String> {
 
 #[test]
 fn rbac_grants_exactly_what_the_operator_uses() {
+    default_roles();
+    // The token follows the ServiceAccount the pods run as.
+    the_token_follows_the_service_account();
+    // Without confirmations the operator makes no token (it still reviews
+    // the tokens of asks: another revision's replicas may ask during a rollout).
+    let docs = render(&["--set", "operator.confirmFailures=false"]);
+    let role = one_in(&docs, "Role", RELEASE_NS);
+    assert_eq!(grants(role), operator_lease_grants(), "Role");
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
+    // Without restricted namespaces the operator does not read namespaces.
+    let docs = render(&["--set", "operator.restrictedNamespaces="]);
+    let mut without = operator_cluster_grants();
+    without.retain(|(_, r, _)| r != "namespaces");
+    assert_eq!(grants(operator_clusterrole(&docs)), without);
+    reads_of_secrets_and_config_maps();
+    // No RBAC at all with rbac.create=false.
+    let docs = render(&[
+        "--set",
+        "rbac.create=false",
+        "--set",
+        "operator.watchNamespace=shop",
+        "--set",
+        "rbac.readSecrets=true",
+    ]);
+    let k = kinds(&docs);
+    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        assert!(!k.contains(kind), "{kind} rendered with rbac.create=false");
+    }
+}
+
+/// The default values: the ClusterRole, the release namespace's Role (the
+/// token of the chart's ServiceAccount only) and the discovery Role.
+fn default_roles() {
     let docs = render(&[]);
     assert_eq!(
         grants(operator_clusterrole(&docs)),
@@ -137,7 +173,9 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         "only the kubernetes Service"
     );
     assert_eq!(of_kind(&docs, "Role").len(), 2);
-    // The token follows the ServiceAccount the pods run as.
+}
+
+fn the_token_follows_the_service_account() {
     for (set, name) in [
         ("serviceAccount.name=webchecker", "webchecker"),
         ("serviceAccount.create=false", "default"),
@@ -155,21 +193,12 @@ fn rbac_grants_exactly_what_the_operator_uses() {
             "{set}"
         );
     }
-    // Without confirmations the operator makes no token (it still reviews
-    // the tokens of asks: another revision's replicas may ask during a rollout).
-    let docs = render(&["--set", "operator.confirmFailures=false"]);
-    let role = one_in(&docs, "Role", RELEASE_NS);
-    assert_eq!(grants(role), operator_lease_grants(), "Role");
-    assert_eq!(
-        grants(operator_clusterrole(&docs)),
-        operator_cluster_grants()
-    );
-    // Without restricted namespaces the operator does not read namespaces.
-    let docs = render(&["--set", "operator.restrictedNamespaces="]);
-    let mut without = operator_cluster_grants();
-    without.retain(|(_, r, _)| r != "namespaces");
-    assert_eq!(grants(operator_clusterrole(&docs)), without);
-    // readSecrets/readConfigMaps without a watched namespace: cluster-wide.
+}
+
+/// readSecrets/readConfigMaps: cluster-wide without a watched namespace,
+/// else there only, one permission per switch.
+fn reads_of_secrets_and_config_maps() {
+    // Without a watched namespace: cluster-wide.
     let docs = render(&[
         "--set",
         "rbac.readSecrets=true",
@@ -209,19 +238,6 @@ fn rbac_grants_exactly_what_the_operator_uses() {
         "only the Lease and discovery Roles"
     );
     assert_eq!(of_kind(&docs, "RoleBinding").len(), 2);
-    // No RBAC at all with rbac.create=false.
-    let docs = render(&[
-        "--set",
-        "rbac.create=false",
-        "--set",
-        "operator.watchNamespace=shop",
-        "--set",
-        "rbac.readSecrets=true",
-    ]);
-    let k = kinds(&docs);
-    for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
-        assert!(!k.contains(kind), "{kind} rendered with rbac.create=false");
-    }
 }
 
 /// The Role and RoleBinding granting Secret/ConfigMap reads in `namespace`

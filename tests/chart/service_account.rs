@@ -88,6 +88,76 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
     // Without the CRD: helm installs it from the chart's crds/.
     let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_bare("chart-rbac", "")));
     let t0 = Instant::now();
+    install_with_the_crd(cluster).await;
+    println!("helm install (with the CRD): {:?}", t0.elapsed());
+
+    // A token of the chart's ServiceAccount (TokenRequest API), as a pod gets one.
+    let (sa_kc, _) = service_account(cluster, RELEASE_NS, FULLNAME).await;
+    the_service_account_may_only_what_it_needs(cluster, &sa_kc).await;
+
+    // Three replicas with the Deployment's environment and the token.
+    let env = pod_env(cluster).await;
+    let ids: Vec<String> = ["x2b7k", "q9m4t", "h6v8p"]
+        .iter()
+        .map(|s| format!("{FULLNAME}-5c9f7d8b6-{s}"))
+        .collect();
+    let witness = Witness::start().await;
+    witness.set_hold(support::HOLD.0, support::HOLD.1);
+    let mut ops: Vec<Replica> = ids
+        .iter()
+        .map(|id| pod(cluster, &sa_kc, &env, id))
+        .collect();
+    for o in &mut ops {
+        o.wait_ready().await;
+    }
+    println!("3 replicas ready: {:?}", t0.elapsed());
+    every_source_of_the_guard_is_up(&ops).await;
+
+    // 60 checkers in a namespace of their own.
+    let probes_ns = cluster.namespace("probes");
+    let client = cluster.client().await;
+    let names: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
+    let created = Instant::now();
+    create_checkers(&client, &probes_ns, &witness.url(), &names, INTERVAL).await;
+    let shard = Sharded {
+        api: Api::namespaced(client.clone(), &probes_ns),
+        client,
+        ns: probes_ns,
+        names,
+        ids,
+        witness,
+    };
+    let assigned = eventually(
+        Duration::from_secs(60),
+        "every checker assigned to a replica",
+        || shard.owners(&shard.ids),
+    )
+    .await;
+    println!("60 checkers assigned: {:?}", created.elapsed());
+    shard.every_checker_ready_with_its_owners_status().await;
+    println!("60 checkers Ready=True: {:?}", created.elapsed());
+    shard.an_event_about_every_checker().await;
+    let owners_now = shard.each_probed_by_its_owner_only(&ops).await;
+    let mut shards: BTreeMap<&str, usize> = BTreeMap::new();
+    for o in owners_now.values() {
+        *shards.entry(o.as_str()).or_default() += 1;
+    }
+    println!("shards: {shards:?} (first assignment {:?})", assigned.len());
+    shard
+        .a_killed_replica_is_taken_over(&mut ops, &owners_now, &shards)
+        .await;
+    ops.clear();
+
+    each_permission_is_needed(cluster, &sa_kc, &env).await;
+
+    // Uninstall: the release goes, the CRD helm installed and the checkers stay.
+    uninstall(cluster, &shard.api).await;
+    println!("whole test: {:?}", t0.elapsed());
+}
+
+/// `helm install` without reading Secrets, loopback targets allowed; the
+/// CRD from the chart's crds/, established.
+async fn install_with_the_crd(cluster: &'static Cluster) {
     helm_install(
         cluster,
         RELEASE,
@@ -104,14 +174,60 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
     tokio::task::spawn_blocking(|| cluster.wait_established(CRD))
         .await
         .unwrap();
-    println!("helm install (with the CRD): {:?}", t0.elapsed());
+}
 
-    // A token of the chart's ServiceAccount (TokenRequest API), as a pod gets one.
-    let (sa_kc, _) = service_account(cluster, RELEASE_NS, FULLNAME).await;
+/// `helm uninstall`: the release goes, the CRD and the 60 checkers stay.
+async fn uninstall(cluster: &Cluster, api: &Api<WebChecker>) {
+    ok(
+        cluster_helm(cluster, &["uninstall", RELEASE, "-n", RELEASE_NS]).await,
+        "helm uninstall",
+    );
+    assert!(helm_release(cluster).await.is_empty());
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        60
+    );
+}
+
+/// A few things the ServiceAccount must not do.
+const DENIED: &[&[&str]] = &[
+    &["get", "secrets", "-A"],
+    &["update", "webcheckers.test.network.io", "-A"],
+    &["delete", "webcheckers.test.network.io", "-A"],
+    &["create", "webcheckers.test.network.io", "-A"],
+    &["create", "leases.coordination.k8s.io", "-n", "default"],
+    &["list", "pods", "-A"],
+    &["create", "events", "-A"],
+    &["list", "services", "-n", "default"],
+    &["get", "services", "-n", "default"],
+    &["list", "endpointslices.discovery.k8s.io", "-A"],
+];
+
+/// Tokens of ServiceAccounts other than its own.
+const DENIED_TOKENS: &[&[&str]] = &[
+    &[
+        "create",
+        "serviceaccounts/default",
+        "--subresource=token",
+        "-n",
+        RELEASE_NS,
+    ],
+    &[
+        "create",
+        "serviceaccounts",
+        "--subresource=token",
+        "-n",
+        "default",
+    ],
+];
+
+/// The token of `sa_kc` is the chart's ServiceAccount's; it may not do
+/// what it does not need, and may do what confirmation needs.
+async fn the_service_account_may_only_what_it_needs(cluster: &Cluster, sa_kc: &Path) {
     let who = ok(
         kubectl_as(
             cluster,
-            &sa_kc,
+            sa_kc,
             &[
                 "auth",
                 "whoami",
@@ -126,21 +242,9 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         who.trim(),
         format!("system:serviceaccount:{RELEASE_NS}:{FULLNAME}")
     );
-    // A few things the ServiceAccount must not do.
-    for denied in [
-        &["get", "secrets", "-A"][..],
-        &["update", "webcheckers.test.network.io", "-A"],
-        &["delete", "webcheckers.test.network.io", "-A"],
-        &["create", "webcheckers.test.network.io", "-A"],
-        &["create", "leases.coordination.k8s.io", "-n", "default"],
-        &["list", "pods", "-A"],
-        &["create", "events", "-A"],
-        &["list", "services", "-n", "default"],
-        &["get", "services", "-n", "default"],
-        &["list", "endpointslices.discovery.k8s.io", "-A"],
-    ] {
+    for denied in DENIED {
         assert!(
-            !can_i(cluster, &sa_kc, denied).await,
+            !can_i(cluster, sa_kc, denied).await,
             "the ServiceAccount may {denied:?}"
         );
     }
@@ -158,33 +262,20 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         ],
     ] {
         assert!(
-            can_i(cluster, &sa_kc, allowed).await,
+            can_i(cluster, sa_kc, allowed).await,
             "the ServiceAccount may not {allowed:?}"
         );
     }
-    for denied in [
-        &[
-            "create",
-            "serviceaccounts/default",
-            "--subresource=token",
-            "-n",
-            RELEASE_NS,
-        ][..],
-        &[
-            "create",
-            "serviceaccounts",
-            "--subresource=token",
-            "-n",
-            "default",
-        ],
-    ] {
+    for denied in DENIED_TOKENS {
         assert!(
-            !can_i(cluster, &sa_kc, denied).await,
+            !can_i(cluster, sa_kc, denied).await,
             "the ServiceAccount may {denied:?}"
         );
     }
+}
 
-    // Three replicas with the Deployment's environment and the token.
+/// The environment of the Deployment's container, as a pod of it gets it.
+async fn pod_env(cluster: &Cluster) -> BTreeMap<String, String> {
     let dep = kubectl_json(cluster, &["get", "deployment", FULLNAME, "-n", RELEASE_NS]).await;
     let mut env = live_env(&dep);
     assert!(!env.contains_key("WEBCHECKER_WATCH_NAMESPACE"));
@@ -203,22 +294,12 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
             _ => {}
         }
     }
-    let ids: Vec<String> = ["x2b7k", "q9m4t", "h6v8p"]
-        .iter()
-        .map(|s| format!("{FULLNAME}-5c9f7d8b6-{s}"))
-        .collect();
-    let witness = Witness::start().await;
-    witness.set_hold(support::HOLD.0, support::HOLD.1);
-    let mut ops: Vec<Replica> = ids
-        .iter()
-        .map(|id| pod(cluster, &sa_kc, &env, id))
-        .collect();
-    for o in &mut ops {
-        o.wait_ready().await;
-    }
-    println!("3 replicas ready: {:?}", t0.elapsed());
-    // The chart's permissions are enough for every source of the forgery guard.
-    for o in &ops {
+    env
+}
+
+/// The chart's permissions are enough for every source of the forgery guard.
+async fn every_source_of_the_guard_is_up(ops: &[Replica]) {
+    for o in ops {
         let m = o.0.metrics().await.expect("metrics");
         for source in ["service", "endpointslices", "nodes", "namespaces"] {
             assert_eq!(
@@ -229,178 +310,195 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
             );
         }
     }
+}
 
-    // 60 checkers in a namespace of their own.
-    let probes_ns = cluster.namespace("probes");
-    let client = cluster.client().await;
-    let names: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
-    let created = Instant::now();
-    create_checkers(&client, &probes_ns, &witness.url(), &names, INTERVAL).await;
-    let api: Api<WebChecker> = Api::namespaced(client.clone(), &probes_ns);
-    // Every checker's owner, once each is owned by one of `live`.
-    let owners = |live: Vec<String>| {
-        let (client, ns, n) = (client.clone(), probes_ns.clone(), names.len());
-        async move {
-            let m: HashMap<String, String> = support::owners(&client, &ns)
-                .await
-                .ok()?
-                .into_iter()
-                .filter_map(|(c, o)| Some((c, o?)))
-                .collect();
-            (m.len() == n && m.values().all(|o| live.contains(o))).then_some(m)
-        }
-    };
-    let assigned = eventually(
-        Duration::from_secs(60),
-        "every checker assigned to a replica",
-        || owners(ids.clone()),
-    )
-    .await;
-    println!("60 checkers assigned: {:?}", created.elapsed());
+/// The 60 checkers of the test, their namespace, the replicas' identities
+/// and the witness they probe.
+struct Sharded {
+    client: kube::Client,
+    ns: String,
+    api: Api<WebChecker>,
+    names: Vec<String>,
+    ids: Vec<String>,
+    witness: Witness,
+}
 
-    // Ready=True, status written by the owner.
-    eventually(
-        Duration::from_secs(60),
-        "every checker Ready=True with its status written by its owner",
-        || async {
-            let list = api.list(&ListParams::default()).await.ok()?;
-            let all = list.items.len() == names.len()
-                && list.items.iter().all(|o| {
-                    let owner = o.labels().get(OWNER_LABEL);
-                    o.status.as_ref().is_some_and(|s| {
-                        s.conditions
-                            .iter()
-                            .any(|c| c.type_ == "Ready" && c.status == "True")
-                            && s.last_status_code == Some(200)
-                            && s.last_probe_time.is_some()
-                            && s.owner.as_ref() == owner
-                    })
-                });
-            all.then_some(())
-        },
-    )
-    .await;
-    println!("60 checkers Ready=True: {:?}", created.elapsed());
+impl Sharded {
+    /// Every checker's owner, once each is owned by one of `live`.
+    async fn owners(&self, live: &[String]) -> Option<HashMap<String, String>> {
+        let m: HashMap<String, String> = support::owners(&self.client, &self.ns)
+            .await
+            .ok()?
+            .into_iter()
+            .filter_map(|(c, o)| Some((c, o?)))
+            .collect();
+        (m.len() == self.names.len() && m.values().all(|o| live.contains(o))).then_some(m)
+    }
 
-    // Events, reported by the replicas.
-    let events: Api<K8sEvent> = Api::namespaced(client.clone(), &probes_ns);
-    eventually(
-        Duration::from_secs(30),
-        "an Event about every checker",
-        || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            let mut about = HashSet::new();
-            for e in &list.items {
-                let r = e.regarding.as_ref()?;
-                if r.kind.as_deref() != Some("WebChecker")
-                    || e.reporting_controller.as_deref() != Some("webchecker-operator")
-                {
-                    continue;
+    /// Ready=True, status written by the owner.
+    async fn every_checker_ready_with_its_owners_status(&self) {
+        eventually(
+            Duration::from_secs(60),
+            "every checker Ready=True with its status written by its owner",
+            || async {
+                let list = self.api.list(&ListParams::default()).await.ok()?;
+                let all = list.items.len() == self.names.len()
+                    && list.items.iter().all(|o| {
+                        let owner = o.labels().get(OWNER_LABEL);
+                        o.status.as_ref().is_some_and(|s| {
+                            s.conditions
+                                .iter()
+                                .any(|c| c.type_ == "Ready" && c.status == "True")
+                                && s.last_status_code == Some(200)
+                                && s.last_probe_time.is_some()
+                                && s.owner.as_ref() == owner
+                        })
+                    });
+                all.then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Events, reported by the replicas.
+    async fn an_event_about_every_checker(&self) {
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &self.ns);
+        eventually(
+            Duration::from_secs(30),
+            "an Event about every checker",
+            || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                let mut about = HashSet::new();
+                for e in &list.items {
+                    let r = e.regarding.as_ref()?;
+                    if r.kind.as_deref() != Some("WebChecker")
+                        || e.reporting_controller.as_deref() != Some("webchecker-operator")
+                    {
+                        continue;
+                    }
+                    let by = e.reporting_instance.clone().unwrap_or_default();
+                    assert!(self.ids.contains(&by), "event reported by {by:?}");
+                    about.insert(r.name.clone().unwrap_or_default());
                 }
-                let by = e.reporting_instance.clone().unwrap_or_default();
-                assert!(ids.contains(&by), "event reported by {by:?}");
-                about.insert(r.name.clone().unwrap_or_default());
-            }
-            names.iter().all(|n| about.contains(n)).then_some(())
-        },
-    )
-    .await;
+                self.names.iter().all(|n| about.contains(n)).then_some(())
+            },
+        )
+        .await;
+    }
 
-    // Each checker probed by its owner only (two more intervals, owners stable).
-    let owners_now = eventually(Duration::from_secs(30), "owners", || owners(ids.clone())).await;
-    let since = Instant::now();
-    eventually(
-        Duration::from_secs(30),
-        "every checker probed twice more",
-        || async {
-            let hits = witness.hits();
-            let mut n: HashMap<&str, usize> = HashMap::new();
-            for h in hits.iter().filter(|h| h.start >= since) {
-                *n.entry(h.checker.as_str()).or_default() += 1;
-            }
-            names
-                .iter()
-                .all(|c| n.get(c.as_str()).copied().unwrap_or(0) >= 2)
-                .then_some(())
-        },
-    )
-    .await;
-    let owners_after = eventually(Duration::from_secs(30), "owners", || owners(ids.clone())).await;
-    assert_eq!(owners_now, owners_after, "checkers moved in a steady state");
-    for h in witness.hits().iter().filter(|h| h.start >= since) {
-        assert_eq!(
-            h.replica, owners_now[&h.checker],
-            "{} probed by a replica that does not own it",
-            h.checker
-        );
-    }
-    assert_eq!(exclusivity_violation(&witness.hits()), None);
-    let mut owned = 0.0;
-    for o in &ops {
-        let m = o.0.metrics().await.expect("metrics");
-        owned += metric(&m, "webchecker_owned_checkers", &[]).unwrap_or(0.0);
-    }
-    assert_eq!(
-        owned, 60.0,
-        "webchecker_owned_checkers summed over the replicas"
-    );
-    let mut shards: BTreeMap<&str, usize> = BTreeMap::new();
-    for o in owners_now.values() {
-        *shards.entry(o.as_str()).or_default() += 1;
-    }
-    println!("shards: {shards:?} (first assignment {:?})", assigned.len());
-
-    // SIGKILL a replica that is not the leader.
-    let leader = eventually(Duration::from_secs(10), "a leader", || async {
-        for o in &ops {
-            if let Some(m) = o.0.metrics().await
-                && metric(&m, "webchecker_leader", &[]) == Some(1.0)
-            {
-                return Some(o.0.identity.clone());
-            }
+    /// Each checker probed by its owner only (two more intervals, owners
+    /// stable); the owners.
+    async fn each_probed_by_its_owner_only(&self, ops: &[Replica]) -> HashMap<String, String> {
+        let (witness, names) = (&self.witness, &self.names);
+        let owners_now =
+            eventually(Duration::from_secs(30), "owners", || self.owners(&self.ids)).await;
+        let since = Instant::now();
+        eventually(
+            Duration::from_secs(30),
+            "every checker probed twice more",
+            || async {
+                let hits = witness.hits();
+                let mut n: HashMap<&str, usize> = HashMap::new();
+                for h in hits.iter().filter(|h| h.start >= since) {
+                    *n.entry(h.checker.as_str()).or_default() += 1;
+                }
+                names
+                    .iter()
+                    .all(|c| n.get(c.as_str()).copied().unwrap_or(0) >= 2)
+                    .then_some(())
+            },
+        )
+        .await;
+        let owners_after =
+            eventually(Duration::from_secs(30), "owners", || self.owners(&self.ids)).await;
+        assert_eq!(owners_now, owners_after, "checkers moved in a steady state");
+        for h in witness.hits().iter().filter(|h| h.start >= since) {
+            assert_eq!(
+                h.replica, owners_now[&h.checker],
+                "{} probed by a replica that does not own it",
+                h.checker
+            );
         }
-        None
-    })
-    .await;
-    let victim = ops.iter().position(|o| o.0.identity != leader).unwrap();
-    let victim_id = ops[victim].0.identity.clone();
-    let orphans: Vec<String> = owners_now
-        .iter()
-        .filter(|(_, o)| **o == victim_id)
-        .map(|(c, _)| c.clone())
-        .collect();
-    assert!(!orphans.is_empty(), "the victim owns nothing: {shards:?}");
-    let at = Instant::now();
-    ops[victim].0.kill();
-    let bound = LEASE + Duration::from_secs(2) + Duration::from_secs(INTERVAL as u64);
-    eventually(
-        bound + Duration::from_secs(10),
-        "the killed replica's checkers probed again by the others",
-        || async {
-            (taken_over(&witness, &orphans, at, &victim_id).0 != Duration::MAX).then_some(())
-        },
-    )
-    .await;
-    let (gap, who) = taken_over(&witness, &orphans, at, &victim_id);
-    println!(
-        "SIGKILL {victim_id}: {} checkers moved, largest gap {gap:?} ({who}), bound {bound:?}",
-        orphans.len()
-    );
-    assert!(gap <= bound, "{who}: gap {gap:?} over {bound:?}");
-    let survivors: Vec<String> = ops
-        .iter()
-        .filter(|o| o.0.live())
-        .map(|o| o.0.identity.clone())
-        .collect();
-    eventually(
-        Duration::from_secs(20),
-        "every checker owned by a survivor",
-        || owners(survivors.clone()),
-    )
-    .await;
-    assert_eq!(exclusivity_violation(&witness.hits()), None);
-    ops.clear();
+        assert_eq!(exclusivity_violation(&witness.hits()), None);
+        let mut owned = 0.0;
+        for o in ops {
+            let m = o.0.metrics().await.expect("metrics");
+            owned += metric(&m, "webchecker_owned_checkers", &[]).unwrap_or(0.0);
+        }
+        assert_eq!(
+            owned, 60.0,
+            "webchecker_owned_checkers summed over the replicas"
+        );
+        owners_now
+    }
 
+    /// SIGKILL a replica that is not the leader: the others take its
+    /// checkers over within a lease, and then own every checker.
+    async fn a_killed_replica_is_taken_over(
+        &self,
+        ops: &mut [Replica],
+        owners_now: &HashMap<String, String>,
+        shards: &BTreeMap<&str, usize>,
+    ) {
+        let witness = &self.witness;
+        let leader = eventually(Duration::from_secs(10), "a leader", || async {
+            for o in ops.iter() {
+                if let Some(m) = o.0.metrics().await
+                    && metric(&m, "webchecker_leader", &[]) == Some(1.0)
+                {
+                    return Some(o.0.identity.clone());
+                }
+            }
+            None
+        })
+        .await;
+        let victim = ops.iter().position(|o| o.0.identity != leader).unwrap();
+        let victim_id = ops[victim].0.identity.clone();
+        let orphans: Vec<String> = owners_now
+            .iter()
+            .filter(|(_, o)| **o == victim_id)
+            .map(|(c, _)| c.clone())
+            .collect();
+        assert!(!orphans.is_empty(), "the victim owns nothing: {shards:?}");
+        let at = Instant::now();
+        ops[victim].0.kill();
+        let bound = LEASE + Duration::from_secs(2) + Duration::from_secs(INTERVAL as u64);
+        eventually(
+            bound + Duration::from_secs(10),
+            "the killed replica's checkers probed again by the others",
+            || async {
+                (taken_over(witness, &orphans, at, &victim_id).0 != Duration::MAX).then_some(())
+            },
+        )
+        .await;
+        let (gap, who) = taken_over(witness, &orphans, at, &victim_id);
+        println!(
+            "SIGKILL {victim_id}: {} checkers moved, largest gap {gap:?} ({who}), bound {bound:?}",
+            orphans.len()
+        );
+        assert!(gap <= bound, "{who}: gap {gap:?} over {bound:?}");
+        let survivors: Vec<String> = ops
+            .iter()
+            .filter(|o| o.0.live())
+            .map(|o| o.0.identity.clone())
+            .collect();
+        eventually(
+            Duration::from_secs(20),
+            "every checker owned by a survivor",
+            || self.owners(&survivors),
+        )
+        .await;
+        assert_eq!(exclusivity_violation(&witness.hits()), None);
+    }
+}
+
+/// Takes permissions away from the chart's ClusterRole, one after the
+/// other: a new replica refuses to start, naming each missing one.
+async fn each_permission_is_needed(
+    cluster: &Cluster,
+    sa_kc: &Path,
+    env: &BTreeMap<String, String>,
+) {
     // Take `patch webcheckers/status` away: a new replica refuses to start.
     edit_clusterrole(cluster, |rules| {
         for r in rules.iter_mut() {
@@ -420,28 +518,24 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
         "--subresource=status",
         "-A",
     ];
-    eventually(
-        Duration::from_secs(10),
-        "the authorizer sees the edited ClusterRole",
-        || async { (!can_i(cluster, &sa_kc, &status_patch).await).then_some(()) },
-    )
-    .await;
-    let fresh = format!("{FULLNAME}-5c9f7d8b6-z3n5w");
-    let started = Instant::now();
-    let mut op = pod(cluster, &sa_kc, &env, &fresh);
-    let st = exit_status(&mut op).await;
-    let took = started.elapsed();
-    let log = op.log_text();
-    println!("without patch on webcheckers/status: exit {st} after {took:?}");
-    assert!(!st.success(), "the operator must fail:\n{log}");
-    assert!(took < Duration::from_secs(15), "exit after {took:?}");
+    let refused = RefusedStart {
+        cluster,
+        sa_kc,
+        env,
+    };
+    let log = refused
+        .start(
+            &status_patch,
+            "z3n5w",
+            "without patch on webcheckers/status",
+        )
+        .await;
     assert!(
         log.contains(
             "missing permission: patch test.network.io webcheckers/status in all namespaces"
         ),
         "the output must name the missing permission:\n{log}"
     );
-    drop(op);
 
     // Remove the events rule as well: both are named.
     edit_clusterrole(cluster, |rules| {
@@ -453,38 +547,46 @@ async fn the_service_account_of_the_chart_is_enough_and_each_permission_is_neede
     })
     .await;
     let event_create = ["create", "events.events.k8s.io", "-A"];
-    eventually(
-        Duration::from_secs(10),
-        "the authorizer sees the edited ClusterRole",
-        || async { (!can_i(cluster, &sa_kc, &event_create).await).then_some(()) },
-    )
-    .await;
-    let fresh = format!("{FULLNAME}-5c9f7d8b6-k7r2d");
-    let started = Instant::now();
-    let mut op = pod(cluster, &sa_kc, &env, &fresh);
-    let st = exit_status(&mut op).await;
-    let took = started.elapsed();
-    let log = op.log_text();
-    println!("without events too: exit {st} after {took:?}");
-    assert!(!st.success(), "the operator must fail:\n{log}");
-    assert!(took < Duration::from_secs(15), "exit after {took:?}");
+    let log = refused
+        .start(&event_create, "k7r2d", "without events too")
+        .await;
     for want in [
         "patch test.network.io webcheckers/status in all namespaces",
         "create events.k8s.io events in all namespaces",
     ] {
         assert!(log.contains(want), "the output must name {want:?}:\n{log}");
     }
-    drop(op);
+}
 
-    // Uninstall: the release goes, the CRD helm installed and the checkers stay.
-    ok(
-        cluster_helm(cluster, &["uninstall", RELEASE, "-n", RELEASE_NS]).await,
-        "helm uninstall",
-    );
-    assert!(helm_release(cluster).await.is_empty());
-    assert_eq!(
-        api.list(&ListParams::default()).await.unwrap().items.len(),
-        60
-    );
-    println!("whole test: {:?}", t0.elapsed());
+/// A replica started after a permission was taken away.
+struct RefusedStart<'a> {
+    cluster: &'a Cluster,
+    sa_kc: &'a Path,
+    env: &'a BTreeMap<String, String>,
+}
+
+impl RefusedStart<'_> {
+    /// Once the authorizer no longer allows `gone` (`kubectl auth can-i`
+    /// arguments), starts replica `<FULLNAME>-5c9f7d8b6-<suffix>`, which
+    /// must fail within 15 s; its log.
+    async fn start(&self, gone: &[&str], suffix: &str, what: &str) -> String {
+        let (cluster, sa_kc) = (self.cluster, self.sa_kc);
+        eventually(
+            Duration::from_secs(10),
+            "the authorizer sees the edited ClusterRole",
+            || async { (!can_i(cluster, sa_kc, gone).await).then_some(()) },
+        )
+        .await;
+        let fresh = format!("{FULLNAME}-5c9f7d8b6-{suffix}");
+        let started = Instant::now();
+        let mut op = pod(cluster, sa_kc, self.env, &fresh);
+        let st = exit_status(&mut op).await;
+        let took = started.elapsed();
+        let log = op.log_text();
+        println!("{what}: exit {st} after {took:?}");
+        assert!(!st.success(), "the operator must fail:\n{log}");
+        assert!(took < Duration::from_secs(15), "exit after {took:?}");
+        drop(op);
+        log
+    }
 }

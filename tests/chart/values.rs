@@ -34,25 +34,7 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     let cfg = rendered_config(dep, &identity);
     check_pod(dep, &cfg);
 
-    // Every documented WEBCHECKER_* variable, except those that are only set
-    // when their value is not empty.
-    let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
-    let optional = [
-        "WEBCHECKER_WATCH_NAMESPACE",
-        "WEBCHECKER_LEASE_PREFIX",
-        "WEBCHECKER_ALLOW_CIDRS",
-        "WEBCHECKER_CA_BUNDLE",
-        "WEBCHECKER_ZONE",
-    ];
-    for var in documented_env().keys() {
-        if NOT_FROM_THE_CHART.contains(&var.as_str()) {
-            assert!(!names.contains(var), "{var} set by the chart");
-        } else if optional.contains(&var.as_str()) {
-            assert!(!names.contains(var), "{var} set although empty");
-        } else {
-            assert!(names.contains(var), "{var} not set: {names:?}");
-        }
-    }
+    every_documented_variable_unless_empty(dep);
     assert_eq!(cfg.identity(), identity);
     assert_eq!(cfg.namespace, RELEASE_NS);
     assert_eq!(cfg.watch_namespace, None, "all namespaces by default");
@@ -84,24 +66,7 @@ fn default_values_render_a_hardened_three_replica_deployment() {
         Some(30)
     );
 
-    // The pods run as the chart's ServiceAccount; the bindings name it.
-    let sa = one(&docs, "ServiceAccount");
-    assert_eq!(sa["metadata"]["name"].as_str(), Some(FULLNAME));
-    assert_eq!(
-        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
-        Some(FULLNAME)
-    );
-    for b in [
-        one(&docs, "ClusterRoleBinding"),
-        one_in(&docs, "RoleBinding", RELEASE_NS),
-        one_in(&docs, "RoleBinding", "default"),
-    ] {
-        let kind = b["kind"].as_str().unwrap();
-        let s = &b["subjects"][0];
-        assert_eq!(s["kind"].as_str(), Some("ServiceAccount"), "{kind}");
-        assert_eq!(s["name"].as_str(), Some(FULLNAME), "{kind}");
-        assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS), "{kind}");
-    }
+    the_service_account_runs_the_pods(&docs, dep);
     let svc = one(&docs, "Service");
     assert_eq!(
         svc["spec"]["ports"][0]["targetPort"].as_str(),
@@ -126,6 +91,49 @@ fn default_values_render_a_hardened_three_replica_deployment() {
     }
     // On by default: the confirm port is the release's own.
     assert!(k.contains("NetworkPolicy"), "{k:?}");
+}
+
+/// Every documented WEBCHECKER_* variable, except those that are only set
+/// when their value is not empty.
+fn every_documented_variable_unless_empty(dep: &Value) {
+    let names: BTreeSet<String> = env_names(container(dep)).into_iter().collect();
+    let optional = [
+        "WEBCHECKER_WATCH_NAMESPACE",
+        "WEBCHECKER_LEASE_PREFIX",
+        "WEBCHECKER_ALLOW_CIDRS",
+        "WEBCHECKER_CA_BUNDLE",
+        "WEBCHECKER_ZONE",
+    ];
+    for var in documented_env().keys() {
+        if NOT_FROM_THE_CHART.contains(&var.as_str()) {
+            assert!(!names.contains(var), "{var} set by the chart");
+        } else if optional.contains(&var.as_str()) {
+            assert!(!names.contains(var), "{var} set although empty");
+        } else {
+            assert!(names.contains(var), "{var} not set: {names:?}");
+        }
+    }
+}
+
+/// The pods run as the chart's ServiceAccount; the bindings name it.
+fn the_service_account_runs_the_pods(docs: &[Value], dep: &Value) {
+    let sa = one(docs, "ServiceAccount");
+    assert_eq!(sa["metadata"]["name"].as_str(), Some(FULLNAME));
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        Some(FULLNAME)
+    );
+    for b in [
+        one(docs, "ClusterRoleBinding"),
+        one_in(docs, "RoleBinding", RELEASE_NS),
+        one_in(docs, "RoleBinding", "default"),
+    ] {
+        let kind = b["kind"].as_str().unwrap();
+        let s = &b["subjects"][0];
+        assert_eq!(s["kind"].as_str(), Some("ServiceAccount"), "{kind}");
+        assert_eq!(s["name"].as_str(), Some(FULLNAME), "{kind}");
+        assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS), "{kind}");
+    }
 }
 
 /// Settings whose chart default is not the operator's, on purpose:
@@ -215,6 +223,46 @@ fn all_on_values_render_monitoring_and_every_option() {
         }
     }
     assert!(names.contains("RUST_BACKTRACE"), "extraEnv");
+    every_option_set(&cfg);
+    assert_eq!(
+        container(dep)["image"].as_str(),
+        Some(
+            "registry.example.com:5000/team/webchecker-operator@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+        )
+    );
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
+        Some("webchecker")
+    );
+
+    the_service_monitor(&docs, dep);
+    the_prometheus_rule(&docs);
+    the_dashboards_config_map(&docs);
+
+    // readSecrets/readConfigMaps add exactly their one permission each, in
+    // the watched namespace only: not in the ClusterRole.
+    assert_eq!(
+        grants(operator_clusterrole(&docs)),
+        operator_cluster_grants()
+    );
+    // operator.confirmFailures=false: no token of the ServiceAccount is made.
+    assert_eq!(
+        grants(one_in(&docs, "Role", RELEASE_NS)),
+        operator_lease_grants()
+    );
+    let (role, binding) = references_role(&docs, "probes");
+    assert_eq!(
+        grants(role),
+        grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])])
+    );
+    let s = &binding["subjects"][0];
+    assert_eq!(s["name"].as_str(), Some("webchecker"));
+    assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));
+    assert!(of_kind(&docs, "PodDisruptionBudget").len() == 1);
+}
+
+/// The operator settings of the all-on values, as the operator reads them.
+fn every_option_set(cfg: &Config) {
     assert_eq!(cfg.watch_namespace.as_deref(), Some("probes"));
     assert_eq!(cfg.lease_prefix, "probes-wc");
     assert_eq!(cfg.listen.port(), 9090);
@@ -254,19 +302,13 @@ fn all_on_values_render_monitoring_and_every_option() {
         cfg.ca_bundle.as_deref(),
         Some(Path::new("/etc/webchecker-ca/ca.crt"))
     );
-    assert_eq!(
-        container(dep)["image"].as_str(),
-        Some(
-            "registry.example.com:5000/team/webchecker-operator@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-        )
-    );
-    assert_eq!(
-        dep["spec"]["template"]["spec"]["serviceAccountName"].as_str(),
-        Some("webchecker")
-    );
+}
 
+/// The ServiceMonitor, in the monitoring namespace, scrapes the operator's
+/// pods in the release's namespace.
+fn the_service_monitor(docs: &[Value], dep: &Value) {
     let selector = &dep["spec"]["selector"]["matchLabels"];
-    let sm = one(&docs, "ServiceMonitor");
+    let sm = one(docs, "ServiceMonitor");
     assert_eq!(sm["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
     assert_eq!(sm["metadata"]["namespace"].as_str(), Some("monitoring"));
     assert_eq!(
@@ -283,9 +325,11 @@ fn all_on_values_render_monitoring_and_every_option() {
     assert_eq!(ep["path"].as_str(), Some("/metrics"));
     assert_eq!(ep["honorLabels"].as_bool(), Some(true));
     assert_eq!(ep["interval"].as_str(), Some("15s"));
+}
 
-    // The PrometheusRule carries the real alert groups.
-    let rule = one(&docs, "PrometheusRule");
+/// The PrometheusRule carries the real alert groups.
+fn the_prometheus_rule(docs: &[Value]) {
+    let rule = one(docs, "PrometheusRule");
     assert_eq!(
         rule["apiVersion"].as_str(),
         Some("monitoring.coreos.com/v1")
@@ -310,9 +354,11 @@ fn all_on_values_render_monitoring_and_every_option() {
         alerts.contains(&"WebCheckerDown") && alerts.contains(&"WebCheckerNoLeader"),
         "{alerts:?}"
     );
+}
 
-    // The dashboards ConfigMap: one key per dashboards/*.json, same content.
-    let cms = of_kind(&docs, "ConfigMap");
+/// The dashboards ConfigMap: one key per dashboards/*.json, same content.
+fn the_dashboards_config_map(docs: &[Value]) {
+    let cms = of_kind(docs, "ConfigMap");
     let cm = cms
         .iter()
         .find(|c| c["metadata"]["name"].as_str() == Some("wc-webchecker-operator-dashboards"))
@@ -355,67 +401,19 @@ fn all_on_values_render_monitoring_and_every_option() {
         let d: serde_json::Value = serde_json::from_str(v).unwrap();
         assert!(d["panels"].as_array().is_some_and(|p| !p.is_empty()), "{k}");
     }
-
-    // readSecrets/readConfigMaps add exactly their one permission each, in
-    // the watched namespace only: not in the ClusterRole.
-    assert_eq!(
-        grants(operator_clusterrole(&docs)),
-        operator_cluster_grants()
-    );
-    // operator.confirmFailures=false: no token of the ServiceAccount is made.
-    assert_eq!(
-        grants(one_in(&docs, "Role", RELEASE_NS)),
-        operator_lease_grants()
-    );
-    let (role, binding) = references_role(&docs, "probes");
-    assert_eq!(
-        grants(role),
-        grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])])
-    );
-    let s = &binding["subjects"][0];
-    assert_eq!(s["name"].as_str(), Some("webchecker"));
-    assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));
-    assert!(of_kind(&docs, "PodDisruptionBudget").len() == 1);
 }
+
+/// The topology keys and the `whenUnsatisfiable` values of spread constraints.
+const NODE: &str = "kubernetes.io/hostname";
+const ZONE: &str = "topology.kubernetes.io/zone";
+const SOFT: &str = "ScheduleAnyway";
+const HARD: &str = "DoNotSchedule";
 
 /// The replicas are spread over nodes and, softly, over zones: a failure is
 /// confirmed from another zone where there is one (operator.confirmFailures).
 #[test]
 fn replicas_spread_over_nodes_and_zones() {
-    let spread = |docs: &[Value]| -> Vec<(String, String)> {
-        let dep = one(docs, "Deployment");
-        let constraints = pod_spec(dep)["topologySpreadConstraints"]
-            .as_sequence()
-            .cloned()
-            .unwrap_or_default();
-        constraints
-            .iter()
-            .map(|c| {
-                if c["topologyKey"].as_str() != Some("topology.kubernetes.io/region") {
-                    assert_eq!(
-                        c["labelSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"],
-                        "the operator pods: {c:?}"
-                    );
-                    assert_eq!(c["maxSkew"].as_u64(), Some(1), "{c:?}");
-                }
-                (
-                    c["topologyKey"].as_str().unwrap().to_string(),
-                    c["whenUnsatisfiable"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
-    };
-    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-        v.iter()
-            .map(|(k, w)| (k.to_string(), w.to_string()))
-            .collect()
-    };
-    let (node, zone, soft, hard) = (
-        "kubernetes.io/hostname",
-        "topology.kubernetes.io/zone",
-        "ScheduleAnyway",
-        "DoNotSchedule",
-    );
+    let (node, zone, soft, hard) = (NODE, ZONE, SOFT, HARD);
     assert_eq!(
         spread(&render(&[])),
         pairs(&[(node, soft), (zone, soft)]),
@@ -463,7 +461,53 @@ fn replicas_spread_over_nodes_and_zones() {
         ])),
         pairs(&[(zone, hard), (zone, soft)])
     );
-    // Zone quorum's spread: hard over zones, at least three of them.
+    zone_quorum_spread();
+    // minDomains is ignored by Kubernetes with ScheduleAnyway: the chart says so.
+    let (ok, out) =
+        super::platform::template(&["--skip-tests", "--set", "topologySpread.zoneMinDomains=3"]);
+    assert!(!ok, "minDomains with a soft constraint rendered:\n{out}");
+    assert!(
+        out.contains("zoneMinDomains needs topologySpread.zoneWhenUnsatisfiable: DoNotSchedule"),
+        "{out}"
+    );
+}
+
+/// `(topologyKey, whenUnsatisfiable)` of each spread constraint of the
+/// Deployment; those over nodes and zones select the operator's pods, with a
+/// skew of 1.
+fn spread(docs: &[Value]) -> Vec<(String, String)> {
+    let dep = one(docs, "Deployment");
+    let constraints = pod_spec(dep)["topologySpreadConstraints"]
+        .as_sequence()
+        .cloned()
+        .unwrap_or_default();
+    constraints
+        .iter()
+        .map(|c| {
+            if c["topologyKey"].as_str() != Some("topology.kubernetes.io/region") {
+                assert_eq!(
+                    c["labelSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"],
+                    "the operator pods: {c:?}"
+                );
+                assert_eq!(c["maxSkew"].as_u64(), Some(1), "{c:?}");
+            }
+            (
+                c["topologyKey"].as_str().unwrap().to_string(),
+                c["whenUnsatisfiable"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(k, w)| (k.to_string(), w.to_string()))
+        .collect()
+}
+
+/// Zone quorum's spread: hard over zones, at least three of them.
+fn zone_quorum_spread() {
+    let (node, zone, soft, hard) = (NODE, ZONE, SOFT, HARD);
     let quorum = render(&[
         "--set",
         "topologySpread.zoneWhenUnsatisfiable=DoNotSchedule",
@@ -476,13 +520,5 @@ fn replicas_spread_over_nodes_and_zones() {
     assert!(
         pod_spec(one(&render(&[]), "Deployment"))["topologySpreadConstraints"][1]["minDomains"]
             .is_null()
-    );
-    // minDomains is ignored by Kubernetes with ScheduleAnyway: the chart says so.
-    let (ok, out) =
-        super::platform::template(&["--skip-tests", "--set", "topologySpread.zoneMinDomains=3"]);
-    assert!(!ok, "minDomains with a soft constraint rendered:\n{out}");
-    assert!(
-        out.contains("zoneMinDomains needs topologySpread.zoneWhenUnsatisfiable: DoNotSchedule"),
-        "{out}"
     );
 }

@@ -213,58 +213,13 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     let c = cluster();
     let z = zone("probe-routes", |_| Answer::ok()).await;
     let (ns, client, wcs, zone) = z.parts();
-    let target = &z.target;
     // Neither it nor its Namespace opts in (yet).
     apply_ok(&ns, &ingress("plain", &[], &[&format!("plain.{zone}")])).await;
     let op = discovering_op(c, &ns).await;
-    eventually(
-        Duration::from_secs(30),
-        "route discovery active",
-        || async {
-            (metric(&op.scrape().await, "webchecker_discovery_active", &[]) == Some(1.0))
-                .then_some(())
-        },
-    )
-    .await;
+    wait_discovery_active(&op).await;
 
     let (a, b) = (format!("a.{zone}"), format!("b.{zone}"));
-    let shop = |hosts: &[&str], extra: &[(&str, &str)]| {
-        let mut ann = vec![(CHECK, "true"), (PATH, "/healthz"), (INTERVAL_SECONDS, "2")];
-        ann.extend_from_slice(extra);
-        ingress("shop", &ann, hosts)
-    };
-    let t = Instant::now();
-    apply_ok(&ns, &shop(&[&a, &b], &[])).await;
-    let names = [
-        name_of("ingress", "shop", &a),
-        name_of("ingress", "shop", &b),
-    ];
-    let took = wait_generated(&wcs, "shop", &names, t).await;
-    println!("an Ingress with two hosts annotated: its two WebCheckers after {took:.2?}");
-    assert!(took < WITHIN, "{took:?}");
-    for n in &names {
-        wait_condition(
-            &wcs,
-            n,
-            "Ready",
-            "True",
-            "ProbeSucceeded",
-            Duration::from_secs(30),
-        )
-        .await;
-    }
-    let hosts: std::collections::BTreeSet<String> = target
-        .seen()
-        .iter()
-        .filter(|r| r.uri == "/healthz")
-        .filter_map(|r| r.headers.get("host").cloned())
-        .collect();
-    assert!(hosts.contains(&a) && hosts.contains(&b), "{hosts:?}");
-    let sel = format!("{SOURCE_NAME_LABEL}=shop");
-    let out = c.kubectl_async(&["get", "wc", "-n", &ns, "-l", &sel]).await;
-    println!("$ kubectl get wc -l {sel}\n{}", text(&out.stdout));
-    assert_eq!(source_column(&text(&out.stdout)), ["ingress", "ingress"]);
-    owned_by_the_ingress(&client, &wcs, &ns, &names[0]).await;
+    an_ingress_with_two_hosts_gets_two_checkers(&z, &a, &b).await;
 
     // A host edited: the old checker goes, the new one comes.
     let d = format!("d.{zone}");
@@ -299,6 +254,70 @@ async fn ingresses_that_opt_in_get_checkers_that_follow_them() {
     apply_ok(&ns, &ingress("shop", &[(CHECK, "false")], &[&a, &d])).await;
     let took = wait_generated(&wcs, "shop", &[], t).await;
     println!("the Ingress opted out: its WebCheckers deleted after {took:.2?}");
+    print_discovery_writes(&op).await;
+}
+
+/// Ingress shop, opted in (probing /healthz every 2 s), with these hosts and
+/// these annotations more.
+fn shop(hosts: &[&str], extra: &[(&str, &str)]) -> String {
+    let mut ann = vec![(CHECK, "true"), (PATH, "/healthz"), (INTERVAL_SECONDS, "2")];
+    ann.extend_from_slice(extra);
+    ingress("shop", &ann, hosts)
+}
+
+/// Ingress shop with hosts `a` and `b`: a checker for each, within
+/// `WITHIN`, that probes its host, shown in the SOURCE column and owned by
+/// the Ingress.
+async fn an_ingress_with_two_hosts_gets_two_checkers(z: &Zone, a: &str, b: &str) {
+    let t = Instant::now();
+    apply_ok(&z.ns, &shop(&[a, b], &[])).await;
+    let names = [name_of("ingress", "shop", a), name_of("ingress", "shop", b)];
+    let took = wait_generated(&z.wcs, "shop", &names, t).await;
+    println!("an Ingress with two hosts annotated: its two WebCheckers after {took:.2?}");
+    assert!(took < WITHIN, "{took:?}");
+    for n in &names {
+        wait_condition(
+            &z.wcs,
+            n,
+            "Ready",
+            "True",
+            "ProbeSucceeded",
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    let hosts: std::collections::BTreeSet<String> = z
+        .target
+        .seen()
+        .iter()
+        .filter(|r| r.uri == "/healthz")
+        .filter_map(|r| r.headers.get("host").cloned())
+        .collect();
+    assert!(hosts.contains(a) && hosts.contains(b), "{hosts:?}");
+    let sel = format!("{SOURCE_NAME_LABEL}=shop");
+    let out = cluster()
+        .kubectl_async(&["get", "wc", "-n", &z.ns, "-l", &sel])
+        .await;
+    println!("$ kubectl get wc -l {sel}\n{}", text(&out.stdout));
+    assert_eq!(source_column(&text(&out.stdout)), ["ingress", "ingress"]);
+    owned_by_the_ingress(&z.client, &z.wcs, &z.ns, &names[0]).await;
+}
+
+/// Waits (30 s at most) until the operator's route discovery is active.
+async fn wait_discovery_active(op: &Operator) {
+    eventually(
+        Duration::from_secs(30),
+        "route discovery active",
+        || async {
+            (metric(&op.scrape().await, "webchecker_discovery_active", &[]) == Some(1.0))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// How many applies and deletes the operator's route discovery made.
+async fn print_discovery_writes(op: &Operator) {
     let m = op.scrape().await;
     println!(
         "applies: {:?} applied, {:?} conflict, {:?} error; deletes: {:?}",

@@ -54,26 +54,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     op.wait_ready(Duration::from_secs(60)).await;
 
     let host = format!("lb.{zone}");
-    let ann = [
-        (CHECK, "true"),
-        (VIA, "load-balancer"),
-        (INTERVAL_SECONDS, "1"),
-    ];
-    apply_ok(&ns, &ingress("lb", &ann, &[&host])).await;
-    let status =
-        format!(r#"{{"status":{{"loadBalancer":{{"ingress":[{{"ip":"{denied_ip}"}}]}}}}}}"#);
-    kubectl(&[
-        "-n",
-        &ns,
-        "patch",
-        "ingress",
-        "lb",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status,
-    ])
-    .await;
+    ingress_whose_status_names(&ns, &host, &denied_ip).await;
     apply_ok(&ns, &http_service("meta")).await;
 
     let bound = Duration::from_secs(30);
@@ -110,6 +91,40 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     assert!(down.2.contains("Forbidden"), "{down:?}");
 
     // Round after round (each checker every second), still no connection.
+    three_forbidden_probes_of_each(&op, &lb, &meta, bound).await;
+    assert_eq!(
+        denied.accepts(),
+        0,
+        "no connection reached the denied address"
+    );
+}
+
+/// Ingress lb for `host` (via: load-balancer), its status naming `ip` as
+/// its load balancer's address.
+async fn ingress_whose_status_names(ns: &str, host: &str, ip: &str) {
+    let ann = [
+        (CHECK, "true"),
+        (VIA, "load-balancer"),
+        (INTERVAL_SECONDS, "1"),
+    ];
+    apply_ok(ns, &ingress("lb", &ann, &[host])).await;
+    let status = format!(r#"{{"status":{{"loadBalancer":{{"ingress":[{{"ip":"{ip}"}}]}}}}}}"#);
+    kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "ingress",
+        "lb",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status,
+    ])
+    .await;
+}
+
+/// Waits (`bound`) until `op` made three forbidden probes of each checker.
+async fn three_forbidden_probes_of_each(op: &Operator, lb: &str, meta: &str, bound: Duration) {
     eventually(bound, "three forbidden probes of each", || async {
         let m = op.scrape().await;
         let n = |name: &str| {
@@ -120,12 +135,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
             )
             .unwrap_or(0.0)
         };
-        (n(&lb) >= 3.0 && n(&meta) >= 3.0).then_some(())
+        (n(lb) >= 3.0 && n(meta) >= 3.0).then_some(())
     })
     .await;
-    assert_eq!(
-        denied.accepts(),
-        0,
-        "no connection reached the denied address"
-    );
 }

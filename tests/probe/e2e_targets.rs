@@ -109,25 +109,7 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
     let api = checkers(&client, &ns);
     let pki = TestCa::new();
     let leaf = pki.leaf_valid(&["127.0.0.1"], -1, 5);
-    let client_leaf = pki.leaf_valid(&["webchecker-client"], -1, 90);
-    let t = Server::https(
-        "127.0.0.1:0",
-        server_tls(&leaf, BOTH, Some(&pki.pem)),
-        |_| Answer::text(""),
-    )
-    .await;
-    config_map(&client, &ns, "ca", &[("ca.crt", &pki.pem)]).await;
-    secret(
-        &client,
-        &ns,
-        "client-tls",
-        "kubernetes.io/tls",
-        &[
-            ("tls.crt", &client_leaf.cert_pem),
-            ("tls.key", &client_leaf.key_pem),
-        ],
-    )
-    .await;
+    let t = mutual_tls_target(&client, &ns, &pki, &leaf).await;
     let op = ready_op(c, &ns).await;
     let spec = |days: u32, client: bool| {
         format!(
@@ -143,83 +125,8 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
     apply_checker(&ns, "expiring", &spec(30, true)).await;
     apply_checker(&ns, "fine", &spec(3, true)).await;
     apply_checker(&ns, "no-client-cert", &spec(30, false)).await;
-    wait_condition(
-        &api,
-        "expiring",
-        "Ready",
-        "True",
-        "ProbeSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
-    let ce = wait_condition(
-        &api,
-        "expiring",
-        "CertificateExpiring",
-        "True",
-        "ExpiresSoon",
-        Duration::from_secs(20),
-    )
-    .await;
-    println!("expiring: {}", ce.message);
-    assert!(ce.message.contains("warning at 30 days"), "{}", ce.message);
-    wait_condition(
-        &api,
-        "fine",
-        "Ready",
-        "True",
-        "ProbeSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
-    wait_condition(
-        &api,
-        "fine",
-        "CertificateExpiring",
-        "False",
-        "CertificateValid",
-        Duration::from_secs(20),
-    )
-    .await;
-    let nc = wait_condition(
-        &api,
-        "no-client-cert",
-        "Ready",
-        "False",
-        "TLSError",
-        Duration::from_secs(20),
-    )
-    .await;
-    println!("no-client-cert: {}", nc.message);
-    let ev = eventually(
-        Duration::from_secs(20),
-        "CertificateExpiring event",
-        || async {
-            let e = events_of(&client, &ns, "expiring").await;
-            e.iter()
-                .any(|(t, r, _)| t == "Warning" && r == "CertificateExpiring")
-                .then_some(e)
-        },
-    )
-    .await;
-    println!("expiring events: {ev:?}");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let warnings: Vec<_> = events_of(&client, &ns, "expiring")
-        .await
-        .into_iter()
-        .filter(|(_, r, _)| r == "CertificateExpiring")
-        .collect();
-    assert_eq!(
-        warnings.len(),
-        1,
-        "one event when it turns True: {warnings:?}"
-    );
-    assert!(
-        events_of(&client, &ns, "fine")
-            .await
-            .iter()
-            .all(|(_, r, _)| r != "CertificateExpiring")
-    );
+    expiry_and_client_certificate_conditions(&api).await;
+    one_event_when_the_certificate_turns_expiring(&client, &ns).await;
     let m = op.scrape().await;
     assert_eq!(
         metric(
@@ -244,6 +151,94 @@ async fn certificate_expiring_and_mutual_tls_through_the_operator() {
     assert_eq!(text(&out.stdout), "Ready CertificateExpiring");
 }
 
+/// An HTTPS target serving `leaf` that requires a client certificate from
+/// `pki`; the CA in ConfigMap ca, a client certificate in Secret client-tls.
+async fn mutual_tls_target(client: &kube::Client, ns: &str, pki: &TestCa, leaf: &Leaf) -> Server {
+    let client_leaf = pki.leaf_valid(&["webchecker-client"], -1, 90);
+    let t = Server::https(
+        "127.0.0.1:0",
+        server_tls(leaf, BOTH, Some(&pki.pem)),
+        |_| Answer::text(""),
+    )
+    .await;
+    config_map(client, ns, "ca", &[("ca.crt", &pki.pem)]).await;
+    secret(
+        client,
+        ns,
+        "client-tls",
+        "kubernetes.io/tls",
+        &[
+            ("tls.crt", &client_leaf.cert_pem),
+            ("tls.key", &client_leaf.key_pem),
+        ],
+    )
+    .await;
+    t
+}
+
+/// expiring (warning at 30 days) is ready and expiring; fine (3 days) is
+/// ready and valid; no-client-cert fails its handshake.
+async fn expiry_and_client_certificate_conditions(api: &kube::Api<WebChecker>) {
+    wait_ready(api, "expiring", "True", "ProbeSucceeded").await;
+    let ce = wait_condition(
+        api,
+        "expiring",
+        "CertificateExpiring",
+        "True",
+        "ExpiresSoon",
+        Duration::from_secs(20),
+    )
+    .await;
+    println!("expiring: {}", ce.message);
+    assert!(ce.message.contains("warning at 30 days"), "{}", ce.message);
+    wait_ready(api, "fine", "True", "ProbeSucceeded").await;
+    wait_condition(
+        api,
+        "fine",
+        "CertificateExpiring",
+        "False",
+        "CertificateValid",
+        Duration::from_secs(20),
+    )
+    .await;
+    let nc = wait_ready(api, "no-client-cert", "False", "TLSError").await;
+    println!("no-client-cert: {}", nc.message);
+}
+
+/// One Warning event for expiring, when the condition turns True, and none
+/// for fine.
+async fn one_event_when_the_certificate_turns_expiring(client: &kube::Client, ns: &str) {
+    let ev = eventually(
+        Duration::from_secs(20),
+        "CertificateExpiring event",
+        || async {
+            let e = events_of(client, ns, "expiring").await;
+            e.iter()
+                .any(|(t, r, _)| t == "Warning" && r == "CertificateExpiring")
+                .then_some(e)
+        },
+    )
+    .await;
+    println!("expiring events: {ev:?}");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let warnings: Vec<_> = events_of(client, ns, "expiring")
+        .await
+        .into_iter()
+        .filter(|(_, r, _)| r == "CertificateExpiring")
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "one event when it turns True: {warnings:?}"
+    );
+    assert!(
+        events_of(client, ns, "fine")
+            .await
+            .iter()
+            .all(|(_, r, _)| r != "CertificateExpiring")
+    );
+}
+
 /// The forgery guard in the operator: a redirect to a denied address, a
 /// denied address, and a DNS name resolving to a denied address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,47 +257,13 @@ async fn forgery_guard_through_the_operator() {
     .await;
     let ns1 = c.namespace("probe-guard");
     let api1 = checkers(&client, &ns1);
-    let op1 = spawn_op(
-        c,
-        &format!("op-{ns1}"),
-        &ns1,
-        &["--deny-cidrs=169.254.0.0/16,fe80::/10,127.0.0.2/32"],
-        &[],
-        "info,webchecker=debug",
-    );
+    let op1 = guarded_op(c, &ns1, "169.254.0.0/16,fe80::/10,127.0.0.2/32");
     let ns2 = c.namespace("probe-guard-dns");
     let api2 = checkers(&client, &ns2);
-    let op2 = spawn_op(
-        c,
-        &format!("op-{ns2}"),
-        &ns2,
-        &["--deny-cidrs=127.0.0.1/32"],
-        &[],
-        "info,webchecker=debug",
-    );
+    let op2 = guarded_op(c, &ns2, "127.0.0.1/32");
     op1.wait_ready(Duration::from_secs(60)).await;
     op2.wait_ready(Duration::from_secs(60)).await;
-    apply_checker(
-        &ns1,
-        "ok",
-        &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
-    )
-    .await;
-    apply_checker(
-        &ns1,
-        "redirect",
-        &format!(
-            "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
-            t.url()
-        ),
-    )
-    .await;
-    apply_checker(
-        &ns1,
-        "direct",
-        &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
-    )
-    .await;
+    apply_guarded_checkers(&ns1, &t, &denied).await;
     let local = Server::http("127.0.0.1:0", |_| Answer::text("")).await;
     let by_name = format!("guard-{ns2}.probe.test");
     Dns::shared().add(&by_name, &["127.0.0.1".parse().unwrap()]);
@@ -315,42 +276,10 @@ async fn forgery_guard_through_the_operator() {
         ),
     )
     .await;
-    wait_condition(
-        &api1,
-        "ok",
-        "Ready",
-        "True",
-        "ProbeSucceeded",
-        Duration::from_secs(20),
-    )
-    .await;
-    let r = wait_condition(
-        &api1,
-        "redirect",
-        "Ready",
-        "False",
-        "Forbidden",
-        Duration::from_secs(20),
-    )
-    .await;
-    let d = wait_condition(
-        &api1,
-        "direct",
-        "Ready",
-        "False",
-        "Forbidden",
-        Duration::from_secs(20),
-    )
-    .await;
-    let n = wait_condition(
-        &api2,
-        "by-name",
-        "Ready",
-        "False",
-        "Forbidden",
-        Duration::from_secs(20),
-    )
-    .await;
+    wait_ready(&api1, "ok", "True", "ProbeSucceeded").await;
+    let r = wait_ready(&api1, "redirect", "False", "Forbidden").await;
+    let d = wait_ready(&api1, "direct", "False", "Forbidden").await;
+    let n = wait_ready(&api2, "by-name", "False", "Forbidden").await;
     println!(
         "redirect: {}\ndirect: {}\nby-name: {}",
         r.message, d.message, n.message
@@ -390,6 +319,45 @@ async fn forgery_guard_through_the_operator() {
         .unwrap_or(0.0)
             >= 2.0
     );
+}
+
+/// ok probes `t` (/ok); redirect follows its redirect to `denied`; direct
+/// probes `denied`.
+async fn apply_guarded_checkers(ns1: &str, t: &Server, denied: &Server) {
+    apply_checker(
+        ns1,
+        "ok",
+        &format!("host: {}\npath: /ok\nintervalSeconds: 2", t.url()),
+    )
+    .await;
+    apply_checker(
+        ns1,
+        "redirect",
+        &format!(
+            "host: {}\npath: /r\nintervalSeconds: 2\nfollowRedirects: true",
+            t.url()
+        ),
+    )
+    .await;
+    apply_checker(
+        ns1,
+        "direct",
+        &format!("host: http://{}\nintervalSeconds: 2", denied.addr),
+    )
+    .await;
+}
+
+/// The operator of namespace `ns` (identity op-<ns>, debug logs), denied
+/// the addresses of `deny_cidrs`; not waited for.
+fn guarded_op(c: &Cluster, ns: &str, deny_cidrs: &str) -> Operator {
+    spawn_op(
+        c,
+        &format!("op-{ns}"),
+        ns,
+        &[&format!("--deny-cidrs={deny_cidrs}")],
+        &[],
+        "info,webchecker=debug",
+    )
 }
 
 /// `proxy.fromEnvironment` uses the operator's HTTP_PROXY; without it the

@@ -319,98 +319,8 @@ async fn tls_min_version() {
 /// Every reason, each from a target built to cause it.
 #[tokio::test]
 async fn every_reason_from_a_target_built_for_it() {
-    let ok = Server::http("127.0.0.1:0", |s| match s.uri.as_str() {
-        "/500" => Answer::status(500),
-        "/slow" => Answer {
-            delay: Duration::from_millis(200),
-            ..Answer::text("")
-        },
-        "/hang" => Answer {
-            delay: Duration::from_secs(30),
-            ..Answer::text("")
-        },
-        _ => Answer::text("hello"),
-    })
-    .await;
-    let pki = TestCa::new();
-    let other_name = pki.leaf_valid(&["another.example"], -1, 30);
-    let tls = Server::https("127.0.0.1:0", server_tls(&other_name, BOTH, None), |_| {
-        Answer::text("")
-    })
-    .await;
-    let garbage = Server::raw("127.0.0.1:0", |mut s| async move {
-        let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
-    })
-    .await;
-    let ca = vec![(ValueRef::secret("ca", "pem"), pki.pem.as_bytes().to_vec())];
-    type Values = Vec<(ValueRef, Vec<u8>)>;
-    let cases: Vec<(Reason, String, Values, &str)> = vec![
-        (
-            Reason::ProbeSucceeded,
-            format!("host: {}", ok.url()),
-            vec![],
-            "HTTP 200",
-        ),
-        (
-            Reason::DnsError,
-            "host: http://no-such-host.invalid".into(),
-            vec![],
-            "cannot resolve no-such-host.invalid",
-        ),
-        (
-            Reason::ConnectError,
-            format!("host: http://127.0.0.1:{}", closed_port()),
-            vec![],
-            "connection refused",
-        ),
-        (
-            Reason::TlsError,
-            format!("host: https://{}", ok.addr),
-            vec![],
-            "TLS handshake failed",
-        ),
-        (
-            Reason::CertificateInvalid,
-            format!(
-                "host: {}\ntls: {{caBundle: {{secretKeyRef: {{name: ca, key: pem}}}}}}",
-                tls.https_url()
-            ),
-            ca,
-            "not valid for the server name",
-        ),
-        (
-            Reason::Timeout,
-            format!("host: {}\npath: /hang", ok.url()),
-            vec![],
-            "timed out after 1s during response headers",
-        ),
-        (
-            Reason::UnexpectedStatus,
-            format!("host: {}\npath: /500", ok.url()),
-            vec![],
-            "HTTP 500, not an expected status",
-        ),
-        (
-            Reason::BodyMismatch,
-            format!("host: {}\nbodyMatch: {{regex: goodbye}}", ok.url()),
-            vec![],
-            "does not match",
-        ),
-        (
-            Reason::SlowResponse,
-            format!("host: {}\npath: /slow\nmaxResponseTimeMillis: 50", ok.url()),
-            vec![],
-            "slower than maxResponseTimeMillis 50",
-        ),
-        (
-            Reason::ProtocolError,
-            format!("host: {}", garbage.url()),
-            vec![],
-            "no valid HTTP response",
-        ),
-    ];
-    for (want, yaml, values, msg) in cases {
+    let targets = ReasonTargets::start().await;
+    for (want, yaml, values, msg) in targets.cases() {
         let o = probe_timed(&prober(), &plan_with(&yaml, &values)).await;
         println!(
             "{:<20} {:>5} ms  {}",
@@ -421,7 +331,11 @@ async fn every_reason_from_a_target_built_for_it() {
         expect(&o, want, msg);
     }
     // Forbidden: the guard (more in the forgery tests).
-    let o = probe_timed(&deny(&["127.0.0.0/8"]), &mk(&format!("host: {}", ok.url()))).await;
+    let o = probe_timed(
+        &deny(&["127.0.0.0/8"]),
+        &mk(&format!("host: {}", targets.ok.url())),
+    )
+    .await;
     expect(&o, Reason::Forbidden, "may not probe");
     // InvalidSpec: what admission cannot see (a Secret key that is missing).
     let err = plan(
@@ -436,4 +350,128 @@ async fn every_reason_from_a_target_built_for_it() {
     )
     .unwrap_err();
     assert!(err.contains("Secret \"tok\" not found"), "{err}");
+}
+
+type Values = Vec<(ValueRef, Vec<u8>)>;
+
+/// The targets of `every_reason_from_a_target_built_for_it`.
+struct ReasonTargets {
+    /// Answers 200 "hello", or as its path says: /500, /slow (200 ms), /hang (30 s).
+    ok: Server,
+    /// HTTPS, with a certificate for another name from `pki`.
+    tls: Server,
+    /// Greets like an SSH server.
+    garbage: Server,
+    pki: TestCa,
+}
+
+impl ReasonTargets {
+    async fn start() -> ReasonTargets {
+        let ok = Server::http("127.0.0.1:0", |s| match s.uri.as_str() {
+            "/500" => Answer::status(500),
+            "/slow" => Answer {
+                delay: Duration::from_millis(200),
+                ..Answer::text("")
+            },
+            "/hang" => Answer {
+                delay: Duration::from_secs(30),
+                ..Answer::text("")
+            },
+            _ => Answer::text("hello"),
+        })
+        .await;
+        let pki = TestCa::new();
+        let other_name = pki.leaf_valid(&["another.example"], -1, 30);
+        let tls = Server::https("127.0.0.1:0", server_tls(&other_name, BOTH, None), |_| {
+            Answer::text("")
+        })
+        .await;
+        let garbage = Server::raw("127.0.0.1:0", |mut s| async move {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        })
+        .await;
+        ReasonTargets {
+            ok,
+            tls,
+            garbage,
+            pki,
+        }
+    }
+
+    /// `(reason, spec, referenced values, part of the message)`.
+    fn cases(&self) -> Vec<(Reason, String, Values, &'static str)> {
+        let ca = vec![(
+            ValueRef::secret("ca", "pem"),
+            self.pki.pem.as_bytes().to_vec(),
+        )];
+        vec![
+            (
+                Reason::ProbeSucceeded,
+                format!("host: {}", self.ok.url()),
+                vec![],
+                "HTTP 200",
+            ),
+            (
+                Reason::DnsError,
+                "host: http://no-such-host.invalid".into(),
+                vec![],
+                "cannot resolve no-such-host.invalid",
+            ),
+            (
+                Reason::ConnectError,
+                format!("host: http://127.0.0.1:{}", closed_port()),
+                vec![],
+                "connection refused",
+            ),
+            (
+                Reason::TlsError,
+                format!("host: https://{}", self.ok.addr),
+                vec![],
+                "TLS handshake failed",
+            ),
+            (
+                Reason::CertificateInvalid,
+                format!(
+                    "host: {}\ntls: {{caBundle: {{secretKeyRef: {{name: ca, key: pem}}}}}}",
+                    self.tls.https_url()
+                ),
+                ca,
+                "not valid for the server name",
+            ),
+            (
+                Reason::Timeout,
+                format!("host: {}\npath: /hang", self.ok.url()),
+                vec![],
+                "timed out after 1s during response headers",
+            ),
+            (
+                Reason::UnexpectedStatus,
+                format!("host: {}\npath: /500", self.ok.url()),
+                vec![],
+                "HTTP 500, not an expected status",
+            ),
+            (
+                Reason::BodyMismatch,
+                format!("host: {}\nbodyMatch: {{regex: goodbye}}", self.ok.url()),
+                vec![],
+                "does not match",
+            ),
+            (
+                Reason::SlowResponse,
+                format!(
+                    "host: {}\npath: /slow\nmaxResponseTimeMillis: 50",
+                    self.ok.url()
+                ),
+                vec![],
+                "slower than maxResponseTimeMillis 50",
+            ),
+            (
+                Reason::ProtocolError,
+                format!("host: {}", self.garbage.url()),
+                vec![],
+                "no valid HTTP response",
+            ),
+        ]
+    }
 }

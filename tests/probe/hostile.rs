@@ -95,147 +95,19 @@ impl Hostile {
         ("silent", Reason::Timeout, "during response headers"),
     ];
 
+    /// Starts one target of each kind, on loopback.
     pub(super) async fn start() -> Hostile {
         let mut servers = HashMap::new();
-        // Answers one byte a second, never finishing the head.
-        servers.insert(
-            "slow-headers",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                for b in b"HTTP/1.1 200 OK\r\nX-Slow: 1111111111111111111111111111111111".iter() {
-                    if s.write_all(&[*b]).await.is_err() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            })
-            .await,
-        );
-        // 60 KiB of headers at once (just under the 64 KiB head limit), then a
-        // byte a second: the prober holds a nearly full buffer until the deadline.
-        servers.insert(
-            "fat-headers",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
-                for i in 0..60 {
-                    head.extend_from_slice(
-                        format!("X-Fat-{i:02}: {}\r\n", "f".repeat(1000)).as_bytes(),
-                    );
-                }
-                if s.write_all(&head).await.is_err() {
-                    return;
-                }
-                for _ in 0..30 {
-                    if s.write_all(b"X").await.is_err() {
-                        return;
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            })
-            .await,
-        );
-        // 60 KiB of body at once, then a byte every 100 ms (the checker keeps
-        // the body for bodyMatch).
-        servers.insert(
-            "fat-body",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n")
-                    .await;
-                if s.write_all(&vec![b'z'; 60 * 1024]).await.is_err() {
-                    return;
-                }
-                while s.write_all(b"z").await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-            .await,
-        );
-        // A fast body that never ends.
-        servers.insert(
-            "endless-body",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
-                    .await;
-                let chunk = vec![b'x'; 16 * 1024];
-                while s.write_all(&chunk).await.is_ok() {}
-            })
-            .await,
-        );
-        // A body that never ends, 10 bytes every 100 ms.
-        servers.insert(
-            "trickle-body",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
-                    .await;
-                while s.write_all(b"0123456789").await.is_ok() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            })
-            .await,
-        );
-        // 1 MiB of headers.
-        servers.insert(
-            "huge-headers",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
-                let mut i = 0;
-                while head.len() < 1024 * 1024 {
-                    head.extend_from_slice(
-                        format!("X-Pad-{i}: {}\r\n", "a".repeat(1000)).as_bytes(),
-                    );
-                    i += 1;
-                }
-                head.extend_from_slice(b"\r\n");
-                let _ = s.write_all(&head).await;
-                tokio::time::sleep(Duration::from_secs(3)).await;
-            })
-            .await,
-        );
-        servers.insert(
-            "redirect-loop",
-            Server::http("127.0.0.1:0", |_| Answer::redirect(302, "/again")).await,
-        );
-        // Accepts TCP, never speaks TLS.
-        servers.insert(
-            "tls-stall",
-            Server::raw("127.0.0.1:0", |s| async move {
-                tokio::time::sleep(Duration::from_secs(30)).await;
-                drop(s);
-            })
-            .await,
-        );
-        // Promises 100 kB, sends 1 kB, then resets the connection.
-        servers.insert(
-            "reset",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
-                    .await;
-                let _ = s.write_all(&[b'y'; 1000]).await;
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                let _ = s.set_zero_linger();
-                drop(s);
-            })
-            .await,
-        );
-        servers.insert(
-            "non-http",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
-                read_head(&mut s).await;
-                tokio::time::sleep(Duration::from_secs(3)).await;
-            })
-            .await,
-        );
+        servers.insert("slow-headers", slow_headers().await);
+        servers.insert("fat-headers", fat_headers().await);
+        servers.insert("fat-body", fat_body().await);
+        servers.insert("endless-body", endless_body().await);
+        servers.insert("trickle-body", trickle_body().await);
+        servers.insert("huge-headers", huge_headers().await);
+        servers.insert("redirect-loop", redirect_loop().await);
+        servers.insert("tls-stall", tls_stall().await);
+        servers.insert("reset", reset_mid_body().await);
+        servers.insert("non-http", non_http().await);
         // Valid for another name, from a CA the checker trusts (caBundle).
         let pki = TestCa::new();
         let leaf = pki.leaf_valid(&["another.example"], -1, 30);
@@ -246,15 +118,7 @@ impl Hostile {
             })
             .await,
         );
-        // Reads the request, never answers.
-        servers.insert(
-            "silent",
-            Server::raw("127.0.0.1:0", |mut s| async move {
-                read_head(&mut s).await;
-                tokio::time::sleep(Duration::from_secs(30)).await;
-            })
-            .await,
-        );
+        servers.insert("silent", silent().await);
         Hostile {
             servers,
             ca_pem: pki.pem,
@@ -290,4 +154,152 @@ impl Hostile {
             _ => format!("host: {}\n{t}", s.url()),
         }
     }
+}
+
+// ============================================================== the hostile targets
+
+/// Answers one byte a second, never finishing the head.
+async fn slow_headers() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        for b in b"HTTP/1.1 200 OK\r\nX-Slow: 1111111111111111111111111111111111".iter() {
+            if s.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+}
+
+/// 60 KiB of headers at once (just under the 64 KiB head limit), then a
+/// byte a second: the prober holds a nearly full buffer until the deadline.
+async fn fat_headers() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for i in 0..60 {
+            head.extend_from_slice(format!("X-Fat-{i:02}: {}\r\n", "f".repeat(1000)).as_bytes());
+        }
+        if s.write_all(&head).await.is_err() {
+            return;
+        }
+        for _ in 0..30 {
+            if s.write_all(b"X").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+}
+
+/// 60 KiB of body at once, then a byte every 100 ms (the checker keeps
+/// the body for bodyMatch).
+async fn fat_body() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000\r\n\r\n")
+            .await;
+        if s.write_all(&vec![b'z'; 60 * 1024]).await.is_err() {
+            return;
+        }
+        while s.write_all(b"z").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// A fast body that never ends.
+async fn endless_body() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+            .await;
+        let chunk = vec![b'x'; 16 * 1024];
+        while s.write_all(&chunk).await.is_ok() {}
+    })
+    .await
+}
+
+/// A body that never ends, 10 bytes every 100 ms.
+async fn trickle_body() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
+            .await;
+        while s.write_all(b"0123456789").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// 1 MiB of headers.
+async fn huge_headers() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let mut head = b"HTTP/1.1 200 OK\r\n".to_vec();
+        let mut i = 0;
+        while head.len() < 1024 * 1024 {
+            head.extend_from_slice(format!("X-Pad-{i}: {}\r\n", "a".repeat(1000)).as_bytes());
+            i += 1;
+        }
+        head.extend_from_slice(b"\r\n");
+        let _ = s.write_all(&head).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    })
+    .await
+}
+
+/// Redirects to itself, forever.
+async fn redirect_loop() -> Server {
+    Server::http("127.0.0.1:0", |_| Answer::redirect(302, "/again")).await
+}
+
+/// Accepts TCP, never speaks TLS.
+async fn tls_stall() -> Server {
+    Server::raw("127.0.0.1:0", |s| async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        drop(s);
+    })
+    .await
+}
+
+/// Promises 100 kB, sends 1 kB, then resets the connection.
+async fn reset_mid_body() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        let _ = s
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            .await;
+        let _ = s.write_all(&[b'y'; 1000]).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let _ = s.set_zero_linger();
+        drop(s);
+    })
+    .await
+}
+
+/// Greets like an SSH server.
+async fn non_http() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").await;
+        read_head(&mut s).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+    })
+    .await
+}
+
+/// Reads the request, never answers.
+async fn silent() -> Server {
+    Server::raw("127.0.0.1:0", |mut s| async move {
+        read_head(&mut s).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await
 }

@@ -81,6 +81,16 @@ pub(super) async fn wait_condition(
     .await
 }
 
+/// `wait_condition` on the Ready condition, within 20 s.
+pub(super) async fn wait_ready(
+    api: &kube::Api<WebChecker>,
+    name: &str,
+    status: &str,
+    reason: &str,
+) -> webchecker::api::Condition {
+    wait_condition(api, name, "Ready", status, reason, Duration::from_secs(20)).await
+}
+
 pub(super) async fn secret(
     client: &kube::Client,
     ns: &str,
