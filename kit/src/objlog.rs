@@ -30,6 +30,10 @@ use webchecker::assignment::{
     DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, OWNER_LABEL,
 };
 
+/// The kube-apiserver flag that stores every object as JSON in etcd, where
+/// [`ObjectLog::from_etcd`] reads them (Leases are protobuf otherwise).
+pub const JSON_STORAGE: &str = "--storage-media-type=application/json";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecKind {
     Added,

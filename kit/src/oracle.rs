@@ -1,7 +1,7 @@
 //! The invariants of docs/invariants.md checked from outside the operator: from the
 //! witness's probe log and from the object log (objlog.rs). Pure
 //! functions over those logs, so that they can be tested on made-up histories
-//! (tests/chaos/main.rs) before they judge a real one.
+//! (oracle/made_up.rs, oracle/tests.rs) before they judge a real one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::Hit;
 use super::objlog::{Gap, LeaseRec, ObjRec, RecKind};
+
+pub mod made_up;
 
 /// Prints instants relative to the start of a run.
 #[derive(Clone, Copy, Debug)]
@@ -726,38 +728,4 @@ pub fn zone_overlaps(hits: &[Hit], zone_of: &dyn Fn(&str) -> String) -> Vec<Stri
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hit(checker: &str, replica: &str, from_ms: u64, to_ms: u64, t0: Instant) -> Hit {
-        Hit {
-            checker: checker.into(),
-            replica: replica.into(),
-            start: t0 + Duration::from_millis(from_ms),
-            end: t0 + Duration::from_millis(to_ms),
-            headers: HashMap::new(),
-        }
-    }
-
-    #[test]
-    fn zone_overlaps_are_judged_per_checker_and_zone() {
-        let t0 = Instant::now();
-        let zone_of = |r: &str| r.rsplit('-').next().unwrap().to_string();
-        // Three zones probing one checker at once, one after the other in a zone: fine.
-        let fine = [
-            hit("c1", "r-a", 0, 50, t0),
-            hit("c1", "r-b", 10, 60, t0),
-            hit("c1", "r-c", 20, 70, t0),
-            hit("c1", "s-b", 100, 150, t0),
-            hit("c2", "s-b", 20, 70, t0),
-        ];
-        assert!(zone_overlaps(&fine, &zone_of).is_empty());
-        // Two replicas of zone b on c1 at once: one violation.
-        let mut bad = fine.to_vec();
-        bad.push(hit("c1", "t-b", 120, 130, t0));
-        assert_eq!(
-            zone_overlaps(&bad, &zone_of),
-            ["c1 in zone b: s-b and t-b probed at overlapping times"]
-        );
-    }
-}
+mod tests;

@@ -27,15 +27,14 @@
 //! focused runs); `CHAOS_APISERVER_ARGS` passes extra kube-apiserver flags
 //! (for example `--watch-cache=false`).
 //!
-//! The other tests of this file check the kit itself: the proxy's modes, the
-//! schedule, the oracle on made-up histories (in seconds, without a
-//! cluster), and the object log read from etcd against the API server's
-//! watch across compactions and restarts (a control plane of its own, ~40 s).
+//! The other tests of this binary check the campaign's own parts, in
+//! seconds and without a cluster (campaign_tests.rs): the schedule, the
+//! bounds, and the judgements on made-up histories. The kit's parts (the
+//! fault proxy, the Prng, the oracle, the object log) are tested in the kit.
 
 mod campaign;
+mod campaign_tests;
 mod judge;
-mod kit_tests;
-mod proxy_tests;
 mod report;
 use webchecker_kit as support;
 mod window;
@@ -53,7 +52,6 @@ use support::objlog::*;
 use support::oracle::*;
 use support::*;
 use webchecker::WATCH_IDLE_LIMIT;
-use webchecker::api::MEMBER_LABEL;
 
 // ============================================================== settings
 
@@ -73,9 +71,6 @@ const NEW_PER_WINDOW: usize = 3;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How far the test's own watch may lag a replica's.
 const WATCH_SLACK: Duration = Duration::from_secs(2);
-/// The kube-apiserver flag that stores every object as JSON in etcd, where
-/// the object log reads them (Leases are protobuf otherwise).
-const JSON_STORAGE: &str = "--storage-media-type=application/json";
 
 /// From a fault to every checker of a dead (or cut-off) replica reassigned:
 /// the judge's clock may have to start afresh (a new leader, or the judge's
