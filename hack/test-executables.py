@@ -3,7 +3,9 @@
 on stdin: prints the compiler's messages as cargo would (stderr) and writes
 the test executables to the file named by argv[1], one per line as
 `<name> <package dir> <path>` where name is what hack/test.sh calls the
-binary (lib, bins, kit, or a tests/ file's name)."""
+binary (lib, bins, kit, or a tests/ file's name); the kit's unit tests and
+its own integration tests (kit/tests/) are all `kit`, run one after the
+other."""
 import json
 import os
 import sys
@@ -25,10 +27,12 @@ for line in sys.stdin:
         kinds = target["kind"]
         pkg_dir = os.path.dirname(msg["manifest_path"])
         pkg = os.path.basename(pkg_dir) if pkg_dir != os.getcwd() else "."
-        if "test" in kinds and pkg == ".":
+        if pkg == "kit":
+            name = "kit"
+        elif "test" in kinds and pkg == ".":
             name = target["name"]
         elif "lib" in kinds:
-            name = {".": "lib", "kit": "kit"}.get(pkg, pkg + "-lib")
+            name = "lib" if pkg == "." else pkg + "-lib"
         elif "bin" in kinds and pkg == ".":
             name = "bins"
         else:

@@ -48,8 +48,9 @@ export CARGO_INCREMENTAL=0
 
 PURE=(lib api-lib probe-lib bins bench-bench generated properties ring_chains chart_test_hook overload)
 # After the pure ones, the end-to-end ones that need only the control plane;
-# then those that need the probe peers or Prometheus 3 (kit, protocols,
-# chart_alerts and metric_labels need no control plane but those tools,
+# then those that need the probe peers or Prometheus 3 (protocols,
+# chart_alerts and metric_labels need no control plane but those tools; kit
+# those tools and, in kit/tests/, a control plane of its own; the tools are
 # built in the background after the control plane's: placed here they find
 # them built rather than hold the lane up; examples needs the peers, the
 # Gateway API CRDs and flux-health, built after Prometheus 3, and waits for

@@ -253,3 +253,18 @@ fn run_script(sub: &str, dir: &Path, limit: Duration) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prng_is_splitmix64() {
+        let mut p = Prng::new(0);
+        assert_eq!(p.next_u64(), 0xe220_a839_7b1d_cdaf);
+        assert_eq!(p.next_u64(), 0x6e78_9e6a_a1b9_65f4);
+        let mut q = Prng::new(42);
+        let d = q.between(Duration::from_secs(5), Duration::from_secs(30));
+        assert!(d >= Duration::from_secs(5) && d <= Duration::from_secs(30));
+    }
+}

@@ -30,6 +30,10 @@ use webchecker::assignment::{
     DRAIN_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION, OWNER_LABEL,
 };
 
+/// The kube-apiserver flag that stores every object as JSON in etcd, where
+/// [`ObjectLog::from_etcd`] reads them (Leases are protobuf otherwise).
+pub const JSON_STORAGE: &str = "--storage-media-type=application/json";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecKind {
     Added,
@@ -348,56 +352,29 @@ impl Logged for Lease {
     }
 }
 
+/// How long a list or the start of a watch may take.
+const CALL: Duration = Duration::from_secs(15);
+
 /// List, then watch from the list's resourceVersion; resume after errors from
 /// the last version seen; re-list only on 410 Gone. Retries are bounded in
 /// time (a few hundred ms), never given up.
 async fn watch_loop<K: Logged>(api: Api<K>, state: Arc<Mutex<LogState>>) {
-    let error = |e: String| {
-        state
-            .lock()
-            .unwrap()
-            .watch_error(Instant::now(), K::WHAT, e)
-    };
+    let error = |e: String| note_error::<K>(&state, e);
     let mut resume: Option<String> = None;
-    let call = Duration::from_secs(15);
     loop {
         let rv = match resume.clone() {
             Some(rv) => rv,
-            None => {
-                let mut lp = ListParams::default();
-                if let Some(l) = K::selector() {
-                    lp = lp.labels(&l);
-                }
-                match tokio::time::timeout(call, api.list(&lp)).await {
-                    Ok(Ok(list)) => {
-                        let rv = list.metadata.resource_version.clone().unwrap_or_default();
-                        let list_rv = rv.parse().unwrap_or(0);
-                        K::listed(
-                            &mut state.lock().unwrap(),
-                            Instant::now(),
-                            &list.items,
-                            list_rv,
-                        );
-                        rv
-                    }
-                    Ok(Err(e)) => {
-                        error(format!("list: {e}"));
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        continue;
-                    }
-                    Err(_) => {
-                        error("list: no answer in 15s".into());
-                        continue;
-                    }
-                }
-            }
+            None => match list(&api, &state).await {
+                Some(rv) => rv,
+                None => continue,
+            },
         };
         resume = Some(rv.clone());
         let mut wp = WatchParams::default().timeout(50);
         if let Some(l) = K::selector() {
             wp = wp.labels(&l);
         }
-        let stream = match tokio::time::timeout(call, api.watch(&wp, &rv)).await {
+        let stream = match tokio::time::timeout(CALL, api.watch(&wp, &rv)).await {
             Ok(Ok(s)) => s,
             Ok(Err(kube::Error::Api(s))) if s.code == 410 => {
                 error("watch: 410 Gone".into());
@@ -414,44 +391,94 @@ async fn watch_loop<K: Logged>(api: Api<K>, state: Arc<Mutex<LogState>>) {
                 continue;
             }
         };
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            // The server ends a watch after `timeout` (50 s) and sends
-            // bookmarks meanwhile; 70 s of silence means a dead connection.
-            let ev = match tokio::time::timeout(Duration::from_secs(70), stream.next()).await {
-                Ok(Some(ev)) => ev,
-                Ok(None) => break,
-                Err(_) => {
-                    error("watch: silent for 70s".into());
-                    break;
-                }
-            };
-            let (kind, obj) = match ev {
-                Ok(WatchEvent::Added(o)) => (RecKind::Added, o),
-                Ok(WatchEvent::Modified(o)) => (RecKind::Modified, o),
-                Ok(WatchEvent::Deleted(o)) => (RecKind::Deleted, o),
-                Ok(WatchEvent::Bookmark(b)) => {
-                    resume = Some(b.metadata.resource_version);
-                    continue;
-                }
-                Ok(WatchEvent::Error(s)) => {
-                    error(format!("watch event: {} {}", s.code, s.message));
-                    if s.code == 410 {
-                        resume = None;
-                    }
-                    break;
-                }
-                Err(e) => {
-                    error(format!("watch stream: {e}"));
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    break;
-                }
-            };
-            if let Some(rv) = obj.meta().resource_version.clone() {
-                resume = Some(rv);
-            }
-            K::changed(&mut state.lock().unwrap(), Instant::now(), kind, &obj);
+        follow_watch(stream, &state, &mut resume).await;
+    }
+}
+
+fn note_error<K: Logged>(state: &Mutex<LogState>, e: String) {
+    state
+        .lock()
+        .unwrap()
+        .watch_error(Instant::now(), K::WHAT, e)
+}
+
+/// A (re-)list of `K`, recorded: the resourceVersion to watch from, or
+/// `None` after an error (noted; the caller lists again).
+async fn list<K: Logged>(api: &Api<K>, state: &Mutex<LogState>) -> Option<String> {
+    let mut lp = ListParams::default();
+    if let Some(l) = K::selector() {
+        lp = lp.labels(&l);
+    }
+    match tokio::time::timeout(CALL, api.list(&lp)).await {
+        Ok(Ok(list)) => {
+            let rv = list.metadata.resource_version.clone().unwrap_or_default();
+            let list_rv = rv.parse().unwrap_or(0);
+            K::listed(
+                &mut state.lock().unwrap(),
+                Instant::now(),
+                &list.items,
+                list_rv,
+            );
+            Some(rv)
         }
+        Ok(Err(e)) => {
+            note_error::<K>(state, format!("list: {e}"));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            None
+        }
+        Err(_) => {
+            note_error::<K>(state, "list: no answer in 15s".into());
+            None
+        }
+    }
+}
+
+/// Records the changes one watch delivers until it ends, fails or falls
+/// silent; `resume` follows the last version seen (`None` after 410 Gone:
+/// list again).
+async fn follow_watch<K: Logged>(
+    stream: impl futures::Stream<Item = kube::Result<WatchEvent<K>>>,
+    state: &Mutex<LogState>,
+    resume: &mut Option<String>,
+) {
+    let error = |e: String| note_error::<K>(state, e);
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        // The server ends a watch after `timeout` (50 s) and sends
+        // bookmarks meanwhile; 70 s of silence means a dead connection.
+        let ev = match tokio::time::timeout(Duration::from_secs(70), stream.next()).await {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break,
+            Err(_) => {
+                error("watch: silent for 70s".into());
+                break;
+            }
+        };
+        let (kind, obj) = match ev {
+            Ok(WatchEvent::Added(o)) => (RecKind::Added, o),
+            Ok(WatchEvent::Modified(o)) => (RecKind::Modified, o),
+            Ok(WatchEvent::Deleted(o)) => (RecKind::Deleted, o),
+            Ok(WatchEvent::Bookmark(b)) => {
+                *resume = Some(b.metadata.resource_version);
+                continue;
+            }
+            Ok(WatchEvent::Error(s)) => {
+                error(format!("watch event: {} {}", s.code, s.message));
+                if s.code == 410 {
+                    *resume = None;
+                }
+                break;
+            }
+            Err(e) => {
+                error(format!("watch stream: {e}"));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                break;
+            }
+        };
+        if let Some(rv) = obj.meta().resource_version.clone() {
+            *resume = Some(rv);
+        }
+        K::changed(&mut state.lock().unwrap(), Instant::now(), kind, &obj);
     }
 }
 

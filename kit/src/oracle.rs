@@ -1,7 +1,7 @@
 //! The invariants of docs/invariants.md checked from outside the operator: from the
 //! witness's probe log and from the object log (objlog.rs). Pure
 //! functions over those logs, so that they can be tested on made-up histories
-//! (tests/chaos/main.rs) before they judge a real one.
+//! (oracle/made_up.rs, oracle/tests.rs) before they judge a real one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::Hit;
 use super::objlog::{Gap, LeaseRec, ObjRec, RecKind};
+
+pub mod made_up;
 
 /// Prints instants relative to the start of a run.
 #[derive(Clone, Copy, Debug)]
@@ -514,79 +516,111 @@ pub fn fencing(
         if e.at <= from || e.at > to {
             continue;
         }
-        let name = e.name.as_str();
         if e.status != p.status {
-            let writer = e.status_owner.as_deref().unwrap_or("(none)");
-            if e.status_owner != e.owner {
-                out.push(Violation::new(
-                    Inv::Fencing,
-                    Some(name),
-                    &[writer],
-                    e.at,
-                    format!(
-                        "{name}: status written by {writer} landed at rv {} (seen {}) while the owner label named {} (epoch {}{})",
-                        e.rv,
-                        clk.t(e.at),
-                        e.owner.as_deref().unwrap_or("nobody"),
-                        e.epoch.as_deref().unwrap_or("-"),
-                        e.drain.as_ref().map(|d| format!(", draining to {d}")).unwrap_or_default()
-                    ),
-                ));
-            } else if let Some(epoch) = &e.epoch
-                && let Some((drv, dat, _)) = deleted.get(epoch.as_str())
-                && *drv < e.rv
-                && !graceful(writer, e.at)
-            {
-                out.push(Violation::new(
-                    Inv::Fencing,
-                    Some(name),
-                    &[writer],
-                    e.at,
-                    format!(
-                        "{name}: status written by {writer} landed at rv {} (seen {}) after its Lease {epoch} was deleted at rv {drv} (seen {})",
-                        e.rv,
-                        clk.t(e.at),
-                        clk.t(*dat)
-                    ),
-                ));
-            }
+            out.extend(unfenced_status_write(e, &deleted, graceful, clk));
         }
-        let handed_over =
-            p.drain.as_ref() == e.owner.as_ref() && e.handed_over_from.as_ref() == p.owner.as_ref();
-        if let (Some(po), Some(eo)) = (&p.owner, &e.owner)
-            && (po, &p.epoch) != (eo, &e.epoch)
-            && !handed_over
-        {
-            let proven = match p.epoch.as_deref().and_then(|pe| deleted.get(pe)) {
-                Some((drv, _, false)) => *drv < e.rv,
-                // Deleted during a gap of the Lease watch: the rv is only an
-                // upper bound, the order unknown; give the benefit of the doubt.
-                Some((_, _, true)) => true,
-                None => false,
-            };
-            if !proven {
-                let lease = match p.epoch.as_deref().and_then(|pe| deleted.get(pe)) {
-                    Some((drv, dat, _)) => {
-                        format!("deleted only later, at rv {drv} (seen {})", clk.t(*dat))
-                    }
-                    None => "never deleted".to_string(),
-                };
-                out.push(Violation::new(
-                    Inv::Proof,
-                    Some(name),
-                    &[po, eo],
-                    e.at,
-                    format!(
-                        "{name}: moved from {po} to {eo} at rv {} (seen {}) without proof that {po} was gone: its Lease {} was {lease}",
-                        e.rv,
-                        clk.t(e.at),
-                        p.epoch.as_deref().unwrap_or("-")
-                    ),
-                ));
-            }
-        }
+        out.extend(unproven_move(p, e, &deleted, clk));
     }
     out
+}
+
+/// Lease deletions by UID, as [`lease_deletions`] gives them.
+type Deletions<'a> = HashMap<&'a str, (u64, Instant, bool)>;
+
+/// Invariant 3 for the status write that made version `e`: from the owner
+/// its owner label names, before the Lease of its epoch was deleted.
+fn unfenced_status_write(
+    e: &ObjRec,
+    deleted: &Deletions<'_>,
+    graceful: &dyn Fn(&str, Instant) -> bool,
+    clk: &Clock,
+) -> Option<Violation> {
+    let name = e.name.as_str();
+    let writer = e.status_owner.as_deref().unwrap_or("(none)");
+    if e.status_owner != e.owner {
+        return Some(Violation::new(
+            Inv::Fencing,
+            Some(name),
+            &[writer],
+            e.at,
+            format!(
+                "{name}: status written by {writer} landed at rv {} (seen {}) while the owner label named {} (epoch {}{})",
+                e.rv,
+                clk.t(e.at),
+                e.owner.as_deref().unwrap_or("nobody"),
+                e.epoch.as_deref().unwrap_or("-"),
+                e.drain
+                    .as_ref()
+                    .map(|d| format!(", draining to {d}"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    let epoch = e.epoch.as_ref()?;
+    let (drv, dat, _) = deleted.get(epoch.as_str())?;
+    (*drv < e.rv && !graceful(writer, e.at)).then(|| {
+        Violation::new(
+            Inv::Fencing,
+            Some(name),
+            &[writer],
+            e.at,
+            format!(
+                "{name}: status written by {writer} landed at rv {} (seen {}) after its Lease {epoch} was deleted at rv {drv} (seen {})",
+                e.rv,
+                clk.t(e.at),
+                clk.t(*dat)
+            ),
+        )
+    })
+}
+
+/// The proof rule for the change from version `p` to `e`: a move from one
+/// replica to another comes after the old owner's Lease was deleted, unless
+/// it is the old owner's own drain acknowledgement.
+fn unproven_move(
+    p: &ObjRec,
+    e: &ObjRec,
+    deleted: &Deletions<'_>,
+    clk: &Clock,
+) -> Option<Violation> {
+    let handed_over =
+        p.drain.as_ref() == e.owner.as_ref() && e.handed_over_from.as_ref() == p.owner.as_ref();
+    let (Some(po), Some(eo)) = (&p.owner, &e.owner) else {
+        return None;
+    };
+    if (po, &p.epoch) == (eo, &e.epoch) || handed_over {
+        return None;
+    }
+    let deletion = p.epoch.as_deref().and_then(|pe| deleted.get(pe));
+    let proven = match deletion {
+        Some((drv, _, false)) => *drv < e.rv,
+        // Deleted during a gap of the Lease watch: the rv is only an
+        // upper bound, the order unknown; give the benefit of the doubt.
+        Some((_, _, true)) => true,
+        None => false,
+    };
+    if proven {
+        return None;
+    }
+    let lease = match deletion {
+        Some((drv, dat, _)) => {
+            format!("deleted only later, at rv {drv} (seen {})", clk.t(*dat))
+        }
+        None => "never deleted".to_string(),
+    };
+    let name = e.name.as_str();
+    Some(Violation::new(
+        Inv::Proof,
+        Some(name),
+        &[po, eo],
+        e.at,
+        format!(
+            "{name}: moved from {po} to {eo} at rv {} (seen {}) without proof that {po} was gone: its Lease {} was {lease}",
+            e.rv,
+            clk.t(e.at),
+            p.epoch.as_deref().unwrap_or("-")
+        ),
+    ))
 }
 
 /// Ownership changes of assigned checkers seen in [from, to]: drains
@@ -726,38 +760,4 @@ pub fn zone_overlaps(hits: &[Hit], zone_of: &dyn Fn(&str) -> String) -> Vec<Stri
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hit(checker: &str, replica: &str, from_ms: u64, to_ms: u64, t0: Instant) -> Hit {
-        Hit {
-            checker: checker.into(),
-            replica: replica.into(),
-            start: t0 + Duration::from_millis(from_ms),
-            end: t0 + Duration::from_millis(to_ms),
-            headers: HashMap::new(),
-        }
-    }
-
-    #[test]
-    fn zone_overlaps_are_judged_per_checker_and_zone() {
-        let t0 = Instant::now();
-        let zone_of = |r: &str| r.rsplit('-').next().unwrap().to_string();
-        // Three zones probing one checker at once, one after the other in a zone: fine.
-        let fine = [
-            hit("c1", "r-a", 0, 50, t0),
-            hit("c1", "r-b", 10, 60, t0),
-            hit("c1", "r-c", 20, 70, t0),
-            hit("c1", "s-b", 100, 150, t0),
-            hit("c2", "s-b", 20, 70, t0),
-        ];
-        assert!(zone_overlaps(&fine, &zone_of).is_empty());
-        // Two replicas of zone b on c1 at once: one violation.
-        let mut bad = fine.to_vec();
-        bad.push(hit("c1", "t-b", 120, 130, t0));
-        assert_eq!(
-            zone_overlaps(&bad, &zone_of),
-            ["c1 in zone b: s-b and t-b probed at overlapping times"]
-        );
-    }
-}
+mod tests;

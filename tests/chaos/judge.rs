@@ -1,7 +1,7 @@
 //! Judgements of the campaign on its logs beyond kit/src/oracle.rs: until
 //! when a replica could not hear that its Lease was gone (the end of the
 //! cut-off exception), and when a (re)started replica was back. Pure
-//! functions, tested on made-up histories in kit_tests.rs.
+//! functions, tested on made-up histories in campaign_tests.rs.
 
 use super::*;
 

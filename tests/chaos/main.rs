@@ -27,15 +27,14 @@
 //! focused runs); `CHAOS_APISERVER_ARGS` passes extra kube-apiserver flags
 //! (for example `--watch-cache=false`).
 //!
-//! The other tests of this file check the kit itself: the proxy's modes, the
-//! schedule, the oracle on made-up histories (in seconds, without a
-//! cluster), and the object log read from etcd against the API server's
-//! watch across compactions and restarts (a control plane of its own, ~40 s).
+//! The other tests of this binary check the campaign's own parts, in
+//! seconds and without a cluster (campaign_tests.rs): the schedule, the
+//! bounds, and the judgements on made-up histories. The kit's parts (the
+//! fault proxy, the Prng, the oracle, the object log) are tested in the kit.
 
 mod campaign;
+mod campaign_tests;
 mod judge;
-mod kit_tests;
-mod proxy_tests;
 mod report;
 use webchecker_kit as support;
 mod window;
@@ -53,7 +52,6 @@ use support::objlog::*;
 use support::oracle::*;
 use support::*;
 use webchecker::WATCH_IDLE_LIMIT;
-use webchecker::api::MEMBER_LABEL;
 
 // ============================================================== settings
 
@@ -73,9 +71,6 @@ const NEW_PER_WINDOW: usize = 3;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How far the test's own watch may lag a replica's.
 const WATCH_SLACK: Duration = Duration::from_secs(2);
-/// The kube-apiserver flag that stores every object as JSON in etcd, where
-/// the object log reads them (Leases are protobuf otherwise).
-const JSON_STORAGE: &str = "--storage-media-type=application/json";
 
 /// From a fault to every checker of a dead (or cut-off) replica reassigned:
 /// the judge's clock may have to start afresh (a new leader, or the judge's
@@ -453,26 +448,7 @@ impl Schedule {
                 (Fault::Blip(targets), hold)
             }
             "proxy:black-hole" | "proxy:stall-open" | "proxy:reset" | "proxy:hang"
-            | "proxy:errors" | "proxy:latency" => {
-                let mode = match kind {
-                    "proxy:black-hole" => ProxyMode::BlackHole,
-                    "proxy:stall-open" => ProxyMode::StallOpen,
-                    "proxy:reset" => ProxyMode::Reset,
-                    "proxy:hang" => ProxyMode::Hang,
-                    "proxy:errors" => ProxyMode::Errors {
-                        share: *r.pick(&[0.1, 0.3, 0.5, 1.0]),
-                        codes: r
-                            .pick(&[&[429u16][..], &[500], &[503], &[429, 500, 503]])
-                            .to_vec(),
-                    },
-                    _ => ProxyMode::Latency(
-                        r.between(Duration::from_millis(50), Duration::from_millis(800)),
-                    ),
-                };
-                let hold = r.between(s(4), if self.deck_only { s(12) } else { s(25) });
-                let targets = self.targets();
-                (Fault::Proxy { mode, targets }, hold)
-            }
+            | "proxy:errors" | "proxy:latency" => self.proxy(kind),
             "sigkill" => {
                 let longest = if self.deck_only { s(16) } else { s(25) };
                 let hold = r.between(failover_bound() + INTERVAL, longest);
@@ -511,6 +487,31 @@ impl Schedule {
 }
 
 impl Schedule {
+    /// One of the proxy's modes (`kind`, "proxy:..."), for 4-25 s (4-12 in a
+    /// deck), on some of the replicas.
+    fn proxy(&mut self, kind: &str) -> (Fault, Duration) {
+        let s = Duration::from_secs;
+        let r = &mut self.rng;
+        let mode = match kind {
+            "proxy:black-hole" => ProxyMode::BlackHole,
+            "proxy:stall-open" => ProxyMode::StallOpen,
+            "proxy:reset" => ProxyMode::Reset,
+            "proxy:hang" => ProxyMode::Hang,
+            "proxy:errors" => ProxyMode::Errors {
+                share: *r.pick(&[0.1, 0.3, 0.5, 1.0]),
+                codes: r
+                    .pick(&[&[429u16][..], &[500], &[503], &[429, 500, 503]])
+                    .to_vec(),
+            },
+            _ => {
+                ProxyMode::Latency(r.between(Duration::from_millis(50), Duration::from_millis(800)))
+            }
+        };
+        let hold = r.between(s(4), if self.deck_only { s(12) } else { s(25) });
+        let targets = self.targets();
+        (Fault::Proxy { mode, targets }, hold)
+    }
+
     /// A busy API server and a lost replica: errors (30% or 50%, 429 or
     /// 429/503) or latency (50-800 ms) on every proxy, and a non-leader
     /// killed (`errors+sigkill`), the leader killed (`errors+leader-kill`) or
@@ -633,97 +634,111 @@ async fn randomized_fault_campaign() {
         length.describe(),
         length.arg()
     );
-    let args = std::env::var("CHAOS_APISERVER_ARGS").unwrap_or_default();
-    let args = format!("{args} {JSON_STORAGE}");
-    let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_with("chaos", &args)));
-    let ns = cluster.namespace("chaos");
-    let client = cluster.client().await;
-    let witness = Witness::start().await;
-    let objs = ObjectLog::from_etcd(cluster, &ns).await;
-    let mut proxies = Vec::new();
-    for i in 0..REPLICAS {
-        proxies
-            .push(FaultProxy::for_cluster(cluster, &format!("r{i}"), seed ^ (i as u64 + 1)).await);
-    }
-    let level = if !matches!(length, Length::Minutes(m) if m > 10.0) {
-        "--log-level=info,webchecker=debug"
-    } else {
-        "--log-level=info"
-    };
-    let mut flags: Vec<&str> = FAST_LEASES.to_vec();
-    flags.push(level);
-    let ops: Vec<Operator> = (0..REPLICAS)
-        .map(|i| {
-            Operator::spawn_with_kubeconfig(
-                cluster,
-                &format!("r{i}"),
-                &ns,
-                &flags,
-                &proxies[i].kubeconfig,
-            )
-        })
-        .collect();
-    for o in &ops {
-        o.wait_ready(Duration::from_secs(60)).await;
-    }
-    let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i}")).collect();
-    let created = create_checkers(&client, &ns, &witness.url(), &names, INTERVAL_S).await;
-    let origin = Instant::now();
-    let mut c = Campaign {
-        seed,
-        clk: Clock { origin },
-        cluster,
-        cp: ControlPlane::new(cluster),
-        ns,
-        client,
-        witness,
-        probes: ProbeLog::default(),
-        objs,
-        proxies,
-        ops,
-        paused: HashSet::new(),
-        started: HashMap::new(),
-        checkers: names.iter().map(|n| (n.clone(), created[n])).collect(),
-        isolations: Vec::new(),
-        graceful: Vec::new(),
-        records: Vec::new(),
-        prev_check: origin,
-        aborted: None,
-    };
-    let all = c.all_names();
-    let settled = c
-        .wait_for(Duration::from_secs(90), |c| {
-            let seen = c.probes.probed_since(origin);
-            c.unowned(&all).is_empty()
-                && c.balance().2
-                && all.iter().all(|n| seen.contains(n.as_str()))
-        })
-        .await;
-    assert!(
-        settled.is_some(),
-        "seed {seed}: the fleet did not settle before the first fault: {}",
-        c.describe_unowned(&c.unowned(&all))
-    );
-    c.prev_check = Instant::now();
-    println!("chaos: {CHECKERS} checkers settled on {REPLICAS} replicas; faults begin");
+    let mut c = Campaign::start(seed, length).await;
+    c.settle_before_faults().await;
+    let ran = c.run_windows(length, &kinds).await;
+    c.finish(length, ran, &kinds);
+}
 
-    let began = Instant::now();
-    let mut schedule = Schedule::new(seed, kinds.clone());
-    schedule.deck_only = length == Length::Deck;
-    let more = |windows: usize| match length {
-        Length::Minutes(m) => began.elapsed().as_secs_f64() < m * 60.0,
-        Length::Deck => windows < kinds.len(),
-    };
-    while more(c.records.len()) && c.aborted.is_none() {
-        let w = schedule.next_window();
-        println!("chaos: {} (at {})", w.describe(), c.clk.t(Instant::now()));
-        let rec = c.run_window(&w).await;
+impl Campaign {
+    /// A control plane of its own, the witness, the object log, a proxy per
+    /// replica, the replicas ready, and the first checkers created.
+    async fn start(seed: u64, length: Length) -> Campaign {
+        let args = std::env::var("CHAOS_APISERVER_ARGS").unwrap_or_default();
+        let args = format!("{args} {JSON_STORAGE}");
+        let cluster: &'static Cluster = Box::leak(Box::new(Cluster::start_with("chaos", &args)));
+        let ns = cluster.namespace("chaos");
+        let client = cluster.client().await;
+        let witness = Witness::start().await;
+        let objs = ObjectLog::from_etcd(cluster, &ns).await;
+        let mut proxies = Vec::new();
+        for i in 0..REPLICAS {
+            proxies.push(
+                FaultProxy::for_cluster(cluster, &format!("r{i}"), seed ^ (i as u64 + 1)).await,
+            );
+        }
+        let ops = start_replicas(cluster, &ns, &proxies, length).await;
+        let names: Vec<String> = (0..CHECKERS).map(|i| format!("c{i}")).collect();
+        let created = create_checkers(&client, &ns, &witness.url(), &names, INTERVAL_S).await;
+        let origin = Instant::now();
+        Campaign {
+            seed,
+            clk: Clock { origin },
+            cluster,
+            cp: ControlPlane::new(cluster),
+            ns,
+            client,
+            witness,
+            probes: ProbeLog::default(),
+            objs,
+            proxies,
+            ops,
+            paused: HashSet::new(),
+            started: HashMap::new(),
+            checkers: names.iter().map(|n| (n.clone(), created[n])).collect(),
+            isolations: Vec::new(),
+            graceful: Vec::new(),
+            records: Vec::new(),
+            prev_check: origin,
+            aborted: None,
+        }
+    }
+
+    /// Waits for every checker to be owned, balanced and probed before the
+    /// first fault.
+    async fn settle_before_faults(&mut self) {
+        let seed = self.seed;
+        let origin = self.clk.origin;
+        let all = self.all_names();
+        let settled = self
+            .wait_for(Duration::from_secs(90), |c| {
+                let seen = c.probes.probed_since(origin);
+                c.unowned(&all).is_empty()
+                    && c.balance().2
+                    && all.iter().all(|n| seen.contains(n.as_str()))
+            })
+            .await;
+        assert!(
+            settled.is_some(),
+            "seed {seed}: the fleet did not settle before the first fault: {}",
+            self.describe_unowned(&self.unowned(&all))
+        );
+        self.prev_check = Instant::now();
+        println!("chaos: {CHECKERS} checkers settled on {REPLICAS} replicas; faults begin");
+    }
+
+    /// The windows of the schedule, one after another, for the campaign's
+    /// length (or until it is aborted); how long they ran.
+    async fn run_windows(&mut self, length: Length, kinds: &[&'static str]) -> Duration {
+        let began = Instant::now();
+        let mut schedule = Schedule::new(self.seed, kinds.to_vec());
+        schedule.deck_only = length == Length::Deck;
+        let more = |windows: usize| match length {
+            Length::Minutes(m) => began.elapsed().as_secs_f64() < m * 60.0,
+            Length::Deck => windows < kinds.len(),
+        };
+        while more(self.records.len()) && self.aborted.is_none() {
+            let w = schedule.next_window();
+            println!(
+                "chaos: {} (at {})",
+                w.describe(),
+                self.clk.t(Instant::now())
+            );
+            let rec = self.run_window(&w).await;
+            self.print_window(&w, &rec);
+            self.records.push(rec);
+        }
+        began.elapsed()
+    }
+
+    /// A window's violations (the first 5 per invariant) and measurements.
+    fn print_window(&self, w: &Window, rec: &WindowRecord) {
         let mut shown: HashMap<Inv, usize> = HashMap::new();
         for v in &rec.violations {
             let n = shown.entry(v.inv).or_default();
             *n += 1;
             if *n <= 5 {
-                println!("chaos: VIOLATION {}", violation_line(&c, &rec, v));
+                println!("chaos: VIOLATION {}", violation_line(self, rec, v));
             }
         }
         for (inv, n) in shown.iter().filter(|(_, n)| **n > 5) {
@@ -746,48 +761,84 @@ async fn randomized_fault_campaign() {
                 .unwrap_or_default(),
             rec.violations.len()
         );
-        c.records.push(rec);
     }
-    let ran = began.elapsed();
-    for (i, p) in c.proxies.iter().enumerate() {
-        println!("chaos: proxy r{i}: {}", p.stats());
-    }
-    let text = report(&c, length, ran, &kinds);
-    println!("{text}");
-    let path = repo().join("target").join("chaos-report.md");
-    let _ = std::fs::create_dir_all(path.parent().unwrap());
-    std::fs::write(&path, &text).unwrap();
-    let lines: Vec<String> = c
-        .records
-        .iter()
-        .flat_map(|w| {
-            w.violations
+
+    /// The report (stdout and target/chaos-report.md), the teardown, and
+    /// the verdict: no violation, not aborted.
+    fn finish(mut self, length: Length, ran: Duration, kinds: &[&str]) {
+        let seed = self.seed;
+        for (i, p) in self.proxies.iter().enumerate() {
+            println!("chaos: proxy r{i}: {}", p.stats());
+        }
+        let text = report(&self, length, ran, kinds);
+        println!("{text}");
+        let path = repo().join("target").join("chaos-report.md");
+        let _ = std::fs::create_dir_all(path.parent().unwrap());
+        std::fs::write(&path, &text).unwrap();
+        let lines: Vec<String> = self
+            .records
+            .iter()
+            .flat_map(|w| {
+                w.violations
+                    .iter()
+                    .map(|v| violation_line(&self, w, v))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let aborted = self.aborted.clone();
+        // Tear down: replicas first (they hold connections through the proxies).
+        self.ops.clear();
+        self.proxies.clear();
+        drop(self.objs);
+        drop(self.cp);
+        self.cluster.script("down");
+        assert!(
+            lines.is_empty() && aborted.is_none(),
+            "chaos campaign, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_MINUTES={} make chaos): {} violations{}; report {}\n{}",
+            length.arg(),
+            lines.len(),
+            aborted
+                .map(|a| format!(", aborted: {a}"))
+                .unwrap_or_default(),
+            path.display(),
+            lines
                 .iter()
-                .map(|v| violation_line(&c, w, v))
+                .take(30)
+                .cloned()
                 .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
+/// The replicas, each through its own proxy, once ready; at debug level
+/// unless the campaign runs over 10 minutes.
+async fn start_replicas(
+    cluster: &'static Cluster,
+    ns: &str,
+    proxies: &[FaultProxy],
+    length: Length,
+) -> Vec<Operator> {
+    let level = if !matches!(length, Length::Minutes(m) if m > 10.0) {
+        "--log-level=info,webchecker=debug"
+    } else {
+        "--log-level=info"
+    };
+    let mut flags: Vec<&str> = FAST_LEASES.to_vec();
+    flags.push(level);
+    let ops: Vec<Operator> = (0..REPLICAS)
+        .map(|i| {
+            Operator::spawn_with_kubeconfig(
+                cluster,
+                &format!("r{i}"),
+                ns,
+                &flags,
+                &proxies[i].kubeconfig,
+            )
         })
         .collect();
-    let aborted = c.aborted.clone();
-    // Tear down: replicas first (they hold connections through the proxies).
-    c.ops.clear();
-    c.proxies.clear();
-    drop(c.objs);
-    drop(c.cp);
-    cluster.script("down");
-    assert!(
-        lines.is_empty() && aborted.is_none(),
-        "chaos campaign, seed {seed} (replay: CHAOS_SEED={seed} CHAOS_MINUTES={} make chaos): {} violations{}; report {}\n{}",
-        length.arg(),
-        lines.len(),
-        aborted
-            .map(|a| format!(", aborted: {a}"))
-            .unwrap_or_default(),
-        path.display(),
-        lines
-            .iter()
-            .take(30)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    for o in &ops {
+        o.wait_ready(Duration::from_secs(60)).await;
+    }
+    ops
 }

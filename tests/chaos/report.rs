@@ -75,13 +75,22 @@ pub(super) fn fmt_d(d: Option<Duration>) -> String {
 }
 
 pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]) -> String {
-    let clk = c.clk;
     let mut r = String::new();
-    let all: Vec<(&WindowRecord, &Violation)> = c
-        .records
-        .iter()
-        .flat_map(|w| w.violations.iter().map(move |v| (w, v)))
-        .collect();
+    write_settings(&mut r, c, length, ran, kinds);
+    write_tallies(&mut r, c);
+    write_recovery(&mut r, c);
+    write_windows(&mut r, c);
+    write_violations(&mut r, c);
+    let _ = writeln!(
+        r,
+        "\nOperator logs: {} (operator-*.log).",
+        c.cluster.dir.display()
+    );
+    r
+}
+
+/// The seed and how to replay it, the campaign's settings, and its bounds.
+fn write_settings(r: &mut String, c: &Campaign, length: Length, ran: Duration, kinds: &[&str]) {
     let _ = writeln!(r, "# Chaos campaign report\n");
     let _ = writeln!(
         r,
@@ -128,7 +137,10 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
     if let Some(a) = &c.aborted {
         let _ = writeln!(r, "**Campaign aborted**: {a}\n");
     }
-    // Faults by kind.
+}
+
+/// Faults by kind, violations by invariant.
+fn write_tallies(r: &mut String, c: &Campaign) {
     let mut by_kind: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for w in &c.records {
         let e = by_kind.entry(w.kind).or_default();
@@ -144,12 +156,12 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
     for (k, (n, bad)) in &by_kind {
         let _ = writeln!(r, "| {k} | {n} | {bad} |");
     }
-    // Violations by invariant.
     let mut by_inv: BTreeMap<Inv, usize> = BTreeMap::new();
-    for (_, v) in &all {
+    for v in c.records.iter().flat_map(|w| &w.violations) {
         *by_inv.entry(v.inv).or_default() += 1;
     }
-    let _ = writeln!(r, "\n## Violations: {}\n", all.len());
+    let total: usize = by_inv.values().sum();
+    let _ = writeln!(r, "\n## Violations: {total}\n");
     if !by_inv.is_empty() {
         let _ = writeln!(r, "| invariant | violations |\n|---|---|");
         for (inv, n) in &by_inv {
@@ -157,7 +169,11 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
         }
         let _ = writeln!(r);
     }
-    // Recovery times.
+}
+
+/// Recovery times: from the fault's end to every checker probed, and to
+/// every new checker owned.
+fn write_recovery(r: &mut String, c: &Campaign) {
     let mut probed: Vec<Duration> = c.records.iter().filter_map(|w| w.all_probed).collect();
     let mut assigned: Vec<Duration> = c.records.iter().filter_map(|w| w.new_assigned).collect();
     probed.sort();
@@ -179,10 +195,20 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
         stat(&probed),
         stat(&assigned)
     );
+}
+
+/// One row per window.
+fn write_windows(r: &mut String, c: &Campaign) {
+    let clk = c.clk;
     let _ = writeln!(
         r,
         "## Windows\n\n| window | fault | start | end | failover | end->new owned | end->all probed | largest gap | gap during fault | moved after | violations | notes |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
+    let gap = |g: &Option<(Duration, String)>| {
+        g.as_ref()
+            .map(|(d, n)| format!("{:.1}s ({n})", d.as_secs_f64()))
+            .unwrap_or_default()
+    };
     for w in &c.records {
         let _ = writeln!(
             r,
@@ -199,49 +225,42 @@ pub(super) fn report(c: &Campaign, length: Length, ran: Duration, kinds: &[&str]
             fmt_d(w.failover),
             fmt_d(w.new_assigned),
             fmt_d(w.all_probed),
-            w.largest_gap
-                .as_ref()
-                .map(|(d, n)| format!("{:.1}s ({n})", d.as_secs_f64()))
-                .unwrap_or_default(),
-            w.gap_during_fault
-                .as_ref()
-                .map(|(d, n)| format!("{:.1}s ({n})", d.as_secs_f64()))
-                .unwrap_or_default(),
+            gap(&w.largest_gap),
+            gap(&w.gap_during_fault),
             w.moved_after,
             w.violations.len(),
             w.notes.join("; ")
         );
     }
-    if !all.is_empty() {
-        let _ = writeln!(
-            r,
-            "\n## Violations in detail (first 20 per window and invariant)\n"
-        );
-        for w in &c.records {
-            let mut shown: HashMap<Inv, usize> = HashMap::new();
-            for v in &w.violations {
-                let n = shown.entry(v.inv).or_default();
-                *n += 1;
-                if *n <= 20 {
-                    let _ = writeln!(r, "- {}", violation_line(c, w, v));
-                } else if *n == 21 {
-                    let more = w.violations.iter().filter(|x| x.inv == v.inv).count() - 20;
-                    let _ = writeln!(
-                        r,
-                        "- window {}: ... {more} more {} violations",
-                        w.desc.split(' ').next().unwrap_or(""),
-                        v.inv
-                    );
-                }
-            }
-        }
+}
+
+/// Every violation, the first 20 per window and invariant.
+fn write_violations(r: &mut String, c: &Campaign) {
+    if c.records.iter().all(|w| w.violations.is_empty()) {
+        return;
     }
     let _ = writeln!(
         r,
-        "\nOperator logs: {} (operator-*.log).",
-        c.cluster.dir.display()
+        "\n## Violations in detail (first 20 per window and invariant)\n"
     );
-    r
+    for w in &c.records {
+        let mut shown: HashMap<Inv, usize> = HashMap::new();
+        for v in &w.violations {
+            let n = shown.entry(v.inv).or_default();
+            *n += 1;
+            if *n <= 20 {
+                let _ = writeln!(r, "- {}", violation_line(c, w, v));
+            } else if *n == 21 {
+                let more = w.violations.iter().filter(|x| x.inv == v.inv).count() - 20;
+                let _ = writeln!(
+                    r,
+                    "- window {}: ... {more} more {} violations",
+                    w.desc.split(' ').next().unwrap_or(""),
+                    v.inv
+                );
+            }
+        }
+    }
 }
 
 pub(super) fn violation_line(c: &Campaign, w: &WindowRecord, v: &Violation) -> String {

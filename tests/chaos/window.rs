@@ -2,9 +2,47 @@
 
 use super::*;
 
+impl WindowRecord {
+    /// Records a violation of `inv`.
+    fn violation(
+        &mut self,
+        inv: Inv,
+        checker: Option<&str>,
+        replicas: &[&str],
+        at: Instant,
+        detail: String,
+    ) {
+        self.violations
+            .push(Violation::new(inv, checker, replicas, at, detail));
+    }
+}
+
+/// The replicas whose checkers must move during the hold (by identity), and
+/// the checkers they owned when the fault began.
+struct Victims {
+    ids: Vec<String>,
+    checkers: Vec<String>,
+}
+
+/// The checkers created after a fault: their names, and whether they got
+/// owners late (reported once, not again as unsettled).
+struct NewCheckers {
+    names: Vec<String>,
+    late: bool,
+}
+
+/// The instants a window is judged by: the previous check (`from`), the
+/// fault's start (`t0`) and end (`t1`), and this check (`t2`).
+#[derive(Clone, Copy)]
+struct Span {
+    from: Instant,
+    t0: Instant,
+    t1: Instant,
+    t2: Instant,
+}
+
 impl Campaign {
     pub(super) async fn run_window(&mut self, w: &Window) -> WindowRecord {
-        let clk = self.clk;
         let mut rec = WindowRecord {
             desc: w.describe(),
             kind: w.fault.kind(),
@@ -21,24 +59,61 @@ impl Campaign {
                 .filter_map(|o| Some((o.name.clone(), o.owner.clone()?)))
                 .collect::<HashMap<String, String>>()
         });
-        let v = |rec: &mut WindowRecord,
-                 inv: Inv,
-                 checker: Option<&str>,
-                 reps: &[&str],
-                 at: Instant,
-                 d: String| {
-            rec.violations
-                .push(Violation::new(inv, checker, reps, at, d));
+        let injected = self.inject(w, &leader, &mut rec, t0).await;
+        let mut returning = injected.restarted.map(|i| self.returning(i));
+        self.note_targets(&mut rec, &injected, &leader);
+        let victims = self.victims(&injected, &owners_before);
+        self.hold(w, &mut rec, t0, &victims).await;
+
+        // End the fault.
+        if let Some(i) = self.end_fault(&w.fault, injected.victim).await {
+            returning = Some(self.returning(i));
+        }
+        let t1 = Instant::now();
+        rec.ended = Some(t1);
+        let unhearing = self.unhearing(&w.fault, &injected);
+        if matches!(w.fault, Fault::Busy { .. }) {
+            self.note_survivors_moved(&mut rec, (t0, t1), &victims.checkers);
+        }
+        if injected.judged && !victims.ids.is_empty() {
+            self.judge_failover(&mut rec, w, t0, &victims);
+        }
+        let new = self.new_checkers(&mut rec, w, t1).await;
+        let names = self.all_names();
+        let unsettled = self.judge_settling(&mut rec, &names, &new, t1).await;
+        if !unsettled {
+            self.judge_fresh_status(&mut rec).await;
+        }
+        self.absorb();
+        let t2 = Instant::now();
+        rec.checked = Some(t2);
+
+        if let Some((i, since, old)) = returning.take() {
+            self.judge_return(&mut rec, i, since, &old);
+        }
+        self.cut_off_exceptions(&mut rec, &unhearing, (t0, t1));
+        // Judge the whole stretch since the last check.
+        let span = Span {
+            from: self.prev_check,
+            t0,
+            t1,
+            t2,
         };
-        let Injected {
-            victims,
-            judged,
-            proxied,
-            victim,
-            restarted,
-        } = self.inject(w, &leader, &mut rec, t0).await;
-        let mut returning = restarted.map(|i| self.returning(i));
-        if let Some(i) = victim {
+        self.judge_coverage(&mut rec, w, &new.names, span);
+        self.judge_probes_and_writes(&mut rec, w, &new.names, span);
+        self.judge_movement(&mut rec, &names, span);
+        self.judge_log_gaps(&mut rec, span);
+        self.prev_check = t2;
+        if unsettled {
+            self.heal_unsettled(&mut rec, w).await;
+        }
+        rec
+    }
+
+    /// Notes who the fault hit: the victim of a process fault, the replicas
+    /// whose proxy it switched.
+    fn note_targets(&self, rec: &mut WindowRecord, x: &Injected, leader: &Option<String>) {
+        if let Some(i) = x.victim {
             let was_leader = leader.as_deref() == Some(self.ops[i].identity.as_str());
             rec.notes.push(format!(
                 "victim {}{}",
@@ -46,8 +121,9 @@ impl Campaign {
                 if was_leader { " (the leader)" } else { "" }
             ));
         }
-        if !proxied.is_empty() {
-            let ids: Vec<&str> = proxied
+        if !x.proxied.is_empty() {
+            let ids: Vec<&str> = x
+                .proxied
                 .iter()
                 .map(|i| self.ops[*i].identity.as_str())
                 .collect();
@@ -61,28 +137,36 @@ impl Campaign {
                 }
             ));
         }
-        let victim_ids: Vec<String> = victims
+    }
+
+    fn victims(&self, x: &Injected, owners_before: &HashMap<String, String>) -> Victims {
+        let ids: Vec<String> = x
+            .victims
             .iter()
             .map(|i| self.ops[*i].identity.clone())
             .collect();
-        let victim_checkers: Vec<String> = owners_before
+        let checkers = owners_before
             .iter()
-            .filter(|(_, o)| victim_ids.contains(o))
+            .filter(|(_, o)| ids.contains(o))
             .map(|(k, _)| k.clone())
             .collect();
+        Victims { ids, checkers }
+    }
 
-        // Hold the fault; watch failover and sight meanwhile.
+    /// Holds the fault; watches failover and sight meanwhile.
+    async fn hold(&mut self, w: &Window, rec: &mut WindowRecord, t0: Instant, victims: &Victims) {
+        let clk = self.clk;
         // Held from the moment the fault is in place (stopping kube-apiserver
         // gracefully, for one, takes a while).
         let hold_until = Instant::now() + w.hold;
         let mut next_sight = Instant::now();
         while Instant::now() < hold_until {
             self.absorb();
-            if !victim_ids.is_empty() && rec.failover.is_none() {
+            if !victims.ids.is_empty() && rec.failover.is_none() {
                 let moved = self.objs.with(|s| {
-                    victim_checkers.iter().all(|n| {
+                    victims.checkers.iter().all(|n| {
                         s.current.get(n).is_some_and(|o| {
-                            o.owner.as_ref().is_some_and(|ow| !victim_ids.contains(ow))
+                            o.owner.as_ref().is_some_and(|ow| !victims.ids.contains(ow))
                                 && s.validly_owned(o)
                         })
                     })
@@ -95,8 +179,7 @@ impl Campaign {
                 next_sight = Instant::now() + INTERVAL;
                 let at = Instant::now();
                 for id in self.metrics_answer().await {
-                    v(
-                        &mut rec,
+                    rec.violation(
                         Inv::Sight,
                         None,
                         &[&id],
@@ -107,94 +190,97 @@ impl Campaign {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
 
-        // End the fault.
-        if let Some(i) = self.end_fault(&w.fault, victim).await {
-            returning = Some(self.returning(i));
-        }
-        let t1 = Instant::now();
-        rec.ended = Some(t1);
-        // Replicas that may not hear at once that their Lease is gone: the
-        // cut-off exception, judged once the log holds the deletions.
-        let unhearing: Vec<(String, Option<Duration>)> = match &w.fault {
-            Fault::Proxy { mode, .. } if mode.isolates() && proxied.len() < self.ops.len() => {
-                proxied
-                    .iter()
-                    .map(|i| (self.ops[*i].identity.clone(), hear_bound(mode)))
-                    .collect()
-            }
+    /// Replicas that may not hear at once that their Lease is gone: the
+    /// cut-off exception, judged once the log holds the deletions.
+    fn unhearing(&self, fault: &Fault, x: &Injected) -> Vec<(String, Option<Duration>)> {
+        match fault {
+            Fault::Proxy { mode, .. } if mode.isolates() && x.proxied.len() < self.ops.len() => x
+                .proxied
+                .iter()
+                .map(|i| (self.ops[*i].identity.clone(), hear_bound(mode)))
+                .collect(),
             // The lost replica is no exception: a killed one is gone, a
             // stopped one holds its probes after a pause until a renewal
             // answers (its own gate); the survivors may be judged gone.
-            Fault::Busy { mode, .. } if mode.isolates() => proxied
+            Fault::Busy { mode, .. } if mode.isolates() => x
+                .proxied
                 .iter()
-                .filter(|i| Some(**i) != victim)
+                .filter(|i| Some(**i) != x.victim)
                 .map(|i| (self.ops[*i].identity.clone(), hear_bound(mode)))
                 .collect(),
             _ => Vec::new(),
-        };
-        if matches!(w.fault, Fault::Busy { .. }) {
-            self.note_survivors_moved(&mut rec, (t0, t1), &victim_checkers);
         }
+    }
+
+    /// Liveness: the victims' checkers moved to live replicas within the
+    /// fault's failover bound.
+    fn judge_failover(&self, rec: &mut WindowRecord, w: &Window, t0: Instant, victims: &Victims) {
         let bound = w.fault.failover_bound();
-        if judged && !victim_ids.is_empty() {
-            match rec.failover {
-                Some(d) if d <= bound => {}
-                Some(d) => v(
-                    &mut rec,
+        let ids: Vec<&str> = victims.ids.iter().map(String::as_str).collect();
+        match rec.failover {
+            Some(d) if d <= bound => {}
+            Some(d) => rec.violation(
+                Inv::Liveness,
+                None,
+                &ids,
+                t0,
+                format!(
+                    "the checkers of {} moved only {:.1}s after the fault began (bound {:.1}s)",
+                    victims.ids.join(","),
+                    d.as_secs_f64(),
+                    bound.as_secs_f64()
+                ),
+            ),
+            None => {
+                let left: Vec<String> = self.objs.with(|s| {
+                    victims
+                        .checkers
+                        .iter()
+                        .filter(|n| {
+                            s.current.get(*n).is_none_or(|o| {
+                                o.owner.as_ref().is_none_or(|ow| victims.ids.contains(ow))
+                                    || !s.validly_owned(o)
+                            })
+                        })
+                        .cloned()
+                        .collect()
+                });
+                let detail = self.describe_unowned(&left);
+                rec.violation(
                     Inv::Liveness,
-                    None,
-                    &victim_ids.iter().map(String::as_str).collect::<Vec<_>>(),
+                    left.first().map(String::as_str),
+                    &ids,
                     t0,
                     format!(
-                        "the checkers of {} moved only {:.1}s after the fault began (bound {:.1}s)",
-                        victim_ids.join(","),
-                        d.as_secs_f64(),
+                        "{} of the {} checkers of {} not moved to a live replica by the end of the fault ({:.1}s, bound {:.1}s): {detail}",
+                        left.len(),
+                        victims.checkers.len(),
+                        victims.ids.join(","),
+                        w.hold.as_secs_f64(),
                         bound.as_secs_f64()
                     ),
-                ),
-                None => {
-                    let left: Vec<String> = self.objs.with(|s| {
-                        victim_checkers
-                            .iter()
-                            .filter(|n| {
-                                s.current.get(*n).is_none_or(|o| {
-                                    o.owner.as_ref().is_none_or(|ow| victim_ids.contains(ow))
-                                        || !s.validly_owned(o)
-                                })
-                            })
-                            .cloned()
-                            .collect()
-                    });
-                    let detail = self.describe_unowned(&left);
-                    v(
-                        &mut rec,
-                        Inv::Liveness,
-                        left.first().map(String::as_str),
-                        &victim_ids.iter().map(String::as_str).collect::<Vec<_>>(),
-                        t0,
-                        format!(
-                            "{} of the {} checkers of {} not moved to a live replica by the end of the fault ({:.1}s, bound {:.1}s): {detail}",
-                            left.len(),
-                            victim_checkers.len(),
-                            victim_ids.join(","),
-                            w.hold.as_secs_f64(),
-                            bound.as_secs_f64()
-                        ),
-                    );
-                }
+                );
             }
         }
+    }
 
-        // Liveness: new checkers get owners.
+    /// Liveness: new checkers get owners.
+    async fn new_checkers(
+        &mut self,
+        rec: &mut WindowRecord,
+        w: &Window,
+        t1: Instant,
+    ) -> NewCheckers {
+        let clk = self.clk;
         let new_names: Vec<String> = (0..NEW_PER_WINDOW)
             .map(|k| format!("n{}-{}", w.index, k))
             .collect();
         let created = match self.create(&new_names).await {
             Ok(c) => c,
             Err(e) => {
-                v(
-                    &mut rec,
+                rec.violation(
                     Inv::Liveness,
                     None,
                     &[],
@@ -218,8 +304,7 @@ impl Campaign {
                 self.describe_unowned(&left),
                 self.diagnose().await
             );
-            v(
-                &mut rec,
+            rec.violation(
                 Inv::Liveness,
                 new_names.first().map(String::as_str),
                 &[],
@@ -237,12 +322,24 @@ impl Campaign {
             );
         }
         self.checkers.extend(created.iter().cloned());
+        NewCheckers {
+            names: new_names,
+            late: new_late,
+        }
+    }
 
-        // Settle: every checker validly owned, balanced, probed since the end.
-        let names = self.all_names();
+    /// Settle: every checker validly owned, balanced, probed since the end.
+    /// Returns whether the system is left unsettled.
+    async fn judge_settling(
+        &mut self,
+        rec: &mut WindowRecord,
+        names: &[String],
+        new: &NewCheckers,
+        t1: Instant,
+    ) -> bool {
         let settled = self
             .wait_for(settle_bound().saturating_sub(t1.elapsed()), |c| {
-                c.unowned(&names).is_empty() && c.balance().2
+                c.unowned(names).is_empty() && c.balance().2
             })
             .await;
         let probed = self
@@ -253,141 +350,145 @@ impl Campaign {
             .await;
         rec.all_probed = probed.map(|_| Instant::now() - t1);
         let mut unsettled = false;
-        let left = self.unowned(&names);
+        let left = self.unowned(names);
         if settled.is_none() {
-            let (sizes, bound, balanced) = self.balance();
             unsettled = !left.is_empty();
-            // New checkers left unowned were reported above.
-            let old_left: Vec<String> = left
-                .iter()
-                .filter(|n| !(new_late && new_names.contains(n)))
-                .cloned()
-                .collect();
-            if !old_left.is_empty() {
-                let left = old_left;
-                let detail = format!(
-                    "{}; {}",
-                    self.describe_unowned(&left),
-                    self.diagnose().await
-                );
-                v(
-                    &mut rec,
-                    Inv::Liveness,
-                    left.first().map(String::as_str),
-                    &[],
-                    Instant::now(),
-                    format!(
-                        "{} checkers not validly owned by a running replica {:.1}s after the fault ended: {detail}",
-                        left.len(),
-                        settle_bound().as_secs_f64()
-                    ),
-                );
-            }
-            if !balanced {
-                v(
-                    &mut rec,
-                    Inv::Balance,
-                    None,
-                    &[],
-                    Instant::now(),
-                    format!(
-                        "shard sizes {sizes:?} over the bound {bound} ({} checkers, {} replicas) {:.1}s after the fault ended",
-                        names.len(),
-                        self.running().len(),
-                        settle_bound().as_secs_f64()
-                    ),
-                );
-            }
+            self.report_unsettled(rec, names, &left, new).await;
         }
         if probed.is_none() {
             // Owned but not probed: the fleet is not healthy either.
             unsettled = true;
-            let seen = self.probes.probed_since(t1);
-            // Unowned checkers were reported above.
-            let missing: Vec<&String> = names
-                .iter()
-                .filter(|n| !seen.contains(n.as_str()) && !left.contains(n))
-                .collect();
-            if !missing.is_empty() {
-                v(
-                    &mut rec,
-                    Inv::Coverage,
-                    missing.first().map(|s| s.as_str()),
-                    &[],
-                    Instant::now(),
-                    format!(
-                        "{} checkers not probed at all in the {:.1}s after the fault ended: {:?}",
-                        missing.len(),
-                        settle_bound().as_secs_f64(),
-                        missing.iter().take(10).collect::<Vec<_>>()
-                    ),
-                );
-            }
+            self.report_unprobed(rec, names, &left, t1);
         }
-        // Invariant 6: a status from the current owner.
-        if !unsettled {
-            let fresh = self
-                .wait_for(INTERVAL * 2 + Duration::from_secs(2), |c| {
-                    c.stale_status().is_empty()
+        unsettled
+    }
+
+    /// Not settled within the bound: the checkers still not validly owned
+    /// (`left`; the new ones already reported late are left out), and the
+    /// balance.
+    async fn report_unsettled(
+        &self,
+        rec: &mut WindowRecord,
+        names: &[String],
+        left: &[String],
+        new: &NewCheckers,
+    ) {
+        let (sizes, bound, balanced) = self.balance();
+        // New checkers left unowned were reported above.
+        let old_left: Vec<String> = left
+            .iter()
+            .filter(|n| !(new.late && new.names.contains(n)))
+            .cloned()
+            .collect();
+        if !old_left.is_empty() {
+            let left = old_left;
+            let detail = format!(
+                "{}; {}",
+                self.describe_unowned(&left),
+                self.diagnose().await
+            );
+            rec.violation(
+                Inv::Liveness,
+                left.first().map(String::as_str),
+                &[],
+                Instant::now(),
+                format!(
+                    "{} checkers not validly owned by a running replica {:.1}s after the fault ended: {detail}",
+                    left.len(),
+                    settle_bound().as_secs_f64()
+                ),
+            );
+        }
+        if !balanced {
+            rec.violation(
+                Inv::Balance,
+                None,
+                &[],
+                Instant::now(),
+                format!(
+                    "shard sizes {sizes:?} over the bound {bound} ({} checkers, {} replicas) {:.1}s after the fault ended",
+                    names.len(),
+                    self.running().len(),
+                    settle_bound().as_secs_f64()
+                ),
+            );
+        }
+    }
+
+    /// Not every checker probed since the fault ended: those owned but not
+    /// probed (the unowned ones, `left`, were reported as such).
+    fn report_unprobed(
+        &self,
+        rec: &mut WindowRecord,
+        names: &[String],
+        left: &[String],
+        t1: Instant,
+    ) {
+        let seen = self.probes.probed_since(t1);
+        // Unowned checkers were reported above.
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|n| !seen.contains(n.as_str()) && !left.contains(n))
+            .collect();
+        if !missing.is_empty() {
+            rec.violation(
+                Inv::Coverage,
+                missing.first().map(|s| s.as_str()),
+                &[],
+                Instant::now(),
+                format!(
+                    "{} checkers not probed at all in the {:.1}s after the fault ended: {:?}",
+                    missing.len(),
+                    settle_bound().as_secs_f64(),
+                    missing.iter().take(10).collect::<Vec<_>>()
+                ),
+            );
+        }
+    }
+
+    /// Invariant 6: a status from the current owner.
+    async fn judge_fresh_status(&mut self, rec: &mut WindowRecord) {
+        let fresh = self
+            .wait_for(INTERVAL * 2 + Duration::from_secs(2), |c| {
+                c.stale_status().is_empty()
+            })
+            .await;
+        if fresh.is_some() {
+            return;
+        }
+        let stale = self.stale_status();
+        let first = stale.first().cloned();
+        let detail = self.objs.with(|s| {
+            stale
+                .iter()
+                .take(5)
+                .filter_map(|n| s.current.get(n))
+                .map(|o| {
+                    format!(
+                        "{}: owner {:?}, status by {:?}, generation {:?} observed {:?}",
+                        o.name, o.owner, o.status_owner, o.generation, o.observed_generation
+                    )
                 })
-                .await;
-            if fresh.is_none() {
-                let stale = self.stale_status();
-                let first = stale.first().cloned();
-                let detail = self.objs.with(|s| {
-                    stale
-                        .iter()
-                        .take(5)
-                        .filter_map(|n| s.current.get(n))
-                        .map(|o| {
-                            format!(
-                                "{}: owner {:?}, status by {:?}, generation {:?} observed {:?}",
-                                o.name,
-                                o.owner,
-                                o.status_owner,
-                                o.generation,
-                                o.observed_generation
-                            )
-                        })
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                });
-                v(
-                    &mut rec,
-                    Inv::Fresh,
-                    first.as_deref(),
-                    &[],
-                    Instant::now(),
-                    format!(
-                        "{} checkers without a status from their current owner 2 intervals after settling: {detail}",
-                        stale.len()
-                    ),
-                );
-            }
-        }
-        self.absorb();
-        let t2 = Instant::now();
-        rec.checked = Some(t2);
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        rec.violation(
+            Inv::Fresh,
+            first.as_deref(),
+            &[],
+            Instant::now(),
+            format!(
+                "{} checkers without a status from their current owner 2 intervals after settling: {detail}",
+                stale.len()
+            ),
+        );
+    }
 
-        if let Some((i, since, old)) = returning.take() {
-            self.judge_return(&mut rec, i, since, &old);
-        }
-        self.cut_off_exceptions(&mut rec, &unhearing, (t0, t1));
-
-        // Judge the whole stretch since the last check.
-        let from = self.prev_check;
-        let isolations = self.isolations.clone();
-        let exempt = move |r: &str, at: Instant| {
-            isolations
-                .iter()
-                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
-        };
-        let graceful_list = self.graceful.clone();
-        let graceful = move |r: &str, at: Instant| {
-            graceful_list
-                .iter()
-                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
-        };
+    /// Invariant 1 over the stretch for the checkers older than the window,
+    /// and invariant 7 while a fault hit every replica alike.
+    fn judge_coverage(&self, rec: &mut WindowRecord, w: &Window, new_names: &[String], span: Span) {
+        let clk = self.clk;
+        let Span { from, t0, t1, t2 } = span;
         let old: Vec<(String, Instant)> = self
             .checkers
             .iter()
@@ -414,55 +515,39 @@ impl Campaign {
                 g
             }));
         }
+    }
+
+    /// Invariants 2 and 3 and the proof rule over the stretch, and 7's
+    /// "nothing moves" when the fault hit every replica alike.
+    fn judge_probes_and_writes(
+        &self,
+        rec: &mut WindowRecord,
+        w: &Window,
+        new_names: &[String],
+        span: Span,
+    ) {
+        let clk = self.clk;
+        let Span { from, t2, .. } = span;
+        let isolations = self.isolations.clone();
+        let exempt = move |r: &str, at: Instant| {
+            isolations
+                .iter()
+                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
+        };
+        let graceful_list = self.graceful.clone();
+        let graceful = move |r: &str, at: Instant| {
+            graceful_list
+                .iter()
+                .any(|(id, a, b)| id == r && at >= *a && at <= *b)
+        };
         let by = self.probes.by_checker(from, t2);
         rec.violations
             .extend(overlaps(&self.probes, &by, &exempt, &clk));
         let blind = self.objs.with(|s| s.blind_periods(t2));
         let (fence, moved, seq) = self.objs.with(|s| {
             let fence = fencing(&s.objs, &s.leases, from, t2, &graceful, &clk);
-            let moved: Vec<Violation> = if w.fault.alike() {
-                let all: Vec<Violation> = moves(&s.objs, t0, t2, &clk)
-                    .into_iter()
-                    .filter(|m| m.checker.as_ref().is_none_or(|c| !new_names.contains(c)))
-                    .collect();
-                if all.is_empty() {
-                    Vec::new()
-                } else {
-                    // One violation per window: who was judged gone, and a sample.
-                    let deleted: Vec<String> = s
-                        .leases
-                        .iter()
-                        .filter(|l| l.kind == RecKind::Deleted && l.at >= t0 && l.at <= t2)
-                        .map(|l| {
-                            format!(
-                                "{} (Lease {}, rv {}, seen {})",
-                                l.holder.as_deref().unwrap_or("?"),
-                                l.uid,
-                                l.rv,
-                                clk.t(l.at)
-                            )
-                        })
-                        .collect();
-                    let sample: Vec<&str> = all.iter().take(3).map(|m| m.detail.as_str()).collect();
-                    let replicas: Vec<&str> = all
-                        .iter()
-                        .flat_map(|m| m.replicas.iter().map(String::as_str))
-                        .collect::<std::collections::BTreeSet<_>>()
-                        .into_iter()
-                        .collect();
-                    vec![Violation::new(
-                        Inv::Sight,
-                        all[0].checker.as_deref(),
-                        &replicas,
-                        all[0].at,
-                        format!(
-                            "{} checkers moved because of an outage that hit every replica alike; member Leases deleted meanwhile: {}; for example: {}",
-                            all.len(),
-                            if deleted.is_empty() { "none".to_string() } else { deleted.join(", ") },
-                            sample.join("; ")
-                        ),
-                    )]
-                }
+            let moved = if w.fault.alike() {
+                alike_moves(s, new_names, span, &clk)
             } else {
                 Vec::new()
             };
@@ -479,7 +564,13 @@ impl Campaign {
         ));
         rec.violations.extend(fence);
         rec.violations.extend(moved);
-        // Invariant 5: what the end of the fault set moving stays within one step's bound.
+    }
+
+    /// Invariant 5: what the end of the fault set moving stays within one
+    /// step's bound.
+    fn judge_movement(&self, rec: &mut WindowRecord, names: &[String], span: Span) {
+        let clk = self.clk;
+        let Span { t1, t2, .. } = span;
         let (a, b) = self
             .objs
             .with(|s| (owners_at(&s.objs, t1), owners_at(&s.objs, t2)));
@@ -493,28 +584,33 @@ impl Campaign {
                 .len()
         };
         let (n1, n2) = (holders(&a), holders(&b));
-        if n2 == n1 + 1 {
-            let bound = movement_bound(names.len(), n2);
-            rec.notes.push(format!(
-                "{n1} -> {n2} replicas after the fault: {} moved (bound {bound})",
-                rec.moved_after
-            ));
-            if rec.moved_after > bound {
-                let d = format!(
-                    "{} checkers moved between the end of the fault ({}) and the settled state ({}) as the ring went from {n1} to {n2} replicas, over the bound {bound} for {} checkers",
-                    rec.moved_after,
-                    clk.t(t1),
-                    clk.t(t2),
-                    names.len()
-                );
-                v(&mut rec, Inv::Movement, None, &[], t2, d);
-            }
+        if n2 != n1 + 1 {
+            return;
         }
-        // The object log reads etcd's own history: a gap (revisions
-        // compacted before it read them, or a value it could not read) is
-        // history the oracle never judged.
+        let bound = movement_bound(names.len(), n2);
+        rec.notes.push(format!(
+            "{n1} -> {n2} replicas after the fault: {} moved (bound {bound})",
+            rec.moved_after
+        ));
+        if rec.moved_after > bound {
+            let d = format!(
+                "{} checkers moved between the end of the fault ({}) and the settled state ({}) as the ring went from {n1} to {n2} replicas, over the bound {bound} for {} checkers",
+                rec.moved_after,
+                clk.t(t1),
+                clk.t(t2),
+                names.len()
+            );
+            rec.violation(Inv::Movement, None, &[], t2, d);
+        }
+    }
+
+    /// The object log reads etcd's own history: a gap (revisions compacted
+    /// before it read them, or a value it could not read) is history the
+    /// oracle never judged.
+    fn judge_log_gaps(&self, rec: &mut WindowRecord, span: Span) {
+        let clk = self.clk;
         let gaps: Vec<(Instant, String)> = self.objs.with(|s| {
-            gaps_in(&s.gaps, from, t2)
+            gaps_in(&s.gaps, span.from, span.t2)
                 .iter()
                 .map(|g| {
                     let d = format!(
@@ -529,26 +625,78 @@ impl Campaign {
                 .collect()
         });
         for (at, d) in gaps {
-            v(&mut rec, Inv::Fencing, None, &[], at, d);
+            rec.violation(Inv::Fencing, None, &[], at, d);
         }
-        self.prev_check = t2;
-        if unsettled {
-            if !self.heal(&mut rec).await {
-                self.aborted = Some(format!(
-                    "window {}: the system did not settle even after restarting every replica",
-                    w.index
-                ));
-            }
-            self.absorb();
-            self.prev_check = Instant::now();
-            // Coverage starts afresh after a heal (every process restarted).
-            let healed_at = self.prev_check;
-            for (_, since) in self.checkers.iter_mut() {
-                *since = (*since).max(healed_at);
-            }
-        }
-        rec
     }
+
+    /// The window left the system unsettled: every replica restarted, so
+    /// that later windows can still find other bugs.
+    async fn heal_unsettled(&mut self, rec: &mut WindowRecord, w: &Window) {
+        if !self.heal(rec).await {
+            self.aborted = Some(format!(
+                "window {}: the system did not settle even after restarting every replica",
+                w.index
+            ));
+        }
+        self.absorb();
+        self.prev_check = Instant::now();
+        // Coverage starts afresh after a heal (every process restarted).
+        let healed_at = self.prev_check;
+        for (_, since) in self.checkers.iter_mut() {
+            *since = (*since).max(healed_at);
+        }
+    }
+}
+
+/// Invariant 7 while a fault hit every replica alike: nothing moved (but
+/// the checkers created after it). One violation per window: who was judged
+/// gone, and a sample.
+fn alike_moves(s: &LogState, new_names: &[String], span: Span, clk: &Clock) -> Vec<Violation> {
+    let Span { t0, t2, .. } = span;
+    let all: Vec<Violation> = moves(&s.objs, t0, t2, clk)
+        .into_iter()
+        .filter(|m| m.checker.as_ref().is_none_or(|c| !new_names.contains(c)))
+        .collect();
+    if all.is_empty() {
+        return Vec::new();
+    }
+    let deleted: Vec<String> = s
+        .leases
+        .iter()
+        .filter(|l| l.kind == RecKind::Deleted && l.at >= t0 && l.at <= t2)
+        .map(|l| {
+            format!(
+                "{} (Lease {}, rv {}, seen {})",
+                l.holder.as_deref().unwrap_or("?"),
+                l.uid,
+                l.rv,
+                clk.t(l.at)
+            )
+        })
+        .collect();
+    let sample: Vec<&str> = all.iter().take(3).map(|m| m.detail.as_str()).collect();
+    let replicas: Vec<&str> = all
+        .iter()
+        .flat_map(|m| m.replicas.iter().map(String::as_str))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    vec![Violation::new(
+        Inv::Sight,
+        all[0].checker.as_deref(),
+        &replicas,
+        all[0].at,
+        format!(
+            "{} checkers moved because of an outage that hit every replica alike; member Leases deleted meanwhile: {}; for example: {}",
+            all.len(),
+            if deleted.is_empty() {
+                "none".to_string()
+            } else {
+                deleted.join(", ")
+            },
+            sample.join("; ")
+        ),
+    )]
 }
 
 /// What a fault put in place.

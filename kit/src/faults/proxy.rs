@@ -645,3 +645,6 @@ impl Drop for FaultProxy {
         self.reset_connections();
     }
 }
+
+#[cfg(test)]
+mod tests;
