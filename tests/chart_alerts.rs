@@ -164,7 +164,19 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
     let groups = rendered_groups(OVERRIDES);
     let rules = rules_by_name(&groups);
     let src = rules_by_name(&source()["groups"]);
+    the_rules_and_groups_as_configured(&groups, &rules, &src);
+    labels_and_runbook_urls_as_configured(&rules, &src);
+    thresholds_change_their_lines_only(&rules, &src);
 
+    let dir = scratch("chart-alerts-");
+    promtool_check(dir.path(), &groups);
+}
+
+fn the_rules_and_groups_as_configured(
+    groups: &Value,
+    rules: &BTreeMap<String, Value>,
+    src: &BTreeMap<String, Value>,
+) {
     // Disabled alerts are gone; the others are all there, plus the extras and
     // the blackbox recording rules.
     assert!(!rules.contains_key("WebCheckerShardImbalance"));
@@ -196,7 +208,12 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
             "webchecker.extra"
         ]
     );
+}
 
+fn labels_and_runbook_urls_as_configured(
+    rules: &BTreeMap<String, Value>,
+    src: &BTreeMap<String, Value>,
+) {
     // WebCheckerDown: the checker's label still chooses; the default is critical.
     let down = &rules["WebCheckerDown"];
     assert_eq!(down["for"].as_str(), Some("5m"));
@@ -229,7 +246,12 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
         rules["WebCheckerSlow"]["labels"]["team"].as_str(),
         Some("platform")
     );
+}
 
+fn thresholds_change_their_lines_only(
+    rules: &BTreeMap<String, Value>,
+    src: &BTreeMap<String, Value>,
+) {
     // Thresholds: the marked line's number, and the annotation's mention of it.
     let slow = &rules["WebCheckerSlow"];
     let expr = str_of(&slow["expr"], "expr");
@@ -267,9 +289,6 @@ fn overrides_render_the_expected_rules_and_promtool_accepts_them() {
     orphaned["annotations"]["runbook_url"] =
         src["WebCheckerOrphaned"]["annotations"]["runbook_url"].clone();
     assert_eq!(orphaned, src["WebCheckerOrphaned"]);
-
-    let dir = scratch("chart-alerts-");
-    promtool_check(dir.path(), &groups);
 }
 
 /// The rendered rules behave as configured: promtool's unit tests on them.

@@ -108,17 +108,9 @@ fn header() -> impl Strategy<Value = Value> {
     ]
 }
 
-/// The optional fields, each absent or valid.
-fn options() -> impl Strategy<Value = Map<String, Value>> {
-    let method = proptest::sample::select(vec![
-        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
-    ]);
-    let auth = prop_oneof![
-        Just(json!({"basic": {"secretName": "creds"}})),
-        Just(json!({"basic": {"secretName": "c", "usernameKey": "u", "passwordKey": "p"}})),
-        Just(json!({"bearer": {"secretKeyRef": {"name": "t", "key": "token"}}})),
-    ];
-    let tls = (
+/// A valid `tls`.
+fn tls() -> impl Strategy<Value = Value> {
+    (
         any::<bool>(),
         proptest::option::of("[a-z]{1,8}\\.example"),
         proptest::sample::select(vec!["TLS12", "TLS13"]),
@@ -127,14 +119,23 @@ fn options() -> impl Strategy<Value = Map<String, Value>> {
         .prop_map(|(insecure, name, min, days)| {
             json!({"insecureSkipVerify": insecure, "serverName": name, "minVersion": min,
                    "certificateExpiryWarningDays": days})
-        });
-    let proxy = prop_oneof![
+        })
+}
+
+/// A valid `proxy`: a URL (with or without its scheme) or the environment's.
+fn proxy() -> impl Strategy<Value = Value> {
+    prop_oneof![
         ("[a-z]{1,8}", 1u16..=65535)
             .prop_map(|(h, p)| json!({"url": format!("http://{h}.local:{p}")})),
         ("[a-z]{1,8}", 1u16..=65535).prop_map(|(h, p)| json!({"url": format!("{h}:{p}")})),
         Just(json!({"fromEnvironment": true})),
-    ];
-    let checks = (
+    ]
+}
+
+/// The optional response checks (`bodyMatch`, `jsonChecks`, `headerChecks`),
+/// each absent or valid.
+fn checks() -> impl Strategy<Value = Map<String, Value>> {
+    (
         proptest::option::of(("\\PC{1,12}", any::<bool>())),
         proptest::option::of(proptest::collection::vec(
             ("(/[a-z0-9~]{1,5}){0,3}", proptest::option::of("\\PC{0,8}")),
@@ -168,7 +169,20 @@ fn options() -> impl Strategy<Value = Map<String, Value>> {
                 m.insert("headerChecks".into(), c.into());
             }
             m
-        });
+        })
+}
+
+/// The optional fields, each absent or valid.
+fn options() -> impl Strategy<Value = Map<String, Value>> {
+    let method = proptest::sample::select(vec![
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS",
+    ]);
+    let auth = prop_oneof![
+        Just(json!({"basic": {"secretName": "creds"}})),
+        Just(json!({"basic": {"secretName": "c", "usernameKey": "u", "passwordKey": "p"}})),
+        Just(json!({"bearer": {"secretKeyRef": {"name": "t", "key": "token"}}})),
+    ];
+    let (tls, proxy, checks) = (tls(), proxy(), checks());
     let numbers = (
         proptest::option::of(1i32..=600_000),
         proptest::option::of(1i32..=100),
@@ -353,6 +367,33 @@ impl Bad {
     /// Breaks `spec` (valid, with this interval); returns what the message
     /// must name.
     fn apply(&self, spec: &mut Map<String, Value>, interval: i32) -> String {
+        match self {
+            Bad::Host(_)
+            | Bad::Path(_)
+            | Bad::Interval(_)
+            | Bad::TimeoutAbove(_)
+            | Bad::Timeout(_)
+            | Bad::StatusItem(_)
+            | Bad::NoStatus => self.break_target(spec, interval),
+            Bad::HeaderName(_)
+            | Bad::HeaderValue(_)
+            | Bad::HeaderValueAndFrom
+            | Bad::MissingSecret
+            | Bad::AuthAndHeader
+            | Bad::AuthBoth => self.break_request(spec),
+            Bad::BodyRegex(_)
+            | Bad::JsonPointer(_)
+            | Bad::HeaderCheckName(_)
+            | Bad::HeaderCheckRegex(_)
+            | Bad::ProxyUrl(_)
+            | Bad::ProxyNeither
+            | Bad::CaBundle
+            | Bad::ClientCertificate => self.break_checks_or_connection(spec),
+        }
+    }
+
+    /// Host, path, interval, timeout, expected status codes.
+    fn break_target(&self, spec: &mut Map<String, Value>, interval: i32) -> String {
         let mut set = |k: &str, v: Value| {
             spec.insert(k.into(), v);
         };
@@ -388,6 +429,16 @@ impl Bad {
                 set("expectedStatusCodes", json!([]));
                 "spec.expectedStatusCodes".into()
             }
+            _ => unreachable!("break_target of another kind of breakage"),
+        }
+    }
+
+    /// Request headers and auth.
+    fn break_request(&self, spec: &mut Map<String, Value>) -> String {
+        let mut set = |k: &str, v: Value| {
+            spec.insert(k.into(), v);
+        };
+        match self {
             Bad::HeaderName(n) => {
                 set("headers", json!([{"name": n, "value": "v"}]));
                 format!("header name {n:?}")
@@ -425,6 +476,16 @@ impl Bad {
                 );
                 "spec.auth".into()
             }
+            _ => unreachable!("break_request of another kind of breakage"),
+        }
+    }
+
+    /// Response checks, proxy, TLS.
+    fn break_checks_or_connection(&self, spec: &mut Map<String, Value>) -> String {
+        let mut set = |k: &str, v: Value| {
+            spec.insert(k.into(), v);
+        };
+        match self {
             Bad::BodyRegex(r) => {
                 set("bodyMatch", json!({"regex": r}));
                 "spec.bodyMatch.regex".into()
@@ -460,6 +521,7 @@ impl Bad {
                 set("tls", json!({"clientCertificate": {"secretName": "mtls"}}));
                 "spec.tls.clientCertificate".into()
             }
+            _ => unreachable!("break_checks_or_connection of another kind of breakage"),
         }
     }
 }

@@ -180,40 +180,85 @@ fn aggregated_roles_are_rendered_by_default_and_can_be_turned_off() {
     assert!(names("rbac:\n  create: false\n").is_empty());
 }
 
+/// The chart applied, and three users of the `team` namespace: an editor,
+/// an admin and a viewer; `other` is a namespace none of them is bound in.
+struct Team {
+    cluster: &'static Cluster,
+    team: String,
+    other: String,
+    dev: PathBuf,
+    lead: PathBuf,
+    auditor: PathBuf,
+}
+
+impl Team {
+    async fn install() -> Team {
+        let cluster = Cluster::shared("self-service-rbac");
+        // The chart as users install it (no operator pod runs: no kubelet).
+        let rendered = helm_template(cluster, "wc", "webchecker", &[]).await;
+        admin(cluster, &["create", "namespace", "webchecker"]);
+        let out = cluster.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &rendered);
+        assert!(
+            out.status.success(),
+            "apply the chart: {}",
+            text(&out.stderr)
+        );
+
+        let team = cluster.namespace("team");
+        let other = cluster.namespace("other");
+        let dev = user(cluster, &team, "dev", "edit").await;
+        let lead = user(cluster, &team, "lead", "admin").await;
+        let auditor = user(cluster, &team, "auditor", "view").await;
+        Team {
+            cluster,
+            team,
+            other,
+            dev,
+            lead,
+            auditor,
+        }
+    }
+
+    /// kubectl as the user of `kubeconfig` (see [`kubectl_as`]).
+    async fn kubectl(&self, kubeconfig: &Path, args: &[&str], input: &str) -> (bool, String) {
+        kubectl_as(self.cluster, kubeconfig, args, input).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() {
-    let cluster = Cluster::shared("self-service-rbac");
-    // The chart as users install it (no operator pod runs: no kubelet).
-    let rendered = helm_template(cluster, "wc", "webchecker", &[]).await;
-    admin(cluster, &["create", "namespace", "webchecker"]);
-    let out = cluster.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &rendered);
-    assert!(
-        out.status.success(),
-        "apply the chart: {}",
-        text(&out.stderr)
-    );
-
-    let team = cluster.namespace("team");
-    let other = cluster.namespace("other");
-    let dev = user(cluster, &team, "dev", "edit").await;
-    let lead = user(cluster, &team, "lead", "admin").await;
-    let auditor = user(cluster, &team, "auditor", "view").await;
+    let t = Team::install().await;
+    let team = &t.team;
 
     // Without the aggregation controller the built-in roles know nothing of
     // WebCheckers: refused.
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &["create", "-n", &team, "-f", "-"],
-        &checker("early"),
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.dev,
+            &["create", "-n", team, "-f", "-"],
+            &checker("early"),
+        )
+        .await;
     assert!(
         !ok && out.contains("forbidden"),
         "created before aggregation: {out}"
     );
 
-    let kcm = AggregationController::start(cluster);
+    let kcm = AggregationController::start(t.cluster);
+    edit_aggregates_every_verb_on_webcheckers(&t, &kcm).await;
+    editor_and_admin_manage_checkers_in_their_namespace_only(&t).await;
+    viewer_only_reads(&t).await;
+
+    let (ok, out) = t
+        .kubectl(&t.dev, &["delete", "wc", "shop", "-n", team], "")
+        .await;
+    assert!(ok, "editor delete: {out}");
+}
+
+/// The aggregation controller fills `edit` with the chart's rules: every
+/// verb on WebCheckers.
+async fn edit_aggregates_every_verb_on_webcheckers(t: &Team, kcm: &AggregationController) {
+    let cluster = t.cluster;
     let edit_rules = eventually(
         Duration::from_secs(120),
         "edit aggregates the chart's rules",
@@ -253,119 +298,110 @@ async fn a_namespace_editor_creates_and_lists_webcheckers_a_viewer_only_lists() 
             kcm.log_text()
         );
     }
+}
 
-    // The editor and the admin: create, list, change, delete in their namespace.
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &["create", "-n", &team, "-f", "-"],
-        &checker("shop"),
-    )
-    .await;
+/// The editor and the admin: create, list, change, delete in their namespace.
+async fn editor_and_admin_manage_checkers_in_their_namespace_only(t: &Team) {
+    let (team, other) = (&t.team, &t.other);
+    let (ok, out) = t
+        .kubectl(&t.dev, &["create", "-n", team, "-f", "-"], &checker("shop"))
+        .await;
     assert!(ok, "editor create: {out}");
-    let (ok, out) = kubectl_as(
-        cluster,
-        &lead,
-        &["create", "-n", &team, "-f", "-"],
-        &checker("admin-made"),
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.lead,
+            &["create", "-n", team, "-f", "-"],
+            &checker("admin-made"),
+        )
+        .await;
     assert!(ok, "admin create: {out}");
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &["get", "webcheckers", "-n", &team, "-o", "name"],
-        "",
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.dev,
+            &["get", "webcheckers", "-n", team, "-o", "name"],
+            "",
+        )
+        .await;
     assert!(ok, "editor list: {out}");
     assert!(
         out.contains("webchecker.test.network.io/shop") && out.contains("/admin-made"),
         "{out}"
     );
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &[
-            "patch",
-            "webchecker",
-            "shop",
-            "-n",
-            &team,
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"intervalSeconds":60}}"#,
-        ],
-        "",
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.dev,
+            &[
+                "patch",
+                "webchecker",
+                "shop",
+                "-n",
+                team,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"intervalSeconds":60}}"#,
+            ],
+            "",
+        )
+        .await;
     assert!(ok, "editor patch: {out}");
     // The status stays the operator's.
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &[
-            "patch",
-            "webchecker",
-            "shop",
-            "-n",
-            &team,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"owner":"me"}}"#,
-        ],
-        "",
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.dev,
+            &[
+                "patch",
+                "webchecker",
+                "shop",
+                "-n",
+                team,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"owner":"me"}}"#,
+            ],
+            "",
+        )
+        .await;
     assert!(
         !ok && out.contains("forbidden"),
         "editor wrote status: {out}"
     );
     // Bound in their namespace only.
-    let (ok, out) = kubectl_as(
-        cluster,
-        &dev,
-        &["create", "-n", &other, "-f", "-"],
-        &checker("elsewhere"),
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.dev,
+            &["create", "-n", other, "-f", "-"],
+            &checker("elsewhere"),
+        )
+        .await;
     assert!(
         !ok && out.contains("forbidden"),
         "editor created in another namespace: {out}"
     );
-    let (ok, out) = kubectl_as(cluster, &dev, &["get", "webcheckers", "-A"], "").await;
+    let (ok, out) = t.kubectl(&t.dev, &["get", "webcheckers", "-A"], "").await;
     assert!(
         !ok && out.contains("forbidden"),
         "editor listed all namespaces: {out}"
     );
+}
 
-    // The viewer lists and reads, and may change nothing.
-    let (ok, out) = kubectl_as(
-        cluster,
-        &auditor,
-        &["get", "wc", "-n", &team, "-o", "name"],
-        "",
-    )
-    .await;
+/// The viewer lists and reads, and may change nothing.
+async fn viewer_only_reads(t: &Team) {
+    let team = &t.team;
+    let (ok, out) = t
+        .kubectl(&t.auditor, &["get", "wc", "-n", team, "-o", "name"], "")
+        .await;
     assert!(ok && out.contains("/shop"), "viewer list: {out}");
-    let (ok, out) = kubectl_as(
-        cluster,
-        &auditor,
-        &["create", "-n", &team, "-f", "-"],
-        &checker("viewer-made"),
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(
+            &t.auditor,
+            &["create", "-n", team, "-f", "-"],
+            &checker("viewer-made"),
+        )
+        .await;
     assert!(!ok && out.contains("forbidden"), "viewer created: {out}");
-    let (ok, out) = kubectl_as(
-        cluster,
-        &auditor,
-        &["delete", "wc", "shop", "-n", &team],
-        "",
-    )
-    .await;
+    let (ok, out) = t
+        .kubectl(&t.auditor, &["delete", "wc", "shop", "-n", team], "")
+        .await;
     assert!(!ok && out.contains("forbidden"), "viewer deleted: {out}");
-
-    let (ok, out) = kubectl_as(cluster, &dev, &["delete", "wc", "shop", "-n", &team], "").await;
-    assert!(ok, "editor delete: {out}");
 }

@@ -18,9 +18,9 @@ use webchecker_kit::fleet::Fleet;
 use webchecker_kit::netns::ZonedReplicas;
 use webchecker_kit::{Cluster, Operator, Witness, metric};
 
+use crate::common::{Res, err};
 use crate::report::Section;
 use crate::sys::{clk_tck, cpu_ticks};
-use crate::{Res, err};
 
 const CHECKERS: usize = 600;
 const INTERVAL: u32 = 2;
@@ -124,7 +124,7 @@ async fn run(cl: &'static Cluster, confirm: bool) -> Res<Vec<Row>> {
 pub async fn part(cl: &'static Cluster) -> Res<Section> {
     let mut rows = Vec::new();
     for confirm in [true, false] {
-        rows.extend(crate::caught(run(cl, confirm)).await.map_err(|e| {
+        rows.extend(crate::common::caught(run(cl, confirm)).await.map_err(|e| {
             err(format!(
                 "confirmation {}: {e}",
                 if confirm { "on" } else { "off" }

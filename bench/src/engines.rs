@@ -14,12 +14,12 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use webchecker::api::WebCheckerSpec;
-use webchecker::probe::{AddressPolicy, Prober};
+use webchecker::probe::{AddressPolicy, ProbePlan, Prober};
 use webchecker_kit::{http_get_within, speaks};
 
+use crate::common::{Res, err};
 use crate::stats::quantile;
 use crate::sys::{clk_tck, cpu_ticks, pin_command, pin_current_thread};
-use crate::{Res, err};
 
 const OK_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n";
 
@@ -181,18 +181,7 @@ pub fn target_main(args: &[String]) {
 /// of the last run; `cost` -> `cost KX_NS KX_CALLS SIG_NS SIG_CALLS`, what
 /// the timed provider counted in the last run; EOF ends.
 pub fn worker_main(args: &[String]) {
-    let name = args
-        .first()
-        .map_or(crate::crypto::names()[0], String::as_str);
-    let provider = crate::crypto::provider(name).expect("a provider compiled into the bench");
-    let provider = if args.get(1).is_some_and(|a| a == "timed") {
-        crate::crypto::timed_provider(provider)
-    } else {
-        provider
-    };
-    provider
-        .install_default()
-        .expect("the worker installs the only provider");
+    install_worker_provider(args);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -208,60 +197,8 @@ pub fn worker_main(args: &[String]) {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.first().copied() {
             Some("run") => {
-                let url = f[1].to_string();
-                let c: usize = f[2].parse().unwrap();
-                let d = Duration::from_millis(f[3].parse().unwrap());
-                let mut spec = serde_json::json!({
-                    "host": url, "path": "/", "intervalSeconds": 10, "timeoutSeconds": 5
-                });
-                let ca = f
-                    .get(4)
-                    .map(|p| std::fs::read(p).expect("read the CA file"));
-                if ca.is_some() {
-                    spec["tls"] = serde_json::json!({
-                        "caBundle": {"configMapKeyRef": {"name": "bench", "key": "ca.crt"}}
-                    });
-                }
-                if let Some(version) = f.get(5) {
-                    spec["httpVersions"] = serde_json::json!([version]);
-                }
-                let spec: WebCheckerSpec = serde_json::from_value(spec).unwrap();
-                crate::crypto::reset();
-                let plan = Arc::new(
-                    webchecker::probe::plan(&spec, &|_| ca.clone().ok_or("no CA".into())).unwrap(),
-                );
-                let (lat, errors) = rt.block_on(async {
-                    let deadline = Instant::now() + d;
-                    let mut tasks = Vec::new();
-                    for _ in 0..c {
-                        let prober = prober.clone();
-                        let plan = plan.clone();
-                        tasks.push(tokio::spawn(async move {
-                            let mut lat = Vec::with_capacity(1 << 14);
-                            let mut errors = 0u64;
-                            while Instant::now() < deadline {
-                                let o = prober
-                                    .probe(&plan, "bench", &|| true)
-                                    .await
-                                    .expect("an open gate always gives an outcome");
-                                if o.success() {
-                                    lat.push(o.duration.as_micros() as u32);
-                                } else {
-                                    errors += 1;
-                                }
-                            }
-                            (lat, errors)
-                        }));
-                    }
-                    let mut all = Vec::new();
-                    let mut errors = 0;
-                    for t in tasks {
-                        let (l, e) = t.await.unwrap();
-                        all.extend(l);
-                        errors += e;
-                    }
-                    (all, errors)
-                });
+                let (plan, c, d) = worker_run_plan(&f);
+                let (lat, errors) = rt.block_on(probe_for(&prober, plan, c, d));
                 writeln!(out, "done {} {}", lat.len() as u64 + errors, errors).unwrap();
                 out.flush().unwrap();
                 last = lat;
@@ -286,6 +223,91 @@ pub fn worker_main(args: &[String]) {
             _ => break,
         }
     }
+}
+
+/// The worker's rustls provider, the process default: `args[0]` (the
+/// operator's when none is named), timed when `args[1]` is `timed`.
+fn install_worker_provider(args: &[String]) {
+    let name = args
+        .first()
+        .map_or(crate::crypto::names()[0], String::as_str);
+    let provider = crate::crypto::provider(name).expect("a provider compiled into the bench");
+    let provider = if args.get(1).is_some_and(|a| a == "timed") {
+        crate::crypto::timed_provider(provider)
+    } else {
+        provider
+    };
+    provider
+        .install_default()
+        .expect("the worker installs the only provider");
+}
+
+/// The probe plan, concurrency and duration of a `run URL C MILLIS
+/// [CA_FILE [VERSION]]` line (split into words); resets the timed
+/// provider's counts for the run.
+fn worker_run_plan(f: &[&str]) -> (Arc<ProbePlan>, usize, Duration) {
+    let url = f[1].to_string();
+    let c: usize = f[2].parse().unwrap();
+    let d = Duration::from_millis(f[3].parse().unwrap());
+    let mut spec = serde_json::json!({
+        "host": url, "path": "/", "intervalSeconds": 10, "timeoutSeconds": 5
+    });
+    let ca = f
+        .get(4)
+        .map(|p| std::fs::read(p).expect("read the CA file"));
+    if ca.is_some() {
+        spec["tls"] = serde_json::json!({
+            "caBundle": {"configMapKeyRef": {"name": "bench", "key": "ca.crt"}}
+        });
+    }
+    if let Some(version) = f.get(5) {
+        spec["httpVersions"] = serde_json::json!([version]);
+    }
+    let spec: WebCheckerSpec = serde_json::from_value(spec).unwrap();
+    crate::crypto::reset();
+    let plan =
+        Arc::new(webchecker::probe::plan(&spec, &|_| ca.clone().ok_or("no CA".into())).unwrap());
+    (plan, c, d)
+}
+
+/// `c` probe loops on `plan` for `d`: the successful probes' durations (µs)
+/// and the number of failed ones.
+async fn probe_for(
+    prober: &Arc<Prober>,
+    plan: Arc<ProbePlan>,
+    c: usize,
+    d: Duration,
+) -> (Vec<u32>, u64) {
+    let deadline = Instant::now() + d;
+    let mut tasks = Vec::new();
+    for _ in 0..c {
+        let prober = prober.clone();
+        let plan = plan.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::with_capacity(1 << 14);
+            let mut errors = 0u64;
+            while Instant::now() < deadline {
+                let o = prober
+                    .probe(&plan, "bench", &|| true)
+                    .await
+                    .expect("an open gate always gives an outcome");
+                if o.success() {
+                    lat.push(o.duration.as_micros() as u32);
+                } else {
+                    errors += 1;
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        all.extend(l);
+        errors += e;
+    }
+    (all, errors)
 }
 
 pub struct Worker {

@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::watcher;
+use plotters::prelude::*;
 use webchecker_kit::{checkers_api, faults, gap_across, largest_gap_in, last_before, owner_of};
 
+use crate::common::{Res, err};
 use crate::fleet::{Fleet, INTERVAL};
+use crate::plots::{BLUE, save_png};
 use crate::report::Section;
 use crate::stats::{fmt_int, median, minmax, yes};
-use crate::{Res, err, plots};
 
 /// The default lease duration (s).
 const LEASE: f64 = 10.0;
@@ -252,9 +254,9 @@ pub struct RollResult {
     gap: GapResult,
     /// Seconds since the restart began: its end, and the events and probes
     /// the plot shows (time, gap since the previous probe).
-    pub to: f64,
-    pub events: Vec<(f64, String)>,
-    pub points: Vec<(f64, f64)>,
+    to: f64,
+    events: Vec<(f64, String)>,
+    points: Vec<(f64, f64)>,
 }
 
 async fn rolling_restart(f: &mut Fleet) -> Res<RollResult> {
@@ -383,86 +385,13 @@ fn failover_section(
     m: usize,
     img: &Path,
 ) -> Section {
-    let mut s = String::new();
-    s.push_str(&format!(
-        "3 replicas, {} checkers at a {INTERVAL} s interval, default lease timings (duration 10 s, renew deadline 7 s, \
-         retry 2 s). Gaps are measured at the witness target: for the checkers of the replica that went away, from \
-         their last probe before the event to their first probe after it (the normal cadence is {INTERVAL} s, so a gap \
-         of {INTERVAL} s means no interruption at all). After each event a replacement replica (new identity) joins and \
-         the fleet is allowed to settle before the next one. Bounds: interval + 2 s = {EVIDENCE_BOUND:.0} s when \
-         the leader proves the replica gone from evidence (fast failover, the default: its advertised address \
-         refuses connections), the DESIGN bound interval + lease duration + 2 s \
-         = {DESIGN_BOUND:.0} s, and 2 x lease duration = {SHARDING_BOUND:.0} s, the failover bound of timebertt's \
-         controller-sharding (which counts from the failure to the reassignment, not to the next probe).\n\n",
-        fmt_int(m as f64)
-    ));
-    s.push_str(&format!("| scenario | checkers moved | largest gap | median gap (moved) | other checkers' largest gap | <= {EVIDENCE_BOUND:.0} s (interval + 2 s) | <= {DESIGN_BOUND:.0} s (DESIGN) | <= {SHARDING_BOUND:.0} s (2 x lease) | note |\n|---|---:|---:|---:|---:|---|---|---|---|\n"));
+    let mut s = method(m);
     let mut all: Vec<&GapResult> = results.iter().collect();
     if let Some(r) = roll {
         all.push(&r.gap);
     }
-    for g in &all {
-        s.push_str(&format!(
-            "| {} | {} | **{:.1} s** | {:.1} s | {} | {} | {} | {} | {} |\n",
-            g.scenario,
-            fmt_int(g.moved as f64),
-            g.gap_max,
-            g.gap_p50,
-            if g.others_max.is_nan() {
-                "–".to_string()
-            } else {
-                format!("{:.1} s", g.others_max)
-            },
-            yes(g.gap_max <= EVIDENCE_BOUND),
-            yes(g.gap_max <= DESIGN_BOUND),
-            yes(g.gap_max <= SHARDING_BOUND),
-            g.note
-        ));
-    }
-    let with_parts: Vec<&&GapResult> = all.iter().filter(|g| g.parts.is_some()).collect();
-    if !with_parts.is_empty() {
-        s.push_str(&format!(
-            "\nWhere the gap comes from, for the checkers that moved (a watch records when each one shows its new \
-             owner): *before* = the event minus the checker's last probe before it (up to one interval, a matter of \
-             phase); *reassigned* = the event to the new owner label; *first probe* = the new owner label to the first \
-             probe by the new owner. The gap is their sum; the DESIGN bound allows one interval for *before*, the lease \
-             duration + 2 s for *reassigned*, and nothing for *first probe*.\n\n\
-             The *reassigned* column is the like-for-like comparison with other sharded controllers, which count \
-             from the failure to the reassignment: against one lease ({LEASE:.0} s, kube-controller-manager's and \
-             Kuberhealthy's failover) and against controller-sharding's 2 x lease ({SHARDING_BOUND:.0} s).\n\n\
-             | scenario | before (max) | reassigned (max) | reassigned / 1 lease | reassigned / 2 x lease | first probe (max) | the largest gap = before + reassigned + first probe |\n|---|---:|---:|---:|---:|---:|---|\n"
-        ));
-        for g in with_parts {
-            let p = g.parts.unwrap();
-            s.push_str(&format!(
-                "| {} | {:.1} s | {:.1} s | {:.2} | {:.2} | {:.1} s | {:.1} s = {:.1} + {:.1} + {:.1} s |\n",
-                g.scenario,
-                p.since_last_max,
-                p.to_assign_max,
-                p.to_assign_max / LEASE,
-                p.to_assign_max / SHARDING_BOUND,
-                p.to_probe_max,
-                p.worst.0 + p.worst.1 + p.worst.2,
-                p.worst.0,
-                p.worst.1,
-                p.worst.2
-            ));
-        }
-        let reassign = all
-            .iter()
-            .filter_map(|g| g.parts.map(|p| p.to_assign_max))
-            .fold(0.0, f64::max);
-        s.push_str(&format!(
-            "\nThe like-for-like comparison with controller-sharding's 2 x lease = {SHARDING_BOUND:.0} s (failure to \
-             reassignment) is the *reassigned* column: at most {reassign:.1} s here ({}). The probe gap adds the phase \
-             of the checker's interval on top, which is why the gap itself can exceed 2 x lease.\n",
-            if reassign <= SHARDING_BOUND {
-                "within it"
-            } else {
-                "over it"
-            }
-        ));
-    }
+    s.push_str(&gap_table(&all));
+    s.push_str(&parts_table(&all));
     let mut summary = vec![format!(
         "Failover ({} checkers, 10 s interval, leases 10s/7s/2s), largest probe gap: {}; DESIGN bound {DESIGN_BOUND:.0} s, 2 x lease {SHARDING_BOUND:.0} s.",
         fmt_int(m as f64),
@@ -481,7 +410,7 @@ fn failover_section(
             .join(", ")
     )];
     if let Some(r) = roll {
-        let plotted = plots::rolling_restart(&img.join("rolling-restart-gaps.png"), r);
+        let plotted = plot_rolling_restart(&img.join("rolling-restart-gaps.png"), r);
         if plotted.is_ok() {
             s.push_str("\nVertical lines: `+k` the k-th new replica is ready, `-k` the k-th old replica exited after SIGTERM.\n\n![rolling restart gaps](img/rolling-restart-gaps.png)\n");
         }
@@ -495,4 +424,154 @@ fn failover_section(
         yes(worst <= SHARDING_BOUND)
     ));
     Section { body: s, summary }
+}
+
+/// Part 4's method paragraph: the fleet, what a gap is, the bounds.
+fn method(m: usize) -> String {
+    format!(
+        "3 replicas, {} checkers at a {INTERVAL} s interval, default lease timings (duration 10 s, renew deadline 7 s, \
+         retry 2 s). Gaps are measured at the witness target: for the checkers of the replica that went away, from \
+         their last probe before the event to their first probe after it (the normal cadence is {INTERVAL} s, so a gap \
+         of {INTERVAL} s means no interruption at all). After each event a replacement replica (new identity) joins and \
+         the fleet is allowed to settle before the next one. Bounds: interval + 2 s = {EVIDENCE_BOUND:.0} s when \
+         the leader proves the replica gone from evidence (fast failover, the default: its advertised address \
+         refuses connections), the DESIGN bound interval + lease duration + 2 s \
+         = {DESIGN_BOUND:.0} s, and 2 x lease duration = {SHARDING_BOUND:.0} s, the failover bound of timebertt's \
+         controller-sharding (which counts from the failure to the reassignment, not to the next probe).\n\n",
+        fmt_int(m as f64)
+    )
+}
+
+/// The gaps of every scenario against the bounds.
+fn gap_table(all: &[&GapResult]) -> String {
+    let mut s = format!(
+        "| scenario | checkers moved | largest gap | median gap (moved) | other checkers' largest gap | <= {EVIDENCE_BOUND:.0} s (interval + 2 s) | <= {DESIGN_BOUND:.0} s (DESIGN) | <= {SHARDING_BOUND:.0} s (2 x lease) | note |\n|---|---:|---:|---:|---:|---|---|---|---|\n"
+    );
+    for g in all {
+        s.push_str(&format!(
+            "| {} | {} | **{:.1} s** | {:.1} s | {} | {} | {} | {} | {} |\n",
+            g.scenario,
+            fmt_int(g.moved as f64),
+            g.gap_max,
+            g.gap_p50,
+            if g.others_max.is_nan() {
+                "–".to_string()
+            } else {
+                format!("{:.1} s", g.others_max)
+            },
+            yes(g.gap_max <= EVIDENCE_BOUND),
+            yes(g.gap_max <= DESIGN_BOUND),
+            yes(g.gap_max <= SHARDING_BOUND),
+            g.note
+        ));
+    }
+    s
+}
+
+/// Where the gap comes from (before, reassigned, first probe) in the
+/// scenarios that watched the reassignment; empty when none did.
+fn parts_table(all: &[&GapResult]) -> String {
+    let with_parts: Vec<&&GapResult> = all.iter().filter(|g| g.parts.is_some()).collect();
+    if with_parts.is_empty() {
+        return String::new();
+    }
+    let mut s = format!(
+        "\nWhere the gap comes from, for the checkers that moved (a watch records when each one shows its new \
+         owner): *before* = the event minus the checker's last probe before it (up to one interval, a matter of \
+         phase); *reassigned* = the event to the new owner label; *first probe* = the new owner label to the first \
+         probe by the new owner. The gap is their sum; the DESIGN bound allows one interval for *before*, the lease \
+         duration + 2 s for *reassigned*, and nothing for *first probe*.\n\n\
+         The *reassigned* column is the like-for-like comparison with other sharded controllers, which count \
+         from the failure to the reassignment: against one lease ({LEASE:.0} s, kube-controller-manager's and \
+         Kuberhealthy's failover) and against controller-sharding's 2 x lease ({SHARDING_BOUND:.0} s).\n\n\
+         | scenario | before (max) | reassigned (max) | reassigned / 1 lease | reassigned / 2 x lease | first probe (max) | the largest gap = before + reassigned + first probe |\n|---|---:|---:|---:|---:|---:|---|\n"
+    );
+    for g in with_parts {
+        let p = g.parts.unwrap();
+        s.push_str(&format!(
+            "| {} | {:.1} s | {:.1} s | {:.2} | {:.2} | {:.1} s | {:.1} s = {:.1} + {:.1} + {:.1} s |\n",
+            g.scenario,
+            p.since_last_max,
+            p.to_assign_max,
+            p.to_assign_max / LEASE,
+            p.to_assign_max / SHARDING_BOUND,
+            p.to_probe_max,
+            p.worst.0 + p.worst.1 + p.worst.2,
+            p.worst.0,
+            p.worst.1,
+            p.worst.2
+        ));
+    }
+    let reassign = all
+        .iter()
+        .filter_map(|g| g.parts.map(|p| p.to_assign_max))
+        .fold(0.0, f64::max);
+    s.push_str(&format!(
+        "\nThe like-for-like comparison with controller-sharding's 2 x lease = {SHARDING_BOUND:.0} s (failure to \
+         reassignment) is the *reassigned* column: at most {reassign:.1} s here ({}). The probe gap adds the phase \
+         of the checker's interval on top, which is why the gap itself can exceed 2 x lease.\n",
+        if reassign <= SHARDING_BOUND {
+            "within it"
+        } else {
+            "over it"
+        }
+    ));
+    s
+}
+
+/// The rolling restart's figure: every probe's gap since the previous probe
+/// of its checker, the bounds, and the restart's events.
+fn plot_rolling_restart(png: &Path, r: &RollResult) -> Res<()> {
+    save_png(png, (1100, 460), |root| {
+        let x1 = r.to + 2.0;
+        let ymax = r.points.iter().map(|p| p.1).fold(DESIGN_BOUND, f64::max) + 3.0;
+        let mut c = ChartBuilder::on(root)
+            .caption(
+                "Rolling restart: time since the previous probe of the same checker, per probe",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(55)
+            .build_cartesian_2d(-15f64..x1, 0f64..ymax)?;
+        c.configure_mesh()
+            .x_desc("seconds since the rolling restart began")
+            .y_desc("gap (s)")
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .draw()?;
+        let blue = BLUE.mix(0.35);
+        c.draw_series(r.points.iter().map(|p| Circle::new(*p, 2, blue.filled())))?
+            .label("probe (gap since the previous one)")
+            .legend(move |(x, y)| Circle::new((x + 10, y), 3, BLUE.filled()));
+        let red = ShapeStyle::from(RED).stroke_width(2);
+        c.draw_series(LineSeries::new(
+            vec![(-15.0, DESIGN_BOUND), (x1, DESIGN_BOUND)],
+            red,
+        ))?
+        .label(format!("DESIGN bound {DESIGN_BOUND:.0} s"))
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red));
+        let purple = ShapeStyle::from(MAGENTA).stroke_width(1);
+        c.draw_series(LineSeries::new(
+            vec![(-15.0, SHARDING_BOUND), (x1, SHARDING_BOUND)],
+            purple,
+        ))?
+        .label(format!("2 x lease {SHARDING_BOUND:.0} s"))
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], purple));
+        let grey = ShapeStyle::from(BLACK.mix(0.5)).stroke_width(1);
+        for (k, (t, label)) in r.events.iter().enumerate() {
+            c.draw_series(LineSeries::new(vec![(*t, 0.0), (*t, ymax)], grey))?;
+            c.draw_series(std::iter::once(Text::new(
+                label.clone(),
+                (*t + 0.3, ymax - 1.0 - 1.3 * (k % 2) as f64),
+                ("sans-serif", 14),
+            )))?;
+        }
+        c.configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.9))
+            .draw()?;
+        Ok(())
+    })
 }

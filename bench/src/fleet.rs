@@ -15,8 +15,8 @@ use webchecker::coordination::ring;
 use webchecker_kit::oracle::ProbeLog;
 use webchecker_kit::{Cluster, Operator, Witness, create_checkers_concurrently, faults};
 
+use crate::common::{Res, err};
 use crate::sys::proc_status_kib;
-use crate::{Res, err};
 
 /// Every checker's interval.
 pub const INTERVAL: u32 = 10;

@@ -13,15 +13,17 @@ use std::time::Duration;
 use webchecker_kit::peers::{GrpcHealth, blackbox_exporter_bin};
 use webchecker_kit::targets::TestCa;
 
+use crate::common::{Cfg, Res, err, panic_text};
 use crate::engines::Proto;
+use crate::plots;
 use crate::probe::{
-    CONCURRENCIES, Rig, cores, cpu_split_table, efficiency_table, goal_verdict, latency_table,
-    list, measure_note, perf_profile, ratio_range, spawn_target, timings, worst_concurrency,
+    Rig, cpu_split_table, efficiency_table, goal_verdict, latency_table, list, measure_note,
+    perf_profile, ratio_range, spawn_target, worst_concurrency,
 };
 use crate::report::Section;
+use crate::runs::{CONCURRENCIES, cores, timings};
 use crate::stats::minmax;
 use crate::sys::{cmd_out, pin_process};
-use crate::{Cfg, Res, err, panic_text, plots};
 
 /// The bar: ours/blackbox probes per CPU-second, gRPC health in
 /// plaintext and TCP connect.

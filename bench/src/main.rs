@@ -48,6 +48,7 @@
 //! WEBCHECKER_OPERATOR_BIN (the operator; default: the one built next to
 //! the bench, target/release/webchecker-operator under `make bench`).
 
+mod common;
 mod confirm;
 mod crypto;
 mod engines;
@@ -62,147 +63,22 @@ mod prometheus;
 mod rebalance;
 mod report;
 mod ring;
+mod runs;
 mod scale;
 mod sim;
 mod stats;
 mod sys;
 mod tls_cost;
 
-use std::collections::HashSet;
-use std::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use webchecker_kit::Cluster;
 
-use crate::fleet::Fleet;
+use crate::common::{Cfg, PARTS, Res, caught, err, panic_text};
+use crate::fleet::{Fleet, MemVariant};
 use crate::merge::Part;
 use crate::report::Section;
-
-/// The parts in the report's order: key (BENCH_PARTS), title, and how its
-/// summary lines begin (merge.rs).
-const PARTS: [(&str, &str, &[&str]); 9] = [
-    (
-        "probe",
-        "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
-        &["probe engine:"],
-    ),
-    (
-        "kinds",
-        "1b. Probe engine efficiency: gRPC health and TCP connect vs blackbox_exporter 0.28",
-        &["probe engine, checks"],
-    ),
-    ("ring", "2. Ring quality (simulation)", &["ring"]),
-    ("scale", "3. Scale on a real control plane", &["scale"]),
-    (
-        "rebalance",
-        "3b. Rebalance at scale: 3 -> 4 replicas",
-        &["rebalance"],
-    ),
-    ("failover", "4. Failover", &["failover"]),
-    ("confirm", "5. Confirmation", &["confirmation"]),
-    (
-        "prom",
-        "6. Prometheus 3's own memory: classic vs native histograms",
-        &["prometheus 3"],
-    ),
-    (
-        "sim",
-        "7. Rebalancing cost curve (simulation): 10,000 and 100,000 checkers",
-        &["rebalancing cost curve"],
-    ),
-];
-
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
-
-fn err(msg: impl Into<String>) -> Box<dyn Error + Send + Sync> {
-    msg.into().into()
-}
-
-#[derive(Clone)]
-struct Cfg {
-    quick: bool,
-    large: bool,
-    parts: HashSet<String>,
-    /// BENCH_PARTS named a subset: merged into an existing report.
-    subset: bool,
-    prom_checkers: usize,
-    prom_scrapes: u32,
-    out: PathBuf,
-    rounds: usize,
-    failover_checkers: usize,
-    command: String,
-    operator: PathBuf,
-    work: PathBuf,
-}
-
-impl Cfg {
-    fn from_env() -> Cfg {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let quick = env("BENCH_QUICK").is_some_and(|v| v != "0");
-        let large = env("BENCH_LARGE").is_some_and(|v| v != "0");
-        let parts: HashSet<String> = env("BENCH_PARTS")
-            .unwrap_or_else(|| PARTS.map(|p| p.0).join(","))
-            .split(',')
-            .map(|s| s.trim().to_string())
-            .collect();
-        let subset = PARTS.iter().any(|p| !parts.contains(p.0));
-        let repo = webchecker_kit::repo();
-        Cfg {
-            quick,
-            large,
-            parts,
-            subset,
-            prom_checkers: env("BENCH_PROM_CHECKERS")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(10_000),
-            // Half of a head chunk's 120 samples: prom_memory.rs says why.
-            prom_scrapes: env("BENCH_PROM_SCRAPES")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(if quick { 8 } else { 60 }),
-            out: env("BENCH_OUT")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| repo.join("docs")),
-            rounds: env("BENCH_ROUNDS")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(if quick { 2 } else { 5 }),
-            failover_checkers: env("BENCH_FAILOVER_CHECKERS")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1000),
-            command: env("BENCH_COMMAND")
-                .unwrap_or_else(|| std::env::args().collect::<Vec<_>>().join(" ")),
-            operator: webchecker_kit::operator_bin(),
-            work: webchecker_kit::target_dir()
-                .join("bench")
-                .join(format!("run-{}", std::process::id())),
-        }
-    }
-
-    fn part(&self, p: &str) -> bool {
-        self.parts.contains(p)
-    }
-}
-
-/// The text of a panic (the kit panics where a test would fail).
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic".into())
-}
-
-/// Runs `f` as a task of its own: a panic in it (a kit timeout, a create
-/// that failed) becomes an error of the part, and the fleet it held is
-/// dropped, its replicas killed.
-pub(crate) async fn caught<T: Send + 'static>(
-    f: impl Future<Output = Res<T>> + Send + 'static,
-) -> Res<T> {
-    match tokio::spawn(f).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => Err(err(panic_text(&*e.into_panic()))),
-        Err(e) => Err(err(e.to_string())),
-    }
-}
 
 type ClusterParts = (
     Option<Res<Section>>,
@@ -216,12 +92,9 @@ type ClusterParts = (
 /// the failover scenarios on the same fleet), then 10,000 (and 30,000),
 /// then part 6's own 10,000.
 async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
-    let dir = cfg.work.join("cluster");
-    let started = std::panic::catch_unwind(|| Cluster::start_in(dir, ""));
-    let cl: &'static Cluster = match started {
-        Ok(c) => Box::leak(Box::new(c)),
-        Err(p) => {
-            let msg = format!("control plane did not start: {}", panic_text(&*p));
+    let cl = match start_cluster(cfg) {
+        Ok(cl) => cl,
+        Err(msg) => {
             return (
                 cfg.part("scale").then(|| Err(err(msg.clone()))),
                 cfg.part("rebalance").then(|| Err(err(msg.clone()))),
@@ -231,21 +104,75 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             );
         }
     };
-    let mut scale_rows = Vec::new();
-    let mut scale_err = None;
-    let mut mem_variant = None;
-    let mut failover: Option<Res<Section>> = None;
+    let mut scale_runs = ScaleRuns::default();
+    let confirmation = if cfg.part("confirm") {
+        Some(confirm::part(cl).await)
+    } else {
+        None
+    };
+    let failover = small_fleet(cl, cfg, img, &mut scale_runs).await;
+    if cfg.part("scale") {
+        large_fleets(cl, cfg, &mut scale_runs).await;
+    }
+    let rebalance = if cfg.part("rebalance") {
+        let m = std::env::var("BENCH_REBALANCE_CHECKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if cfg.quick { 2_000 } else { 10_000 });
+        Some(Ok(rebalance::section(&caught(rebalance::run(cl, m)).await)))
+    } else {
+        None
+    };
+    let prom = if cfg.part("prom") {
+        let settings = prom_memory::Settings {
+            checkers: cfg.prom_checkers,
+            scrapes: cfg.prom_scrapes,
+            work: cfg.work.join("prom"),
+        };
+        Some(caught(prom_memory::part(cl, settings)).await)
+    } else {
+        None
+    };
+    cl.down();
+    let scale = cfg
+        .part("scale")
+        .then(|| Ok(scale_section(cfg, scale_runs)));
+    (scale, rebalance, failover, confirmation, prom)
+}
+
+/// The control plane, for the rest of the run; why it did not start.
+fn start_cluster(cfg: &Cfg) -> Result<&'static Cluster, String> {
+    let dir = cfg.work.join("cluster");
+    match std::panic::catch_unwind(|| Cluster::start_in(dir, "")) {
+        Ok(c) => Ok(Box::leak(Box::new(c))),
+        Err(p) => Err(format!("control plane did not start: {}", panic_text(&*p))),
+    }
+}
+
+/// What part 3's fleets gave: a row per fleet size, the 10,000-checker
+/// fleet again without the per-checker histogram, the last error.
+#[derive(Default)]
+struct ScaleRuns {
+    rows: Vec<scale::ScaleRow>,
+    mem_variant: Option<MemVariant>,
+    err: Option<String>,
+}
+
+/// The first fleet, 1,000 checkers (BENCH_FAILOVER_CHECKERS when failover
+/// runs without scale): part 3's first row, then part 4 on the same fleet;
+/// part 4's section.
+async fn small_fleet(
+    cl: &'static Cluster,
+    cfg: &Cfg,
+    img: &Path,
+    scale_runs: &mut ScaleRuns,
+) -> Option<Res<Section>> {
     let small = if cfg.part("failover") && !cfg.part("scale") {
         cfg.failover_checkers
     } else {
         1000
     };
     let (c, i) = (cfg.clone(), img.to_path_buf());
-    let confirmation = if cfg.part("confirm") {
-        Some(confirm::part(cl).await)
-    } else {
-        None
-    };
     let first = caught(async move {
         if !(c.part("scale") || c.part("failover")) {
             return Ok((None, None));
@@ -268,89 +195,70 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     match first {
         Ok((scale, fo)) => {
             match scale {
-                Some(Ok(r)) => scale_rows.push(r),
-                Some(Err(e)) => scale_err = Some(e.to_string()),
+                Some(Ok(r)) => scale_runs.rows.push(r),
+                Some(Err(e)) => scale_runs.err = Some(e.to_string()),
                 None => {}
             }
-            failover = fo;
+            fo
         }
         Err(e) => {
-            scale_err = Some(e.to_string());
-            if cfg.part("failover") {
-                failover = Some(Err(e));
-            }
+            scale_runs.err = Some(e.to_string());
+            cfg.part("failover").then_some(Err(e))
         }
     }
-    if cfg.part("scale") {
-        let mut sizes = vec![10_000usize];
-        if cfg.large {
-            sizes.push(30_000);
-        }
-        for m in sizes {
-            let c = cfg.clone();
-            let run = caught(async move {
-                let mut f = Fleet::start(cl, &format!("m{m}"), 3, m).await?;
-                let row = scale::measure(&f, c.quick).await;
-                // What the per-checker histogram costs: the same objects,
-                // new replicas without it.
-                let variant = match (m == 10_000, &row) {
-                    (true, Ok(_)) => Some(f.restart_with(&["--per-checker-histogram=false"]).await),
-                    _ => None,
-                };
-                f.shutdown();
-                Ok((row, variant))
-            })
-            .await;
-            match run {
-                Ok((row, variant)) => {
-                    match row {
-                        Ok(r) => scale_rows.push(r),
-                        Err(e) => scale_err = Some(e.to_string()),
-                    }
-                    match variant {
-                        Some(Ok(v)) => mem_variant = Some(v),
-                        Some(Err(e)) => scale_err = Some(e.to_string()),
-                        None => {}
-                    }
+}
+
+/// Part 3's fleets of 10,000 (and 30,000 with BENCH_LARGE) checkers.
+async fn large_fleets(cl: &'static Cluster, cfg: &Cfg, scale_runs: &mut ScaleRuns) {
+    let mut sizes = vec![10_000usize];
+    if cfg.large {
+        sizes.push(30_000);
+    }
+    for m in sizes {
+        let c = cfg.clone();
+        let run = caught(async move {
+            let mut f = Fleet::start(cl, &format!("m{m}"), 3, m).await?;
+            let row = scale::measure(&f, c.quick).await;
+            // What the per-checker histogram costs: the same objects,
+            // new replicas without it.
+            let variant = match (m == 10_000, &row) {
+                (true, Ok(_)) => Some(f.restart_with(&["--per-checker-histogram=false"]).await),
+                _ => None,
+            };
+            f.shutdown();
+            Ok((row, variant))
+        })
+        .await;
+        match run {
+            Ok((row, variant)) => {
+                match row {
+                    Ok(r) => scale_runs.rows.push(r),
+                    Err(e) => scale_runs.err = Some(e.to_string()),
                 }
-                Err(e) => scale_err = Some(e.to_string()),
+                match variant {
+                    Some(Ok(v)) => scale_runs.mem_variant = Some(v),
+                    Some(Err(e)) => scale_runs.err = Some(e.to_string()),
+                    None => {}
+                }
             }
+            Err(e) => scale_runs.err = Some(e.to_string()),
         }
     }
-    let rebalance = if cfg.part("rebalance") {
-        let m = std::env::var("BENCH_REBALANCE_CHECKERS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(if cfg.quick { 2_000 } else { 10_000 });
-        Some(Ok(rebalance::section(&caught(rebalance::run(cl, m)).await)))
-    } else {
-        None
-    };
-    let prom = if cfg.part("prom") {
-        let settings = prom_memory::Settings {
-            checkers: cfg.prom_checkers,
-            scrapes: cfg.prom_scrapes,
-            work: cfg.work.join("prom"),
-        };
-        Some(caught(prom_memory::part(cl, settings)).await)
-    } else {
-        None
-    };
-    cl.down();
-    let scale = cfg.part("scale").then(|| {
-        let mut sec = scale::section(
-            &scale_rows,
-            mem_variant.as_ref(),
-            scale::operator_heartbeat_s(&cfg.operator),
-        );
-        if let Some(e) = scale_err {
-            sec.body
-                .push_str(&format!("\n**Error during this part:** {e}\n"));
-            sec.summary.push(format!("Scale: error: {e}"));
-        }
-        Ok(sec)
-    });
-    (scale, rebalance, failover, confirmation, prom)
+}
+
+/// Part 3's section, with the last error of its fleets if there was one.
+fn scale_section(cfg: &Cfg, runs: ScaleRuns) -> Section {
+    let mut sec = scale::section(
+        &runs.rows,
+        runs.mem_variant.as_ref(),
+        scale::operator_heartbeat_s(&cfg.operator),
+    );
+    if let Some(e) = runs.err {
+        sec.body
+            .push_str(&format!("\n**Error during this part:** {e}\n"));
+        sec.summary.push(format!("Scale: error: {e}"));
+    }
+    sec
 }
 
 fn driver_main() {

@@ -1,5 +1,8 @@
-//! The report's PNG plots (plotters, a pure-Rust font rasteriser): one
-//! function per figure, fed the figures its part measured.
+//! The report's PNG plots (plotters, a pure-Rust font rasteriser): the font,
+//! writing a figure to a PNG file, the colours the figures share, and the
+//! figures of the parts whose data are plain (part 1's runs, part 7's
+//! curves). A part with a data type of its own draws its figure itself with
+//! [`save_png`] (ring.rs, failover.rs).
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -8,11 +11,9 @@ use std::path::{Path, PathBuf};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::failover::{DESIGN_BOUND, RollResult, SHARDING_BOUND};
-use crate::probe::EngineRun;
-use crate::ring::RingRow;
-use crate::stats::{fmt_int, median};
-use crate::{Res, err};
+use crate::common::{Res, err};
+use crate::engines::EngineRun;
+use crate::stats::fmt_int;
 
 /// Registers a TrueType font for the plots' text; false when none is found
 /// (the plots are skipped then).
@@ -43,9 +44,16 @@ pub fn register_font() -> bool {
     false
 }
 
-type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+/// The colours of the figures' series.
+pub const BLUE: RGBColor = RGBColor(31, 119, 180);
+pub const ORANGE: RGBColor = RGBColor(255, 127, 14);
+pub const GREEN: RGBColor = RGBColor(44, 160, 44);
 
-fn save_png(
+/// A figure's drawing area (or a part of it).
+pub type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// Draws a `w` x `h` figure on white with `draw` and writes it to `path`.
+pub fn save_png(
     path: &Path,
     (w, h): (u32, u32),
     draw: impl FnOnce(&Area<'_>) -> Result<(), Box<dyn Error>>,
@@ -106,8 +114,7 @@ pub fn probe_efficiency(
             .y_desc("probes / CPU-s")
             .y_label_formatter(&|y| fmt_int(*y))
             .draw()?;
-        let blue = RGBColor(31, 119, 180);
-        let orange = RGBColor(255, 127, 14);
+        let (blue, orange) = (BLUE, ORANGE);
         let pts = |ours: bool| -> Vec<(f64, f64)> {
             runs.values()
                 .enumerate()
@@ -142,170 +149,6 @@ pub fn probe_efficiency(
         chart
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.9))
-            .draw()?;
-        Ok(())
-    })
-}
-
-pub fn ring(png: &Path, r10: &[RingRow], r1: &[RingRow], n_max: usize) -> Res<()> {
-    save_png(png, (1200, 480), |root| {
-        let areas = root.split_evenly((1, 2));
-        let blue = RGBColor(31, 119, 180);
-        let orange = RGBColor(255, 127, 14);
-        let green = RGBColor(44, 160, 44);
-        {
-            let top = r1
-                .iter()
-                .chain(r10.iter())
-                .map(|r| median(&r.plain_max))
-                .fold(1.0, f64::max)
-                * 1.05;
-            let mut c = ChartBuilder::on(&areas[0])
-                .caption(
-                    "Largest shard / mean (median over salts)",
-                    ("sans-serif", 18),
-                )
-                .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(55)
-                .build_cartesian_2d(2f64..n_max as f64, 0.95f64..top)?;
-            c.configure_mesh()
-                .x_desc("replicas N")
-                .y_desc("largest / mean")
-                .x_label_formatter(&|x| format!("{x:.0}"))
-                .y_label_formatter(&|y| format!("{y:.2}"))
-                .draw()?;
-            for (rows, m, style) in [(r10, "10,000", 2u32), (r1, "1,000", 1u32)] {
-                let bs = ShapeStyle::from(blue).stroke_width(style);
-                let ps = ShapeStyle::from(orange).stroke_width(style);
-                c.draw_series(LineSeries::new(
-                    rows.iter().map(|r| (r.n as f64, median(&r.bounded_max))),
-                    bs,
-                ))?
-                .label(format!("bounded loads, M = {m}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], bs));
-                c.draw_series(LineSeries::new(
-                    rows.iter().map(|r| (r.n as f64, median(&r.plain_max))),
-                    ps,
-                ))?
-                .label(format!("plain rendezvous, M = {m}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ps));
-            }
-            c.configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.9))
-                .draw()?;
-        }
-        {
-            let top = r1
-                .iter()
-                .chain(r10.iter())
-                .map(|r| median(&r.bounded_moved).max(median(&r.plain_moved)) * (r.n + 1) as f64)
-                .fold(1.5, f64::max)
-                * 1.05;
-            let mut c = ChartBuilder::on(&areas[1])
-                .caption(
-                    "Moved going N -> N+1, relative to the ideal 1/(N+1)",
-                    ("sans-serif", 18),
-                )
-                .margin(12)
-                .x_label_area_size(40)
-                .y_label_area_size(55)
-                .build_cartesian_2d(2f64..n_max as f64, 0f64..top)?;
-            c.configure_mesh()
-                .x_desc("replicas N")
-                .y_desc("moved x (N+1)")
-                .x_label_formatter(&|x| format!("{x:.0}"))
-                .y_label_formatter(&|y| format!("{y:.1}"))
-                .draw()?;
-            let ideal = ShapeStyle::from(BLACK).stroke_width(1);
-            c.draw_series(LineSeries::new(
-                vec![(2.0, 1.0), (n_max as f64, 1.0)],
-                ideal,
-            ))?
-            .label("ideal 1/(N+1)")
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], ideal));
-            for (rows, m, w, col) in [(r10, "10,000", 2u32, blue), (r1, "1,000", 1u32, green)] {
-                let st = ShapeStyle::from(col).stroke_width(w);
-                c.draw_series(LineSeries::new(
-                    rows.iter()
-                        .map(|r| (r.n as f64, median(&r.bounded_moved) * (r.n + 1) as f64)),
-                    st,
-                ))?
-                .label(format!("bounded loads, M = {m}"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], st));
-            }
-            let ps = ShapeStyle::from(orange).stroke_width(1);
-            c.draw_series(r10.iter().map(|r| {
-                Circle::new(
-                    (r.n as f64, median(&r.plain_moved) * (r.n + 1) as f64),
-                    3,
-                    ps.filled(),
-                )
-            }))?
-            .label("plain rendezvous, M = 10,000")
-            .legend(move |(x, y)| Circle::new((x + 10, y), 3, ps.filled()));
-            c.configure_series_labels()
-                .position(SeriesLabelPosition::LowerLeft)
-                .border_style(BLACK)
-                .background_style(WHITE.mix(0.9))
-                .draw()?;
-        }
-        Ok(())
-    })
-}
-
-pub fn rolling_restart(png: &Path, r: &RollResult) -> Res<()> {
-    save_png(png, (1100, 460), |root| {
-        let x1 = r.to + 2.0;
-        let ymax = r.points.iter().map(|p| p.1).fold(DESIGN_BOUND, f64::max) + 3.0;
-        let mut c = ChartBuilder::on(root)
-            .caption(
-                "Rolling restart: time since the previous probe of the same checker, per probe",
-                ("sans-serif", 18),
-            )
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(55)
-            .build_cartesian_2d(-15f64..x1, 0f64..ymax)?;
-        c.configure_mesh()
-            .x_desc("seconds since the rolling restart began")
-            .y_desc("gap (s)")
-            .x_label_formatter(&|x| format!("{x:.0}"))
-            .y_label_formatter(&|y| format!("{y:.0}"))
-            .draw()?;
-        let blue = RGBColor(31, 119, 180).mix(0.35);
-        c.draw_series(r.points.iter().map(|p| Circle::new(*p, 2, blue.filled())))?
-            .label("probe (gap since the previous one)")
-            .legend(move |(x, y)| Circle::new((x + 10, y), 3, RGBColor(31, 119, 180).filled()));
-        let red = ShapeStyle::from(RED).stroke_width(2);
-        c.draw_series(LineSeries::new(
-            vec![(-15.0, DESIGN_BOUND), (x1, DESIGN_BOUND)],
-            red,
-        ))?
-        .label(format!("DESIGN bound {DESIGN_BOUND:.0} s"))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red));
-        let purple = ShapeStyle::from(MAGENTA).stroke_width(1);
-        c.draw_series(LineSeries::new(
-            vec![(-15.0, SHARDING_BOUND), (x1, SHARDING_BOUND)],
-            purple,
-        ))?
-        .label(format!("2 x lease {SHARDING_BOUND:.0} s"))
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], purple));
-        let grey = ShapeStyle::from(BLACK.mix(0.5)).stroke_width(1);
-        for (k, (t, label)) in r.events.iter().enumerate() {
-            c.draw_series(LineSeries::new(vec![(*t, 0.0), (*t, ymax)], grey))?;
-            c.draw_series(std::iter::once(Text::new(
-                label.clone(),
-                (*t + 0.3, ymax - 1.0 - 1.3 * (k % 2) as f64),
-                ("sans-serif", 14),
-            )))?;
-        }
-        c.configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
             .border_style(BLACK)
             .background_style(WHITE.mix(0.9))
             .draw()?;

@@ -8,39 +8,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::common::{Cfg, Res, err, panic_text};
 use crate::engines::{Aim, Proto, Worker, run_blackbox, run_ours, wait_http};
 pub use crate::engines::{EngineRun, target_main, worker_main};
+use crate::plots;
 use crate::report::Section;
+use crate::runs::{AllRuns, CONCURRENCIES, Ratios, Round, Runs, cores, pairs, timings};
 use crate::stats::{fmt_int, median, minmax};
-use crate::sys::{KillOnDrop, cmd_out, ncpus, pin_command, signal, which};
-use crate::{Cfg, Res, err, panic_text, plots, tls_cost};
-
-/// protocol -> concurrency -> rounds of (ours, blackbox)
-pub type Runs = BTreeMap<Proto, BTreeMap<usize, Vec<(EngineRun, EngineRun)>>>;
-/// protocol -> concurrency -> ratio ours/blackbox: (median, min, max)
-pub type Ratios = BTreeMap<Proto, BTreeMap<usize, (f64, f64, f64)>>;
-
-/// The concurrencies each protocol is measured at.
-pub const CONCURRENCIES: &[usize] = &[1, 16, 128];
-
-/// The cores: whether the engines are pinned, the targets' and the load's
-/// core, the probers' core (none pinned with fewer than 2 cores).
-pub fn cores() -> (bool, Option<usize>, Option<usize>) {
-    if ncpus() >= 2 {
-        (true, Some(0), Some(1))
-    } else {
-        (false, None, None)
-    }
-}
-
-/// Warm-up and measured duration of one run.
-pub fn timings(cfg: &Cfg) -> (Duration, Duration) {
-    if cfg.quick {
-        (Duration::from_millis(300), Duration::from_millis(1500))
-    } else {
-        (Duration::from_millis(500), Duration::from_secs(3))
-    }
-}
+use crate::sys::{KillOnDrop, cmd_out, pin_command, signal, which};
+use crate::tls_cost;
 
 /// A target process (`bench target-server`) on `cpu`: its port, and for TLS
 /// the file with its CA.
@@ -93,12 +69,6 @@ struct Peer {
     bb: KillOnDrop,
     port: u16,
 }
-
-/// Every engine's run of one round (by engine, see [`Rig`]); `None` for an
-/// engine that does not take part for that protocol.
-pub type Round = Vec<Option<EngineRun>>;
-/// protocol -> concurrency -> rounds
-pub type AllRuns = BTreeMap<Proto, BTreeMap<usize, Vec<Round>>>;
 
 /// The engines of a comparison, on the probers' core, numbered in this
 /// order: our prober's worker with the operator's provider (0), the
@@ -221,25 +191,6 @@ impl Rig {
             e => run_ours(&mut self.alts[e - 1 - peers], aim, c, warm, d),
         }
     }
-}
-
-/// The rounds of engines `a` and `b` (numbered as in [`Rig`]) where both ran.
-pub fn pairs(all: &AllRuns, a: usize, b: usize) -> Runs {
-    let mut runs = Runs::new();
-    for (proto, by_c) in all {
-        for (c, rounds) in by_c {
-            for r in rounds {
-                if let (Some(Some(x)), Some(Some(y))) = (r.get(a), r.get(b)) {
-                    runs.entry(*proto)
-                        .or_default()
-                        .entry(*c)
-                        .or_default()
-                        .push((*x, *y));
-                }
-            }
-        }
-    }
-    runs
 }
 
 /// Every aim at every concurrency, `rounds` rounds each of every engine

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use webchecker_kit::Cluster;
 
+use crate::common::{Res, err};
 use crate::fleet::{Fleet, INTERVAL};
 use crate::prometheus::{Prometheus, bin_dir, version};
 use crate::report::Section;
 use crate::stats::fmt_int;
-use crate::{Res, err};
 
 const JOB: &str = "webchecker-operator";
 const TEXT: &str = "text/plain;version=0.0.4";

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use webchecker_kit::{free_port, http_get_within, metric};
 
+use crate::common::{Res, err};
 use crate::sys::{KillOnDrop, proc_status_kib};
-use crate::{Res, err};
 
 /// The bin directory of hack/build-prometheus.sh (a cached build returns at once).
 pub fn bin_dir() -> PathBuf {

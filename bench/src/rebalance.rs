@@ -13,10 +13,10 @@ use webchecker_kit::objlog::{ObjRec, ObjectLog, RecKind};
 use webchecker_kit::oracle::{Clock, overlaps};
 use webchecker_kit::{Cluster, histogram_buckets, largest_gap_in, last_before, metric};
 
+use crate::common::{Res, err};
 use crate::fleet::{Fleet, INTERVAL};
 use crate::report::Section;
 use crate::stats::{bucket_quantile, fmt_int};
-use crate::{Res, err};
 
 pub struct Rebalance {
     m: usize,

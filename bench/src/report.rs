@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use crate::Cfg;
+use crate::common::Cfg;
 use crate::sys::{cmd_out, ncpus, which};
 
 /// One part's text for the report, and its lines of the summary.
@@ -114,7 +114,7 @@ pub fn document(
     cfg: &Cfg,
     m: &Machine,
     took: f64,
-    parts: Vec<(&str, Option<crate::Res<Section>>)>,
+    parts: Vec<(&str, Option<crate::common::Res<Section>>)>,
 ) -> (String, usize) {
     let load_end = load_now();
     let mut doc = String::new();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use webchecker_kit::{bucket_upper, histogram_buckets, metric};
 
-use crate::Res;
+use crate::common::Res;
 use crate::fleet::{Fleet, INTERVAL, MemVariant, pid, series};
 use crate::report::Section;
 use crate::stats::{
@@ -152,8 +152,23 @@ pub fn operator_heartbeat_s(bin: &Path) -> f64 {
 /// The report's section of part 3.
 pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64) -> Section {
     let hb_text = human_s(heartbeat_s);
-    let mut s = String::new();
-    s.push_str(&format!(
+    let mut s = method(&hb_text);
+    s.push_str(&probe_table(rows));
+    s.push_str(&memory_table(rows, variant));
+    s.push_str(&memory_notes(rows, variant));
+    s.push_str(&timing_table(rows));
+    let mut summary = Vec::new();
+    if let Some(r) = rows.iter().find(|r| r.m == 10_000) {
+        let (goals, line) = goals(r, heartbeat_s, &hb_text);
+        s.push_str(&goals);
+        summary.push(line);
+    }
+    Section { body: s, summary }
+}
+
+/// Part 3's method paragraph.
+fn method(hb_text: &str) -> String {
+    format!(
         "3 replicas of the release build (`target/release/webchecker-operator`, default flags: 1024 workers, \
          heartbeat {hb_text}, leases 10s/7s/2s, per-checker histogram on) against the local control plane \
          (`hack/cluster.sh`), every checker at `intervalSeconds: {INTERVAL}` on a local witness target (in the bench \
@@ -164,8 +179,14 @@ pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64
          `webchecker_schedule_lag_seconds` buckets (bounds 1, 5, 10, 25, 50, 100 ms ...); the bucket bound that holds \
          the quantile is given too. CPU is utime+stime from `/proc/PID/stat` (`process_cpu_seconds_total` of the \
          prometheus crate counts whole seconds).\n\n"
-    ));
-    s.push_str("| checkers M | nominal probes/s (M/10) | achieved | missed intervals (window / since start) | lag p50 | lag p99 (bucket) | lag <= 50 ms | CPU per replica | status writes/s | writes per 100 probes (window) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    )
+}
+
+/// Probes, lag, CPU and status writes per fleet size.
+fn probe_table(rows: &[ScaleRow]) -> String {
+    let mut s = String::from(
+        "| checkers M | nominal probes/s (M/10) | achieved | missed intervals (window / since start) | lag p50 | lag p99 (bucket) | lag <= 50 ms | CPU per replica | status writes/s | writes per 100 probes (window) |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     for r in rows {
         let nominal = r.m as f64 / INTERVAL as f64;
         let (cmin, cmax) = minmax(&r.cpu_cores);
@@ -186,11 +207,21 @@ pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64
             100.0 * r.writes_rate / r.probes_rate.max(1e-9),
         ));
     }
-    s.push_str("\nMemory per replica (min–max over the 3 replicas). *before scrapes*: RSS once every checker had been probed, before the first `/metrics` request; *end*: `process_resident_memory_bytes` at the end of the window, after a dozen scrapes; *peak*: VmHWM.\n\n| checkers M | per replica | RSS before scrapes | RSS end | peak RSS | series in /metrics | /metrics size |\n|---:|---:|---:|---:|---:|---:|---:|\n");
-    let range = |v: &[f64], unit: &str, digits: usize| {
-        let (a, b) = minmax(v);
-        format!("{a:.digits$}–{b:.digits$}{unit}")
-    };
+    s
+}
+
+/// `lo–hi` of `v` with `digits` decimals and `unit`.
+fn range(v: &[f64], unit: &str, digits: usize) -> String {
+    let (a, b) = minmax(v);
+    format!("{a:.digits$}–{b:.digits$}{unit}")
+}
+
+/// Memory per replica per fleet size, and the fleet without the
+/// per-checker histogram.
+fn memory_table(rows: &[ScaleRow], variant: Option<&MemVariant>) -> String {
+    let mut s = String::from(
+        "\nMemory per replica (min–max over the 3 replicas). *before scrapes*: RSS once every checker had been probed, before the first `/metrics` request; *end*: `process_resident_memory_bytes` at the end of the window, after a dozen scrapes; *peak*: VmHWM.\n\n| checkers M | per replica | RSS before scrapes | RSS end | peak RSS | series in /metrics | /metrics size |\n|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
     for r in rows {
         s.push_str(&format!(
             "| {} | {} | {} | {} | {} | {} | {} |\n",
@@ -211,6 +242,13 @@ pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64
             range(series, "", 0),
         ));
     }
+    s
+}
+
+/// The marginal memory per checker (1,000 -> 10,000) and where the memory
+/// of 10,000 checkers goes (with and without the per-checker histogram).
+fn memory_notes(rows: &[ScaleRow], variant: Option<&MemVariant>) -> String {
+    let mut s = String::new();
     if let (Some(a), Some(b)) = (
         rows.iter().find(|r| r.m == 1000),
         rows.iter().find(|r| r.m == 10_000),
@@ -246,7 +284,15 @@ pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64
             median(&b.rss_mib) - median(&b.rss_pre_mib),
         ));
     }
-    s.push_str("\n| checkers M | create all (64 concurrent) | all probed after | initial status writes done after | window | shard sizes |\n|---:|---:|---:|---:|---:|---|\n");
+    s
+}
+
+/// How long creating, first probes and initial status writes took, and the
+/// shard sizes, per fleet size.
+fn timing_table(rows: &[ScaleRow]) -> String {
+    let mut s = String::from(
+        "\n| checkers M | create all (64 concurrent) | all probed after | initial status writes done after | window | shard sizes |\n|---:|---:|---:|---:|---:|---|\n",
+    );
     for r in rows {
         s.push_str(&format!(
             "| {} | {:.1} s ({} creates/s) | {:.1} s | {:.0} s | {:.0} s | {} |\n",
@@ -263,64 +309,66 @@ pub fn section(rows: &[ScaleRow], variant: Option<&MemVariant>, heartbeat_s: f64
                 .join(" / ")
         ));
     }
-    let mut summary = Vec::new();
-    if let Some(r) = rows.iter().find(|r| r.m == 10_000) {
-        let rss = minmax(&r.rss_mib).1;
-        let pre = minmax(&r.rss_pre_mib).1;
-        let hwm = minmax(&r.hwm_mib).1;
-        let per100 = 100.0 * r.writes_rate / r.probes_rate.max(1e-9);
-        let hb = 100.0 * INTERVAL as f64 / heartbeat_s;
-        let long_run = per100 + hb;
-        let p99 = bucket_quantile(&r.lag, 0.99);
-        let share = bucket_share_le(&r.lag, 0.05);
-        s.push_str(&format!(
-            "\nGoals at 10,000 checkers:\n\n\
-             | goal | measured | verdict |\n|---|---|---|\n\
-             | every probe on time | {:.2}% of the nominal {} probes/s reached the targets | {} |\n\
-             | no missed interval | {} in the window, {} since start | {} |\n\
-             | p99 schedule lag <= 50 ms | p99 {:.1} ms (bucket <= {}), {:.2}% of probes started <= 50 ms late | {} |\n\
-             | <= 64 MiB per replica | {:.1} MiB at most at the end of the window ({:.1} MiB before any /metrics scrape, peak {:.1} MiB) | {} |\n\
-             | < 1 status write per 100 probes | {:.3} per 100 in the window; in the long run {:.2} per 100, because the heartbeat rewrites every checker once per {hb_text} = {:.2} per 100 probes at a 10 s interval | between heartbeats: {}; long run: {} |\n",
-            100.0 * r.achieved,
-            fmt_int(r.m as f64 / INTERVAL as f64),
-            yes(r.achieved >= 0.99),
-            fmt_int(r.missed_window),
-            fmt_int(r.missed_total),
-            yes(r.missed_window == 0.0),
-            p99 * 1000.0,
-            ms(bucket_upper(&r.lag, 0.99).unwrap_or(f64::NAN)),
-            100.0 * share,
-            yes(share >= 0.99),
-            rss,
-            pre,
-            hwm,
-            yes(rss <= 64.0),
-            per100,
-            long_run,
-            hb,
-            yes(per100 < 1.0),
-            yes(long_run < 1.0),
-        ));
-        summary.push(format!(
-            "Scale, 10,000 checkers on 3 replicas (10 s interval, real API server): {:.1}% of the nominal probe rate, \
-             {} missed intervals, schedule lag p99 {:.1} ms (goal <= 50 ms: {}), {:.0} MiB RSS per replica at most \
-             (goal <= 64 MiB: {}), {:.0}% of a core per replica at most, {:.3} status writes per 100 probes between \
-             heartbeats, {:.2} counting the {hb_text} heartbeat (goal < 1: {}).",
-            100.0 * r.achieved,
-            fmt_int(r.missed_window),
-            p99 * 1000.0,
-            yes(share >= 0.99),
-            rss,
-            yes(rss <= 64.0),
-            100.0 * minmax(&r.cpu_cores).1,
-            per100,
-            long_run,
-            if per100 < 1.0 && long_run >= 1.0 {
-                "met between heartbeats, **not met** in the long run".to_string()
-            } else {
-                yes(long_run < 1.0).to_string()
-            }
-        ));
-    }
-    Section { body: s, summary }
+    s
+}
+
+/// The goals at 10,000 checkers (row `r`): their table and the summary line.
+fn goals(r: &ScaleRow, heartbeat_s: f64, hb_text: &str) -> (String, String) {
+    let rss = minmax(&r.rss_mib).1;
+    let pre = minmax(&r.rss_pre_mib).1;
+    let hwm = minmax(&r.hwm_mib).1;
+    let per100 = 100.0 * r.writes_rate / r.probes_rate.max(1e-9);
+    let hb = 100.0 * INTERVAL as f64 / heartbeat_s;
+    let long_run = per100 + hb;
+    let p99 = bucket_quantile(&r.lag, 0.99);
+    let share = bucket_share_le(&r.lag, 0.05);
+    let table = format!(
+        "\nGoals at 10,000 checkers:\n\n\
+         | goal | measured | verdict |\n|---|---|---|\n\
+         | every probe on time | {:.2}% of the nominal {} probes/s reached the targets | {} |\n\
+         | no missed interval | {} in the window, {} since start | {} |\n\
+         | p99 schedule lag <= 50 ms | p99 {:.1} ms (bucket <= {}), {:.2}% of probes started <= 50 ms late | {} |\n\
+         | <= 64 MiB per replica | {:.1} MiB at most at the end of the window ({:.1} MiB before any /metrics scrape, peak {:.1} MiB) | {} |\n\
+         | < 1 status write per 100 probes | {:.3} per 100 in the window; in the long run {:.2} per 100, because the heartbeat rewrites every checker once per {hb_text} = {:.2} per 100 probes at a 10 s interval | between heartbeats: {}; long run: {} |\n",
+        100.0 * r.achieved,
+        fmt_int(r.m as f64 / INTERVAL as f64),
+        yes(r.achieved >= 0.99),
+        fmt_int(r.missed_window),
+        fmt_int(r.missed_total),
+        yes(r.missed_window == 0.0),
+        p99 * 1000.0,
+        ms(bucket_upper(&r.lag, 0.99).unwrap_or(f64::NAN)),
+        100.0 * share,
+        yes(share >= 0.99),
+        rss,
+        pre,
+        hwm,
+        yes(rss <= 64.0),
+        per100,
+        long_run,
+        hb,
+        yes(per100 < 1.0),
+        yes(long_run < 1.0),
+    );
+    let line = format!(
+        "Scale, 10,000 checkers on 3 replicas (10 s interval, real API server): {:.1}% of the nominal probe rate, \
+         {} missed intervals, schedule lag p99 {:.1} ms (goal <= 50 ms: {}), {:.0} MiB RSS per replica at most \
+         (goal <= 64 MiB: {}), {:.0}% of a core per replica at most, {:.3} status writes per 100 probes between \
+         heartbeats, {:.2} counting the {hb_text} heartbeat (goal < 1: {}).",
+        100.0 * r.achieved,
+        fmt_int(r.missed_window),
+        p99 * 1000.0,
+        yes(share >= 0.99),
+        rss,
+        yes(rss <= 64.0),
+        100.0 * minmax(&r.cpu_cores).1,
+        per100,
+        long_run,
+        if per100 < 1.0 && long_run >= 1.0 {
+            "met between heartbeats, **not met** in the long run".to_string()
+        } else {
+            yes(long_run < 1.0).to_string()
+        }
+    );
+    (table, line)
 }

@@ -6,10 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::common::{Cfg, Res, err};
 use crate::engines::{Aim, EngineRun, Proto, Worker, run_ours};
-use crate::probe::{AllRuns, CONCURRENCIES, cores, pairs, timings};
+use crate::runs::{AllRuns, CONCURRENCIES, Ratios, cores, pairs, timings};
 use crate::stats::{fmt_int, median, minmax};
-use crate::{Cfg, Res, err};
 
 /// What the timed provider counted in one run of a timed worker.
 pub struct Timed {
@@ -193,14 +193,14 @@ pub fn provider_table(
 }
 
 /// Ours against the newest blackbox_exporter (engine `e`); its ratios.
-pub fn latest_table(all: &AllRuns, e: usize, version: &str) -> (String, crate::probe::Ratios) {
+pub fn latest_table(all: &AllRuns, e: usize, version: &str) -> (String, Ratios) {
     let mut s = format!(
         "\nThe same rounds against blackbox_exporter {version} (the newest release the Go module proxy serves, \
          built by hack/build-probe-peers.sh; same configuration file and load):\n\n\
          | protocol | C | blackbox {version} probes/CPU-s median (min–max) | ratio ours/blackbox {version} median (min–max) | blackbox {version}/0.23 median | blackbox {version} user per probe | blackbox {version} kernel per probe | errors |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|\n"
     );
-    let mut ratio_at = crate::probe::Ratios::new();
+    let mut ratio_at = Ratios::new();
     let old = pairs(all, e, 1);
     for (proto, by_c) in pairs(all, 0, e) {
         for (c, runs) in by_c {

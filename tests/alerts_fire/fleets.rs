@@ -75,46 +75,51 @@ pub struct Singles {
     pub limited: Single,
     /// The targets, kept alive: the witness of the http checkers, and the
     /// https targets of cert-soon and cert-far.
-    _witness: Witness,
-    _tls: Vec<RecordingTarget>,
+    witness: Witness,
+    tls: Vec<RecordingTarget>,
 }
 
-impl Singles {
-    /// Starts the four replicas and their checkers; returns once each replica
-    /// is ready and its checkers are created.
-    pub async fn start(cluster: &'static Cluster, dir: &std::path::Path) -> Singles {
-        let witness = Witness::start().await;
-        let flags = |extra: &[&str]| -> Vec<String> {
-            FAST_LEASES
-                .iter()
-                .chain(extra)
-                .map(|s| s.to_string())
-                .collect()
-        };
-        let spawn = |id: &str, ns: &str, flags: Vec<String>, kubeconfig: &std::path::Path| {
-            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            Operator::spawn_with_kubeconfig(cluster, id, ns, &flags, kubeconfig)
-        };
+/// A replica `id` watching `ns` with the fast leases and `extra` flags,
+/// talking to the API server through `kubeconfig`.
+fn spawn(
+    cluster: &'static Cluster,
+    id: &str,
+    ns: &str,
+    extra: &[&str],
+    kubeconfig: &std::path::Path,
+) -> Operator {
+    let flags: Vec<&str> = FAST_LEASES.iter().chain(extra).copied().collect();
+    Operator::spawn_with_kubeconfig(cluster, id, ns, &flags, kubeconfig)
+}
 
+impl Single {
+    /// `leaderless`: behind a fault proxy (cut off later).
+    async fn leaderless(cluster: &'static Cluster) -> Single {
         let ns = cluster.namespace("leaderless");
         let proxy = FaultProxy::for_cluster(cluster, "leaderless-0", 1).await;
-        let op = spawn("leaderless-0", &ns, flags(&[]), &proxy.kubeconfig);
-        let leaderless = Single {
+        let op = spawn(cluster, "leaderless-0", &ns, &[], &proxy.kubeconfig);
+        Single {
             job: "webchecker-leaderless".into(),
             ns,
             op,
             proxy: Some(proxy),
-        };
+        }
+    }
 
+    /// `lag`: a single worker.
+    fn lag(cluster: &'static Cluster) -> Single {
         let ns = cluster.namespace("lag");
-        let op = spawn("lag-0", &ns, flags(&["--workers=1"]), &cluster.kubeconfig);
-        let lag = Single {
+        let op = spawn(cluster, "lag-0", &ns, &["--workers=1"], &cluster.kubeconfig);
+        Single {
             job: "webchecker-lag".into(),
             ns,
             op,
             proxy: None,
-        };
+        }
+    }
 
+    /// `writes`: behind a proxy that refuses its status writes.
+    async fn writes(cluster: &'static Cluster) -> Single {
         let ns = cluster.namespace("writes");
         let proxy = FaultProxy::for_cluster(cluster, "writes-0", 2).await;
         // Status writes only (PATCH .../webcheckers/<name>/status): the Lease
@@ -124,80 +129,103 @@ impl Singles {
                 && path.contains("/webcheckers/")
                 && path.ends_with("/status")
         });
-        let op = spawn("writes-0", &ns, flags(&[]), &proxy.kubeconfig);
-        let writes = Single {
+        let op = spawn(cluster, "writes-0", &ns, &[], &proxy.kubeconfig);
+        Single {
             job: "webchecker-writes".into(),
             ns,
             op,
             proxy: Some(proxy),
-        };
+        }
+    }
 
+    /// `limited`: the limited ServiceAccount, trusting `ca` (its bundle
+    /// written into `dir`).
+    async fn limited(cluster: &'static Cluster, ca: &TestCa, dir: &std::path::Path) -> Single {
         let ns = cluster.namespace("limited");
         let kubeconfig = limited_account(cluster, &ns).await;
-        let ca = TestCa::new();
         let bundle = dir.join("ca-bundle.crt");
         std::fs::write(&bundle, &ca.pem).unwrap();
         let ca_flag = format!("--ca-bundle={}", bundle.display());
-        let op = spawn("limited-0", &ns, flags(&[&ca_flag]), &kubeconfig);
-        let limited = Single {
+        let op = spawn(cluster, "limited-0", &ns, &[&ca_flag], &kubeconfig);
+        Single {
             job: "webchecker-limited".into(),
             ns,
             op,
             proxy: None,
-        };
+        }
+    }
+}
 
+impl Singles {
+    /// Starts the four replicas and their checkers; returns once each replica
+    /// is ready and its checkers are created.
+    pub async fn start(cluster: &'static Cluster, dir: &std::path::Path) -> Singles {
+        let witness = Witness::start().await;
+        let leaderless = Single::leaderless(cluster).await;
+        let lag = Single::lag(cluster);
+        let writes = Single::writes(cluster).await;
+        let ca = TestCa::new();
+        let limited = Single::limited(cluster, &ca, dir).await;
         let soon = ca.leaf_valid(&["127.0.0.1"], -1, SOON_DAYS);
         let far = ca.leaf_valid(&["127.0.0.1"], -1, FAR_DAYS);
         let tls = vec![
             RecordingTarget::https(&soon, None, |_| Answer::ok()).await,
             RecordingTarget::https(&far, None, |_| Answer::ok()).await,
         ];
-        for s in [&leaderless, &lag, &writes, &limited] {
-            s.op.wait_ready(Duration::from_secs(60)).await;
-        }
-
-        let client = cluster.client().await;
-        let ok = || json!({});
-        let mut specs: Vec<(&Single, Spec)> = vec![(&leaderless, ("n-0", 2, ok(), Mode::Ok))];
-        for n in WRITES {
-            specs.push((&writes, (n, 2, ok(), Mode::Ok)));
-        }
-        for n in LAG {
-            let t = json!({"timeoutSeconds": 0.9});
-            specs.push((&lag, (n, 1, t, Mode::Hang(LAG_HANG))));
-        }
-        let slow = json!({"timeoutSeconds": 2});
-        specs.extend([
-            (&limited, ("ok-0", 2, ok(), Mode::Ok)),
-            (&limited, ("ok-1", 2, ok(), Mode::Ok)),
-            (&limited, ("down-0", 2, ok(), Mode::Status(503))),
-            (&limited, ("slow-0", 3, slow, Mode::Hang(SLOW_HANG))),
-        ]);
-        for (s, (name, interval, extra, mode)) in specs {
-            witness.set_mode(name, mode);
-            let obj = checker_object(name, &witness.url(), interval, extra);
-            create_all(&client, &s.ns, vec![obj], 1).await;
-        }
-        for (name, t) in [("cert-soon", &tls[0]), ("cert-far", &tls[1])] {
-            let host = format!("https://{}", t.addr);
-            let obj = checker_object(name, &host, 2, json!({}));
-            create_all(&client, &limited.ns, vec![obj], 1).await;
-        }
-        Singles {
+        let singles = Singles {
             leaderless,
             lag,
             writes,
             limited,
-            _witness: witness,
-            _tls: tls,
+            witness,
+            tls,
+        };
+        for s in singles.all() {
+            s.op.wait_ready(Duration::from_secs(60)).await;
+        }
+        singles.create_checkers(cluster).await;
+        singles
+    }
+
+    fn all(&self) -> [&Single; 4] {
+        [&self.leaderless, &self.lag, &self.writes, &self.limited]
+    }
+
+    /// Every replica's checkers: on the witness in its mode, the https ones
+    /// on their targets.
+    async fn create_checkers(&self, cluster: &'static Cluster) {
+        let client = cluster.client().await;
+        let ok = || json!({});
+        let mut specs: Vec<(&Single, Spec)> = vec![(&self.leaderless, ("n-0", 2, ok(), Mode::Ok))];
+        for n in WRITES {
+            specs.push((&self.writes, (n, 2, ok(), Mode::Ok)));
+        }
+        for n in LAG {
+            let t = json!({"timeoutSeconds": 0.9});
+            specs.push((&self.lag, (n, 1, t, Mode::Hang(LAG_HANG))));
+        }
+        let slow = json!({"timeoutSeconds": 2});
+        let limited = &self.limited;
+        specs.extend([
+            (limited, ("ok-0", 2, ok(), Mode::Ok)),
+            (limited, ("ok-1", 2, ok(), Mode::Ok)),
+            (limited, ("down-0", 2, ok(), Mode::Status(503))),
+            (limited, ("slow-0", 3, slow, Mode::Hang(SLOW_HANG))),
+        ]);
+        for (s, (name, interval, extra, mode)) in specs {
+            self.witness.set_mode(name, mode);
+            let obj = checker_object(name, &self.witness.url(), interval, extra);
+            create_all(&client, &s.ns, vec![obj], 1).await;
+        }
+        for (name, t) in [("cert-soon", &self.tls[0]), ("cert-far", &self.tls[1])] {
+            let host = format!("https://{}", t.addr);
+            let obj = checker_object(name, &host, 2, json!({}));
+            create_all(&client, &limited.ns, vec![obj], 1).await;
         }
     }
 
     pub fn jobs(&self) -> Vec<Job> {
-        [&self.leaderless, &self.lag, &self.writes, &self.limited]
-            .iter()
-            .map(|s| s.scrape_job())
-            .collect()
+        self.all().iter().map(|s| s.scrape_job()).collect()
     }
 
     /// (namespace, name) of every checker that must never be down.

@@ -48,8 +48,19 @@ fn by_name(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
+/// One replica with the allowlist, the four checkers on a witness (two of
+/// them failing), a Prometheus with both rule files scraping it.
+struct Setup {
+    cluster: &'static Cluster,
+    ns: String,
+    /// The witness's URL, the checkers' host.
+    host: String,
+    prom: Prometheus,
+    _op: Operator,
+    _witness: Witness,
+}
+
+async fn setup() -> Setup {
     let cluster = Cluster::shared("metric-labels");
     let ns = cluster.namespace("labels");
     let witness = Witness::start().await;
@@ -96,8 +107,29 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
         ],
     );
     prom.wait_ready().await;
+    Setup {
+        cluster,
+        ns,
+        host,
+        prom,
+        _op: op,
+        _witness: witness,
+    }
+}
 
-    // The info series, one per checker, with the allowlisted labels only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
+    let s = setup().await;
+    info_series_carry_the_allowlisted_labels_only(&s).await;
+    up_routes_by_team_and_only_the_info_series_carries_labels(&s).await;
+    webchecker_down_takes_the_checkers_severity(&s).await;
+    relabelling_replaces_the_info_series(&s).await;
+    blackbox_probe_success_is_ours(&s).await;
+}
+
+/// The info series, one per checker, with the allowlisted labels only.
+async fn info_series_carry_the_allowlisted_labels_only(s: &Setup) {
+    let (prom, ns, host) = (&s.prom, &s.ns, &s.host);
     let info_query = format!("webchecker_checker_info{{namespace=\"{ns}\"}}");
     let info = eventually(
         Duration::from_secs(60),
@@ -133,8 +165,11 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
         "no query: {plain:?}"
     );
     assert!(!plain.keys().any(|k| k.starts_with("label_")), "{plain:?}");
+}
 
-    // Routing by team: the join, and no other series carries the labels.
+/// Routing by team: the join, and no other series carries the labels.
+async fn up_routes_by_team_and_only_the_info_series_carries_labels(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let join = format!(
         "webchecker_up{{namespace=\"{ns}\"}} * on (namespace, name) group_left (label_team) webchecker_checker_info"
     );
@@ -164,9 +199,12 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
         .map(|(l, _)| l["__name__"].as_str())
         .collect();
     assert_eq!(names, ["webchecker_checker_info"], "only the info series");
+}
 
-    // WebCheckerDown (pending: its `for` is 2m) carries the severity the
-    // checker's label chose, `warning` without one.
+/// WebCheckerDown (pending: its `for` is 2m) carries the severity the
+/// checker's label chose, `warning` without one.
+async fn webchecker_down_takes_the_checkers_severity(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let alerts_query = format!("ALERTS{{alertname=\"WebCheckerDown\", namespace=\"{ns}\"}}");
     let alerts = eventually(
         Duration::from_secs(60),
@@ -180,14 +218,17 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
     assert_eq!(alerts["down"].0["severity"], "warning", "{alerts:?}");
     assert_eq!(alerts["paging"].0["severity"], "critical", "{alerts:?}");
     assert!(!alerts.contains_key("pay"));
+}
 
-    // A new label value replaces the series (the old one goes stale).
-    let out = cluster.kubectl(&[
+/// A new label value replaces the series (the old one goes stale).
+async fn relabelling_replaces_the_info_series(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
+    let out = s.cluster.kubectl(&[
         "label",
         "wc",
         "pay",
         "-n",
-        &ns,
+        ns,
         "team=platform",
         "--overwrite",
     ]);
@@ -207,9 +248,12 @@ async fn allowlisted_labels_reach_prometheus_and_the_blackbox_names_agree() {
         },
     )
     .await;
+}
 
-    // blackbox_exporter's probe_success, from the recording rules, is the
-    // operator's own last-probe result for every checker (and names the URL).
+/// blackbox_exporter's probe_success, from the recording rules, is the
+/// operator's own last-probe result for every checker (and names the URL).
+async fn blackbox_probe_success_is_ours(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let ours_query =
         format!("max by (namespace, name) (webchecker_last_probe_success{{namespace=\"{ns}\"}})");
     let bb_query = format!("probe_success{{namespace=\"{ns}\"}}");

@@ -120,8 +120,20 @@ async fn by_name(prom: &Prometheus, expr: &str) -> Option<BTreeMap<String, f64>>
     Some(v.into_iter().map(|(l, x)| (l["name"].clone(), x)).collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones() {
+/// Three replicas on a witness with three latencies: one with native
+/// histograms (three checkers, scraped by both jobs of a Prometheus 3), one
+/// without the per-checker histogram, one with native histograms only.
+struct Setup {
+    /// The namespace of the replica both jobs scrape.
+    ns: String,
+    prom: Prometheus,
+    op: Operator,
+    op_off: Operator,
+    op_only: Operator,
+    _witness: Witness,
+}
+
+async fn setup() -> Setup {
     let cluster = Cluster::shared("metric-labels");
     let witness = Witness::start().await;
     let host = witness.url();
@@ -169,9 +181,30 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
     let prom = Prometheus::start_jobs_with_settings(PromVersion::V3, &jobs, &[], settings);
     prom.wait_ready().await;
     prom.wait_jobs_up(&jobs).await;
+    Setup {
+        ns,
+        prom,
+        op,
+        op_off,
+        op_only,
+        _witness: witness,
+    }
+}
 
-    // 20 probes of each checker in both jobs' TSDB (each job scrapes at
-    // its own moments: one may hold a probe the other has not seen yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones() {
+    let s = setup().await;
+    wait_twenty_probes_in_both_jobs(&s).await;
+    the_tsdb_holds_native_samples(&s).await;
+    one_native_series_per_checker_fourteen_classic(&s).await;
+    native_and_classic_quantiles_agree(&s).await;
+    promtool_accepts_every_metrics_text(&s).await;
+}
+
+/// 20 probes of each checker in both jobs' TSDB (each job scrapes at
+/// its own moments: one may hold a probe the other has not seen yet).
+async fn wait_twenty_probes_in_both_jobs(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let counts = [
         format!("webchecker_probe_duration_seconds_count{{job=\"classic\",namespace=\"{ns}\"}}"),
         format!(
@@ -183,7 +216,7 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
         "20 probes of each checker in both jobs",
         || async {
             for count in &counts {
-                let v = by_name(&prom, count).await?;
+                let v = by_name(prom, count).await?;
                 if v.len() != 3 || v.values().any(|n| *n < 20.0) {
                     return None;
                 }
@@ -192,9 +225,12 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
         },
     )
     .await;
+}
 
-    // Native samples: the API answers `histogram` (a native histogram) for
-    // each checker, where a float sample has `value`.
+/// Native samples: the API answers `histogram` (a native histogram) for
+/// each checker, where a float sample has `value`.
+async fn the_tsdb_holds_native_samples(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let raw = prom
         .query_at(
             &format!("webchecker_probe_duration_seconds{{job=\"native\",namespace=\"{ns}\"}}"),
@@ -219,11 +255,14 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
             "{s}"
         );
     }
+}
 
-    // Series per checker: 1 native, 14 classic (12 buckets, sum, count).
+/// Series per checker: 1 native, 14 classic (12 buckets, sum, count).
+async fn one_native_series_per_checker_fourteen_classic(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     for (job, want) in [("native", 1.0), ("classic", 14.0)] {
         let series = by_name(
-            &prom,
+            prom,
             &format!(
                 "count by (name) ({{__name__=~\"webchecker_probe_duration_seconds.*\",job=\"{job}\",namespace=\"{ns}\"}})"
             ),
@@ -234,24 +273,27 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
         assert!(series.values().all(|n| *n == want), "{job}: {series:?}");
         println!("{job}: series per checker {series:?}");
     }
+}
 
-    // p50 and p99 agree within bucket resolution, computed from the same
-    // probes: each job scrapes at its own moments, and with ~60 probes one
-    // outlier seen by one job alone moves p99 a whole classic bucket.
+/// p50 and p99 agree within bucket resolution, computed from the same
+/// probes: each job scrapes at its own moments, and with ~60 probes one
+/// outlier seen by one job alone moves p99 a whole classic bucket.
+async fn native_and_classic_quantiles_agree(s: &Setup) {
+    let (prom, ns) = (&s.prom, &s.ns);
     let mut natives: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
     for name in ["fast", "mid", "slow"] {
-        let at = same_probes_at(&prom, &ns, name).await;
+        let at = same_probes_at(prom, ns, name).await;
         for q in [0.5, 0.99] {
             let sel = format!("job=\"native\",namespace=\"{ns}\",name=\"{name}\"");
             let native = single_at(
-                &prom,
+                prom,
                 &format!("histogram_quantile({q}, webchecker_probe_duration_seconds{{{sel}}})"),
                 at,
             )
             .await;
             let sel = format!("job=\"classic\",namespace=\"{ns}\",name=\"{name}\"");
             let c = single_at(
-                &prom,
+                prom,
                 &format!(
                     "histogram_quantile({q}, sum by (le) (webchecker_probe_duration_seconds_bucket{{{sel}}}))"
                 ),
@@ -284,13 +326,15 @@ async fn prometheus_3_stores_native_histograms_that_agree_with_the_classic_ones(
             "{native:?}"
         );
     }
+}
 
-    // promtool: clean with the histogram (classic + native, native only:
-    // +Inf, sum and count) and without it, for both versions.
+/// promtool: clean with the histogram (classic + native, native only:
+/// +Inf, sum and count) and without it, for both versions.
+async fn promtool_accepts_every_metrics_text(s: &Setup) {
     let texts = [
-        ("classic + native", op.scrape().await),
-        ("native only", op_only.scrape().await),
-        ("no histogram", op_off.scrape().await),
+        ("classic + native", s.op.scrape().await),
+        ("native only", s.op_only.scrape().await),
+        ("no histogram", s.op_off.scrape().await),
     ];
     assert!(
         texts[0]

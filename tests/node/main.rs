@@ -683,9 +683,18 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     let mut s = Suite::install("life").await;
     let fullname = format!("{}-webchecker-operator", s.release);
     s.delete_pod().await;
+    kill_a_container(&mut s).await;
+    rollout_restart(&mut s, &fullname).await;
+    upgrade_to_a_new_image_tag(&mut s).await;
+    scale_out_and_in(&mut s).await;
+    evict_two_pods(&mut s, &fullname).await;
+    helm_test(&mut s).await;
+    report_and_uninstall(s).await;
+}
 
-    // A container killed: the kubelet restarts it in the same pod, so the
-    // replica comes back under the same identity.
+/// A container killed: the kubelet restarts it in the same pod, so the
+/// replica comes back under the same identity.
+async fn kill_a_container(s: &mut Suite) {
     let victim = s.pods[0].clone();
     let (id, restarts) = container_id(&s.client, &s.ns, &victim).await;
     let t = Instant::now();
@@ -711,7 +720,9 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     s.step_done("kill a container (SIGKILL)", t).await;
+}
 
+async fn rollout_restart(s: &mut Suite, fullname: &str) {
     let old = s.pods.clone();
     let t = Instant::now();
     let dep = format!("deployment/{fullname}");
@@ -728,15 +739,10 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     .await;
     s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
     s.step_done("kubectl rollout restart", t).await;
+}
 
-    let next = format!("{}-next", s.node.tag);
-    s.node.tag_image("webchecker-operator", &next).await;
-    s.node
-        .tag_image("webchecker-operator-chart-test", &next)
-        .await;
-    let old = s.pods.clone();
-    let t = Instant::now();
-    let set = format!("image.tag={next}");
+/// `helm upgrade --reuse-values --set <set> --wait` of the release.
+async fn helm_upgrade_set(s: &Suite, set: &str, what: &str) {
     let up = [
         "upgrade",
         &s.release,
@@ -745,12 +751,23 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         &s.ns,
         "--reuse-values",
         "--set",
-        &set,
+        set,
         "--wait",
         "--timeout",
         "5m",
     ];
-    must(s.node.helm(&up), "helm upgrade").await;
+    must(s.node.helm(&up), what).await;
+}
+
+async fn upgrade_to_a_new_image_tag(s: &mut Suite) {
+    let next = format!("{}-next", s.node.tag);
+    s.node.tag_image("webchecker-operator", &next).await;
+    s.node
+        .tag_image("webchecker-operator-chart-test", &next)
+        .await;
+    let old = s.pods.clone();
+    let t = Instant::now();
+    helm_upgrade_set(s, &format!("image.tag={next}"), "helm upgrade").await;
     s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 3, &old, WAIT).await;
     for p in release_pods(&s.client, &s.ns, &s.release).await {
         let image = p.spec.as_ref().unwrap().containers[0]
@@ -764,57 +781,27 @@ async fn lifecycle_of_the_release_on_a_real_node() {
         );
     }
     s.step_done("helm upgrade to a new image tag", t).await;
+}
 
+async fn scale_out_and_in(s: &mut Suite) {
     for (n, step) in [(5, "scale 3 -> 5"), (2, "scale 5 -> 2")] {
         let t = Instant::now();
         let set = format!("replicaCount={n}");
-        let up = [
-            "upgrade",
-            &s.release,
-            CHART,
-            "-n",
-            &s.ns,
-            "--reuse-values",
-            "--set",
-            &set,
-            "--wait",
-            "--timeout",
-            "5m",
-        ];
-        must(s.node.helm(&up), "helm upgrade replicaCount").await;
+        helm_upgrade_set(s, &set, "helm upgrade replicaCount").await;
         s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, n, &[], WAIT).await;
         s.step_done(step, t).await;
     }
+}
 
-    // Evictions against the PodDisruptionBudget (maxUnavailable 1): the
-    // second one is refused while the first pod's replacement is not Ready.
-    // (kubectl: kube's client would retry the 429 until the budget allows it.)
+/// Evictions against the PodDisruptionBudget (maxUnavailable 1): the
+/// second one is refused while the first pod's replacement is not Ready.
+/// (kubectl: kube's client would retry the 429 until the budget allows it.)
+async fn evict_two_pods(s: &mut Suite, fullname: &str) {
     let (a, b) = (s.pods[0].clone(), s.pods[1].clone());
     let t = Instant::now();
-    // The budget as the disruption controller sees the 2 pods now (its status
-    // lags a scale-down; the eviction API decides by that status).
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.ns);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let st = pdbs
-            .get(&fullname)
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default();
-        if (st.expected_pods, st.current_healthy, st.disruptions_allowed)
-            == (Some(2), Some(2), Some(1))
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "PodDisruptionBudget status not settled: {st:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    evict(&s, &a).await.expect("first eviction");
-    match evict(&s, &b).await {
+    wait_budget_settled(s, fullname).await;
+    evict(s, &a).await.expect("first eviction");
+    match evict(s, &b).await {
         Err(e) if e.contains("TooManyRequests") || e.contains("disruption budget") => {
             println!("eviction of {b} refused by the PodDisruptionBudget while {a} is replaced")
         }
@@ -830,7 +817,7 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     )
     .await;
     let deadline = Instant::now() + WAIT;
-    while let Err(e) = evict(&s, &b).await {
+    while let Err(e) = evict(s, &b).await {
         assert!(
             Instant::now() < deadline,
             "eviction of {b} still refused: {e}"
@@ -840,7 +827,29 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     s.pods = wait_ready_pods(&s.client, &s.ns, &s.release, 2, &[a, b], WAIT).await;
     s.step_done("evict two pods (PDB maxUnavailable 1)", t)
         .await;
+}
 
+/// The budget as the disruption controller sees the 2 pods now (its status
+/// lags a scale-down; the eviction API decides by that status).
+async fn wait_budget_settled(s: &Suite, fullname: &str) {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(s.client.clone(), &s.ns);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let st = pdbs.get(fullname).await.unwrap().status.unwrap_or_default();
+        if (st.expected_pods, st.current_healthy, st.disruptions_allowed)
+            == (Some(2), Some(2), Some(1))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "PodDisruptionBudget status not settled: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn helm_test(s: &mut Suite) {
     let t = Instant::now();
     let out = must(
         s.node
@@ -851,7 +860,11 @@ async fn lifecycle_of_the_release_on_a_real_node() {
     println!("{out}");
     assert!(out.contains("PASS"), "helm test printed no PASS:\n{out}");
     s.step_done("helm test", t).await;
+}
 
+/// Uninstalls; the table of the steps, printed and written to
+/// target/node-report.md.
+async fn report_and_uninstall(mut s: Suite) {
     let table = s.table();
     s.uninstall().await;
     println!("\n{table}");

@@ -33,6 +33,13 @@ pub async fn rules_evaluate_without_error(run: &Run) {
 }
 
 pub async fn panels_match_the_scenario(run: &Run) {
+    checkers_up_down_and_by_status_code(run).await;
+    replicas_leader_and_shards(run).await;
+    moves_and_drains_match_the_objects(run).await;
+}
+
+/// The checkers, those down, and their last status codes.
+async fn checkers_up_down_and_by_status_code(run: &Run) {
     let (prom, sel, total) = (&run.prom, run.sel(), run.total());
     let down_now = FAILING + SLOW_FAILING + BREAKING;
     assert_eq!(
@@ -74,6 +81,12 @@ pub async fn panels_match_the_scenario(run: &Run) {
     ]
     .into();
     assert_eq!(codes, want, "checkers by last status code");
+}
+
+/// Four replicas, one leader, every checker owned once, everyone sees four
+/// ring members, and the shard sizes match the owner labels.
+async fn replicas_leader_and_shards(run: &Run) {
+    let (prom, total) = (&run.prom, run.total());
     let j = format!("job=\"{JOB}\"");
     assert_eq!(
         single(
@@ -123,6 +136,13 @@ pub async fn panels_match_the_scenario(run: &Run) {
         shard, want,
         "shard sizes by replica (Prometheus vs owner labels)"
     );
+}
+
+/// The leader's moves (new, rebalance) and the old owners' drains, against
+/// the handovers and acknowledgements in the object log.
+async fn moves_and_drains_match_the_objects(run: &Run) {
+    let (prom, total) = (&run.prom, run.total());
+    let j = format!("job=\"{JOB}\"");
     let new_moves = single(
         &prom
             .samples(&format!(

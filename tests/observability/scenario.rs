@@ -118,10 +118,33 @@ pub struct Run {
     pub move_at: f64,
 }
 
-impl Run {
-    /// Runs the scenario: 3 replicas, the checkers, a scale-out to 4, late
-    /// checkers, then 20 s on four replicas.
-    pub async fn start() -> Run {
+/// The scenario's fixtures before any replica runs: the namespace, the
+/// witness (answering as each kind of checker needs), the object log.
+struct Stage {
+    started: Instant,
+    clock: Clock,
+    cluster: &'static Cluster,
+    ns: String,
+    client: kube::Client,
+    witness: Witness,
+    objlog: ObjectLog,
+    specs: Vec<Spec>,
+    names: Vec<String>,
+}
+
+/// What the scale-out 3 -> 4 did.
+struct ScaleOut {
+    /// Owners just before it, and once the fourth replica holds its share.
+    before: HashMap<String, String>,
+    after: HashMap<String, String>,
+    moved: Vec<String>,
+    /// Unix time at which it began; seconds until the owners settled.
+    move_at: f64,
+    settle_secs: f64,
+}
+
+impl Stage {
+    async fn prepare() -> Stage {
         // Prometheus 3 may be built first (hack/build-prometheus.sh, minutes
         // on a fresh machine): before anything runs, off the runtime's threads.
         tokio::task::spawn_blocking(prometheus3_bin).await.unwrap();
@@ -130,17 +153,10 @@ impl Run {
         let cluster = Cluster::shared("observability");
         let ns = cluster.namespace("obs");
         let client = cluster.client().await;
-        let api = checkers_api(&client, &ns);
         let witness = Witness::start().await;
         let objlog = ObjectLog::start(client.clone(), &ns).await;
         let specs = fleet_specs();
         let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-        let total = names.len();
-        let create = |s: &Spec| {
-            let obj = checker_object(&s.name, &witness.url(), s.interval, s.extra.clone());
-            let api = api.clone();
-            async move { api.create(&Default::default(), &obj).await.unwrap() }
-        };
         for n in group(&names, "down") {
             witness.set_mode(&n, Mode::Status(503));
         }
@@ -150,10 +166,40 @@ impl Run {
         {
             witness.set_mode(&n, Mode::Hang(SLOW_HANG));
         }
+        Stage {
+            started,
+            clock,
+            cluster,
+            ns,
+            client,
+            witness,
+            objlog,
+            specs,
+            names,
+        }
+    }
 
-        // Three replicas, Prometheus scraping them, the checkers.
-        let mut ops: Vec<Operator> = (0..3)
-            .map(|i| Operator::spawn(cluster, &format!("obs-r{i}"), &ns, FAST_LEASES))
+    async fn create(&self, s: &Spec) {
+        let obj = checker_object(&s.name, &self.witness.url(), s.interval, s.extra.clone());
+        checkers_api(&self.client, &self.ns)
+            .create(&Default::default(), &obj)
+            .await
+            .unwrap();
+    }
+
+    /// The checkers created before the scale-out (all but the late ones).
+    fn initial(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .filter(|n| !n.starts_with("new-"))
+            .cloned()
+            .collect()
+    }
+
+    /// Three replicas and both Prometheus versions scraping them, all ready.
+    async fn replicas_and_prometheus(&self) -> (Vec<Operator>, Prometheus, Prometheus) {
+        let ops: Vec<Operator> = (0..3)
+            .map(|i| Operator::spawn(self.cluster, &format!("obs-r{i}"), &self.ns, FAST_LEASES))
             .collect();
         let rules = [repo().join("alerts/webchecker.rules.yaml")];
         let prom = Prometheus::start(&targets(&ops), &rules);
@@ -165,26 +211,31 @@ impl Run {
             p.wait_ready().await;
             p.wait_targets_up(&targets(&ops)).await;
         }
+        (ops, prom, prom_other)
+    }
+
+    /// Creates the initial checkers on the three replicas; their settled
+    /// owners once every one was probed.
+    async fn create_initial(
+        &self,
+        ops: &[Operator],
+        initial: &[String],
+    ) -> HashMap<String, String> {
         // The checkers only now: every owner from the first is scraped (a
         // replica that held a checker before Prometheus' first scrape of it
         // left no series), and the three replicas are up, so that placement
         // does not hand checkers from the first replica to the others.
-        for s in specs.iter().filter(|s| !s.name.starts_with("new-")) {
-            create(s).await;
+        for s in self.specs.iter().filter(|s| !s.name.starts_with("new-")) {
+            self.create(s).await;
         }
-        let live = identities(&ops);
-        let initial: Vec<String> = names
-            .iter()
-            .filter(|n| !n.starts_with("new-"))
-            .cloned()
-            .collect();
+        let live = identities(ops);
         let before = eventually(Duration::from_secs(60), "every checker assigned", || {
-            settled(&client, &ns, &live, initial.len())
+            settled(&self.client, &self.ns, &live, initial.len())
         })
         .await;
         wait_probed(
-            &witness,
-            &initial,
+            &self.witness,
+            initial,
             Duration::from_secs(30),
             "every checker probed",
         )
@@ -192,34 +243,54 @@ impl Run {
         println!(
             "fleet of {} checkers on 3 replicas after {:?}",
             initial.len(),
-            started.elapsed()
+            self.started.elapsed()
         );
+        before
+    }
 
-        // Let it run; the brk-* checkers break in the middle (down after successes).
+    /// Lets the fleet run; the brk-* checkers break in the middle (down
+    /// after successes).
+    async fn break_midway(&self) {
         tokio::time::sleep(Duration::from_secs(12)).await;
-        for n in group(&names, "brk") {
-            witness.set_mode(&n, Mode::Status(500));
+        for n in group(&self.names, "brk") {
+            self.witness.set_mode(&n, Mode::Status(500));
         }
         tokio::time::sleep(Duration::from_secs(8)).await;
+    }
 
-        // Scale 3 -> 4: the sharder drains about a quarter of the checkers to obs-r3.
+    /// Scales 3 -> 4: the sharder drains about a quarter of the checkers to
+    /// obs-r3, which probes them; both Prometheus scrape it.
+    async fn scale_out(
+        &self,
+        ops: &mut Vec<Operator>,
+        proms: [&Prometheus; 2],
+        initial: &[String],
+        settled_before: HashMap<String, String>,
+    ) -> ScaleOut {
+        let live = identities(ops);
         let before = {
             // Owners may not change without a ring change; re-read to be sure.
-            let now = settled(&client, &ns, &live, initial.len())
+            let now = settled(&self.client, &self.ns, &live, initial.len())
                 .await
                 .expect("still settled");
-            assert_eq!(now, before, "owners changed without a ring change");
+            assert_eq!(now, settled_before, "owners changed without a ring change");
             now
         };
         let move_at = now_unix();
-        ops.push(Operator::spawn(cluster, NEW_REPLICA, &ns, FAST_LEASES));
-        prom.set_targets(&targets(&ops));
-        prom_other.set_targets(&targets(&ops));
-        let live = identities(&ops);
+        ops.push(Operator::spawn(
+            self.cluster,
+            NEW_REPLICA,
+            &self.ns,
+            FAST_LEASES,
+        ));
+        for p in proms {
+            p.set_targets(&targets(ops));
+        }
+        let live = identities(ops);
         let after = eventually(
             Duration::from_secs(60),
             "the fourth replica holds its share",
-            || settled(&client, &ns, &live, initial.len()),
+            || settled(&self.client, &self.ns, &live, initial.len()),
         )
         .await;
         let moved: Vec<String> = initial
@@ -233,11 +304,25 @@ impl Run {
         );
         assert!(!moved.is_empty(), "the scale-out moved nothing");
         let settle_secs = now_unix() - move_at;
+        self.wait_probed_by_new_replica(&moved).await;
+        for p in proms {
+            p.wait_targets_up(&targets(ops)).await;
+        }
+        ScaleOut {
+            before,
+            after,
+            moved,
+            move_at,
+            settle_secs,
+        }
+    }
+
+    async fn wait_probed_by_new_replica(&self, moved: &[String]) {
         eventually(
             Duration::from_secs(20),
             "moved checkers probed by the new replica",
             || async {
-                let hits = witness.all_hits();
+                let hits = self.witness.all_hits();
                 moved
                     .iter()
                     .all(|n| {
@@ -248,38 +333,74 @@ impl Run {
             },
         )
         .await;
-        prom.wait_targets_up(&targets(&ops)).await;
-        prom_other.wait_targets_up(&targets(&ops)).await;
-        // Late checkers, assigned as new ones; nothing else moves.
-        for s in specs.iter().filter(|s| s.name.starts_with("new-")) {
-            create(s).await;
+    }
+
+    /// Late checkers, assigned as new ones; nothing else moves. The owners
+    /// of all, once the late ones were probed.
+    async fn add_late(
+        &self,
+        ops: &[Operator],
+        initial: &[String],
+        after_scale_out: &HashMap<String, String>,
+    ) -> HashMap<String, String> {
+        for s in self.specs.iter().filter(|s| s.name.starts_with("new-")) {
+            self.create(s).await;
         }
-        let after = {
-            let all = eventually(Duration::from_secs(30), "late checkers assigned", || {
-                settled(&client, &ns, &live, total)
-            })
-            .await;
-            for n in &initial {
-                assert_eq!(all[n], after[n], "{n} moved when the late checkers came");
-            }
-            all
-        };
+        let live = identities(ops);
+        let all = eventually(Duration::from_secs(30), "late checkers assigned", || {
+            settled(&self.client, &self.ns, &live, self.names.len())
+        })
+        .await;
+        for n in initial {
+            assert_eq!(
+                all[n], after_scale_out[n],
+                "{n} moved when the late checkers came"
+            );
+        }
         wait_probed(
-            &witness,
-            &names,
+            &self.witness,
+            &self.names,
             Duration::from_secs(20),
             "late checkers probed",
         )
         .await;
+        all
+    }
+}
+
+impl Run {
+    /// Runs the scenario: 3 replicas, the checkers, a scale-out to 4, late
+    /// checkers, then 20 s on four replicas.
+    pub async fn start() -> Run {
+        let st = Stage::prepare().await;
+        // Three replicas, Prometheus scraping them, the checkers.
+        let (mut ops, prom, prom_other) = st.replicas_and_prometheus().await;
+        let initial = st.initial();
+        let before = st.create_initial(&ops, &initial).await;
+        st.break_midway().await;
+        let scale = st
+            .scale_out(&mut ops, [&prom, &prom_other], &initial, before)
+            .await;
+        let after = st.add_late(&ops, &initial, &scale.after).await;
         println!(
             "scale 3->4: {} of {} moved ({:?}), settled {:.1}s after the new replica started",
-            moved.len(),
+            scale.moved.len(),
             initial.len(),
-            moved,
-            settle_secs
+            scale.moved,
+            scale.settle_secs
         );
         // Run a while on four replicas.
         tokio::time::sleep(Duration::from_secs(20)).await;
+        let Stage {
+            started,
+            clock,
+            ns,
+            client,
+            witness,
+            objlog,
+            names,
+            ..
+        } = st;
         Run {
             started,
             clock,
@@ -291,10 +412,10 @@ impl Run {
             objlog,
             ns,
             names,
-            before,
+            before: scale.before,
             after,
-            moved,
-            move_at,
+            moved: scale.moved,
+            move_at: scale.move_at,
         }
     }
 

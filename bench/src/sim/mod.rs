@@ -13,10 +13,10 @@ mod world;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::{Cfg, Res, err};
 use crate::report::Section;
 use crate::stats::fmt_int;
 use crate::sys;
-use crate::{Cfg, Res, err};
 use api::{Counts, FakeApi, Limits};
 use world::World;
 
