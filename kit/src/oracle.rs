@@ -707,7 +707,7 @@ pub fn shard_sizes<'a>(owners: impl Iterator<Item = &'a str>) -> BTreeMap<String
 }
 
 /// Invariant 4's bound: the largest shard holds at most this many, what the
-/// ring's tight targets give (`src/coordination/ring.rs`).
+/// ring's tight targets give (`crates/core/src/ring.rs`).
 pub fn balance_bound(m: usize, n: usize) -> usize {
     m.div_ceil(n.max(1))
 }

@@ -8,8 +8,8 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::oneshot;
 
-use crate::api::{WebCheckerSpec, WebCheckerStatus};
 use super::Resolved;
+use crate::api::{WebCheckerSpec, WebCheckerStatus};
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::Compiled;
 

@@ -34,15 +34,15 @@ use tracing::debug;
 use super::plans::Plans;
 use super::review::Reviewer;
 use super::shares::Shares;
-use crate::ask::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::api::WebChecker;
+use crate::ask::{Ask, CONFIRM_FOR_HEADER, Purpose, Reply, ZONE_FOR_HEADER};
 use crate::assignment::Assignment;
-use crate::coordination::shard::MemberView;
-use webchecker_core::namespace_budget::Limits;
 use crate::checker::Resolved;
+use crate::coordination::shard::MemberView;
 use crate::intake::secrets::{self, ObjectId};
 use crate::observe::metrics::Metrics;
 use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
+use webchecker_core::namespace_budget::Limits;
 
 /// Confirmations in work at once at most, per worker of the pool (they take
 /// a worker each, and must leave most of the pool to the owner's probes).

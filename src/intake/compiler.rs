@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use crate::api::{WebChecker, WebCheckerSpec};
 use crate::engine::Command;
-use webchecker_core::namespace_budget::{Budgets, Kind, Verdict};
 use crate::intake::found::{Step, forgotten};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
+use webchecker_core::namespace_budget::{Budgets, Kind, Verdict};
 
 type Sources = Vec<Option<String>>;
 

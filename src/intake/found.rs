@@ -9,8 +9,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{WebChecker, object_key};
 use crate::assignment::Assignment;
-use crate::engine::{Checker, Command, Definition};
 use crate::checker::Resolved;
+use crate::engine::{Checker, Command, Definition};
 use crate::observe::metrics::CheckerInfo;
 use crate::probe::Compiled;
 

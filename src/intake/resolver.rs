@@ -32,11 +32,11 @@ use tracing::debug;
 
 use crate::api::WebChecker;
 use crate::engine::Command;
-use webchecker_core::namespace_budget::{Budgets, Kind, Order, Verdict};
 use crate::intake::found::{Found, Step, forgotten};
 use crate::intake::secrets::queue::{ReadQueue, Urgency};
 use crate::intake::secrets::{Fetch, ObjectId, REFRESH, Read, Reader, Resolved, ValueCache};
 use crate::probe::{Compiled, ValueRef, references};
+use webchecker_core::namespace_budget::{Budgets, Kind, Order, Verdict};
 
 /// Reads in flight per namespace: a namespace's missing or slow objects
 /// hold at most these.

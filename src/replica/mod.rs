@@ -18,24 +18,24 @@ use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-use crate::config::Config;
-use crate::discovery::route_events;
 use crate::ask::asker::Asker;
 use crate::ask::choice::Candidate;
+use crate::ask::tokens::TokenSource;
+use crate::config::Config;
 use crate::confirm::review::Reviewer;
 use crate::confirm::service::{
     Desk, Parts as ConfirmParts, Request as ConfirmRequest, Service as ConfirmService,
 };
-use crate::ask::tokens::TokenSource;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::{Advert, LeaseAt, Membership};
 use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
 use crate::coordination::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
+use crate::discovery::route_events;
+use crate::engine::writer::StatusWriter;
 use crate::engine::{Command, Engine, EngineSettings};
 use crate::error::Error;
 use crate::intake::feed;
 use crate::kubeio::client::Clients;
-use crate::engine::writer::StatusWriter;
 use crate::kubeio::{egress, preflight};
 use crate::observe::events;
 use crate::observe::metrics::Metrics;

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::window::START_WINDOW;
-use webchecker_api::object_key;
-use webchecker_api::assignment::Assignment;
 use crate::ring::{self, Move, PlacementRef};
+use crate::window::START_WINDOW;
+use webchecker_api::assignment::Assignment;
+use webchecker_api::object_key;
 
 /// How long a completed write holds its key while its watch event has not
 /// arrived (a later change may come first and the event never show).

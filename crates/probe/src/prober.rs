@@ -10,10 +10,10 @@ use http::HeaderValue;
 use super::certs::ChainCache;
 use super::env_proxy::EnvProxy;
 use super::matcher::Matcher;
-use super::tls::{Alpn, MinTlsVersion};
 use super::policy::AddressPolicy;
 use super::resolve::Resolver;
 use super::roots::Roots;
+use super::tls::{Alpn, MinTlsVersion};
 use super::tls::{Trust, client_config};
 
 /// Shared, immutable prober configuration.

@@ -307,8 +307,7 @@ impl Membership {
         let rv = lease.metadata.resource_version.clone().unwrap_or_default();
         let gone = match (annotations.get(ADDRESS_ANNOTATION), incarnation) {
             (Some(address), Some(inc)) => {
-                crate::coordination::look::look(address, inc, Duration::from_millis(500))
-                    .await
+                crate::coordination::look::look(address, inc, Duration::from_millis(500)).await
                     == crate::coordination::look::Evidence::Gone
             }
             _ => false,

@@ -218,5 +218,4 @@ mod tests {
         p.record(vec![(b2.peer.clone().unwrap(), Evidence::Unknown)]);
         assert!(!p.gone(&b2));
     }
-
 }

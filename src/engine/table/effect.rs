@@ -8,12 +8,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use crate::assignment::Handover;
 use crate::ask::zones::ZoneAnswer;
 use crate::ask::{Ask, Verdict};
+use crate::assignment::Handover;
 use crate::checker::Checker;
-use crate::engine::status::{Transition, Truth};
 use crate::checker::Resolved;
+use crate::engine::status::{Transition, Truth};
 use crate::engine::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;

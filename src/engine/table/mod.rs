@@ -19,17 +19,17 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::core::v1::ObjectReference;
 use tracing::debug;
 
-use crate::assignment::Handover;
 use crate::ask::zones::{ZoneAnswer, ZoneResult};
 use crate::ask::{Purpose, Verdict};
-use webchecker_core::arrival::{self, Arrivals};
+use crate::assignment::Handover;
 use crate::checker::Definition;
-use webchecker_core::fairness::FairQueue;
 use crate::engine::status::{CheckerStatus, Context, Effects};
 use crate::engine::writer::Op;
 use crate::observe::metrics::CheckerInfo;
 use crate::observe::metrics::ZoneSample;
 use crate::probe::{Outcome, ProbePlan, Roots};
+use webchecker_core::arrival::{self, Arrivals};
+use webchecker_core::fairness::FairQueue;
 
 mod effect;
 mod foreign;

@@ -10,11 +10,11 @@ use tracing::warn;
 
 use super::effect::{Clock, Effect, Metric, ToWriter};
 use super::{Entry, Table, context, unix_ms};
-use webchecker_core::arrival::{self, Arrival, first_due};
+use crate::checker::Resolved;
 use crate::checker::{Checker, Definition};
 use crate::engine::status::{CheckerStatus, NotProbed};
-use crate::checker::Resolved;
 use crate::probe::{Compiled, PatternError, ProbePlan, Roots};
+use webchecker_core::arrival::{self, Arrival, first_due};
 
 /// Why a checker has no plan: the Ready reason and message.
 type Refusal = (NotProbed, String);

@@ -1,8 +1,10 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use webchecker_api::assignment::{DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL};
 use crate::window::START_WINDOW;
+use webchecker_api::assignment::{
+    DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL,
+};
 
 fn meta(
     name: &str,

@@ -13,14 +13,14 @@ use super::values::ValueRef;
 use super::{
     AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum,
 };
-use webchecker_api::{
-    CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec,
-    default_timeout,
-};
 use crate::decode::Coding;
 use crate::env_proxy::proxy_target;
 use crate::roots::Roots;
 use crate::target::Target;
+use webchecker_api::{
+    CheckKind, Compression, Http2Mode, HttpVersion, IpFamily, TlsSpec, WebCheckerSpec,
+    default_timeout,
+};
 
 /// Turns a spec into a plan. Errors are the `InvalidSpec` messages: what the
 /// schema could not catch (the CRD rejects most bad input at admission), and

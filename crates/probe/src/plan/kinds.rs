@@ -8,8 +8,8 @@ use http::{HeaderName, HeaderValue};
 
 use super::patterns::Pattern;
 use super::{Protocol, TcpStepPlan};
-use webchecker_api::{CheckKind, WebCheckerSpec};
 use crate::target::{Target, absolute_name};
+use webchecker_api::{CheckKind, WebCheckerSpec};
 
 /// The path of the gRPC health check's one method.
 pub const GRPC_HEALTH_PATH: &str = "/grpc.health.v1.Health/Check";

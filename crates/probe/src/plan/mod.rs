@@ -107,7 +107,6 @@ pub struct TcpStepPlan {
     pub start_tls: bool,
 }
 
-
 impl From<Http2> for Alpn {
     fn from(h: Http2) -> Alpn {
         match h {

@@ -8,9 +8,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::values::{CLIENT_CERT_KEY, CLIENT_KEY_KEY, ValueRef};
 use super::{Alpn, MinTlsVersion, TlsConfig, TlsPlan};
-use webchecker_api::{TlsSpec, TlsVersion};
 use crate::roots::Roots;
 use crate::tls::{ClientIdentity, Trust, client_config};
+use webchecker_api::{TlsSpec, TlsVersion};
 
 /// `defaults` are the roots of default verification, for a checker without
 /// a `caBundle` that still needs a configuration of its own.

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::*;
 use crate::api::WebCheckerSpec;
-use webchecker_core::arrival::ARRIVAL_JITTER;
 use crate::checker::Checker;
 use crate::checker::Resolved;
 use crate::probe::{Compiled, Outcome, PatternError, Phases, Reason};
+use webchecker_core::arrival::ARRIVAL_JITTER;
 
 mod cadence;
 mod confirm;
