@@ -25,7 +25,7 @@
 pub use webchecker_api as api;
 pub use webchecker_api::assignment;
 pub mod ask;
-pub mod checker;
+pub use webchecker_core::checker;
 pub mod config;
 pub mod confirm;
 pub mod coordination;

@@ -9,7 +9,7 @@
 //!
 //! The operator finds it through the files it writes: a resolv.conf with
 //! `nameserver 127.0.0.1:<port>` (the port is the operator's extension of the
-//! syntax, see crates/probe/src/resolv_conf.rs) and a hosts file of the test's own.
+//! syntax, see crates/plan/src/resolv_conf.rs) and a hosts file of the test's own.
 //! [`Dns::shared`] is one server per test process, on its own thread (a
 //! test's runtime ends with the test); `Operator::start` points every
 //! operator at it, so a name no test registered is NXDOMAIN.

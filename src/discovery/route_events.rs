@@ -69,10 +69,7 @@ pub async fn is_the_source(client: &Client, r: &ObjectReference) -> bool {
     }
 }
 
-/// The Warning Event's reason on the source when a checker turns Ready=False.
-pub const CHECKER_DOWN: &str = "CheckerDown";
-/// The Normal Event's reason on the source when it turns True again.
-pub const CHECKER_UP: &str = "CheckerUp";
+pub use webchecker_core::table::{CHECKER_DOWN, CHECKER_UP};
 
 /// The source object of a generated checker: its controller ownerReference,
 /// when it is of the kind its `source` label names (Ingress, HTTPRoute,

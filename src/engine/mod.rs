@@ -1,6 +1,6 @@
 //! The probe engine of one replica: a thin async shell around the checker
-//! table (table/), which decides everything; the shell carries the table's
-//! effects out. It owns the timers (a DelayQueue), the bounded worker pool (a
+//! table (`webchecker_core::table`), which decides everything; the shell
+//! carries the table's effects out. It owns the timers (a DelayQueue), the bounded worker pool (a
 //! Semaphore), the probe tasks and their abort handles, the prober, and the
 //! handles of the status writer, the Event queue and the metrics.
 //!
@@ -33,11 +33,11 @@ use crate::observe::metrics::Metrics;
 use crate::probe::{Outcome, ProbePlan, Prober};
 use table::{Clock, Effect, Input, Metric, Notice, Table, ToWriter};
 
-pub mod status;
-mod table;
+pub use webchecker_core::status;
+use webchecker_core::table;
 pub(crate) mod writer;
 
-pub use crate::checker::{Checker, Command, Definition};
+pub use crate::checker::{Change, Checker, Command, Definition};
 
 pub struct EngineSettings {
     pub identity: String,
@@ -212,41 +212,13 @@ impl Engine {
 
     fn command(&mut self, c: Command) {
         if !c.current(self.membership.epoch().as_deref()) {
-            if let Command::Upsert { checker, .. } = &c {
+            if let Command::Change(Change::Upsert { checker, .. }) = &c {
                 tracing::debug!(checker = %checker.key, "dropped: found under an earlier epoch of this replica");
             }
             return;
         }
         let input = match c {
-            Command::Upsert {
-                checker,
-                initial,
-                seen,
-            } => Input::Upsert {
-                checker,
-                initial,
-                seen,
-            },
-            Command::Drain {
-                key,
-                namespace,
-                name,
-                resource_version,
-                uid,
-                handover,
-                ..
-            } => Input::Drain {
-                key,
-                namespace,
-                name,
-                resource_version,
-                uid,
-                handover,
-            },
-            Command::Remove { key } => Input::Remove { key },
-            Command::Refresh { key, resolved } => Input::Refresh { key, resolved },
-            Command::Patterns { key, compiled } => Input::Patterns { key, compiled },
-            Command::Resync { present } => Input::Resync { present },
+            Command::Change(change) => Input::Change(change),
             Command::Fence { done } => {
                 self.step(Input::Fence);
                 let _ = done.send(());

@@ -29,23 +29,13 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{debug, error, info, warn};
 
-use crate::api::{WebChecker, WebCheckerStatus};
-use crate::assignment::{self, Assignment, Handover};
+use crate::api::WebChecker;
+use crate::assignment::{self, Assignment};
 use crate::coordination::membership::Membership;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, managers, patch_params};
 use crate::observe::metrics::Metrics;
-
-#[derive(Clone, Debug)]
-pub enum Op {
-    Status(Box<WebCheckerStatus>),
-    /// Hand the checker over: assign the drain's target (or, without one,
-    /// clear owner and epoch and keep the drain for the sharder).
-    AckDrain {
-        last_probe_unix_ms: Option<i64>,
-        handover: Option<Handover>,
-    },
-}
+pub use webchecker_core::checker::Op;
 
 #[derive(Clone, Debug)]
 struct Pending {

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::api::{WebChecker, WebCheckerSpec};
+use crate::checker::Change;
 use crate::engine::Command;
 use crate::intake::found::{Step, forgotten};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
@@ -51,7 +52,7 @@ impl PatternCache {
 
     /// Attaches the compiled patterns to a valid checker, and forgets the
     /// checkers the commands remove. First the step, then a
-    /// [`Command::Patterns`] for each other checker that a change of budget
+    /// [`Command::Change(Change::Patterns)`] for each other checker that a change of budget
     /// use moved over or under its namespace's budget.
     pub async fn attach(&mut self, step: Step<()>) -> Vec<Step<Compiled>> {
         let mut moved = Vec::new();
@@ -61,7 +62,7 @@ impl PatternCache {
                 moved = others;
                 Step::Found(found, compiled)
             }
-            Step::Command(Command::Resync { present }) => {
+            Step::Command(Command::Change(Change::Resync { present })) => {
                 let gone: Vec<String> = self
                     .by_key
                     .keys()
@@ -71,7 +72,7 @@ impl PatternCache {
                 for k in gone {
                     moved.extend(self.forget(&k));
                 }
-                Step::Command(Command::Resync { present })
+                Step::Command(Command::Change(Change::Resync { present }))
             }
             Step::Command(cmd) => {
                 if let Some(key) = forgotten(&cmd) {
@@ -83,7 +84,10 @@ impl PatternCache {
         let mut out = vec![step];
         for (key, verdict) in moved {
             let compiled = self.settle(&key, verdict).await;
-            out.push(Step::Command(Command::Patterns { key, compiled }));
+            out.push(Step::Command(Command::Change(Change::Patterns {
+                key,
+                compiled,
+            })));
         }
         out
     }
@@ -261,12 +265,14 @@ mod tests {
         compiled(cache.attach(upsert("a", a)).await);
         compiled(cache.attach(upsert("b", a)).await);
         cache
-            .attach(command(Command::Remove { key: "ns/a".into() }))
+            .attach(command(Command::Change(Change::Remove {
+                key: "ns/a".into(),
+            })))
             .await;
         cache
-            .attach(command(Command::Resync {
+            .attach(command(Command::Change(Change::Resync {
                 present: Default::default(),
-            }))
+            })))
             .await;
         assert!(cache.by_key.is_empty());
     }
@@ -291,13 +297,13 @@ mod tests {
         assert!(cache.by_key["ns/c2"].compiled.is_none(), "not kept");
         // c0 is deleted: c2 fits, compiled again, and the engine hears of it.
         let out = cache
-            .attach(command(Command::Remove {
+            .attach(command(Command::Change(Change::Remove {
                 key: "ns/c0".into(),
-            }))
+            })))
             .await;
         assert_eq!(out.len(), 2);
         match &out[1] {
-            Step::Command(Command::Patterns { key, compiled }) => {
+            Step::Command(Command::Change(Change::Patterns { key, compiled })) => {
                 assert_eq!(key, "ns/c2");
                 assert!(compiled.as_ref().as_ref().unwrap().body.is_some());
             }
@@ -308,7 +314,7 @@ mod tests {
         assert_eq!(out.len(), 2);
         assert!(matches!(
             &out[1],
-            Step::Command(Command::Patterns { key, compiled }) if key == "ns/c2" && compiled.is_err()
+            Step::Command(Command::Change(Change::Patterns { key, compiled })) if key == "ns/c2" && compiled.is_err()
         ));
     }
 }

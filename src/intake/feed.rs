@@ -19,6 +19,7 @@ use tracing::warn;
 
 use crate::api::{WebChecker, object_key};
 use crate::assignment::{self, Assignment};
+use crate::checker::Change;
 use crate::coordination::membership::Membership;
 use crate::engine::Command;
 use crate::error::Error;
@@ -40,13 +41,16 @@ fn classify(
     let assignment = Assignment::of(&obj.metadata);
     if !assignment.held_by(&membership.identity, membership.epoch().as_deref()) {
         // Assigned to an earlier incarnation of this replica: not ours to probe.
-        return (key.clone(), Some(Step::Command(Command::Remove { key })));
+        return (
+            key.clone(),
+            Some(Step::Command(Command::Change(Change::Remove { key }))),
+        );
     }
     let resource_version = obj.metadata.resource_version.clone().unwrap_or_default();
     if assignment.draining() {
         return (
             key.clone(),
-            Some(Step::Command(Command::Drain {
+            Some(Step::Command(Command::Change(Change::Drain {
                 key,
                 namespace,
                 name,
@@ -54,7 +58,7 @@ fn classify(
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
                 epoch: assignment.epoch.clone(),
                 handover: assignment.handover(),
-            })),
+            }))),
         );
     }
     let epoch = assignment.epoch;
@@ -83,7 +87,7 @@ fn classify(
                 initial,
                 seen,
             );
-            if let Command::Upsert { checker, .. } = &mut cmd {
+            if let Command::Change(Change::Upsert { checker, .. }) = &mut cmd {
                 checker.epoch = epoch;
             }
             Step::Command(cmd)
@@ -111,7 +115,11 @@ fn step_of(
             if matches!(
                 step,
                 Some(
-                    Step::Found(..) | Step::Command(Command::Upsert { .. } | Command::Drain { .. })
+                    Step::Found(..)
+                        | Step::Command(
+                            Command::Change(Change::Upsert { .. })
+                                | Command::Change(Change::Drain { .. })
+                        )
                 )
             ) {
                 present.insert(key);
@@ -120,17 +128,17 @@ fn step_of(
         }
         Ok(Event::InitDone) => {
             health.synced.store(true, Ordering::Relaxed);
-            Some(Step::Command(Command::Resync {
+            Some(Step::Command(Command::Change(Change::Resync {
                 present: std::mem::take(present),
-            }))
+            })))
         }
         Ok(Event::Apply(o)) => classify(o, membership, metrics, false, std::time::Instant::now()).1,
-        Ok(Event::Delete(o)) => Some(Step::Command(Command::Remove {
+        Ok(Event::Delete(o)) => Some(Step::Command(Command::Change(Change::Remove {
             key: object_key(
                 o.metadata.namespace.as_deref().unwrap_or_default(),
                 o.metadata.name.as_deref().unwrap_or_default(),
             ),
-        })),
+        }))),
         Err(e) => {
             metrics.watch_failed("checkers", &e);
             warn!(error = %e, "checker watch failed; retrying (probing goes on)");

@@ -9,6 +9,7 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::{WebChecker, object_key};
 use crate::assignment::Assignment;
+use crate::checker::Change;
 use crate::checker::Resolved;
 use crate::engine::{Checker, Command, Definition};
 use crate::observe::metrics::CheckerInfo;
@@ -64,11 +65,11 @@ impl Found {
                 patterns,
             }),
         };
-        Command::Upsert {
+        Command::Change(Change::Upsert {
             checker: Box::new(checker),
             initial,
             seen,
-        }
+        })
     }
 }
 
@@ -106,11 +107,11 @@ pub fn malformed(
         // Set by the feed, which read the annotation.
         epoch: None,
     };
-    Command::Upsert {
+    Command::Change(Change::Upsert {
         checker: Box::new(checker),
         initial,
         seen,
-    }
+    })
 }
 
 /// A step of the intake. `P` is what the patterns are: `()` from the feed,
@@ -128,8 +129,12 @@ pub enum Step<P> {
 /// malformed).
 pub fn forgotten(cmd: &Command) -> Option<String> {
     match cmd {
-        Command::Remove { key } | Command::Drain { key, .. } => Some(key.clone()),
-        Command::Upsert { checker, .. } if checker.definition.is_err() => Some(checker.key.clone()),
+        Command::Change(Change::Remove { key }) | Command::Change(Change::Drain { key, .. }) => {
+            Some(key.clone())
+        }
+        Command::Change(Change::Upsert { checker, .. }) if checker.definition.is_err() => {
+            Some(checker.key.clone())
+        }
         _ => None,
     }
 }

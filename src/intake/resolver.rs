@@ -31,6 +31,7 @@ use tokio::task::JoinSet;
 use tracing::debug;
 
 use crate::api::WebChecker;
+use crate::checker::Change;
 use crate::engine::Command;
 use crate::intake::found::{Found, Step, forgotten};
 use crate::intake::secrets::queue::{ReadQueue, Urgency};
@@ -154,7 +155,7 @@ impl Resolver {
             Step::Command(cmd) => cmd,
         };
         match cmd {
-            Command::Resync { present } => {
+            Command::Change(Change::Resync { present }) => {
                 let gone: Vec<String> = self
                     .tracked
                     .keys()
@@ -164,18 +165,18 @@ impl Resolver {
                 for k in gone {
                     self.untrack(&k);
                 }
-                Some(Command::Resync { present })
+                Some(Command::Change(Change::Resync { present }))
             }
             // New patterns for a checker whose Upsert waits for its reads:
             // they go with it (on their own they would reach the engine
             // first, find no checker, and the Upsert would bring the old
             // ones).
-            Command::Patterns { key, compiled } => match self.held.get_mut(&key) {
+            Command::Change(Change::Patterns { key, compiled }) => match self.held.get_mut(&key) {
                 Some(h) => {
                     h.compiled = compiled;
                     None
                 }
-                None => Some(Command::Patterns { key, compiled }),
+                None => Some(Command::Change(Change::Patterns { key, compiled })),
             },
             other => {
                 if let Some(key) = forgotten(&other) {
@@ -282,10 +283,10 @@ impl Resolver {
                     if let Some(t) = self.tracked.get_mut(&key) {
                         t.last = Some(values.clone());
                     }
-                    out.push(Command::Refresh {
+                    out.push(Command::Change(Change::Refresh {
                         key,
                         resolved: values,
-                    });
+                    }));
                 }
             }
         }
@@ -296,7 +297,7 @@ impl Resolver {
     fn deliver(&mut self, key: String, h: Held) -> Command {
         if !(self.assigned)(&h.found.wc) {
             self.untrack(&key);
-            return Command::Remove { key };
+            return Command::Change(Change::Remove { key });
         }
         let namespace = h.found.namespace();
         let wc = &h.found.wc;
@@ -354,7 +355,8 @@ impl Resolver {
             if let Some(t) = self.tracked.get_mut(&key) {
                 t.last = Some(resolved.clone());
             }
-            self.moved.push(Command::Refresh { key, resolved });
+            self.moved
+                .push(Command::Change(Change::Refresh { key, resolved }));
         }
     }
 

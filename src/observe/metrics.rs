@@ -83,13 +83,7 @@ struct ZoneSeries {
     failures: u64,
 }
 
-/// One zone's result of a round, as the owner exports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ZoneSample {
-    pub zone: String,
-    /// Success and milliseconds; `None`: no probe result came.
-    pub result: Option<(bool, u64)>,
-}
+pub use webchecker_core::checker::ZoneSample;
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
 

@@ -64,7 +64,7 @@ fn admission_policy_is_on_by_default_and_checks_every_reference() {
         serde_yaml::from_str::<Value>("[CREATE, UPDATE]").unwrap()
     );
     assert_eq!(rules[0]["apiGroups"][0].as_str(), Some("test.network.io"));
-    // Every field of crates/probe/src/plan/values.rs references() is read.
+    // Every field of crates/plan/src/plan/values.rs references() is read.
     let text = serde_yaml::to_string(spec).unwrap();
     for field in [
         "object.spec.auth.basic.secretName",

@@ -467,7 +467,7 @@ async fn transition_events(client: &Client, ns: &str, name: &str) {
 // A spec edit (the next probe uses the new plan, on the same cadence, and
 // writes the new observedGeneration) and a deletion (never probed again, its
 // series forgotten) are the engine's alone: scenario tests of its checker
-// table cover them (src/engine/table/tests/spec.rs).
+// table cover them (crates/core/src/table/tests/spec.rs).
 
 // ---------------------------------------------------------------- 4
 

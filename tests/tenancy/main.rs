@@ -60,7 +60,7 @@ struct Reference {
     spec: fn(&str) -> Value,
 }
 
-/// Every reference field of the CRD (`references()` in crates/probe/src/plan/values.rs).
+/// Every reference field of the CRD (`references()` in crates/plan/src/plan/values.rs).
 const REFERENCES: &[Reference] = &[
     Reference {
         tag: "basic",

@@ -3,9 +3,14 @@
 //! milliseconds. No runtime, no client, no server, no metrics: the operator's
 //! shells feed them what they heard and carry out what they return.
 //!
+//! - [`table`]: every checker's lifecycle as a pure state machine, with the
+//!   [`status`] reducer of each checker and the nouns it shares with the
+//!   operator's intake and confirmer ([`checker`], [`ask`]);
 //! - [`ring`]: the consistent-hash ring that places checkers on members;
 //! - [`book`]: the sharder's book of who owns what and the moves it plans,
 //!   within the handover [`window`];
+//! - [`election`]: when a candidate takes the leader Lease;
+//! - [`members`]: the view of the member Leases and the judge rule;
 //! - [`gate`]: what a replica may do (dispatch, write, judge) given what its
 //!   Lease renewals heard;
 //! - [`fairness`]: the engine's ready queue, namespaces in turn;
@@ -15,12 +20,18 @@
 //!   namespace.
 
 pub mod arrival;
+pub mod ask;
 pub mod book;
+pub mod checker;
+pub mod election;
 pub mod fairness;
 pub mod gate;
 pub mod generated_cap;
+pub mod members;
 pub mod namespace_budget;
 pub mod ring;
+pub mod status;
+pub mod table;
 pub mod window;
 
 /// Gives a map's memory back once it holds less than a quarter of its

@@ -12,7 +12,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::decode::{Coding, Decoder};
-use super::error::{HopError, Reason, Stop, hyper_failure};
+use super::error::{HopError, Reason, Stop};
+use super::failure::hyper_failure;
 use super::message::{Hop, Response, hop_headers};
 use super::outcome::Phase;
 use super::state::Probe;

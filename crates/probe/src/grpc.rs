@@ -14,8 +14,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::dial::CloseOnDrop;
-use super::error::{HopError, Reason, Stop, hyper_failure};
+use super::error::{HopError, Reason, Stop};
 use super::exchange::beside;
+use super::failure::hyper_failure;
 use super::grpc_wire::{health_request, health_response, status_name};
 use super::message::Hop;
 use super::outcome::{GrpcFacts, Phase, Serving};

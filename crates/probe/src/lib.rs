@@ -11,55 +11,37 @@
 //! Only `plan` reads the API types: the rest works on the plan alone.
 //! docs/probes.md describes every field and reason.
 //!
-//! The files, in layers from the bottom up; a file uses files of its own
-//! layer or lower ones, never higher, and no two files use each other:
-//! - what a probe reads and reports: `error` and `outcome`, `target`, `plan`,
-//!   `certs` (the chain a server showed), `decode` (content codings),
-//!   `resolve` and `resolv_conf` (the async resolver and its files), `roots`
-//!   (the roots of default verification, `--ca-bundle` included), `matcher`
-//!   (the matching pool), `policy` (the forgery guard), `env_proxy`
-//!   (`proxy.url` and the operator's proxy environment), `tls` (the
-//!   rustls configurations, no session resumption), `dial` (resolution,
-//!   connect);
+//! What a probe reads and reports (the plan, the outcome, the forgery
+//! guard's policy, the checks of a response) is `crates/plan`, with no I/O.
+//! The files here, in layers from the bottom up; a file uses files of its
+//! own layer or lower ones, never higher, and no two files use each other:
+//! - `resolve` (the async resolver), `dial` (resolution, connect),
+//!   `failure` (a hyper error as a probe's failure);
 //! - `prober`: the configuration all probes share;
-//! - `state` (one probe in progress) and `message` (what one hop sends and
-//!   receives);
+//! - `state`: one probe in progress;
 //! - the steps of a probe: `hop` (one request: proxy choice, forgery guard),
 //!   `tunnel` (CONNECT through a proxy), `handshake` (TLS), `exchange`
-//!   (request and response over HTTP/1.1 or HTTP/2), `redirect`, `checks`
-//!   (status, HTTP version, headers, body, JSON, latency); `grpc` (the
-//!   health call; its bytes are `grpc_wire`) and `tcp` (connect, TLS, the
-//!   steps of `spec.tcp`), which use `hop`'s dial and `handshake`;
+//!   (request and response over HTTP/1.1 or HTTP/2); `grpc` (the health
+//!   call) and `tcp` (connect, TLS, the steps of `spec.tcp`), which use
+//!   `hop`'s dial and `handshake`;
 //! - `run`: [`Prober::probe`] (deadline, redirect loop, outcome).
 
-mod certs;
-mod checks;
-mod decode;
 mod dial;
-mod env_proxy;
-mod error;
 mod exchange;
+mod failure;
 mod grpc;
-mod grpc_wire;
 mod handshake;
 mod hop;
-mod matcher;
-mod message;
-mod outcome;
-mod plan;
-mod policy;
 mod prober;
-mod redirect;
-mod resolv_conf;
 mod resolve;
-mod roots;
 mod run;
 mod state;
-mod target;
 mod tcp;
-mod tls;
 mod tunnel;
-mod verify;
+
+// What a probe is asked and what it found (crates/plan): its modules under
+// the names the steps above use, and its items re-exported below.
+use webchecker_plan::*;
 
 pub use certs::{CertFacts, Chain, MAX_CHAIN_INFO};
 pub use decode::Coding;

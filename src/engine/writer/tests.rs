@@ -1,4 +1,6 @@
 use super::*;
+use crate::api::WebCheckerStatus;
+use crate::assignment::Handover;
 use crate::assignment::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
     LAST_PROBE_ANNOTATION, OWNER_LABEL,

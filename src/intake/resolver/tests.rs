@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::*;
+use crate::checker::Change;
 use crate::intake::secrets::TTL;
 
 /// A checker of `ns` whose headers come from these Secrets (key `k`).
@@ -73,7 +74,7 @@ fn started(r: &mut Resolver) -> Vec<ObjectId> {
 /// (key, path, header values) of an Upsert; the key of another command.
 fn seen(c: &Command) -> (String, String, Vec<Result<Vec<u8>, String>>) {
     match c {
-        Command::Upsert { checker, .. } => {
+        Command::Change(Change::Upsert { checker, .. }) => {
             let def = checker.definition.as_ref().unwrap();
             let vals = references(&def.spec)
                 .iter()
@@ -81,14 +82,14 @@ fn seen(c: &Command) -> (String, String, Vec<Result<Vec<u8>, String>>) {
                 .collect();
             (checker.key.clone(), def.spec.path.clone(), vals)
         }
-        Command::Remove { key } => (key.clone(), "<remove>".into(), vec![]),
-        Command::Drain { key, .. } => (key.clone(), "<drain>".into(), vec![]),
-        Command::Refresh { key, resolved } => (
+        Command::Change(Change::Remove { key }) => (key.clone(), "<remove>".into(), vec![]),
+        Command::Change(Change::Drain { key, .. }) => (key.clone(), "<drain>".into(), vec![]),
+        Command::Change(Change::Refresh { key, resolved }) => (
             key.clone(),
             "<refresh>".into(),
             vec![resolved.get(&ValueRef::secret("s", "k"))],
         ),
-        Command::Resync { .. } => ("".into(), "<resync>".into(), vec![]),
+        Command::Change(Change::Resync { .. }) => ("".into(), "<resync>".into(), vec![]),
         _ => unreachable!(),
     }
 }
@@ -162,11 +163,11 @@ fn values_over_the_namespace_budget_are_not_kept_until_room_is_made() {
         out.extend(r.read_done(obj, found(&[("k", &big)]), now));
     }
     let values = |c: &Command| match c {
-        Command::Upsert { checker, .. } => (
+        Command::Change(Change::Upsert { checker, .. }) => (
             checker.name.clone(),
             checker.definition.as_ref().unwrap().values.clone(),
         ),
-        Command::Refresh { key, resolved } => (key.clone(), resolved.clone()),
+        Command::Change(Change::Refresh { key, resolved }) => (key.clone(), resolved.clone()),
         other => panic!("{other:?}"),
     };
     let mut got: Vec<_> = out.iter().map(values).collect();
@@ -183,9 +184,9 @@ fn values_over_the_namespace_budget_are_not_kept_until_room_is_made() {
     // The older is deleted: the newer gets its values.
     assert!(
         r.take(
-            cmd(Command::Remove {
+            cmd(Command::Change(Change::Remove {
                 key: "ns/c0".into()
-            }),
+            })),
             now
         )
         .is_some()
@@ -209,8 +210,8 @@ fn the_newest_command_for_a_checker_wins() {
     // Upsert without references: each goes on at once and forgets the
     // held Upsert, which never follows it.
     let forgetting = [
-        cmd(Command::Remove { key: "ns/c".into() }),
-        cmd(Command::Drain {
+        cmd(Command::Change(Change::Remove { key: "ns/c".into() })),
+        cmd(Command::Change(Change::Drain {
             key: "ns/c".into(),
             namespace: "ns".into(),
             name: "c".into(),
@@ -218,7 +219,7 @@ fn the_newest_command_for_a_checker_wins() {
             uid: "u1".into(),
             epoch: None,
             handover: None,
-        }),
+        })),
         cmd(crate::intake::found::malformed(
             "ns".into(),
             "c".into(),
@@ -228,9 +229,9 @@ fn the_newest_command_for_a_checker_wins() {
             false,
             now,
         )),
-        cmd(Command::Resync {
+        cmd(Command::Change(Change::Resync {
             present: HashSet::from(["ns/other".to_string()]),
-        }),
+        })),
         up(checker("ns", "c", "/plain", &[])),
     ];
     for newer in forgetting {
@@ -261,17 +262,17 @@ fn the_newest_command_for_a_checker_wins() {
     let over: crate::probe::Compiled =
         Arc::new(Err(crate::probe::PatternError::OverBudget("over".into())));
     let patterns = |key: &str| {
-        cmd(Command::Patterns {
+        cmd(Command::Change(Change::Patterns {
             key: key.into(),
             compiled: over.clone(),
-        })
+        }))
     };
     assert!(r.take(patterns("ns/p"), now).is_none());
     assert!(r.take(patterns("ns/elsewhere"), now).is_some());
     let out = later(&mut r, secret("ns", "w"));
     assert!(matches!(
         &out[..],
-        [Command::Upsert { checker, .. }]
+        [Command::Change(Change::Upsert { checker, .. })]
             if checker.definition.as_ref().unwrap().patterns.is_err()
     ));
     // Values fresh in the cache: no wait at all.
@@ -345,7 +346,10 @@ fn rotation_is_a_refresh_and_a_transient_error_keeps_the_last_good_value() {
             .contains("not found")
     );
     // A Remove stops the re-reads.
-    r.take(cmd(Command::Remove { key: "ns/c".into() }), t3);
+    r.take(
+        cmd(Command::Change(Change::Remove { key: "ns/c".into() })),
+        t3,
+    );
     r.refresh(t3 + TTL * 3);
     assert_eq!(started(&mut r), vec![]);
 }
