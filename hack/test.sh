@@ -48,7 +48,7 @@ export CHAOS_SEED=${CHAOS_SEED:-874556080}
 # caches of ~30 test binaries would double the target directory.
 export CARGO_INCREMENTAL=0
 
-PURE=(lib api-lib core-lib probe-lib bins bench-bench generated properties ring_chains chart_test_hook overload)
+PURE=(lib api-lib core-lib plan-lib probe-lib bins bench-bench generated properties ring_chains chart_test_hook overload)
 # After the pure ones, the end-to-end ones that need only the control plane;
 # then those that need the probe peers or Prometheus 3 (protocols,
 # chart_alerts and metric_labels need no control plane but those tools; kit
@@ -84,7 +84,7 @@ for b in $(binaries); do
   esac
 done
 for b in ${PURE[@]} ${BESIDE[@]} ${ALONE[@]}; do
-  case $b in lib | api-lib | core-lib | probe-lib | bins | kit | bench-bench) continue ;; esac
+  case $b in lib | api-lib | core-lib | plan-lib | probe-lib | bins | kit | bench-bench) continue ;; esac
   [ -f "tests/$b.rs" ] || [ -f "tests/$b/main.rs" ] ||
     { echo "test.sh: hack/test.sh names test binary $b, which does not exist" >&2; exit 1; }
 done

@@ -67,7 +67,7 @@ fn backoff(attempts: u32) -> Duration {
 
 /// What to do after a write ended with this API status code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+enum WriteAnswer {
     Done,
     /// Fenced: the object changed; re-check ownership before any retry.
     Conflict,
@@ -78,13 +78,13 @@ enum Verdict {
     Refused,
 }
 
-fn verdict(code: Option<u16>) -> Verdict {
+fn write_answer(code: Option<u16>) -> WriteAnswer {
     match code {
-        Some(200..=299) => Verdict::Done,
-        Some(409) => Verdict::Conflict,
-        Some(404) => Verdict::Gone,
-        Some(429) | Some(500..) | None => Verdict::Retry,
-        Some(_) => Verdict::Refused,
+        Some(200..=299) => WriteAnswer::Done,
+        Some(409) => WriteAnswer::Conflict,
+        Some(404) => WriteAnswer::Gone,
+        Some(429) | Some(500..) | None => WriteAnswer::Retry,
+        Some(_) => WriteAnswer::Refused,
     }
 }
 
@@ -316,7 +316,7 @@ impl StatusWriter {
         match tokio::time::timeout(CALL_DEADLINE, self.write_once(client, key, p, rv)).await {
             Ok(Ok(rv)) => Ok(rv),
             Ok(Err(e)) => {
-                if verdict(api_code(&e)) != Verdict::Conflict {
+                if write_answer(api_code(&e)) != WriteAnswer::Conflict {
                     warn!(checker = %key, error = %e, "status write failed");
                 }
                 Err(api_code(&e))
@@ -343,7 +343,7 @@ impl StatusWriter {
         };
         let mut result = self.attempt(client, &key, &p, Some(rv)).await;
         if let Err(code) = result
-            && verdict(code) == Verdict::Conflict
+            && write_answer(code) == WriteAnswer::Conflict
         {
             self.count("conflict");
             // Fencing: re-read and retry only if the checker is still ours.
@@ -366,7 +366,7 @@ impl StatusWriter {
                 Err(_) => Err(None),
             };
         }
-        match result.map_err(verdict) {
+        match result.map_err(write_answer) {
             Ok(rv) => {
                 self.count("ok");
                 let mut g = self.lock();
@@ -390,17 +390,17 @@ impl StatusWriter {
                     v.rv = rv;
                 }
             }
-            Err(Verdict::Done) => unreachable!("an error is never a success"),
-            Err(Verdict::Gone) => debug!(checker = %key, "checker deleted before its write"),
-            Err(Verdict::Conflict) => {
+            Err(WriteAnswer::Done) => unreachable!("an error is never a success"),
+            Err(WriteAnswer::Gone) => debug!(checker = %key, "checker deleted before its write"),
+            Err(WriteAnswer::Conflict) => {
                 self.count("fenced");
                 info!(checker = %key, "write fenced: the checker is no longer ours");
             }
-            Err(Verdict::Refused) => {
+            Err(WriteAnswer::Refused) => {
                 self.count("refused");
                 error!(checker = %key, "the API server refused a status write; dropped (see the error above)");
             }
-            Err(Verdict::Retry) => {
+            Err(WriteAnswer::Retry) => {
                 self.count("error");
                 p.attempts += 1;
                 let now = Instant::now();

@@ -19,7 +19,7 @@ use crate::checker::Change;
 use crate::engine::Command;
 use crate::intake::found::{Step, forgotten};
 use crate::probe::{Compiled, PatternError, Patterns, compile_patterns, pattern_sources};
-use webchecker_core::namespace_budget::{Budgets, Kind, Verdict};
+use webchecker_core::namespace_budget::{Admission, Budgets, Kind};
 
 type Sources = Vec<Option<String>>;
 
@@ -93,12 +93,12 @@ impl PatternCache {
     }
 
     /// Drops a checker; the others that now fit.
-    fn forget(&mut self, key: &str) -> Vec<(String, Verdict)> {
+    fn forget(&mut self, key: &str) -> Vec<(String, Admission)> {
         self.by_key.remove(key);
         self.budgets.remove(key)
     }
 
-    async fn compiled(&mut self, wc: &WebChecker) -> (Compiled, Vec<(String, Verdict)>) {
+    async fn compiled(&mut self, wc: &WebChecker) -> (Compiled, Vec<(String, Admission)>) {
         let namespace = wc.metadata.namespace.as_deref().unwrap_or_default();
         let name = wc.metadata.name.as_deref().unwrap_or_default();
         let key = crate::api::object_key(namespace, name);
@@ -134,11 +134,11 @@ impl PatternCache {
         let order = (wc.metadata.creation_timestamp.clone(), name.to_string());
         let (verdict, others) = self.budgets.set(&key, namespace, order, cost);
         let compiled = match verdict {
-            Verdict::Admitted => Some(match compiled {
+            Admission::Admitted => Some(match compiled {
                 Some(c) => c,
                 None => compile(spec).await,
             }),
-            Verdict::Over(_) => None,
+            Admission::Over(_) => None,
         };
         let held = Held {
             sources,
@@ -148,24 +148,24 @@ impl PatternCache {
         };
         self.by_key.insert(key, held);
         let compiled = match verdict {
-            Verdict::Admitted => compiled.expect("admitted: compiled above"),
-            Verdict::Over(msg) => Arc::new(Err(PatternError::OverBudget(msg))),
+            Admission::Admitted => compiled.expect("admitted: compiled above"),
+            Admission::Over(msg) => Arc::new(Err(PatternError::OverBudget(msg))),
         };
         (compiled, others)
     }
 
     /// The patterns of a checker whose side of the budget changed: compiled
     /// again when it now fits, dropped when it no longer does.
-    async fn settle(&mut self, key: &str, verdict: Verdict) -> Compiled {
+    async fn settle(&mut self, key: &str, verdict: Admission) -> Compiled {
         let Some(held) = self.by_key.get_mut(key) else {
             return Arc::new(Ok(Patterns::default()));
         };
         match verdict {
-            Verdict::Over(msg) => {
+            Admission::Over(msg) => {
                 held.compiled = None;
                 Arc::new(Err(PatternError::OverBudget(msg)))
             }
-            Verdict::Admitted => match held.compiled.clone() {
+            Admission::Admitted => match held.compiled.clone() {
                 Some(c) => c,
                 None => {
                     let c = compile(&held.spec).await;

@@ -24,7 +24,7 @@ use crate::coordination::membership::Membership;
 use crate::engine::Command;
 use crate::error::Error;
 use crate::intake::found::{Found, Step, malformed};
-use crate::intake::resolver::Resolver;
+use crate::intake::resolver::ValueResolver;
 use crate::observe::metrics::Metrics;
 use crate::observe::server::HealthFlags;
 
@@ -177,7 +177,7 @@ pub async fn watch_own_shard(
     let (to_resolver, from_feed) = mpsc::channel(crate::intake::resolver::INPUT);
     let resolver = {
         let membership = membership.clone();
-        Resolver::new(
+        ValueResolver::new(
             crate::intake::secrets::reader(client),
             crate::intake::secrets::TTL,
             Box::new(move |wc: &WebChecker| {

@@ -37,7 +37,7 @@ use crate::intake::found::{Found, Step, forgotten};
 use crate::intake::secrets::queue::{ReadQueue, Urgency};
 use crate::intake::secrets::{Fetch, ObjectId, REFRESH, Read, Reader, Resolved, ValueCache};
 use crate::probe::{Compiled, ValueRef, references};
-use webchecker_core::namespace_budget::{Budgets, Kind, Order, Verdict};
+use webchecker_core::namespace_budget::{Admission, Budgets, Kind, Order};
 
 /// Reads in flight per namespace: a namespace's missing or slow objects
 /// hold at most these.
@@ -67,7 +67,7 @@ struct Held {
 /// Whether a checker is still assigned to this replica's incarnation.
 pub type Assigned = Box<dyn Fn(&WebChecker) -> bool + Send>;
 
-pub struct Resolver {
+pub struct ValueResolver {
     reader: Reader,
     assigned: Assigned,
     cache: ValueCache,
@@ -85,7 +85,7 @@ pub struct Resolver {
     moved: Vec<Command>,
 }
 
-impl Resolver {
+impl ValueResolver {
     /// `budget`: the bytes of one namespace's values on this replica.
     pub fn new(
         reader: Reader,
@@ -93,7 +93,7 @@ impl Resolver {
         assigned: Assigned,
         budget: usize,
     ) -> Self {
-        Resolver {
+        ValueResolver {
             reader,
             assigned,
             cache: ValueCache::new(ttl),
@@ -333,14 +333,14 @@ impl Resolver {
         let (verdict, moved) = self.budgets.set(key, namespace, order, values.bytes());
         self.settle(moved);
         match verdict {
-            Verdict::Admitted => values,
-            Verdict::Over(m) => Resolved::over_budget(m),
+            Admission::Admitted => values,
+            Admission::Over(m) => Resolved::over_budget(m),
         }
     }
 
     /// Refreshes for the checkers whose side of the budget changed (a held
     /// one is judged again when its values are in).
-    fn settle(&mut self, moved: Vec<(String, Verdict)>) {
+    fn settle(&mut self, moved: Vec<(String, Admission)>) {
         for (key, verdict) in moved {
             if self.held.contains_key(&key) {
                 continue;
@@ -349,8 +349,8 @@ impl Resolver {
                 continue;
             };
             let resolved = match verdict {
-                Verdict::Admitted => self.values_of(&t.namespace, &t.refs),
-                Verdict::Over(m) => Resolved::over_budget(m),
+                Admission::Admitted => self.values_of(&t.namespace, &t.refs),
+                Admission::Over(m) => Resolved::over_budget(m),
             };
             if let Some(t) = self.tracked.get_mut(&key) {
                 t.last = Some(resolved.clone());

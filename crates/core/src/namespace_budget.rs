@@ -38,7 +38,7 @@ pub type Order = (Option<Time>, String);
 
 /// Whether a checker fits its namespace's budget.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Admission {
     Admitted,
     /// The `QuotaExceeded` message.
     Over(String),
@@ -78,7 +78,7 @@ impl Budgets {
         namespace: &str,
         order: Order,
         cost: usize,
-    ) -> (Verdict, Vec<(String, Verdict)>) {
+    ) -> (Admission, Vec<(String, Admission)>) {
         self.forget(key);
         let space = self.spaces.entry(namespace.to_string()).or_default();
         space.insert(
@@ -96,7 +96,7 @@ impl Budgets {
         let mut changed = self.rebalance(namespace);
         let mine = match changed.iter().position(|(k, _)| k == key) {
             Some(i) => changed.remove(i).1,
-            None => Verdict::Admitted,
+            None => Admission::Admitted,
         };
         (mine, changed)
     }
@@ -108,7 +108,7 @@ impl Budgets {
 
     /// A checker is gone (deleted, moved, nothing to count): the checkers
     /// that now fit.
-    pub fn remove(&mut self, key: &str) -> Vec<(String, Verdict)> {
+    pub fn remove(&mut self, key: &str) -> Vec<(String, Admission)> {
         match self.forget(key) {
             Some(namespace) => self.rebalance(&namespace),
             None => Vec::new(),
@@ -127,7 +127,7 @@ impl Budgets {
 
     /// Admits the namespace's checkers oldest first while they fit; the
     /// checkers whose verdict changed.
-    fn rebalance(&mut self, namespace: &str) -> Vec<(String, Verdict)> {
+    fn rebalance(&mut self, namespace: &str) -> Vec<(String, Admission)> {
         let Some(space) = self.spaces.get_mut(namespace) else {
             return Vec::new();
         };
@@ -142,9 +142,9 @@ impl Budgets {
             if fits != m.admitted {
                 m.admitted = fits;
                 let verdict = if fits {
-                    Verdict::Admitted
+                    Admission::Admitted
                 } else {
-                    Verdict::Over(over(self.kind, m.cost, limit))
+                    Admission::Over(over(self.kind, m.cost, limit))
                 };
                 changed.push((m.key.clone(), verdict));
             }
@@ -215,19 +215,22 @@ mod tests {
         let mut b = budgets();
         for i in 0..3 {
             let (v, changed) = b.set(&format!("a/c{i}"), "a", at(i, &format!("c{i}")), 3 * MIB);
-            assert_eq!(v, Verdict::Admitted, "c{i}");
+            assert_eq!(v, Admission::Admitted, "c{i}");
             assert!(changed.is_empty());
         }
         let (v, _) = b.set("a/c3", "a", at(3, "c3"), 3 * MIB);
         assert!(
-            matches!(&v, Verdict::Over(m) if m.contains("need 3 MiB") && m.contains("(10 MiB per replica")),
+            matches!(&v, Admission::Over(m) if m.contains("need 3 MiB") && m.contains("(10 MiB per replica")),
             "{v:?}"
         );
         // A smaller one still fits in what is left.
-        assert_eq!(b.set("a/c4", "a", at(4, "c4"), MIB).0, Verdict::Admitted);
+        assert_eq!(b.set("a/c4", "a", at(4, "c4"), MIB).0, Admission::Admitted);
         assert_eq!(b.used("a"), 10 * MIB);
         // Another namespace has a budget of its own.
-        assert_eq!(b.set("b/x", "b", at(0, "x"), 9 * MIB).0, Verdict::Admitted);
+        assert_eq!(
+            b.set("b/x", "b", at(0, "x"), 9 * MIB).0,
+            Admission::Admitted
+        );
     }
 
     #[test]
@@ -236,20 +239,20 @@ mod tests {
         b.set("a/new", "a", at(10, "new"), 6 * MIB);
         // Listed after it (a re-list comes in name order), but created first.
         let (v, changed) = b.set("a/old", "a", at(1, "old"), 6 * MIB);
-        assert_eq!(v, Verdict::Admitted);
+        assert_eq!(v, Admission::Admitted);
         assert_eq!(changed.len(), 1);
         assert_eq!(changed[0].0, "a/new");
-        assert!(matches!(changed[0].1, Verdict::Over(_)));
+        assert!(matches!(changed[0].1, Admission::Over(_)));
         // A small checker still fits beside "old": admission is per checker,
         // not a prefix.
         assert_eq!(
             b.set("a/small", "a", at(20, "small"), MIB).0,
-            Verdict::Admitted
+            Admission::Admitted
         );
         // "old" shrinks: "new" fits again.
         let (v, changed) = b.set("a/old", "a", at(1, "old"), 2 * MIB);
-        assert_eq!(v, Verdict::Admitted);
-        assert_eq!(changed, vec![("a/new".to_string(), Verdict::Admitted)]);
+        assert_eq!(v, Admission::Admitted);
+        assert_eq!(changed, vec![("a/new".to_string(), Admission::Admitted)]);
         // "old" is deleted: nothing changes for the others (they fit).
         assert!(b.remove("a/old").is_empty());
         assert_eq!(b.used("a"), 7 * MIB);
@@ -261,10 +264,10 @@ mod tests {
         let mut b = budgets();
         b.set("a/b", "a", at(0, "b"), 6 * MIB);
         let (v, changed) = b.set("a/a", "a", at(0, "a"), 6 * MIB);
-        assert_eq!(v, Verdict::Admitted);
+        assert_eq!(v, Admission::Admitted);
         assert_eq!(changed[0].0, "a/b");
         // A checker without patterns costs nothing.
-        assert_eq!(b.set("a/z", "a", at(0, "z"), 0).0, Verdict::Admitted);
+        assert_eq!(b.set("a/z", "a", at(0, "z"), 0).0, Admission::Admitted);
         b.remove("a/a");
         b.remove("a/b");
         b.remove("a/z");

@@ -250,14 +250,14 @@ fn drain_acks_are_written_before_status() {
 }
 
 #[test]
-fn verdicts() {
-    assert_eq!(verdict(Some(409)), Verdict::Conflict);
-    assert_eq!(verdict(Some(404)), Verdict::Gone);
+fn each_api_answer_to_a_write_has_its_next_step() {
+    assert_eq!(write_answer(Some(409)), WriteAnswer::Conflict);
+    assert_eq!(write_answer(Some(404)), WriteAnswer::Gone);
     for c in [None, Some(429), Some(500), Some(503), Some(504)] {
-        assert_eq!(verdict(c), Verdict::Retry, "{c:?}");
+        assert_eq!(write_answer(c), WriteAnswer::Retry, "{c:?}");
     }
     for c in [400, 401, 403, 422] {
-        assert_eq!(verdict(Some(c)), Verdict::Refused, "{c}");
+        assert_eq!(write_answer(Some(c)), WriteAnswer::Refused, "{c}");
     }
 }
 

@@ -61,13 +61,13 @@ fn not_found(name: &str) -> Read {
 }
 
 /// A resolver whose reads the test performs by hand (the sync core).
-fn resolver() -> Resolver {
+fn resolver() -> ValueResolver {
     let reader: Reader = Arc::new(|_| Box::pin(async { unreachable!("reads are by hand") }));
-    Resolver::new(reader, TTL, Box::new(|_| true), 64 << 20)
+    ValueResolver::new(reader, TTL, Box::new(|_| true), 64 << 20)
 }
 
 /// What the queue lets start now, as `start_reads` would.
-fn started(r: &mut Resolver) -> Vec<ObjectId> {
+fn started(r: &mut ValueResolver) -> Vec<ObjectId> {
     std::iter::from_fn(|| r.queue.next()).collect()
 }
 
@@ -202,7 +202,7 @@ fn the_newest_command_for_a_checker_wins() {
     let mut r = resolver();
     let now = Instant::now();
     let s = || secret("ns", "s");
-    let later = |r: &mut Resolver, obj: ObjectId| {
+    let later = |r: &mut ValueResolver, obj: ObjectId| {
         started(r);
         r.read_done(obj, found(&[("k", "v")]), now)
     };
@@ -286,7 +286,7 @@ fn the_newest_command_for_a_checker_wins() {
 fn a_held_upsert_of_a_checker_assigned_elsewhere_meanwhile_goes_on_as_a_remove() {
     let ours = Arc::new(AtomicBool::new(true));
     let reader: Reader = Arc::new(|_| Box::pin(async { unreachable!() }));
-    let mut r = Resolver::new(
+    let mut r = ValueResolver::new(
         reader,
         TTL,
         {
@@ -393,8 +393,9 @@ async fn the_task_hands_another_namespace_over_at_once_and_the_slow_one_at_its_p
     };
     let (feed, input) = mpsc::channel(INPUT);
     let (engine, mut out) = mpsc::channel(10_000);
-    let task =
-        tokio::spawn(Resolver::new(reader, TTL, Box::new(|_| true), 64 << 20).run(input, engine));
+    let task = tokio::spawn(
+        ValueResolver::new(reader, TTL, Box::new(|_| true), 64 << 20).run(input, engine),
+    );
     for i in 0..100 {
         let names: Vec<String> = (0..24).map(|j| format!("a{i}-s{j}")).collect();
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
