@@ -80,7 +80,7 @@ demo-down: ## stop the demo (replicas, targets, control plane)
 build: ## build the operator and crdgen (release)
 	cargo build --release --locked
 
-lint: ## rustfmt, clippy over the workspace (operator, kit/, bench/; warnings are errors), hack/check-structure.py (no function above 100 lines, no import circle in src/)
+lint: ## rustfmt, clippy over the workspace (operator, crates/, kit/, bench/; warnings are errors), hack/check-structure.py (no function above 100 lines, no import circle between files, folders or crates)
 	cargo fmt --all -- --check
 	python3 hack/check-structure.py
 	cargo clippy --locked --workspace --all-targets -- -D warnings

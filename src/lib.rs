@@ -1,24 +1,25 @@
 //! webchecker-operator: probes HTTP endpoints described by `WebChecker`
 //! resources, sharded over several replicas.
 //!
-//! Module map, one layer per folder (see docs/architecture.md):
-//! - [`api`]: the CRD types;
-//! - [`assignment`]: which replica probes a checker, as its metadata says
-//!   (owner, epoch, drain), and the steps of the handover;
-//! - [`probe`]: the HTTP prober with phase timings and the forgery guard;
-//!   `probe::plan` is the only part that reads the API types;
+//! The operator's I/O shells and their wiring, on top of the workspace's
+//! crates (docs/architecture.md, "Layers"): `webchecker_api` (the CRD types
+//! and the assignment protocol, re-exported as [`api`] and [`assignment`]),
+//! `webchecker_plan` and `webchecker_probe` (the prober, re-exported as
+//! [`probe`]) and `webchecker_core` (the pure state machines). The folders,
+//! from the bottom up:
+//! - `observe`: metrics, /metrics /healthz /readyz, Kubernetes Events;
+//! - `kubeio`: API clients with deadlines, start-up checks, what the forgery
+//!   guard learns from the cluster;
+//! - `coordination`: this replica's Lease and gates, the member view, leader
+//!   election, the sharder;
+//! - [`ask`]: asking another replica to confirm a failure or probe from its
+//!   zone: the client and its tokens;
+//! - [`engine`]: the async shell of the checker table (timers, the worker
+//!   pool, probe tasks) and the fenced status writer;
 //! - `intake`: the shard's checkers with their Secret/ConfigMap values and
 //!   compiled patterns, under per-namespace budgets;
-//! - [`engine`]: the per-replica engine (timer wheel, fair worker pool) and
-//!   the pure status reducer;
-//! - `coordination`: this replica's Lease and gates, the member view, leader
-//!   election, the sharder, the ring;
-//! - `kubeio`: API clients with deadlines, start-up checks, fenced status
-//!   writes, what the forgery guard learns from the cluster;
-//! - `observe`: metrics, /metrics /healthz /readyz, Kubernetes Events;
-//! - `confirm`: a failure confirmed by another replica (another zone) before
-//!   it turns a checker Ready=False: asks, the confirmer's service, tokens;
-//! - [`discovery`]: WebCheckers generated for the Ingresses that opt in
+//! - [`confirm`]: answering other replicas' asks;
+//! - [`discovery`]: WebCheckers generated for the routes that opt in
 //!   (`--discover-routes`), written by the leader;
 //! - `replica`: the wiring: one replica's tasks, start-up and graceful shutdown.
 
