@@ -153,8 +153,8 @@ def use_paths(text):
     paths = []
     for m in re.finditer(r"(?m)^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", text):
         paths.extend(expand(re.sub(r"\s+", "", m.group(1))))
-    # Paths used inline: crate::a::b::Item
-    for m in re.finditer(r"\bcrate::[A-Za-z_][\w:]*", text):
+    # Paths used inline: crate::a::b::Item, super::a::item
+    for m in re.finditer(r"\b(?:crate|super)::[A-Za-z_][\w:]*", text):
         paths.append(m.group(0))
     return paths
 

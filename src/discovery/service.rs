@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Service, ServicePort};
 
 use super::annotations::{self, PORT, PortRef};
 use super::rules::{self, HostCheckers};
@@ -132,18 +132,4 @@ fn port(
         });
     }
     chosen
-}
-
-/// What discovery keeps of a watched Service: its metadata as
-/// `trim::meta` keeps it and its ports. Most Services never opt in; the
-/// rest of each (its other annotations, managed fields, status) would be
-/// memory for nothing.
-pub fn trim(svc: &mut Service) {
-    svc.metadata = super::trim::meta(std::mem::take(&mut svc.metadata));
-    let ports = svc.spec.take().and_then(|s| s.ports);
-    svc.spec = Some(ServiceSpec {
-        ports,
-        ..ServiceSpec::default()
-    });
-    svc.status = None;
 }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressLoadBalancerIngress,
     IngressLoadBalancerStatus, IngressRule, IngressSpec, IngressStatus, IngressTLS,
@@ -287,9 +287,18 @@ impl Kept for GRPCRoute {
     }
 }
 
+/// A watched Service keeps its metadata as [`meta`] keeps it and its ports.
+/// Most Services never opt in; the rest of each (its other annotations,
+/// managed fields, status) would be memory for nothing.
 impl Kept for Service {
     fn trim(&mut self) {
-        super::service::trim(self);
+        self.metadata = meta(std::mem::take(&mut self.metadata));
+        let ports = self.spec.take().and_then(|s| s.ports);
+        self.spec = Some(ServiceSpec {
+            ports,
+            ..ServiceSpec::default()
+        });
+        self.status = None;
     }
 
     fn stub(&mut self) {

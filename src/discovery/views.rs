@@ -347,7 +347,7 @@ pub(super) fn on_grpc_route(ev: Event<GRPCRoute>, state: &mut State, queue: &mut
     on_source(Kind::GrpcRoute, taken, state, queue);
 }
 
-/// An event of the Services' watch (trimmed by the watch, `service::trim`).
+/// An event of the Services' watch (trimmed by the watch, `trim::Kept`).
 pub(super) fn on_service(ev: Event<Service>, state: &mut State, queue: &mut WorkQueue<Key>) {
     let taken = state
         .services
