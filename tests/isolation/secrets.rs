@@ -85,15 +85,19 @@ async fn missing_secrets_in_one_namespace_delay_no_new_checker_of_another() {
     // etcd take longer while the machine builds beside the test, so the wait
     // is generous; what the test measures is B's delay, below.
     let a_api = checkers_api(&client, &a_ns);
-    eventually(Duration::from_secs(120), "A's checkers assigned", || async {
-        let list = a_api.list(&ListParams::default()).await.ok()?;
-        (list.items.len() == CHECKERS
-            && list
-                .items
-                .iter()
-                .all(|o| owner_label(&o.metadata) == Some(op.identity.as_str())))
-        .then_some(())
-    })
+    eventually(
+        Duration::from_secs(120),
+        "A's checkers assigned",
+        || async {
+            let list = a_api.list(&ListParams::default()).await.ok()?;
+            (list.items.len() == CHECKERS
+                && list
+                    .items
+                    .iter()
+                    .all(|o| owner_label(&o.metadata) == Some(op.identity.as_str())))
+            .then_some(())
+        },
+    )
     .await;
     let a_in = t0.elapsed();
 
