@@ -138,12 +138,6 @@ impl Command {
     }
 }
 
-impl From<Change> for Command {
-    fn from(c: Change) -> Self {
-        Command::Change(c)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
