@@ -15,6 +15,17 @@ use prometheus::IntGauge;
 use tracing::{info, warn};
 
 use super::AUDIENCE;
+use crate::observe::metrics::family::{Family, gauge};
+
+const CONFIRM_CREDENTIALS_MISSING: Family = (
+    "webchecker_confirm_credentials_missing",
+    "1 while this replica could not get credentials to ask other replicas to confirm its failures and to probe from their zones (its ServiceAccount, its pod or the permission to request them is missing; its log says which): its failures then go unconfirmed; 0 otherwise",
+);
+
+/// The gauge a [`TokenSource`] sets while it cannot make a token.
+pub fn credentials_missing(r: &prometheus::Registry) -> IntGauge {
+    gauge(r, CONFIRM_CREDENTIALS_MISSING)
+}
 
 /// How long a token made for asks lives; it is made again at 80 %.
 const TOKEN_LIFETIME: Duration = Duration::from_secs(3600);

@@ -40,7 +40,7 @@ use crate::assignment::Assignment;
 use crate::checker::Resolved;
 use crate::coordination::shard::MemberView;
 use crate::intake::secrets::{self, ObjectId};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::family::{Family, counter_vec};
 use crate::probe::{ProbePlan, Prober, compile_patterns, plan_trusting, references};
 use webchecker_core::namespace_budget::Limits;
 
@@ -116,12 +116,31 @@ fn refused<T>(why: impl Into<String>) -> Result<T, No> {
     Err(No::Refused(why.into()))
 }
 
+const CONFIRM_REQUESTS: Family = (
+    "webchecker_confirm_requests_total",
+    "Asks to confirm a failure or to probe from this zone that this replica served, by result: probed, unauthenticated (not a member's credentials, or not from its address), refused (the asker does not own the checker, it changed, is unknown or cannot be probed here), busy (no share of its namespace's or of the replica's work came free in time), abandoned (the owner stopped waiting before the answer: the work was dropped)",
+);
+
+/// The asks this replica served, by result.
+pub struct ConfirmMetrics {
+    requests: prometheus::IntCounterVec,
+}
+
+impl ConfirmMetrics {
+    pub fn register(r: &prometheus::Registry) -> Self {
+        let results = ["probed", "unauthenticated", "refused", "busy", "abandoned"];
+        ConfirmMetrics {
+            requests: counter_vec(r, CONFIRM_REQUESTS, &["result"], &results),
+        }
+    }
+}
+
 /// What the service is made of.
 pub struct Parts {
     pub client: Client,
     pub reviewer: Reviewer,
     pub prober: Arc<Prober>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: ConfirmMetrics,
     pub view: Arc<MemberView>,
     /// The engine, which runs the probes on its worker pool.
     pub engine: mpsc::Sender<crate::engine::Command>,
@@ -167,17 +186,13 @@ impl Service {
                 let Some(served) = served else {
                     me.parts
                         .metrics
-                        .confirm_requests
+                        .requests
                         .with_label_values(&["abandoned"])
                         .inc();
                     return;
                 };
                 let result = served.as_ref().map_or_else(No::result, |_| "probed");
-                me.parts
-                    .metrics
-                    .confirm_requests
-                    .with_label_values(&[result])
-                    .inc();
+                me.parts.metrics.requests.with_label_values(&[result]).inc();
                 let reply_to_send = served.unwrap_or_else(No::reply);
                 debug!(from = %ask.from, namespace = %ask.namespace, name = %ask.name, reply = ?reply_to_send, "ask served");
                 let _ = reply.send(reply_to_send);

@@ -112,8 +112,10 @@ mod tests {
             ..Default::default()
         });
         let metrics = Arc::new(crate::observe::metrics::Metrics::new("r1", false));
+        let refused = prometheus::IntCounter::new("refused", "refused").unwrap();
         let (addr, _stopped) =
-            crate::observe::server::spawn("127.0.0.1:0".parse().unwrap(), metrics, health).unwrap();
+            crate::observe::server::spawn("127.0.0.1:0".parse().unwrap(), metrics, health, refused)
+                .unwrap();
         let addr = addr.to_string();
         let limit = Duration::from_secs(2);
         assert_eq!(look(&addr, "inc-1", limit).await, Evidence::Alive);

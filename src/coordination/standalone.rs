@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 use kube::Client;
 
 use super::LeaseNames;
+use super::membership::MembershipMetrics;
 use super::membership::{Advert, LeaseAt, Membership};
+use super::shard::ShardMetrics;
 use super::shard::{LeaderGate, MemberView, Peers, Sharder, sharder::WRITES_IN_FLIGHT};
 use crate::error::Error;
 use crate::kubeio::client::Clients;
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
 
 /// Lease timings of the sharder alone.
 #[derive(Clone, Copy, Debug)]
@@ -32,7 +34,9 @@ pub async fn run_sharder(
     lease_namespace: &str,
     t: Timings,
 ) -> Result<(), Error> {
-    let metrics = Arc::new(Metrics::new(identity, false));
+    let registry = prometheus::Registry::new();
+    let metrics = Arc::new(ShardMetrics::register(&registry));
+    let watches = Arc::new(WatchMetrics::register(&registry));
     let view = MemberView::new(t.lease_duration);
     let leader = LeaderGate::new(t.renew_deadline);
     leader.renewed(Instant::now());
@@ -63,17 +67,18 @@ pub async fn run_sharder(
             t.lease_duration,
             t.renew_deadline,
             t.retry_period,
-            metrics.clone(),
+            Arc::new(MembershipMetrics::register(&registry)),
             Advert::default(),
         ),
         leader,
         peers: Peers::new(identity, false),
         metrics: metrics.clone(),
+        watches: watches.clone(),
         retry_period: t.retry_period,
         write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };
     tokio::select! {
-        r = view.run(client, lease_namespace.to_string(), LeaseNames::default(), metrics) => r,
+        r = view.run(client, lease_namespace.to_string(), LeaseNames::default(), (metrics, watches)) => r,
         r = sharder.run() => r,
         () = renew => Ok(()),
     }

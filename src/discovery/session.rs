@@ -51,7 +51,7 @@ use super::{
 use crate::api::WebChecker;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, WATCH_TIMEOUT_SECS, WatchBackoff};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
 
 /// How often the Gateway API is looked for while it is not installed.
 const GATEWAY_API_LOOK: Duration = Duration::from_secs(30);
@@ -73,7 +73,7 @@ pub struct Session {
     pub watches: Client,
     pub watch_namespace: Option<String>,
     pub writer: Arc<Writer>,
-    pub metrics: Arc<Metrics>,
+    pub watch_failures: Arc<WatchMetrics>,
     pub discovery: Arc<DiscoveryMetrics>,
     pub defaults: Defaults,
     /// Generated checkers per namespace at most.
@@ -517,7 +517,7 @@ impl Session {
             Change::Checker(ev) => on_checker(ev, state, queue),
             Change::Refill(kind, ns, listed) => on_refill(kind, ns, listed, state, queue),
             Change::Failed(watch, e) => {
-                self.metrics.watch_failed(watch, &e);
+                self.watch_failures.failed(watch, &e);
                 // Once per run of failures: a refused watch retries every 2 s.
                 if state.failing.contains(&watch) {
                     debug!(watch, error = %e, "route discovery: watch still failing");

@@ -17,7 +17,7 @@ use super::session::Session;
 use super::writer::Writer;
 use crate::coordination::shard::LeaderGate;
 use crate::kubeio::client::Clients;
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
 
 /// How often leadership is looked at while waiting for it or holding it.
 const LEADERSHIP_POLL: Duration = Duration::from_millis(250);
@@ -29,7 +29,9 @@ pub struct Discovery {
     pub clients: Clients,
     pub watch_namespace: Option<String>,
     pub leader: Arc<LeaderGate>,
-    pub metrics: Arc<Metrics>,
+    /// Where discovery registers its families.
+    pub registry: prometheus::Registry,
+    pub watch_failures: Arc<WatchMetrics>,
     pub identity: String,
     pub defaults: Defaults,
     /// Generated checkers per namespace at most.
@@ -38,7 +40,7 @@ pub struct Discovery {
 
 /// Starts discovery on the current runtime; it runs as long as the process.
 pub fn spawn(d: Discovery) {
-    let discovery = match DiscoveryMetrics::register(&d.metrics.registry) {
+    let discovery = match DiscoveryMetrics::register(&d.registry) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             error!(error = %e, "route discovery not started: its metrics cannot be registered");
@@ -90,7 +92,7 @@ async fn follow_leadership(d: Discovery, discovery: Arc<DiscoveryMetrics>) {
             watches: d.clients.watches.clone(),
             watch_namespace: d.watch_namespace.clone(),
             writer: writer.clone(),
-            metrics: d.metrics.clone(),
+            watch_failures: d.watch_failures.clone(),
             discovery: discovery.clone(),
             defaults: d.defaults.clone(),
             max_per_namespace: d.max_per_namespace,

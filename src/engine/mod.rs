@@ -21,7 +21,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::AbortHandle;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue::Key as DelayKey;
-use tracing::warn;
 
 use crate::ask::Verdict;
 use crate::ask::asker::Asker;
@@ -35,7 +34,10 @@ use table::{Clock, Effect, Input, Metric, Notice, Table, ToWriter};
 
 pub use webchecker_core::status;
 use webchecker_core::table;
+pub(crate) mod metrics;
 pub(crate) mod writer;
+
+use metrics::{EngineMetrics, InflightGuard};
 
 pub use crate::checker::{Change, Checker, Command, Definition};
 
@@ -92,7 +94,9 @@ pub struct Engine {
     table: Table,
     workers: usize,
     prober: Arc<Prober>,
-    metrics: Arc<Metrics>,
+    /// The per-checker series.
+    series: Arc<Metrics>,
+    metrics: Arc<EngineMetrics>,
     membership: Arc<Membership>,
     writer: Arc<StatusWriter>,
     events: EventSender,
@@ -119,7 +123,7 @@ impl Engine {
     pub fn new(
         settings: EngineSettings,
         prober: Arc<Prober>,
-        metrics: Arc<Metrics>,
+        (series, metrics): (Arc<Metrics>, Arc<EngineMetrics>),
         membership: Arc<Membership>,
         writer: Arc<StatusWriter>,
         events: EventSender,
@@ -147,6 +151,7 @@ impl Engine {
             asker: settings.asker,
             heard: (heard_tx, Some(heard_rx)),
             prober,
+            series,
             metrics,
             membership,
             writer,
@@ -462,7 +467,7 @@ impl Engine {
     }
 
     fn metric(&self, m: Metric) {
-        let metrics = &self.metrics;
+        let (series, metrics) = (&self.series, &self.metrics);
         match m {
             Metric::Probe {
                 namespace,
@@ -470,18 +475,18 @@ impl Engine {
                 info,
                 outcome,
                 ready,
-            } => metrics.record_probe(&namespace, &name, &info, &outcome, ready),
+            } => series.record_probe(&namespace, &name, &info, &outcome, ready),
             Metric::Up {
                 namespace,
                 name,
                 info,
                 ready,
-            } => metrics.set_up(&namespace, &name, &info, ready),
+            } => series.set_up(&namespace, &name, &info, ready),
             Metric::Info {
                 namespace,
                 name,
                 info,
-            } => metrics.refresh_info(&namespace, &name, &info),
+            } => series.refresh_info(&namespace, &name, &info),
             Metric::Verdict {
                 namespace,
                 name,
@@ -500,15 +505,15 @@ impl Engine {
                         .with_label_values(&[&zone.unwrap_or_default()])
                         .inc();
                 }
-                metrics.set_up(&namespace, &name, &info, ready);
+                series.set_up(&namespace, &name, &info, ready);
             }
             Metric::Zones {
                 namespace,
                 name,
                 asked,
                 results,
-            } => metrics.record_zones(&namespace, &name, asked, &results),
-            Metric::Forget { namespace, name } => metrics.forget_checker(&namespace, &name),
+            } => series.record_zones(&namespace, &name, asked, &results),
+            Metric::Forget { namespace, name } => series.forget_checker(&namespace, &name),
             Metric::Owned(n) => metrics.owned.set(n),
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),
             Metric::FirstProbeDelay(d) => metrics.first_probe_delay.observe(d.as_secs_f64()),
@@ -516,11 +521,8 @@ impl Engine {
         }
     }
 
-    /// Queues an Event without waiting: when the API server is slower than the
-    /// transitions (an overload, a flood of new checkers), Events are the first
-    /// thing to give up, and the namespace with the most waiting gives them
-    /// up first. Drops are counted; the log names the namespace that lost one
-    /// once per 1,000.
+    /// Queues an Event without waiting (the queue drops and counts one when
+    /// it is full).
     fn send_event(&self, n: Notice) {
         let ev = KubeEvent {
             type_: if n.warning {
@@ -533,28 +535,6 @@ impl Engine {
             action: "Probe".into(),
             secondary: None,
         };
-        if let Some(loser) = self.events.push(&n.namespace, (n.object_ref, ev)) {
-            self.metrics.events_dropped.inc();
-            let dropped = self.metrics.events_dropped.get();
-            if dropped % 1000 == 1 {
-                warn!(namespace = %loser, dropped, "event queue full; the namespace with the most Events waiting lost one (webchecker_events_dropped_total)");
-            }
-        }
-    }
-}
-
-/// Counts a probe in flight for as long as its task lives (also when aborted).
-struct InflightGuard(Arc<Metrics>);
-
-impl InflightGuard {
-    fn new(metrics: Arc<Metrics>) -> Self {
-        metrics.inflight.inc();
-        InflightGuard(metrics)
-    }
-}
-
-impl Drop for InflightGuard {
-    fn drop(&mut self) {
-        self.0.inflight.dec();
+        self.events.push(&n.namespace, (n.object_ref, ev));
     }
 }

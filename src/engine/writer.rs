@@ -34,7 +34,7 @@ use crate::assignment::{self, Assignment};
 use crate::coordination::membership::Membership;
 use crate::error::api_code;
 use crate::kubeio::client::{CALL_DEADLINE, managers, patch_params};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::family::{ASSIGN_BUCKETS, Family, counter, counter_vec, histogram};
 pub use webchecker_core::checker::Op;
 
 #[derive(Clone, Debug)]
@@ -113,13 +113,44 @@ struct Inner {
     answered_at: Option<Instant>,
 }
 
+const STATUS_WRITES: Family = ("webchecker_status_writes_total", "Status writes by result");
+const STATUS_WRITE_DELAY: Family = (
+    "webchecker_status_write_delay_seconds",
+    "Status writes that landed: from the probe result that changed the status to the API server's answer (how late a change shows in kubectl)",
+);
+const DRAINS: Family = (
+    "webchecker_drains_total",
+    "Drain handshakes this replica completed as the old owner",
+);
+
+pub struct WriterMetrics {
+    status_writes: prometheus::IntCounterVec,
+    status_write_delay: prometheus::Histogram,
+    drains: prometheus::IntCounter,
+}
+
+impl WriterMetrics {
+    pub fn register(r: &prometheus::Registry) -> Self {
+        WriterMetrics {
+            status_writes: counter_vec(
+                r,
+                STATUS_WRITES,
+                &["result"],
+                &["ok", "conflict", "error", "fenced", "refused"],
+            ),
+            status_write_delay: histogram(r, STATUS_WRITE_DELAY, ASSIGN_BUCKETS),
+            drains: counter(r, DRAINS),
+        }
+    }
+}
+
 pub struct StatusWriter {
     inner: Mutex<Inner>,
     wake: Notify,
     /// Woken when the pending map drains (graceful shutdown waits on it).
     idle: Notify,
     membership: Arc<Membership>,
-    metrics: Arc<Metrics>,
+    metrics: WriterMetrics,
     concurrency: usize,
     /// Graceful shutdown released the Lease: flush anyway (fenced by rv).
     final_flush: AtomicBool,
@@ -128,7 +159,7 @@ pub struct StatusWriter {
 impl StatusWriter {
     pub fn new(
         membership: Arc<Membership>,
-        metrics: Arc<Metrics>,
+        metrics: WriterMetrics,
         concurrency: usize,
     ) -> Arc<Self> {
         Arc::new(StatusWriter {

@@ -25,13 +25,31 @@ use crate::engine::Command;
 use crate::error::Error;
 use crate::intake::found::{Found, Step, malformed};
 use crate::intake::resolver::ValueResolver;
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::{CheckerInfo, LabelAllowlist, WatchMetrics};
 use crate::observe::server::HealthFlags;
+
+/// What the feed reports to: its watch's failures, and the labels of a
+/// checker that its info series copies (`--metric-labels-allowlist`).
+pub struct FeedMetrics {
+    pub watches: Arc<WatchMetrics>,
+    pub labels: LabelAllowlist,
+}
+
+impl FeedMetrics {
+    fn info(&self, wc: &WebChecker) -> Arc<CheckerInfo> {
+        Arc::new(CheckerInfo::new(
+            &wc.spec.host,
+            &wc.spec.path,
+            wc.metadata.labels.as_ref(),
+            &self.labels,
+        ))
+    }
+}
 
 fn classify(
     obj: DynamicObject,
     membership: &Membership,
-    metrics: &Metrics,
+    metrics: &FeedMetrics,
     initial: bool,
     seen: std::time::Instant,
 ) -> (String, Option<Step<()>>) {
@@ -68,7 +86,7 @@ fn classify(
         // The compiler attaches the compiled patterns, the resolver the
         // referenced Secret/ConfigMap values.
         Ok(wc) => {
-            let info = metrics.checker_info(&wc);
+            let info = metrics.info(&wc);
             let found = Found {
                 wc: Box::new(wc),
                 info,
@@ -102,7 +120,7 @@ fn step_of(
     ev: Result<Event<DynamicObject>, watcher::Error>,
     present: &mut HashSet<String>,
     membership: &Membership,
-    metrics: &Metrics,
+    metrics: &FeedMetrics,
     health: &HealthFlags,
 ) -> Option<Step<()>> {
     match ev {
@@ -140,7 +158,7 @@ fn step_of(
             ),
         }))),
         Err(e) => {
-            metrics.watch_failed("checkers", &e);
+            metrics.watches.failed("checkers", &e);
             warn!(error = %e, "checker watch failed; retrying (probing goes on)");
             None
         }
@@ -154,7 +172,7 @@ pub async fn watch_own_shard(
     membership: Arc<Membership>,
     commands: mpsc::Sender<Command>,
     health: Arc<HealthFlags>,
-    metrics: Arc<Metrics>,
+    metrics: FeedMetrics,
     budgets: webchecker_core::namespace_budget::Limits,
 ) -> Result<(), Error> {
     let ar = ApiResource::erase::<WebChecker>(&());

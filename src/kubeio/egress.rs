@@ -30,7 +30,8 @@ use tracing::{debug, info, warn};
 
 use crate::error::Error;
 use crate::kubeio::client::{WATCH_TIMEOUT_SECS, WatchBackoff};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
+use crate::observe::metrics::family::{Family, gauge_vec};
 use crate::probe::{ClusterAddresses, KUBELET_PORTS};
 
 /// How long start-up waits for each source's first list (or first error).
@@ -47,6 +48,27 @@ const ENDPOINTSLICES: &str = "endpointslices";
 const NODES: &str = "nodes";
 const NAMESPACES: &str = "namespaces";
 
+const ADDRESS_DISCOVERY_UP: Family = (
+    "webchecker_address_discovery_up",
+    "1 while the forgery guard knows the addresses of this source (the API server's Service and EndpointSlices, Nodes, restricted namespaces); 0 when it was never listed or its watch keeps failing",
+);
+
+/// The forgery guard's sources: whether each is known, and its watch's
+/// failures.
+pub struct GuardMetrics {
+    address_discovery_up: prometheus::IntGaugeVec,
+    watches: Arc<WatchMetrics>,
+}
+
+impl GuardMetrics {
+    pub fn register(r: &prometheus::Registry, watches: Arc<WatchMetrics>) -> Self {
+        GuardMetrics {
+            address_discovery_up: gauge_vec(r, ADDRESS_DISCOVERY_UP, &["source"]),
+            watches,
+        }
+    }
+}
+
 /// Starts the watches and returns once each source was listed or failed once
 /// (waiting at most [`SYNC_DEADLINE`]) and the restricted namespaces were
 /// listed. `restricted` is the label selector of `--restricted-namespaces`
@@ -56,7 +78,7 @@ pub async fn start(
     client: Client,
     cluster_url: &http::Uri,
     restricted: &str,
-    metrics: Arc<Metrics>,
+    metrics: Arc<GuardMetrics>,
 ) -> Result<watch::Receiver<ClusterAddresses>, Error> {
     let own = own_api_addresses(cluster_url).await;
     info!(addresses = ?own, "the API server as this operator reaches it is denied to probes");
@@ -236,7 +258,7 @@ struct SourceHealth {
     source: &'static str,
     /// What to grant, and what goes unprotected meanwhile.
     hint: &'static str,
-    metrics: Arc<Metrics>,
+    metrics: Arc<GuardMetrics>,
     progress: watch::Sender<Progress>,
     listed: bool,
     failing: bool,
@@ -246,7 +268,7 @@ struct SourceHealth {
 impl SourceHealth {
     fn new(
         source: &'static str,
-        metrics: &Arc<Metrics>,
+        metrics: &Arc<GuardMetrics>,
         hint: &'static str,
     ) -> (Self, watch::Receiver<Progress>) {
         metrics
@@ -297,7 +319,7 @@ impl SourceHealth {
     }
 
     fn failed(&mut self, e: &watcher::Error) {
-        self.metrics.watch_failed(self.source, e);
+        self.metrics.watches.failed(self.source, e);
         let code = watch_error_code(e);
         let refused = code.is_some_and(|c| (400..500).contains(&c) && c != 410 && c != 429);
         if !self.failing {

@@ -9,9 +9,10 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::Notify;
 
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
-use tracing::debug;
+use prometheus::{IntCounter, IntCounterVec, Registry};
+use tracing::{debug, warn};
 
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::family::{Family, counter, counter_vec};
 use queue::EventQueue;
 
 pub(crate) mod queue;
@@ -22,6 +23,27 @@ pub const EVENT_QUEUE: usize = 1024;
 /// An Event and the object it is about.
 type Pending = (ObjectReference, KubeEvent);
 
+const EVENTS: Family = ("webchecker_events_total", "Kubernetes Events emitted");
+const EVENTS_DROPPED: Family = (
+    "webchecker_events_dropped_total",
+    "Kubernetes Events not emitted because the queue to the API server was full",
+);
+
+/// Events published, by type and reason, and those the queue gave up.
+pub struct EventMetrics {
+    pub published: IntCounterVec,
+    pub dropped: IntCounter,
+}
+
+impl EventMetrics {
+    pub fn register(r: &Registry) -> Self {
+        EventMetrics {
+            published: counter_vec(r, EVENTS, &["type", "reason"], &[]),
+            dropped: counter(r, EVENTS_DROPPED),
+        }
+    }
+}
+
 /// The queue shared by the engine and the publisher. The lock is held only
 /// to push or pop, never across an await, so the engine never waits on the
 /// API server.
@@ -29,6 +51,7 @@ struct Shared {
     queue: Mutex<EventQueue<Pending>>,
     ready: Notify,
     closed: AtomicBool,
+    metrics: Arc<EventMetrics>,
 }
 
 impl Shared {
@@ -46,23 +69,34 @@ pub struct EventSender(Arc<Shared>);
 pub struct EventReceiver(Arc<Shared>);
 
 /// A bounded Event queue with a per-namespace share of `capacity`.
-pub fn event_queue(capacity: usize) -> (EventSender, EventReceiver) {
+pub fn event_queue(capacity: usize, metrics: Arc<EventMetrics>) -> (EventSender, EventReceiver) {
     let shared = Arc::new(Shared {
         queue: Mutex::new(EventQueue::new(capacity)),
         ready: Notify::new(),
         closed: AtomicBool::new(false),
+        metrics,
     });
     (EventSender(shared.clone()), EventReceiver(shared))
 }
 
 impl EventSender {
-    /// Queues an Event of namespace `ns`; returns the namespace that lost an
-    /// Event to make room, if one did.
-    pub(crate) fn push(&self, ns: &str, item: Pending) -> Option<String> {
-        let dropped = self.0.queue().push(ns, item);
+    /// Queues an Event of namespace `ns` without waiting: when the API
+    /// server is slower than the transitions (an overload, a flood of new
+    /// checkers), Events are the first thing to give up, and the namespace
+    /// with the most waiting gives them up first. Drops are counted; the log
+    /// names the namespace that lost one once per 1,000.
+    pub(crate) fn push(&self, ns: &str, item: Pending) {
+        let loser = self.0.queue().push(ns, item);
         // A permit is kept when the publisher is not waiting yet: no lost wake-up.
         self.0.ready.notify_one();
-        dropped
+        if let Some(loser) = loser {
+            let counter = &self.0.metrics.dropped;
+            counter.inc();
+            let dropped = counter.get();
+            if dropped % 1000 == 1 {
+                warn!(namespace = %loser, dropped, "event queue full; the namespace with the most Events waiting lost one (webchecker_events_dropped_total)");
+            }
+        }
     }
 }
 
@@ -97,12 +131,7 @@ pub type Audience = Arc<dyn Fn(ObjectReference) -> BoxFuture<'static, bool> + Se
 
 /// Publishes the queued Events, one namespace after another, until the
 /// engine is gone, each only where `audience` allows.
-pub async fn run_events(
-    recorder: Recorder,
-    rx: EventReceiver,
-    metrics: Arc<Metrics>,
-    audience: Audience,
-) {
+pub async fn run_events(recorder: Recorder, rx: EventReceiver, audience: Audience) {
     while let Some((reference, ev)) = rx.next().await {
         if !audience(reference.clone()).await {
             debug!(
@@ -118,7 +147,10 @@ pub async fn run_events(
                     EventType::Normal => "Normal",
                     EventType::Warning => "Warning",
                 };
-                metrics.events.with_label_values(&[type_, &ev.reason]).inc();
+                rx.0.metrics
+                    .published
+                    .with_label_values(&[type_, &ev.reason])
+                    .inc();
             }
             Err(e) => debug!(error = %e, "event not published"),
         }

@@ -21,6 +21,22 @@ use tower::ServiceExt;
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);
 
+const CONNECTIONS_REFUSED: crate::observe::metrics::Family = (
+    "webchecker_http_connections_refused_total",
+    "Connections closed at once because their listener (main: /metrics /healthz /readyz; confirm: asks of other replicas) had its connections in all or from that peer address open",
+);
+
+/// Connections closed at once for a listener's limits, by listener (main,
+/// confirm): what each listener's `refused` counts.
+pub fn refused_connections(r: &prometheus::Registry) -> prometheus::IntCounterVec {
+    crate::observe::metrics::family::counter_vec(
+        r,
+        CONNECTIONS_REFUSED,
+        &["listener"],
+        &["main", "confirm"],
+    )
+}
+
 impl Peer {
     /// Its IP, IPv4-mapped IPv6 addresses as IPv4.
     pub fn ip(&self) -> IpAddr {

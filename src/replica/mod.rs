@@ -24,22 +24,27 @@ use crate::ask::tokens::TokenSource;
 use crate::config::Config;
 use crate::confirm::review::Reviewer;
 use crate::confirm::service::{
-    Desk, Parts as ConfirmParts, Request as ConfirmRequest, Service as ConfirmService,
+    ConfirmMetrics, Desk, Parts as ConfirmParts, Request as ConfirmRequest,
+    Service as ConfirmService,
 };
 use crate::coordination::LeaseNames;
-use crate::coordination::membership::{Advert, LeaseAt, Membership};
+use crate::coordination::membership::{Advert, LeaseAt, Membership, MembershipMetrics};
 use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
-use crate::coordination::shard::{LeaderElector, LeaderGate, MemberView, Peers, Sharder};
+use crate::coordination::shard::{
+    LeaderElector, LeaderGate, MemberView, Peers, ShardMetrics, Sharder,
+};
 use crate::discovery::route_events;
-use crate::engine::writer::StatusWriter;
+use crate::engine::metrics::EngineMetrics;
+use crate::engine::writer::{StatusWriter, WriterMetrics};
 use crate::engine::{Command, Engine, EngineSettings};
 use crate::error::Error;
-use crate::intake::feed;
+use crate::intake::feed::{self, FeedMetrics};
 use crate::kubeio::client::Clients;
-use crate::kubeio::{egress, preflight};
-use crate::observe::events;
-use crate::observe::metrics::Metrics;
+use crate::kubeio::egress::{self, GuardMetrics};
+use crate::kubeio::preflight;
+use crate::observe::metrics::{Metrics, WatchMetrics};
 use crate::observe::server::{self, HealthFlags};
+use crate::observe::{events, listener};
 use crate::probe;
 
 mod tasks;
@@ -76,7 +81,11 @@ struct Basics {
     coordination: tokio::runtime::Handle,
     clients: Clients,
     coord_clients: Clients,
+    /// The registry and the per-checker series.
     metrics: Arc<Metrics>,
+    /// Every watch's failures (the feed's, the guard's, the member view's,
+    /// the sharder's, discovery's).
+    watch_failures: Arc<WatchMetrics>,
     health: Arc<HealthFlags>,
     advert: Advert,
     /// Asks to confirm a failure, as the HTTP server received them; the
@@ -98,7 +107,10 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         basics.clients.watches.clone(),
         &basics.api_uri,
         cfg.restricted_namespaces.trim(),
-        basics.metrics.clone(),
+        Arc::new(GuardMetrics::register(
+            basics.metrics.registry(),
+            basics.watch_failures.clone(),
+        )),
     )
     .await?;
     if cfg.allow_loopback {
@@ -113,7 +125,7 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
         cfg.lease_duration,
         cfg.renew_deadline,
         cfg.retry_period,
-        basics.metrics.clone(),
+        Arc::new(membership_metrics(&basics)),
         basics.advert.clone(),
     );
     membership.join(&basics.clients.leases).await?;
@@ -131,6 +143,14 @@ pub async fn run(cfg: Config) -> Result<(), Error> {
     outcome?;
     shut_down(&cfg, &basics, &membership, tasks, running).await;
     Ok(())
+}
+
+/// Membership's families, with this replica's place.
+fn membership_metrics(basics: &Basics) -> MembershipMetrics {
+    let m = MembershipMetrics::register(basics.metrics.registry());
+    let place = [basics.advert.zone.as_str(), basics.advert.node.as_str()];
+    m.replica_place.with_label_values(&place).set(1);
+    m
 }
 
 fn read_ca_bundle(cfg: &Config) -> Result<Option<(PathBuf, probe::Roots)>, Error> {
@@ -155,17 +175,16 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         Clients::new(kube_config.clone())?
     };
     let clients = Clients::new(kube_config)?;
-    let metrics = Arc::new(
-        Metrics::with_histograms(
-            &identity,
-            crate::observe::metrics::HistogramOptions {
-                per_checker: cfg.per_checker_histogram,
-                native: cfg.native_histograms,
-                keep_classic: cfg.classic_histograms,
-            },
-        )
-        .with_label_allowlist(cfg.metric_labels_allowlist.clone()),
-    );
+    let metrics = Arc::new(Metrics::with_histograms(
+        &identity,
+        crate::observe::metrics::HistogramOptions {
+            per_checker: cfg.per_checker_histogram,
+            native: cfg.native_histograms,
+            keep_classic: cfg.classic_histograms,
+        },
+    ));
+    let watch_failures = Arc::new(WatchMetrics::register(metrics.registry()));
+    let refused = listener::refused_connections(metrics.registry());
     // Tells this process from an earlier or later one at the same address.
     let incarnation = format!("{:032x}", rand::random::<u128>());
     let health = Arc::new(HealthFlags {
@@ -173,8 +192,13 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         ..Default::default()
     });
     let (desk, asks) = Desk::new();
-    let (addr, server_stopped) = server::spawn(cfg.listen, metrics.clone(), health.clone())?;
-    let refused = metrics.connections_refused.with_label_values(&["confirm"]);
+    let (addr, server_stopped) = server::spawn(
+        cfg.listen,
+        metrics.clone(),
+        health.clone(),
+        refused.with_label_values(&["main"]),
+    )?;
+    let refused = refused.with_label_values(&["confirm"]);
     let confirm_addr =
         crate::confirm::endpoint::spawn(cfg.confirm_listen, desk, move || refused.inc())?;
     info!(replica = %identity, listen = %addr, confirm_listen = %confirm_addr, "webchecker-operator {} starting", env!("CARGO_PKG_VERSION"));
@@ -183,14 +207,6 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         Some(z) => z.clone(),
         None => zone_of(&clients.requests, &node).await,
     };
-    metrics
-        .replica_place
-        .with_label_values(&[zone.as_str(), node.as_str()])
-        .set(1);
-    // From 0, so that the first refutations show in increase().
-    metrics
-        .unconfirmed_failures
-        .with_label_values(&[zone.as_str()]);
     info!(zone = %zone, node = %node, "place of this replica (confirmations are asked of another zone first)");
     let advert = Advert {
         address: cfg.advertised(addr),
@@ -216,6 +232,7 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
         clients,
         coord_clients,
         metrics,
+        watch_failures,
         health,
         advert,
         asks: std::sync::Mutex::new(Some(asks)),
@@ -334,12 +351,16 @@ fn start_tasks(
     server_stopped: oneshot::Receiver<()>,
 ) -> (Tasks, Running) {
     let metrics = &basics.metrics;
+    let registry = metrics.registry();
     let client = basics.clients.requests.clone();
     // Few concurrent status writes: they are never urgent, and the API server's
     // capacity is better spent on assignments (new checkers, failover).
-    let writer = StatusWriter::new(membership.clone(), metrics.clone(), 4);
+    let writer = StatusWriter::new(membership.clone(), WriterMetrics::register(registry), 4);
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
-    let (ev_tx, ev_rx) = events::event_queue(events::EVENT_QUEUE);
+    let (ev_tx, ev_rx) = events::event_queue(
+        events::EVENT_QUEUE,
+        Arc::new(events::EventMetrics::register(registry)),
+    );
     let view = MemberView::new(cfg.lease_duration);
     let asker = asker(cfg, basics, &view);
     let confirmer_prober = prober.clone();
@@ -352,20 +373,15 @@ fn start_tasks(
             confirm_failures: cfg.confirm_failures,
         },
         prober,
-        metrics.clone(),
+        (
+            metrics.clone(),
+            Arc::new(EngineMetrics::register(registry, &basics.advert.zone)),
+        ),
         membership.clone(),
         writer.clone(),
         ev_tx,
     );
     let confirm = confirmer(cfg, basics, &view, confirmer_prober, cmd_tx.clone());
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "webchecker-operator".into(),
-            instance: Some(basics.identity.clone()),
-        },
-    );
-    let events_client = client.clone();
     let engine = tokio::spawn(async move {
         engine.run(cmd_rx).await;
         Ok::<(), Error>(())
@@ -377,17 +393,7 @@ fn start_tasks(
             Ok::<(), Error>(())
         }
     });
-    let events = tokio::spawn({
-        let metrics = metrics.clone();
-        async move {
-            let audience: events::Audience = Arc::new(move |r| {
-                let client = events_client.clone();
-                Box::pin(async move { route_events::may_hear(&client, &r).await })
-            });
-            events::run_events(recorder, ev_rx, metrics, audience).await;
-            Ok::<(), Error>(())
-        }
-    });
+    let events = spawn_events(basics, ev_rx);
     let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
     let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view);
     let watch = tokio::spawn(feed::watch_own_shard(
@@ -396,7 +402,10 @@ fn start_tasks(
         membership,
         cmd_tx.clone(),
         basics.health.clone(),
-        metrics.clone(),
+        FeedMetrics {
+            watches: basics.watch_failures.clone(),
+            labels: cfg.metric_labels_allowlist.clone(),
+        },
         webchecker_core::namespace_budget::Limits {
             pattern_bytes: (cfg.namespace_pattern_budget_mib as usize) << 20,
             value_bytes: (cfg.namespace_value_budget_mib as usize) << 20,
@@ -425,6 +434,30 @@ fn start_tasks(
     (tasks, running)
 }
 
+/// The Event publisher, each Event only where discovery's rule lets it go
+/// (`route_events::may_hear`).
+fn spawn_events(
+    basics: &Basics,
+    rx: events::EventReceiver,
+) -> tokio::task::JoinHandle<Result<(), Error>> {
+    let client = basics.clients.requests.clone();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "webchecker-operator".into(),
+            instance: Some(basics.identity.clone()),
+        },
+    );
+    tokio::spawn(async move {
+        let audience: events::Audience = Arc::new(move |r| {
+            let client = client.clone();
+            Box::pin(async move { route_events::may_hear(&client, &r).await })
+        });
+        events::run_events(recorder, rx, audience).await;
+        Ok::<(), Error>(())
+    })
+}
+
 /// Route discovery (crate::discovery), led by the leader. Not vital: it is
 /// no task the replica exits for.
 fn start_discovery(cfg: &Config, basics: &Basics, leader: &Arc<LeaderGate>) {
@@ -432,7 +465,8 @@ fn start_discovery(cfg: &Config, basics: &Basics, leader: &Arc<LeaderGate>) {
         clients: basics.clients.clone(),
         watch_namespace: cfg.watch_namespace.clone(),
         leader: leader.clone(),
-        metrics: basics.metrics.clone(),
+        registry: basics.metrics.registry().clone(),
+        watch_failures: basics.watch_failures.clone(),
         identity: basics.identity.clone(),
         defaults: crate::discovery::Defaults {
             cluster_domain: cfg.cluster_domain.clone(),
@@ -466,7 +500,7 @@ fn confirmer(
             cfg.confirm_allow_unbound_tokens,
         ),
         prober,
-        metrics: basics.metrics.clone(),
+        metrics: ConfirmMetrics::register(basics.metrics.registry()),
         view: view.clone(),
         engine,
         workers: cfg.workers as usize,
@@ -500,7 +534,7 @@ fn asker(cfg: &Config, basics: &Basics, view: &Arc<MemberView>) -> Arc<Asker> {
         &cfg.namespace,
         &cfg.service_account,
         pod,
-        basics.metrics.confirm_credentials_missing.clone(),
+        crate::ask::tokens::credentials_missing(basics.metrics.registry()),
     );
     let asker = Asker::new(me, view.clone(), tokens);
     // Zones' probes make a token when a checker asks for them; with
@@ -534,14 +568,14 @@ fn start_coordination(
     stop_leader: tokio::sync::watch::Receiver<bool>,
     view: Arc<MemberView>,
 ) -> CoordinationTasks {
-    let (coordination, clients, metrics) =
-        (&basics.coordination, &basics.coord_clients, &basics.metrics);
+    let (coordination, clients) = (&basics.coordination, &basics.coord_clients);
+    let metrics = Arc::new(ShardMetrics::register(basics.metrics.registry()));
     let names = LeaseNames::new(&cfg.lease_prefix);
     let view_task = coordination.spawn(view.clone().run(
         clients.watches.clone(),
         cfg.namespace.clone(),
         names.clone(),
-        metrics.clone(),
+        (metrics.clone(), basics.watch_failures.clone()),
     ));
     let fence_tx = commands.clone();
     let lease = coordination.spawn(membership.clone().run(clients.leases.clone(), move || {
@@ -564,6 +598,7 @@ fn start_coordination(
         lease_duration: cfg.lease_duration,
         retry_period: cfg.retry_period,
         metrics: metrics.clone(),
+        renew_failures: membership.renew_failures(),
         gate: leader_gate.clone(),
         view: view.clone(),
         peers: peers.clone(),
@@ -580,7 +615,8 @@ fn start_coordination(
         membership: membership.clone(),
         leader: leader_gate,
         peers,
-        metrics: metrics.clone(),
+        metrics,
+        watches: basics.watch_failures.clone(),
         retry_period: cfg.retry_period,
         write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };

@@ -10,6 +10,8 @@
 //! (create, renew, release) and keeps the heartbeat that detects pauses.
 
 mod clock;
+mod metrics;
+pub use metrics::MembershipMetrics;
 pub use webchecker_core::gate;
 
 use std::sync::{Arc, Mutex};
@@ -28,7 +30,6 @@ use crate::api::{
 };
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{managers, patch_params, post_params};
-use crate::observe::metrics::Metrics;
 use gate::{Answer, Gate, Seen, Timing};
 
 /// Where a replica's membership Lease lives: its namespace and name
@@ -61,7 +62,7 @@ pub struct Membership {
     /// Counts joins and returns of the API server: the checker feed opens a
     /// new watch on each (see [`Membership::reconnects`]).
     reconnects: tokio::sync::watch::Sender<u64>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<MembershipMetrics>,
     /// What the Lease tells of this process (see [`Advert`]).
     advert: Advert,
     /// This process once lost its Lease to evidence that lied: it tells peers
@@ -128,7 +129,7 @@ impl Membership {
         lease_duration: Duration,
         renew_deadline: Duration,
         retry_period: Duration,
-        metrics: Arc<Metrics>,
+        metrics: Arc<MembershipMetrics>,
         advert: Advert,
     ) -> Arc<Self> {
         let timing = Timing {
@@ -156,6 +157,12 @@ impl Membership {
 
     fn timing(&self) -> Timing {
         self.lock().timing()
+    }
+
+    /// Where the elector counts the leader Lease's failed renewals, beside
+    /// the member Lease's.
+    pub fn renew_failures(&self) -> prometheus::IntCounterVec {
+        self.metrics.lease_renew_failures.clone()
     }
 
     pub fn epoch(&self) -> Option<String> {

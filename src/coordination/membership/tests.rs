@@ -287,7 +287,7 @@ fn joining(
         retry * 6,
         retry * 4,
         retry,
-        Arc::new(Metrics::new("r1", false)),
+        Arc::new(MembershipMetrics::register(&prometheus::Registry::new())),
         Advert {
             address,
             incarnation: inc.into(),

@@ -24,12 +24,12 @@ use kube::api::ObjectMeta;
 use kube::{Api, Client};
 use tracing::{info, warn};
 
+use super::metrics::ShardMetrics;
 use super::peers::Peers;
 use super::view::MemberView;
 use crate::coordination::membership::AbortOnDrop;
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{CALL_DEADLINE, managers, post_params};
-use crate::observe::metrics::Metrics;
 use webchecker_core::election::{Observed, Standing, pause, takes_over};
 
 /// The leader Lease of an install with the default `--lease-prefix`.
@@ -129,7 +129,10 @@ pub struct LeaderElector {
     pub lease: String,
     pub lease_duration: Duration,
     pub retry_period: Duration,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ShardMetrics>,
+    /// The leader Lease's failed renewals, counted with the member Lease's
+    /// (`webchecker_lease_renew_failures_total`).
+    pub renew_failures: prometheus::IntCounterVec,
     pub gate: Arc<LeaderGate>,
     pub view: Arc<MemberView>,
     pub peers: Arc<Peers>,
@@ -158,8 +161,7 @@ impl LeaderElector {
     }
 
     fn unanswered(&self) {
-        self.metrics
-            .lease_renew_failures
+        self.renew_failures
             .with_label_values(&["unreachable"])
             .inc();
     }
@@ -425,7 +427,12 @@ mod tests {
             lease: LEADER_LEASE.into(),
             lease_duration: lease,
             retry_period: Duration::from_millis(500),
-            metrics: Arc::new(Metrics::new("me", false)),
+            metrics: Arc::new(ShardMetrics::register(&prometheus::Registry::new())),
+            renew_failures: prometheus::IntCounterVec::new(
+                prometheus::Opts::new("failures", "failures"),
+                &["reason"],
+            )
+            .unwrap(),
             gate: LeaderGate::new(Duration::from_secs(2)),
             view: MemberView::new(lease),
             peers: Peers::new("me", false),

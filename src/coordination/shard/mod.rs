@@ -21,12 +21,14 @@
 
 pub use webchecker_core::book;
 pub mod elector;
+pub mod metrics;
 pub mod peers;
 pub mod sharder;
 pub mod view;
 pub use webchecker_core::window;
 
 pub use elector::{LeaderElector, LeaderGate};
+pub use metrics::ShardMetrics;
 pub use peers::Peers;
 pub use sharder::Sharder;
 pub use view::MemberView;

@@ -68,13 +68,14 @@ fn thread_cpu() -> Duration {
 
 /// Assignment writes a sharder keeps in flight at most.
 pub const WRITES_IN_FLIGHT: usize = 64;
+use super::metrics::ShardMetrics;
 use crate::api::WebChecker;
 use crate::assignment;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::Membership;
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{CALL_DEADLINE, Clients, WATCH_TIMEOUT_SECS, managers, patch_params};
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
 
 /// How a proof attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,7 +185,8 @@ pub struct Sharder {
     pub membership: Arc<Membership>,
     pub leader: Arc<LeaderGate>,
     pub peers: Arc<Peers>,
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ShardMetrics>,
+    pub watches: Arc<WatchMetrics>,
     pub retry_period: Duration,
     /// Assignment writes in flight at most.
     pub write_limit: Arc<tokio::sync::Semaphore>,
@@ -698,7 +700,7 @@ impl Sharder {
             Ok(Some(Event::Delete(o))) => book.deleted(&o.metadata),
             Ok(None) => return Err(Error::TaskDied("sharder watch")),
             Err(e) => {
-                self.metrics.watch_failed("sharder", &e);
+                self.watches.failed("sharder", &e);
                 warn!(error = %e, "sharder watch failed; it resumes (decisions go on)");
             }
         }
@@ -732,7 +734,7 @@ impl Sharder {
 }
 
 /// The orphan gauge belongs to the leader: zero it when the sharder stops.
-struct ClearOrphans(Arc<Metrics>);
+struct ClearOrphans(Arc<ShardMetrics>);
 
 impl Drop for ClearOrphans {
     fn drop(&mut self) {

@@ -16,9 +16,10 @@ use tracing::{info, warn};
 
 use crate::coordination::LeaseNames;
 
+use super::metrics::ShardMetrics;
 use crate::api::MEMBER_LABEL;
 use crate::error::Error;
-use crate::observe::metrics::Metrics;
+use crate::observe::metrics::WatchMetrics;
 
 pub use webchecker_core::members::{MemberPlace, Members, ObservedLease, PeerAddress};
 
@@ -101,7 +102,7 @@ impl MemberView {
         client: Client,
         namespace: String,
         names: LeaseNames,
-        metrics: Arc<Metrics>,
+        (metrics, watches): (Arc<ShardMetrics>, Arc<WatchMetrics>),
     ) -> Result<(), Error> {
         let api: Api<Lease> = Api::namespaced(client, &namespace);
         let cfg = watcher::Config::default()
@@ -118,7 +119,7 @@ impl MemberView {
                 Ok(Event::InitApply(l) | Event::Apply(l) | Event::Delete(l)) => names.is_member(l),
                 _ => true,
             });
-            self.apply_burst(burst, &mut listing, &metrics);
+            self.apply_burst(burst, &mut listing, (&metrics, &watches));
             self.changed.notify_waiters();
         }
         Err(Error::TaskDied("membership lease watch"))
@@ -130,7 +131,7 @@ impl MemberView {
         &self,
         burst: Vec<Result<Event<Lease>, watcher::Error>>,
         listing: &mut Vec<Lease>,
-        metrics: &Metrics,
+        (metrics, watches): (&ShardMetrics, &WatchMetrics),
     ) {
         let now = Instant::now();
         let mut m = self.lock();
@@ -149,7 +150,7 @@ impl MemberView {
                     }
                 }
                 Err(e) => {
-                    metrics.watch_failed("leases", &e);
+                    watches.failed("leases", &e);
                     warn!(error = %e, "membership Lease watch failed; nobody is judged until it delivers again");
                     m.watch_failed(now);
                 }

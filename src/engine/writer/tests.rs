@@ -5,9 +5,10 @@ use crate::assignment::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, HANDED_OVER_FROM_ANNOTATION,
     LAST_PROBE_ANNOTATION, OWNER_LABEL,
 };
+use crate::coordination::membership::MembershipMetrics;
 
 fn writer() -> Arc<StatusWriter> {
-    let metrics = Arc::new(Metrics::new("r1", false));
+    let registry = prometheus::Registry::new();
     let s = Duration::from_secs(1);
     let membership = Membership::new(
         "r1".into(),
@@ -15,10 +16,10 @@ fn writer() -> Arc<StatusWriter> {
         10 * s,
         7 * s,
         2 * s,
-        metrics.clone(),
+        Arc::new(MembershipMetrics::register(&registry)),
         Default::default(),
     );
-    StatusWriter::new(membership, metrics, 1)
+    StatusWriter::new(membership, WriterMetrics::register(&registry), 1)
 }
 
 fn queued(w: &StatusWriter, key: &str) -> Option<Op> {

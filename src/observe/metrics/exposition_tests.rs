@@ -194,7 +194,14 @@ fn metrics(native: bool, keep_classic: bool) -> Metrics {
         m.record_probe("default", "web", &info, &probe(ms), true);
     }
     m.record_probe("other", "api\"x", &info, &probe(7), true);
-    m.owned.set(2);
+    crate::observe::metrics::family::gauge(
+        m.registry(),
+        (
+            "webchecker_owned_checkers",
+            "Checkers this replica owns and probes",
+        ),
+    )
+    .set(2);
     m
 }
 

@@ -1,7 +1,9 @@
 //! Unit tests of the per-checker families (src/observe/metrics.rs).
 
+use super::family::reg;
 use super::*;
 use crate::probe::Phases;
+use prometheus::{HistogramOpts, IntCounterVec, IntGaugeVec, Opts};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
