@@ -17,7 +17,9 @@
 //! - [`arrival`]: when a checker's first probe is due;
 //! - [`namespace_budget`]: per-namespace budgets of a replica's memory;
 //! - [`generated_cap`]: the cap on the checkers discovery generates in one
-//!   namespace.
+//!   namespace;
+//! - [`slo`]: the ledger of a checker's objective (availability, error
+//!   budget, burn rates) and the snapshot a new owner resumes it from.
 
 pub mod arrival;
 pub mod ask;
@@ -30,6 +32,7 @@ pub mod generated_cap;
 pub mod members;
 pub mod namespace_budget;
 pub mod ring;
+pub mod slo;
 pub mod status;
 pub mod table;
 pub mod window;
