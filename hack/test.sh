@@ -253,6 +253,13 @@ report() {
 }
 
 tests_start=$(date +%s)
+# Held while the rest builds. A full run starts the alone lane beside that
+# build (reliability first: its bounds allow it); a run of TEST_ONLY may
+# start with any alone binary, whose bounds a compile beside it breaks, so
+# it waits for the build's end.
+rest_build_lock=$logs/rest-build.lock
+exec 9>"$rest_build_lock"
+flock 9
 # The other lane: the rest of the build (every other target, linted), the
 # images from its binaries, then its binaries; a failed build fails the run
 # as a pseudo-binary `build` and skips them.
@@ -263,6 +270,8 @@ tests_start=$(date +%s)
     echo "build 1 $(( $(date +%s) - rest_start )) 0" >>"$results"
     exit 0
   fi
+  flock -u 9
+  exec 9>&-
   echo "$(( $(date +%s) - rest_start ))" >"$logs/rest-build.took"
   # A test executable no group names (a new crate's unit tests) would never run.
   if [ -z "${TEST_ONLY:-}" ]; then
@@ -295,6 +304,8 @@ tests_start=$(date +%s)
   for b in "${BESIDE[@]}"; do run_one "$b" 10; done
 ) &
 beside_pid=$!
+exec 9>&-
+[ -n "${TEST_ONLY:-}" ] && [ ${#ALONE[@]} -gt 0 ] && flock "$rest_build_lock" true
 for b in "${ALONE[@]}"; do run_one "$b" 0; done
 alone_took=$(( $(date +%s) - tests_start ))
 wait "$beside_pid"
