@@ -1,7 +1,9 @@
 //! Discovery's metrics (docs/metrics.md), registered on the replica's
 //! registry when `--discover-routes` is on, every label set from zero.
 
-use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{IntCounterVec, IntGauge, IntGaugeVec, Registry};
+
+use crate::observe::metrics::family::{Family, counter_vec, gauge, gauge_vec};
 
 pub struct DiscoveryMetrics {
     /// `result`: applied, conflict (applied without the hand-set fields),
@@ -25,60 +27,40 @@ pub const SOURCES: [&str; 4] = ["ingress", "httproute", "grpcroute", "service"];
 pub const APPLY_RESULTS: [&str; 5] = ["applied", "conflict", "invalid", "name_taken", "error"];
 pub const DELETE_RESULTS: [&str; 2] = ["deleted", "error"];
 
+const APPLIES: Family = (
+    "webchecker_discovery_applies_total",
+    "Server-side applies of generated checkers, by result",
+);
+const DELETES: Family = (
+    "webchecker_discovery_deletes_total",
+    "Deletions of generated checkers their source no longer wants, by result",
+);
+const GENERATED: Family = (
+    "webchecker_discovery_generated_checkers",
+    "Checkers the opted-in routes want (on the leader; 0 elsewhere)",
+);
+const ACTIVE: Family = (
+    "webchecker_discovery_active",
+    "1 while this replica leads and route discovery's watches are listed",
+);
+const SOURCE_WATCHED: Family = (
+    "webchecker_discovery_source_watched",
+    "1 while route discovery watches this kind of source on the leader (httproute, grpcroute: 0 while the Gateway API does not serve them)",
+);
+
 impl DiscoveryMetrics {
-    /// Registers the series on `r`; None (logged by the caller) if they are
-    /// there already.
-    pub fn register(r: &Registry) -> Result<Self, prometheus::Error> {
-        let applies = IntCounterVec::new(
-            Opts::new(
-                "webchecker_discovery_applies_total",
-                "Server-side applies of generated checkers, by result",
-            ),
-            &["result"],
-        )?;
-        let deletes = IntCounterVec::new(
-            Opts::new(
-                "webchecker_discovery_deletes_total",
-                "Deletions of generated checkers their source no longer wants, by result",
-            ),
-            &["result"],
-        )?;
-        let generated = IntGauge::new(
-            "webchecker_discovery_generated_checkers",
-            "Checkers the opted-in routes want (on the leader; 0 elsewhere)",
-        )?;
-        let active = IntGauge::new(
-            "webchecker_discovery_active",
-            "1 while this replica leads and route discovery's watches are listed",
-        )?;
-        r.register(Box::new(applies.clone()))?;
-        r.register(Box::new(deletes.clone()))?;
-        r.register(Box::new(generated.clone()))?;
-        let sources = IntGaugeVec::new(
-            Opts::new(
-                "webchecker_discovery_source_watched",
-                "1 while route discovery watches this kind of source on the leader (httproute, grpcroute: 0 while the Gateway API does not serve them)",
-            ),
-            &["source"],
-        )?;
-        r.register(Box::new(active.clone()))?;
-        r.register(Box::new(sources.clone()))?;
+    pub fn register(r: &Registry) -> Self {
+        let sources = gauge_vec(r, SOURCE_WATCHED, &["source"]);
         for s in SOURCES {
             sources.with_label_values(&[s]);
         }
-        for res in APPLY_RESULTS {
-            applies.with_label_values(&[res]);
-        }
-        for res in DELETE_RESULTS {
-            deletes.with_label_values(&[res]);
-        }
-        Ok(DiscoveryMetrics {
-            applies,
-            deletes,
-            generated,
-            active,
+        DiscoveryMetrics {
+            applies: counter_vec(r, APPLIES, &["result"], &APPLY_RESULTS),
+            deletes: counter_vec(r, DELETES, &["result"], &DELETE_RESULTS),
+            generated: gauge(r, GENERATED),
+            active: gauge(r, ACTIVE),
             sources,
-        })
+        }
     }
 
     pub fn applied(&self, result: &str) {

@@ -40,13 +40,7 @@ pub struct Discovery {
 
 /// Starts discovery on the current runtime; it runs as long as the process.
 pub fn spawn(d: Discovery) {
-    let discovery = match DiscoveryMetrics::register(&d.registry) {
-        Ok(m) => Arc::new(m),
-        Err(e) => {
-            error!(error = %e, "route discovery not started: its metrics cannot be registered");
-            return;
-        }
-    };
+    let discovery = Arc::new(DiscoveryMetrics::register(&d.registry));
     info!(
         scope = d.watch_namespace.as_deref().unwrap_or("all namespaces"),
         "route discovery on: the leader generates WebCheckers for the Ingresses, HTTPRoutes, GRPCRoutes and Services that opt in"

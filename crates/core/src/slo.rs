@@ -89,9 +89,8 @@ impl Tier {
     fn add(&mut self, now: u64, tally: Tally) {
         let index = now / self.len;
         match self.buckets.back_mut() {
-            Some((i, c)) if *i == index => c.add(tally),
             // A clock that went back counts in the newest bucket.
-            Some((i, c)) if *i > index => c.add(tally),
+            Some((i, c)) if *i >= index => c.add(tally),
             _ => {
                 let mut c = Counts::default();
                 c.add(tally);
