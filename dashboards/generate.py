@@ -716,6 +716,29 @@ def checker():
                               % (osel("webchecker_zone_probes_total", 'result="failure"'), RI), "{{zone}}")),
                      "reqps", min_=0), 12, 8)
 
+    L.row("Error budget (spec.slo)")
+    slo_note = (" Checkers with spec.slo only; counted probes are good ones and confirmed failures (docs/slo.md). "
+                "status.slo (kubectl describe wc) has the same figures over the whole window.")
+    good = osel("webchecker_slo_good_probes_total")
+    counted = osel("webchecker_slo_probes_total")
+    allowed = "(1 - max by (namespace, name) (%s))" % osel("webchecker_slo_objective")
+
+    def bad_share(window):
+        return ("(1 - sum by (namespace, name) (increase(%s[%s])) / sum by (namespace, name) (increase(%s[%s])))"
+                % (good, window, counted, window))
+
+    L.add(stat("Objective", "spec.slo.objective (webchecker_slo_objective)." + slo_note,
+               targets(one % osel("webchecker_slo_objective"), instant=True), "percentunit", decimals=3), 4, 6)
+    L.add(stat("Error budget left over the range", "1 - (bad share of counted probes over the dashboard's time range) / "
+               "(1 - objective): 100% untouched, 0 spent, negative overspent." + slo_note,
+               targets("1 - %s / on (namespace, name) %s" % (bad_share("$__range"), allowed), instant=True),
+               "percentunit", thr=thresholds("red", 0, "orange", 0.25, "green"), decimals=1), 4, 6)
+    L.add(timeseries("Burn rate", "Bad share of counted probes over the last hour and six hours, over the allowed share "
+                     "(1: the budget lasts exactly the window). WebCheckerErrorBudgetBurn pages above 14.4 (1h) and 6 (6h)." + slo_note,
+                     targets(("%s / on (namespace, name) %s" % (bad_share("1h"), allowed), "1h"),
+                             ("%s / on (namespace, name) %s" % (bad_share("6h"), allowed), "6h")),
+                     "none", min_=0), 16, 6)
+
     L.row("TLS")
     L.add(timeseries("Certificate days left", "Days until the earliest notAfter of the chain over time; a renewal shows as a jump. https checkers only.",
                      targets((expiry, "days left")), "d"), 8, 8)
@@ -726,7 +749,7 @@ def checker():
                                 "not_after": "Not after"},
                 exclude=("Time", "namespace", "name", "Value"), sort_by=("Position", False)), 16, 8)
     return dashboard(CHECKER_UID, "WebChecker / Checker",
-                     "One WebChecker across the replicas that owned it: Ready, HTTP status, failures, latency, zones, certificate and owner.",
+                     "One WebChecker across the replicas that owned it: Ready, HTTP status, failures, latency, zones, error budget, certificate and owner.",
                      L, one_checker=True)
 
 

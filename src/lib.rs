@@ -27,6 +27,8 @@ pub use webchecker_api as api;
 pub use webchecker_api::assignment;
 pub mod ask;
 pub use webchecker_core::checker;
+/// The most counted probes a failover can lose from a checker's SLO (docs/slo.md).
+pub use webchecker_core::status::SLO_WRITE_EVERY;
 pub mod config;
 pub mod confirm;
 pub mod coordination;

@@ -513,6 +513,13 @@ impl Engine {
                 asked,
                 results,
             } => series.record_zones(&namespace, &name, asked, &results),
+            Metric::Slo {
+                namespace,
+                name,
+                target,
+                counted,
+            } => series.record_slo(&namespace, &name, target, counted),
+            Metric::SloGone { namespace, name } => series.forget_slo(&namespace, &name),
             Metric::Forget { namespace, name } => series.forget_checker(&namespace, &name),
             Metric::Owned(n) => metrics.owned.set(n),
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),

@@ -289,9 +289,17 @@ impl StatusWriter {
         let api = Self::api(client, &p.namespace);
         let r = match &p.op {
             Op::Status(status) => {
+                let mut body = json!(status);
+                // A merge patch keeps what it does not name: without spec.slo,
+                // status.slo goes.
+                if status.slo.is_none()
+                    && let Some(fields) = body.as_object_mut()
+                {
+                    fields.insert("slo".into(), serde_json::Value::Null);
+                }
                 let patch = json!({
                     "metadata": { "resourceVersion": rv },
-                    "status": status,
+                    "status": body,
                 });
                 api.patch_status(
                     &p.name,

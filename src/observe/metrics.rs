@@ -21,6 +21,7 @@ pub mod family;
 mod grpc;
 mod info;
 mod native;
+mod slo;
 mod watches;
 pub use exposition::{Format, negotiate};
 pub use family::Family;
@@ -70,6 +71,8 @@ struct CheckerSeries {
     zones: Vec<ZoneSeries>,
     /// With spec.locations: the zones asked for (`webchecker_zones_asked`).
     zones_asked: Option<u32>,
+    /// With spec.slo: its objective and counts.
+    slo: slo::SloSeries,
 }
 
 /// One zone's series of a checker with spec.locations.
@@ -280,6 +283,25 @@ impl Metrics {
                 c.zones.push(z);
             }
         });
+    }
+
+    /// What a step counted against spec.slo.
+    pub fn record_slo(
+        &self,
+        namespace: &str,
+        name: &str,
+        target: crate::probe::SloTarget,
+        counted: webchecker_core::status::Counted,
+    ) {
+        self.with_checker(namespace, name, |c| slo::record(c, target, counted));
+    }
+
+    /// Drops the SLO series of a checker whose spec.slo was removed.
+    pub fn forget_slo(&self, namespace: &str, name: &str) {
+        let mut map = self.checkers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get_mut(namespace).and_then(|n| n.get_mut(name)) {
+            c.slo = Default::default();
+        }
     }
 
     /// Drops every series of a checker this replica no longer owns.

@@ -2,7 +2,8 @@
 //! WebCheckerCertificateExpiring for the certificate that ends in 7 days and
 //! not for the one that ends in 90, WebCheckerDown for the endpoint that
 //! answers 503, WebCheckerSlow (p90_latency) for the one that answers after
-//! 700 ms. (tests/observability drives Down and Slow through a scale-out.)
+//! 700 ms, both error-budget burns for the checker with an objective that
+//! answers 503 (and neither for the one that answers 200). (tests/observability drives Down and Slow through a scale-out.)
 
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,7 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
     // The checkers probe from the start: the waits count from now.
     let t = Instant::now();
     let soon = format!("a certificate ending in {SOON_DAYS} days");
-    let (cert, down, _) = tokio::join!(
+    let (cert, down, _, _, _) = tokio::join!(
         alerts.wait_firing(
             &soon,
             "WebCheckerCertificateExpiring",
@@ -56,6 +57,23 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
             checker("slow-0", &[("signal", "p90_latency")]),
             t,
             // Two probes at 3 s make a rate.
+            Duration::from_secs(8),
+        ),
+        // Every probe of slo-0 fails: a thousand times its allowance, over
+        // every window (the short ones confirm at once).
+        alerts.wait_firing(
+            "a checker with an objective failing every probe",
+            "WebCheckerErrorBudgetBurn",
+            checker("slo-0", &[("severity", "critical")]),
+            t,
+            // Two probes at 2 s counted make a rate.
+            Duration::from_secs(8),
+        ),
+        alerts.wait_firing(
+            "a checker with an objective failing every probe",
+            "WebCheckerErrorBudgetBurnSlow",
+            checker("slo-0", &[]),
+            t,
             Duration::from_secs(8),
         ),
     );

@@ -57,7 +57,7 @@ impl Single {
 type Spec = (&'static str, u64, serde_json::Value, Mode);
 
 /// Per-checker cases, probed by `limited` (the https ones get their host there).
-pub const HEALTHY_LIMITED: &[&str] = &["ok-0", "ok-1", "slow-0", "cert-soon", "cert-far"];
+pub const HEALTHY_LIMITED: &[&str] = &["ok-0", "ok-1", "slow-0", "cert-soon", "cert-far", "slo-ok"];
 /// The status writes `writes` cannot make.
 pub const WRITES: &[&str] = &["w-0", "w-1", "w-2"];
 /// The probes `lag` is late for: 5 x 300 ms each second on one worker.
@@ -205,12 +205,15 @@ impl Singles {
             specs.push((&self.lag, (n, 1, t, Mode::Hang(LAG_HANG))));
         }
         let slow = json!({"timeoutSeconds": 2});
+        let slo = || json!({"slo": {"objective": "99.9"}});
         let limited = &self.limited;
         specs.extend([
             (limited, ("ok-0", 2, ok(), Mode::Ok)),
             (limited, ("ok-1", 2, ok(), Mode::Ok)),
             (limited, ("down-0", 2, ok(), Mode::Status(503))),
             (limited, ("slow-0", 3, slow, Mode::Hang(SLOW_HANG))),
+            (limited, ("slo-0", 2, slo(), Mode::Status(503))),
+            (limited, ("slo-ok", 2, slo(), Mode::Ok)),
         ]);
         for (s, (name, interval, extra, mode)) in specs {
             self.witness.set_mode(name, mode);

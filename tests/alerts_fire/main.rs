@@ -142,9 +142,11 @@ async fn baseline(prom: &Prometheus, jobs: &[String], healthy: &BTreeSet<(String
 
 /// The alerts that must not fire from here on.
 fn never_fire(alerts: &Alerts<'_>, singles: &Singles, healthy: BTreeSet<(String, String)>) {
-    alerts.never("healthy checkers are up", move |a| {
-        a.name == "WebCheckerDown"
-            && healthy.contains(&(
+    alerts.never("healthy checkers are up and keep their budget", move |a| {
+        matches!(
+            a.name.as_str(),
+            "WebCheckerDown" | "WebCheckerErrorBudgetBurn" | "WebCheckerErrorBudgetBurnSlow"
+        ) && healthy.contains(&(
                 a.labels.get("namespace").cloned().unwrap_or_default(),
                 a.labels.get("name").cloned().unwrap_or_default(),
             ))

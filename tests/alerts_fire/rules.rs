@@ -33,6 +33,8 @@ pub const FOR: &[(&str, Option<u64>)] = &[
     ("WebCheckerProberImpaired", Some(5)),
     ("WebCheckerConfirmCredentialsMissing", Some(5)),
     ("WebCheckerZonesShort", Some(5)),
+    ("WebCheckerErrorBudgetBurn", Some(5)),
+    ("WebCheckerErrorBudgetBurnSlow", Some(5)),
 ];
 
 /// The test's `for:` of an alert (zero when it has none).

@@ -8,6 +8,8 @@
 //! Ready=False within an interval, confirmed by another zone. The witness's
 //! log is the oracle: owners' probes stay exclusive, and confirmation
 //! probes come from another zone, once per failure, never in steady state.
+//! Through the cut, the refuted failures spend none of a checker's error
+//! budget (spec.slo), while those of the checkers that do not ask do.
 
 mod fairness;
 mod hostile;
@@ -18,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use support::fleet::*;
 use support::netns::ZonedReplicas;
@@ -154,7 +156,13 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
     let interval = Duration::from_secs(INTERVAL.into());
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
     let opted: Vec<String> = (0..OPTED_OUT).map(|i| format!("o{i}")).collect();
-    create_checkers_with(&mut fleet, &opted, json!({"confirmFailures": false})).await;
+    let objective = json!({"objective": "99"});
+    create_checkers_with(
+        &mut fleet,
+        &opted,
+        json!({"confirmFailures": false, "slo": objective.clone()}),
+    )
+    .await;
     let owners = fleet.wait_all_assigned(Duration::from_secs(60)).await;
     fleet
         .wait_all_probed_since(Instant::now(), Duration::from_secs(30))
@@ -162,13 +170,16 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
 
     steady_state(&fleet, interval).await;
 
-    // Cut the third replica's path to the targets.
+    // Cut the third replica's path to the targets; its checkers that
+    // confirm get an objective first.
     let share = Share::of(&owners, cut_one);
+    with_an_objective(&api, &share.mine, objective, interval).await;
     let delay_before = write_delay(&fleet, cut_one).await;
     let cut_at = Instant::now();
     netns.cut_tcp_to(&[fleet.witness.addr.port()]);
     let during = watch_the_cut(&api, &share, cut_at).await;
     check_the_cut(&fleet, &api, &share, delay_before, during, interval).await;
+    refuted_failures_spend_no_budget(&fleet, &share).await;
 
     // Heal: everything Ready=True and Degraded=False again.
     netns.heal();
@@ -193,6 +204,60 @@ async fn one_replicas_broken_path_pages_nobody_and_a_down_target_is_confirmed_fr
 
     a_target_really_down(&fleet, &api, &owners, interval).await;
     the_oracle(&fleet, &owners);
+}
+
+/// Gives `names` spec.slo and waits until each status has it.
+async fn with_an_objective(
+    api: &Api<WebChecker>,
+    names: &[&String],
+    objective: serde_json::Value,
+    interval: Duration,
+) {
+    let patch = json!({"spec": {"slo": objective}});
+    for n in names {
+        api.patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+    eventually(2 * interval + LEASE, "status.slo on each", || async {
+        for n in names {
+            api.get(n).await.ok()?.status?.slo?;
+        }
+        Some(())
+    })
+    .await;
+}
+
+/// spec.slo through the cut: the cut replica's failures that another zone
+/// refuted count good, and those of the checkers that do not ask count bad.
+async fn refuted_failures_spend_no_budget(fleet: &Fleet, share: &Share<'_>) {
+    let text = fleet.op(share.cut_one).metrics().await.expect("metrics");
+    let counts = |n: &str| {
+        let l = [("namespace", fleet.ns.as_str()), ("name", n)];
+        let of = |family| metric(&text, family, &l).unwrap_or(0.0);
+        (
+            of("webchecker_slo_good_probes_total"),
+            of("webchecker_slo_probes_total"),
+        )
+    };
+    for n in &share.mine {
+        let (good, all) = counts(n);
+        assert!(all > 0.0 && good == all, "{n}: {good} good of {all} counted");
+    }
+    let bad: f64 = fleet
+        .names
+        .iter()
+        .filter(|n| n.starts_with('o'))
+        .map(|n| counts(n))
+        .map(|(good, all)| all - good)
+        .sum();
+    println!(
+        "objectives through the cut: {} checkers of {} refuted, no probe counted bad; \
+         {bad} counted bad on its checkers that do not ask",
+        share.mine.len(),
+        share.cut_one
+    );
+    assert!(bad > 0.0, "the failures nobody was asked about count bad");
 }
 
 /// Steady state: one probe per checker per interval, no confirmation.

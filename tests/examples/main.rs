@@ -21,6 +21,7 @@ mod discovery;
 mod gitops;
 mod https;
 mod protocols;
+mod slo;
 use webchecker_kit as support;
 mod zones;
 
@@ -259,6 +260,7 @@ fn every_example_is_applied_by_a_test_and_listed() {
         "ingress.yaml",
         "seed/badnews.yaml",
         "seed/flant.yaml",
+        "slo.yaml",
         "smtp-starttls.yaml",
         "tls-certificate-expiry.yaml",
         "values-kube-prometheus-stack.yaml",

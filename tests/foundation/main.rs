@@ -526,6 +526,26 @@ async fn invalid_manifests_are_rejected() {
             "  host: http://example.com\n  compression: lz4\n",
             "Unsupported value: \"lz4\"",
         ),
+        (
+            "slo-100",
+            "  host: http://example.com\n  slo: {objective: \"100\"}\n",
+            "spec.slo.objective must be a percentage below 100 with at most three decimals",
+        ),
+        (
+            "slo-ratio",
+            "  host: http://example.com\n  slo: {objective: \"0.999\"}\n",
+            "spec.slo.objective is a percentage: write \"99.9\" for 99.9%, not a ratio",
+        ),
+        (
+            "slo-number",
+            "  host: http://example.com\n  slo: {objective: 99.9}\n",
+            "spec.slo.objective: Invalid value: \"number\"",
+        ),
+        (
+            "slo-5d",
+            "  host: http://example.com\n  slo: {objective: \"99\", window: 5d}\n",
+            "Unsupported value: \"5d\"",
+        ),
     ];
     for (name, spec, want) in cases {
         let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;

@@ -56,6 +56,9 @@ const ZONES: &[&str] = &[
     "Zone probe duration",
     "Zone failures per second",
 ];
+/// Panels without data for a checker without spec.slo (the scenario gives
+/// one to the failing ones only).
+const SLO: &[&str] = &["Objective", "Error budget left over the range", "Burn rate"];
 /// Panels without data for a checker that never failed.
 const FAILURES: &[&str] = &["Failures by reason", "Failure reasons"];
 
@@ -116,6 +119,14 @@ pub async fn checker_dashboard_follows_one_checker(run: &Run) {
         .map(|(l, _)| l["result"].clone())
         .collect();
     assert_eq!(results, ["failure"], "probes of {failing} by result");
+    // Its objective (99.5%) is spent: every probe fails, 200 times the
+    // allowed share.
+    assert_eq!(single(&eval(run, &one("Objective"), None).await, "Objective"), 0.995);
+    assert_eq!(p["Burn rate"].len(), 2, "1h and 6h");
+    for expr in &p["Burn rate"] {
+        let burn = single(&eval(run, expr, None).await, "Burn rate");
+        assert!((burn - 200.0).abs() < 0.5, "burn rate of {failing}: {burn}");
+    }
 
     // A checker the scale-out moved: one owner before, NEW_REPLICA now, and
     // its probe counters added up over both.
@@ -128,6 +139,7 @@ pub async fn checker_dashboard_follows_one_checker(run: &Run) {
         .iter()
         .chain(ZONES)
         .chain(if fails { &[][..] } else { FAILURES })
+        .chain(if moved.starts_with("down-") { &[][..] } else { SLO })
         .copied()
         .collect();
     only_this_checker(run, moved, &p, &empty_ok).await;

@@ -84,15 +84,22 @@ async fn owner_counts_match_the_witness(run: &Run) -> Vec<(String, String)> {
         if count != run_len {
             off_by_one += 1;
         }
-        // The series of docs/metrics.md "Series per checker": 25 + k for http.
+        // The series of docs/metrics.md "Series per checker": 25 + k for
+        // http, 3 more with spec.slo (the failing ones have it).
         let lines = checker_lines(text, ns, n);
         let k = lines
             .iter()
             .filter(|l| l.starts_with("webchecker_probes_total{"))
             .count();
+        let slo = if n.starts_with("down-") {
+            slo_counts_every_confirmed_failure(text, ns, n, count);
+            3
+        } else {
+            0
+        };
         assert_eq!(
             lines.len(),
-            25 + k,
+            25 + k + slo,
             "{n}: series of an http checker (docs/metrics.md):\n{}",
             lines.join("\n")
         );
@@ -224,4 +231,23 @@ fn checker_lines<'a>(text: &'a str, ns: &str, name: &str) -> Vec<&'a str> {
     text.lines()
         .filter(|l| !l.starts_with('#') && l.contains(&n) && l.contains(&m))
         .collect()
+}
+
+/// A checker whose every probe fails, confirmed by another replica: the
+/// owner counted each of its probes bad against spec.slo (but the one whose
+/// verdict may still be on its way), none good.
+fn slo_counts_every_confirmed_failure(text: &str, ns: &str, n: &str, probes: i64) {
+    let of = |family: &str| {
+        metric(text, family, &[("namespace", ns), ("name", n)])
+            .unwrap_or_else(|| panic!("{n}: no {family}")) as i64
+    };
+    let (good, counted) = (
+        of("webchecker_slo_good_probes_total"),
+        of("webchecker_slo_probes_total"),
+    );
+    assert_eq!(good, 0, "{n}: good probes of a checker answering 503");
+    assert!(
+        counted <= probes && probes - counted <= 1,
+        "{n}: {counted} counted against its objective of {probes} probes"
+    );
 }

@@ -47,8 +47,14 @@ fn fleet_specs() -> Vec<Spec> {
     };
     // Answer 200 at once.
     add("ok", HEALTHY, 2, json!({}));
-    // Answer 503: UnexpectedStatus, never Ready.
-    add("down", FAILING, 2, json!({}));
+    // Answer 503: UnexpectedStatus, never Ready; with an objective, whose
+    // series feed the SLO rules and panels.
+    add(
+        "down",
+        FAILING,
+        2,
+        json!({"slo": {"objective": "99.5", "window": "7d"}}),
+    );
     // Answer 200 after 600ms: Ready, but slow (p90 above 500ms).
     add("slow", SLOW, 3, json!({"timeoutSeconds": 2}));
     // Same, with a 300ms limit: SlowResponse, never Ready.

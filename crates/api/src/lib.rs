@@ -14,6 +14,9 @@ use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod slo;
+pub use slo::{SloSpec, SloStatus, SloWindow};
+
 pub const GROUP: &str = "test.network.io";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
@@ -90,6 +93,12 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         description = "What route discovery generated this checker from (ingress, httproute, grpcroute, service); empty for a checker made by hand"
     ),
     printcolumn(
+        name = "Budget",
+        type_ = "string",
+        json_path = ".status.slo.budget",
+        description = "With spec.slo: the error budget left over its window, as a share and as time"
+    ),
+    printcolumn(
         name = "Path",
         type_ = "string",
         json_path = ".spec.path",
@@ -109,6 +118,13 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         json_path = ".status.lastLatencyMillis",
         priority = 1,
         description = "Latency at the last status write (metrics carry every probe)"
+    ),
+    printcolumn(
+        name = "Availability",
+        type_ = "string",
+        json_path = ".status.slo.availability",
+        priority = 1,
+        description = "With spec.slo: good probes over counted ones within its window"
     ),
     printcolumn(
         name = "Owner",
@@ -295,6 +311,10 @@ pub struct WebCheckerSpec {
     /// What a tcp:// or tls:// check says and expects after it connects (and, on tls://, after the handshake).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpSpec>,
+
+    /// A service-level objective over this checker's probes: availability, error budget and burn rates in status.slo and in metrics (docs/slo.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloSpec>,
 }
 
 /// CEL: spec.connectTo is an IP address (v4, or v6 without brackets) or a
@@ -747,6 +767,9 @@ pub struct WebCheckerStatus {
     #[schemars(length(max = 5))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["zone".into()]))]
     pub zones: Vec<ZoneStatus>,
+    /// With spec.slo: availability, error budget and burn rates over its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloStatus>,
 }
 
 /// One zone's last probe of a checker with spec.locations.

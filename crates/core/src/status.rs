@@ -12,8 +12,11 @@ use crate::ask::Verdict;
 use webchecker_api::{Condition, WebCheckerStatus};
 use webchecker_plan::{Outcome, Reason, version_name};
 
+mod slo;
 mod zones;
+pub use slo::{Counted, SLO_WRITE_EVERY};
 pub use zones::ZoneBook;
+use slo::{Judged, SloBook};
 
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:
@@ -210,6 +213,8 @@ struct Summary {
     degraded: Option<(Truth, String)>,
     /// Each zone's result (spec.locations).
     zones: Vec<(String, String)>,
+    /// spec.slo's objective and window.
+    slo: Option<(String, String)>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -231,6 +236,7 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
             .iter()
             .map(|z| (z.zone.clone(), z.result.clone()))
             .collect(),
+        slo: slo::summary(s),
     }
 }
 
@@ -320,6 +326,12 @@ pub struct CheckerStatus {
     last_write: Option<Instant>,
     /// `lastProbeTime` found on the object when this replica took it over.
     inherited_probe_time: Option<String>,
+    /// With spec.slo: the probes counted against it.
+    slo: Option<SloBook>,
+    /// status.slo found on the object: the book resumes its ledger once it
+    /// knows the objective, and until then it is written back as it was
+    /// (a checker that cannot be probed keeps its counts).
+    inherited_slo: Option<webchecker_api::SloStatus>,
 }
 
 /// What one step of the reducer asks for.
@@ -334,6 +346,8 @@ pub struct Effects {
     pub confirm: bool,
     /// The message of a Warning event: Degraded turned True.
     pub degraded: Option<String>,
+    /// With spec.slo: what this step counted.
+    pub slo: Option<Counted>,
 }
 
 /// Inputs that describe the checker at the time of a step.
@@ -351,6 +365,10 @@ pub struct Context<'a> {
     pub confirm: bool,
     /// Where the owner runs (named in Degraded's message).
     pub place: &'a crate::ask::Place,
+    /// Unix seconds of `now_wall` (the SLO ledger's buckets).
+    pub now_unix: u64,
+    /// spec.slo.
+    pub slo: Option<webchecker_plan::SloTarget>,
 }
 
 impl CheckerStatus {
@@ -372,6 +390,33 @@ impl CheckerStatus {
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
             last_write: None,
             inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
+            slo: None,
+            inherited_slo: status.and_then(|s| s.slo.clone()),
+        }
+    }
+
+    /// The SLO book follows spec.slo: made (resuming an inherited ledger),
+    /// kept, re-targeted or dropped.
+    fn sync_slo(&mut self, ctx: &Context<'_>) {
+        let Some(t) = ctx.slo else {
+            self.slo = None;
+            self.inherited_slo = None;
+            return;
+        };
+        self.slo = Some(SloBook::reconcile(
+            self.slo.take(),
+            slo::inherited(self.inherited_slo.take()),
+            t,
+            ctx.confirm,
+            ctx.now_unix,
+        ));
+    }
+
+    /// The held failures' fate, counted.
+    fn judge_slo(&mut self, how: Judged, ctx: &Context<'_>, fx: &mut Effects) {
+        if let Some(b) = self.slo.as_mut() {
+            let c = fx.slo.get_or_insert_with(Counted::default);
+            b.judge(how, ctx.now_unix, c);
         }
     }
 
@@ -386,6 +431,16 @@ impl CheckerStatus {
 
     /// Folds one probe outcome in.
     pub fn observe(&mut self, o: &Outcome, ctx: &Context<'_>) -> Effects {
+        self.sync_slo(ctx);
+        // A refusal of the operator's own (the forgery guard, a spec that
+        // cannot be probed) is the same from every replica: no network
+        // verdict to confirm, and nothing said of the target.
+        let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
+        let was_false = self.ready == Truth::False;
+        let counted = self
+            .slo
+            .as_mut()
+            .map(|b| b.probe(o.success(), !network, was_false, ctx.now_unix));
         let (target, reason) = if o.success() {
             self.consecutive_successes += 1;
             self.consecutive_failures = 0;
@@ -405,7 +460,10 @@ impl CheckerStatus {
         } else {
             self.consecutive_failures >= ctx.failure_threshold
         };
-        let mut fx = Effects::default();
+        let mut fx = Effects {
+            slo: counted,
+            ..Default::default()
+        };
         if o.success() {
             // An answer still to come for an earlier failure is moot now.
             self.confirming = None;
@@ -415,10 +473,6 @@ impl CheckerStatus {
                 ctx,
             );
         }
-        // A refusal of the operator's own (the forgery guard, a spec that
-        // cannot be probed) is the same from every replica: no network
-        // verdict to confirm.
-        let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
         if crossed && target == Truth::False && self.ready != Truth::False && ctx.confirm && network
         {
             // Held until another replica has probed too (Self::confirmed).
@@ -426,6 +480,9 @@ impl CheckerStatus {
             self.confirming = Some(Box::new(o.clone()));
         } else if crossed {
             fx.transition = self.settle(target, reason.as_str(), message, ctx);
+            if target == Truth::False {
+                self.judge_slo(Judged::Bad, ctx, &mut fx);
+            }
         }
         fx.certificate_expiring = self.observe_certificate(o, ctx);
         if self.confirming.is_none() {
@@ -467,8 +524,15 @@ impl CheckerStatus {
         let Some(o) = self.confirming.take() else {
             return Effects::default();
         };
+        self.sync_slo(ctx);
         let (reason, message) = (o.reason.as_str(), o.message.as_str());
         let mut fx = Effects::default();
+        let judged = match verdict {
+            Verdict::Confirmed { .. } | Verdict::Alone => Judged::Bad,
+            Verdict::Refuted { .. } => Judged::Refuted,
+            Verdict::Unanswered { .. } => Judged::Unknown,
+        };
+        self.judge_slo(judged, ctx, &mut fx);
         match verdict {
             Verdict::Confirmed { by } => {
                 let m = format!("{message} (confirmed by {})", by.describe());
@@ -582,6 +646,8 @@ impl CheckerStatus {
 
     /// A checker that cannot be probed (spec invalid at run time, suspended).
     pub fn set_condition(&mut self, why: NotProbed, message: &str, ctx: &Context<'_>) -> Effects {
+        // The SLO book stays as it is: no probe, nothing to count (and an
+        // invalid spec's objective is unknown).
         let ready = why.ready();
         let reason = why.as_str();
         let mut transition = None;
@@ -646,6 +712,10 @@ impl CheckerStatus {
                 .map(|v| version_name(v).to_string()),
             owner: Some(ctx.owner.to_string()),
             zones: Vec::new(),
+            slo: match &self.slo {
+                Some(b) => Some(b.render(ctx.now_unix)),
+                None => self.inherited_slo.clone(),
+            },
         }
     }
 
@@ -672,9 +742,13 @@ impl CheckerStatus {
                 _ => false,
             },
         };
-        if self.written.as_ref() != Some(&summary) || due {
+        let counted = self.slo.as_ref().is_some_and(SloBook::unsaved_due);
+        if self.written.as_ref() != Some(&summary) || due || counted {
             self.written = Some(summary);
             self.last_write = Some(ctx.now);
+            if let Some(b) = self.slo.as_mut() {
+                b.saved();
+            }
             Some(status)
         } else {
             None
@@ -741,6 +815,8 @@ mod tests {
                 certificate_warning_days: None,
                 confirm: false,
                 place: &HERE,
+                now_unix: 1_767_225_600 + self.secs,
+                slo: None,
             }
         }
     }

@@ -76,6 +76,7 @@ pub(super) fn render_checkers(out: &mut dyn Sink, checkers: &Snapshot, h: Histog
     info::render_info(out, checkers);
     render_phases(out, checkers);
     render_zones(out, checkers);
+    super::slo::render(out, checkers);
 }
 
 /// The zone series of checkers with spec.locations, exported by the owner

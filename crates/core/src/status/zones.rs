@@ -17,6 +17,7 @@ use webchecker_api::ZoneStatus;
 use webchecker_plan::{Outcome, ZoneQuorum};
 
 use super::{CheckerStatus, Context, DegradedReason, Effects, NO_QUORUM, Truth};
+use crate::slo::Tally;
 
 /// One zone's streak.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -256,7 +257,19 @@ impl CheckerStatus {
             .find(|e| e.zone == ctx.place.zone)
             .or(failed.first())
             .map(|e| e.reason.clone());
-        let mut fx = Effects::default();
+        // A round counts once for spec.slo, as its quorum says.
+        self.sync_slo(ctx);
+        let tally = if failed_n >= quorum {
+            Tally::Bad
+        } else if succeeding > 0 {
+            Tally::Good
+        } else {
+            Tally::Excluded
+        };
+        let mut fx = Effects {
+            slo: self.slo.as_mut().map(|b| b.round(tally, ctx.now_unix)),
+            ..Default::default()
+        };
         if failed_n >= quorum {
             let list: Vec<String> = failed
                 .iter()

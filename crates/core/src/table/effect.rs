@@ -213,6 +213,16 @@ pub enum Metric {
         asked: u32,
         results: Vec<ZoneSample>,
     },
+    /// What a step counted against spec.slo (its series exist from the
+    /// first probe on, zero or not).
+    Slo {
+        namespace: String,
+        name: String,
+        target: webchecker_plan::SloTarget,
+        counted: crate::status::Counted,
+    },
+    /// spec.slo was removed: drop its SLO series.
+    SloGone { namespace: String, name: String },
     /// Drop its series.
     Forget { namespace: String, name: String },
     /// Checkers owned and not being handed over.

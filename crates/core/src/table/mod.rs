@@ -640,6 +640,16 @@ impl Table {
                 message,
             ));
         }
+        if let (Some(counted), Some(target)) =
+            (fx.slo, e.plan.as_ref().and_then(|p| p.slo))
+        {
+            self.out.push(Effect::Metric(Metric::Slo {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                target,
+                counted,
+            }));
+        }
         if let Some(status) = fx.write {
             self.submit(key.into(), namespace, name, Op::Status(Box::new(status)));
         }
@@ -665,6 +675,11 @@ fn context<'a>(
         certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
         confirm: settings.confirm && plan.is_some_and(|p| p.confirm_failures),
         place: &settings.place,
+        now_unix: clock
+            .wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        slo: plan.and_then(|p| p.slo),
     }
 }
 

@@ -200,6 +200,14 @@ impl Table {
                 results: Vec::new(),
             }));
         }
+        let had_slo = e.plan.as_ref().is_some_and(|p| p.slo.is_some());
+        if had_slo && plan.as_ref().is_ok_and(|p| p.slo.is_none()) {
+            // No objective any more: its SLO series go.
+            self.out.push(Effect::Metric(Metric::SloGone {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+            }));
+        }
         match plan {
             Ok(p) if p.suspend => {
                 e.plan = None;

@@ -11,7 +11,7 @@ use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
 use super::{
-    AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, StatusSet, ZoneQuorum,
+    AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, SloTarget, StatusSet, ZoneQuorum,
 };
 use crate::decode::Coding;
 use crate::env_proxy::proxy_target;
@@ -126,7 +126,22 @@ pub fn plan_trusting(
         suspend: spec.suspend.unwrap_or(false),
         confirm_failures: spec.confirm_failures.unwrap_or(true),
         locations: locations(spec)?,
+        slo: slo(spec)?,
     })
+}
+
+/// `spec.slo`, as the schema's rules admit it.
+fn slo(spec: &WebCheckerSpec) -> Result<Option<SloTarget>, String> {
+    let Some(s) = &spec.slo else {
+        return Ok(None);
+    };
+    let target = s.target().ok_or_else(|| {
+        "spec.slo.objective must be a percentage from 1 to below 100 with at most three decimals, for example \"99.9\"".to_string()
+    })?;
+    Ok(Some(SloTarget {
+        milli_percent: (target * 100_000.0).round() as u32,
+        window: s.window,
+    }))
 }
 
 /// `spec.locations`, as the schema's rules admit it (an object stored

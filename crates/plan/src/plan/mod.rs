@@ -85,6 +85,34 @@ pub struct ProbePlan {
     pub confirm_failures: bool,
     /// `locations`: probed from this many zones every interval.
     pub locations: Option<ZoneQuorum>,
+    /// `slo`: the objective its probes are counted against.
+    pub slo: Option<SloTarget>,
+}
+
+/// `spec.slo`, checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SloTarget {
+    /// The objective in thousandths of a percent (99900 for "99.9"): exact,
+    /// where a float would print 99.89999999999999.
+    pub milli_percent: u32,
+    pub window: webchecker_api::SloWindow,
+}
+
+impl SloTarget {
+    /// The share of good probes, 0 < target < 1.
+    pub fn target(&self) -> f64 {
+        f64::from(self.milli_percent) / 100_000.0
+    }
+
+    /// As a person writes it: "99.9%", "95%".
+    pub fn percent(&self) -> String {
+        let (whole, frac) = (self.milli_percent / 1000, self.milli_percent % 1000);
+        if frac == 0 {
+            return format!("{whole}%");
+        }
+        let frac = format!("{frac:03}");
+        format!("{whole}.{}%", frac.trim_end_matches('0'))
+    }
 }
 
 /// What a probe says once connected.

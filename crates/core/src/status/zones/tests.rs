@@ -47,6 +47,8 @@ impl Round {
             certificate_warning_days: None,
             confirm: true,
             place: &HERE,
+            now_unix: 1_767_225_600 + self.n,
+            slo: None,
         }
     }
 }

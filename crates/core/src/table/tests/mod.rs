@@ -282,6 +282,18 @@ impl Sim {
                 namespace, name, ..
             } => format!("metric info {namespace}/{name}"),
             Metric::Forget { namespace, name } => format!("metric forget {namespace}/{name}"),
+            Metric::Slo {
+                namespace,
+                name,
+                target,
+                counted,
+            } => format!(
+                "metric slo {namespace}/{name} {} good+{} bad+{}",
+                target.percent(),
+                counted.good,
+                counted.bad
+            ),
+            Metric::SloGone { namespace, name } => format!("metric slo gone {namespace}/{name}"),
             Metric::Owned(n) => format!("metric owned {n}"),
             Metric::ScheduleLag(d) => format!("metric lag {}ms", d.as_millis()),
             Metric::FirstProbeDelay(d) => format!("metric first probe {}ms", d.as_millis()),

@@ -284,3 +284,32 @@ fn a_checker_recreated_under_its_name_starts_afresh() {
     let status = written(&fx).expect("the new object's first result is written");
     assert_eq!(status.condition("Ready").unwrap().status, "True");
 }
+
+#[test]
+fn an_objective_counts_each_probe_and_its_series_go_with_it() {
+    let mut sim = Sim::warm();
+    sim.upsert(checker("a", spec("/", 10, ", slo: {objective: '99.9'}")), false);
+    sim.advance(Duration::from_millis(50));
+    sim.due("ns/a");
+    let (_, seq, _) = sim.dispatch().expect("a probe starts");
+    let fx = sim.step(Input::Done {
+        key: "ns/a".into(),
+        seq,
+        outcome: Some(ok()),
+        finished: sim.wall,
+    });
+    let status = written(&fx).expect("the first verdict is written");
+    let slo = status.slo.as_ref().expect("status.slo");
+    assert_eq!((slo.good_probes, slo.total_probes), (1, 1));
+    let lines = sim.show(&fx);
+    assert!(
+        lines.contains(&"metric slo ns/a 99.9% good+1 bad+0".to_string()),
+        "{lines:?}"
+    );
+    // spec.slo removed: its series go.
+    let mut changed = checker("a", spec("/", 10, ""));
+    changed.generation = Some(2);
+    changed.resource_version = "2".into();
+    let lines = sim.upsert(changed, false);
+    assert!(lines.contains(&"metric slo gone ns/a".to_string()), "{lines:?}");
+}
