@@ -719,5 +719,7 @@ fn step_context<'a>(
         certificate_warning_days: None,
         confirm,
         place,
+        now_unix: 1_767_225_600 + i as u64,
+        slo: None,
     }
 }

@@ -147,9 +147,9 @@ fn never_fire(alerts: &Alerts<'_>, singles: &Singles, healthy: BTreeSet<(String,
             a.name.as_str(),
             "WebCheckerDown" | "WebCheckerErrorBudgetBurn" | "WebCheckerErrorBudgetBurnSlow"
         ) && healthy.contains(&(
-                a.labels.get("namespace").cloned().unwrap_or_default(),
-                a.labels.get("name").cloned().unwrap_or_default(),
-            ))
+            a.labels.get("namespace").cloned().unwrap_or_default(),
+            a.labels.get("name").cloned().unwrap_or_default(),
+        ))
     });
     let leaderless = singles.leaderless.job.clone();
     alerts.never("every other installation has a leader", move |a| {

@@ -242,7 +242,10 @@ async fn refuted_failures_spend_no_budget(fleet: &Fleet, share: &Share<'_>) {
     };
     for n in &share.mine {
         let (good, all) = counts(n);
-        assert!(all > 0.0 && good == all, "{n}: {good} good of {all} counted");
+        assert!(
+            all > 0.0 && good == all,
+            "{n}: {good} good of {all} counted"
+        );
     }
     let bad: f64 = fleet
         .names

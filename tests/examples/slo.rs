@@ -20,7 +20,10 @@ async fn an_objective_reports_its_budget() {
         (slo.total_probes >= 1).then_some(slo)
     })
     .await;
-    assert_eq!((slo.objective.as_str(), slo.window.as_str()), ("99.9%", "30d"));
+    assert_eq!(
+        (slo.objective.as_str(), slo.window.as_str()),
+        ("99.9%", "30d")
+    );
     assert_eq!(slo.good_probes, slo.total_probes);
     assert_eq!(slo.availability.as_deref(), Some("100%"));
     assert_eq!(slo.budget.as_deref(), Some("100% (43m of 43m)"));

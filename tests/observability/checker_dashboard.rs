@@ -121,7 +121,10 @@ pub async fn checker_dashboard_follows_one_checker(run: &Run) {
     assert_eq!(results, ["failure"], "probes of {failing} by result");
     // Its objective (99.5%) is spent: every probe fails, 200 times the
     // allowed share.
-    assert_eq!(single(&eval(run, &one("Objective"), None).await, "Objective"), 0.995);
+    assert_eq!(
+        single(&eval(run, &one("Objective"), None).await, "Objective"),
+        0.995
+    );
     assert_eq!(p["Burn rate"].len(), 2, "1h and 6h");
     for expr in &p["Burn rate"] {
         let burn = single(&eval(run, expr, None).await, "Burn rate");
@@ -139,7 +142,11 @@ pub async fn checker_dashboard_follows_one_checker(run: &Run) {
         .iter()
         .chain(ZONES)
         .chain(if fails { &[][..] } else { FAILURES })
-        .chain(if moved.starts_with("down-") { &[][..] } else { SLO })
+        .chain(if moved.starts_with("down-") {
+            &[][..]
+        } else {
+            SLO
+        })
         .copied()
         .collect();
     only_this_checker(run, moved, &p, &empty_ok).await;

@@ -79,23 +79,42 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
 
     // Written at each Ready transition, then once SLO_WRITE_EVERY more were
     // counted: long before the 20 min heartbeat.
-    let (written, owner) = slo_when(&api, "the count written past SLO_WRITE_EVERY", probes(2 * n), |s, _| {
-        s.total_probes > n
-    })
+    let (written, owner) = slo_when(
+        &api,
+        "the count written past SLO_WRITE_EVERY",
+        probes(2 * n),
+        |s, _| s.total_probes > n,
+    )
     .await;
     let bad = written.total_probes - written.good_probes;
     println!("{written:?}: {failed} answered 503");
-    assert!((bad - failed).abs() <= 1, "{bad} counted bad, {failed} answered 503");
-    let table = text(&cluster.kubectl_async(&["get", "wc", "-n", &ns, "-o", "wide"]).await.stdout);
+    assert!(
+        (bad - failed).abs() <= 1,
+        "{bad} counted bad, {failed} answered 503"
+    );
+    let table = text(
+        &cluster
+            .kubectl_async(&["get", "wc", "-n", &ns, "-o", "wide"])
+            .await
+            .stdout,
+    );
     println!("{table}");
     for column in ["BUDGET", "AVAILABILITY"] {
         assert!(table.contains(column), "no {column} in\n{table}");
     }
-    assert!(table.contains(written.budget.as_deref().unwrap()), "{table}");
+    assert!(
+        table.contains(written.budget.as_deref().unwrap()),
+        "{table}"
+    );
 
     // Half a write's worth of probes more, then the owner dies at once.
     let base = written.total_probes;
-    answered_at_least(&fleet.witness, answered(&fleet.witness) + n / 2, probes(n / 2)).await;
+    answered_at_least(
+        &fleet.witness,
+        answered(&fleet.witness) + n / 2,
+        probes(n / 2),
+    )
+    .await;
     let index = fleet.ops.iter().position(|o| o.identity == owner).unwrap();
     fleet.ops[index].kill();
     let killed = Instant::now();
@@ -119,7 +138,10 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
         taken.total_probes,
         killed.elapsed()
     );
-    assert!(lost <= n, "about {lost} probes lost, more than SLO_WRITE_EVERY");
+    assert!(
+        lost <= n,
+        "about {lost} probes lost, more than SLO_WRITE_EVERY"
+    );
     assert!(
         taken.total_probes > base && taken.total_probes <= base + since_kill + 1,
         "the new owner resumed from {base}: wrote {} with {since_kill} probes since the kill",
@@ -128,13 +150,22 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
     assert_eq!(taken.counting_since, written.counting_since);
 
     // Every replica replaced: a third takes over from the second's write.
-    fleet.ops.push(Operator::spawn(cluster, "slo-r2", &ns, FAST_LEASES));
+    fleet
+        .ops
+        .push(Operator::spawn(cluster, "slo-r2", &ns, FAST_LEASES));
     fleet.ops[2].wait_ready(Duration::from_secs(60)).await;
-    let second = fleet.ops.iter().position(|o| o.identity == new_owner).unwrap();
+    let second = fleet
+        .ops
+        .iter()
+        .position(|o| o.identity == new_owner)
+        .unwrap();
     fleet.ops[second].kill();
-    let (third, last_owner) = slo_when(&api, "the third owner's first write", failover * 2, |_, o| {
-        o != owner && o != new_owner
-    })
+    let (third, last_owner) = slo_when(
+        &api,
+        "the third owner's first write",
+        failover * 2,
+        |_, o| o != owner && o != new_owner,
+    )
     .await;
     assert_eq!(last_owner, "slo-r2");
     assert!(

@@ -2,7 +2,6 @@
 //! probes, and what its owner reports of it.
 
 use kube::KubeSchema;
-use kube::core::Rule;
 use serde::{Deserialize, Serialize};
 
 /// CEL: one or two digits, then up to three decimals.
@@ -23,7 +22,9 @@ pub struct SloSpec {
 }
 
 /// The rolling window of an objective.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, schemars::JsonSchema,
+)]
 pub enum SloWindow {
     #[serde(rename = "1d")]
     Day,
@@ -58,17 +59,24 @@ impl SloWindow {
 }
 
 impl SloSpec {
-    /// The objective as a ratio (0.999 for "99.9"); `None` for text the
-    /// schema refuses (an object stored before the rule).
-    pub fn target(&self) -> Option<f64> {
-        let ok = !self.objective.is_empty()
-            && self.objective.len() <= 6
-            && self
-                .objective
-                .chars()
-                .all(|c| c.is_ascii_digit() || c == '.');
-        let percent: f64 = self.objective.parse().ok().filter(|_| ok)?;
-        (percent >= 1.0 && percent < 100.0).then_some(percent / 100.0)
+    /// The objective in thousandths of a percent (99900 for "99.9"), exact;
+    /// `None` for text the schema refuses (an object stored before the rule).
+    pub fn milli_percent(&self) -> Option<u32> {
+        let (whole, frac) = match self.objective.split_once('.') {
+            Some((w, f)) => (w, f),
+            None => (self.objective.as_str(), ""),
+        };
+        let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+        if !(1..=2).contains(&whole.len()) || frac.len() > 3 || !digits(whole) || !digits(frac) {
+            return None;
+        }
+        if self.objective.ends_with('.') {
+            return None;
+        }
+        let whole: u32 = whole.parse().ok()?;
+        let frac: u32 = format!("{frac:0<3}").parse().ok()?;
+        let v = whole * 1000 + frac;
+        (1000..100_000).contains(&v).then_some(v)
     }
 }
 
@@ -128,17 +136,21 @@ mod tests {
     use super::{SloSpec, SloWindow};
 
     #[test]
-    fn objectives_read_as_ratios() {
+    fn objectives_read_exactly() {
         let t = |s: &str| {
             SloSpec {
                 objective: s.into(),
                 window: SloWindow::Month,
             }
-            .target()
+            .milli_percent()
         };
-        assert_eq!(t("99.9"), Some(0.999));
-        assert_eq!(t("95"), Some(0.95));
-        for bad in ["100", "0", "0.999", "", "-1", "99.9999", "1e2", "NaN", "inf"] {
+        assert_eq!(t("99.9"), Some(99_900));
+        assert_eq!(t("99.95"), Some(99_950));
+        assert_eq!(t("95"), Some(95_000));
+        assert_eq!(t("1"), Some(1000));
+        for bad in [
+            "100", "0", "0.999", "", "-1", "99.9999", "1e2", "NaN", "inf",
+        ] {
             assert_eq!(t(bad), None, "{bad}");
         }
     }

@@ -15,8 +15,8 @@ use webchecker_plan::{Outcome, Reason, version_name};
 mod slo;
 mod zones;
 pub use slo::{Counted, SLO_WRITE_EVERY};
-pub use zones::ZoneBook;
 use slo::{Judged, SloBook};
+pub use zones::ZoneBook;
 
 pub const READY: &str = "Ready";
 /// Second condition, present when `tls.certificateExpiryWarningDays` is set:

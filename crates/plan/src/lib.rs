@@ -33,9 +33,9 @@ pub use outcome::{GrpcFacts, Outcome, Phases, Serving, TlsFacts, human_duration,
 pub use plan::{
     AddressFamily, Alpn, CHECKER_PATTERN_BUDGET, Compiled, GRPC_HEALTH_PATH, Http2, JsonCheckPlan,
     MinTlsVersion, PATTERN_CACHE_LIMIT, PATTERN_SIZE_LIMIT, Pattern, PatternError, Patterns,
-    ProbePlan, Protocol, ProxyPlan, SloTarget, StatusSet, TcpStepPlan, TlsConfig, TlsPlan, ValueRef,
-    ZoneQuorum, base64, compile_patterns, pattern_sources, plan, plan_trusting, plan_with,
-    references,
+    ProbePlan, Protocol, ProxyPlan, SloTarget, StatusSet, TcpStepPlan, TlsConfig, TlsPlan,
+    ValueRef, ZoneQuorum, base64, compile_patterns, pattern_sources, plan, plan_trusting,
+    plan_with, references,
 };
 pub use policy::{
     AddressPolicy, ClusterAddresses, Denial, KUBELET_PORTS, PRIVATE_NETWORKS, Scope, Why,

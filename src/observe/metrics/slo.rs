@@ -4,8 +4,8 @@
 
 use super::exposition::{Kind, Sink};
 use super::{CheckerSeries, Snapshot};
-use webchecker_core::status::Counted;
 use crate::probe::SloTarget;
+use webchecker_core::status::Counted;
 
 /// One checker's: counted by its owner since it took the checker over (a
 /// new owner starts from zero, as a restarted process does; `rate()` sees a
@@ -33,7 +33,11 @@ pub(super) fn render(out: &mut dyn Sink, checkers: &Snapshot) {
     for (ns, name, c) in checkers {
         if let Some(t) = c.slo.target {
             out.sample(
-                &[("name", name), ("namespace", ns), ("window", t.window.as_str())],
+                &[
+                    ("name", name),
+                    ("namespace", ns),
+                    ("window", t.window.as_str()),
+                ],
                 t.target(),
             );
         }

@@ -166,7 +166,7 @@ impl SloBook {
                     short_duration(r.budget_seconds as i64)
                 )
             }),
-            budget_remaining: r.budget_left.map(|s| format!("{}", floor3(s))),
+            budget_remaining: r.budget_left.map(floor3),
             budget_remaining_seconds: left,
             budget_seconds: r.budget_seconds as i64,
             burn_rate_1h: r.burn_1h.map(|b| format!("{b:.2}")),
@@ -189,7 +189,11 @@ fn floor3(x: f64) -> String {
     let cut = (x * 1000.0 + 1e-6).floor() / 1000.0;
     let text = format!("{cut:.3}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
-    if text == "-0" { "0".into() } else { text.into() }
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
 }
 
 fn rfc3339(secs: u64) -> Option<String> {

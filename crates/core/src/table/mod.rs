@@ -640,9 +640,7 @@ impl Table {
                 message,
             ));
         }
-        if let (Some(counted), Some(target)) =
-            (fx.slo, e.plan.as_ref().and_then(|p| p.slo))
-        {
+        if let (Some(counted), Some(target)) = (fx.slo, e.plan.as_ref().and_then(|p| p.slo)) {
             self.out.push(Effect::Metric(Metric::Slo {
                 namespace: namespace.clone(),
                 name: name.clone(),

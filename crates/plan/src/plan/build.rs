@@ -11,7 +11,8 @@ use super::patterns::{Pattern, Patterns, compile};
 use super::tls::tls_plan;
 use super::values::ValueRef;
 use super::{
-    AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, SloTarget, StatusSet, ZoneQuorum,
+    AddressFamily, Alpn, Http2, JsonCheckPlan, ProbePlan, ProxyPlan, SloTarget, StatusSet,
+    ZoneQuorum,
 };
 use crate::decode::Coding;
 use crate::env_proxy::proxy_target;
@@ -135,11 +136,11 @@ fn slo(spec: &WebCheckerSpec) -> Result<Option<SloTarget>, String> {
     let Some(s) = &spec.slo else {
         return Ok(None);
     };
-    let target = s.target().ok_or_else(|| {
+    let milli_percent = s.milli_percent().ok_or_else(|| {
         "spec.slo.objective must be a percentage from 1 to below 100 with at most three decimals, for example \"99.9\"".to_string()
     })?;
     Ok(Some(SloTarget {
-        milli_percent: (target * 100_000.0).round() as u32,
+        milli_percent,
         window: s.window,
     }))
 }

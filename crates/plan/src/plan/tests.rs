@@ -471,12 +471,22 @@ fn an_slo_is_planned_exactly_and_a_stored_bad_one_is_an_invalid_spec() {
     )
     .unwrap();
     let slo = p.slo.unwrap();
-    assert_eq!((slo.percent().as_str(), slo.window.as_str()), ("99.95%", "7d"));
+    assert_eq!(
+        (slo.percent().as_str(), slo.window.as_str()),
+        ("99.95%", "7d")
+    );
     assert_eq!(slo.target(), 0.9995);
-    let p = plan(&spec("host: https://shop.example\nslo: {objective: \"95\"}"), &no_secrets).unwrap();
+    let p = plan(
+        &spec("host: https://shop.example\nslo: {objective: \"95\"}"),
+        &no_secrets,
+    )
+    .unwrap();
     assert_eq!(p.slo.unwrap().percent(), "95%");
     assert_eq!(p.slo.unwrap().window.as_str(), "30d");
-    let e = plan(&spec("host: https://shop.example\nslo: {objective: \"100\"}"), &no_secrets)
-        .unwrap_err();
+    let e = plan(
+        &spec("host: https://shop.example\nslo: {objective: \"100\"}"),
+        &no_secrets,
+    )
+    .unwrap_err();
     assert!(e.contains("spec.slo.objective"), "{e}");
 }

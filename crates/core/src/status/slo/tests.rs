@@ -114,12 +114,29 @@ fn counts(w: &mut World, s: &mut CheckerStatus) -> (i64, i64) {
 fn without_confirmation_every_failure_counts() {
     let mut w = world(1, false);
     let mut s = CheckerStatus::from_existing(None);
-    w.run(&mut s, &[ok(), ok(), ok(), fail(Reason::ConnectError), fail(Reason::Timeout)]);
+    w.run(
+        &mut s,
+        &[
+            ok(),
+            ok(),
+            ok(),
+            fail(Reason::ConnectError),
+            fail(Reason::Timeout),
+        ],
+    );
     assert_eq!(counts(&mut w, &mut s), (3, 5));
     // A flap below a threshold of 3 counts too: nobody could say otherwise.
     let mut w = world(3, false);
     let mut s = CheckerStatus::from_existing(None);
-    w.run(&mut s, &[ok(), fail(Reason::ConnectError), fail(Reason::ConnectError), ok()]);
+    w.run(
+        &mut s,
+        &[
+            ok(),
+            fail(Reason::ConnectError),
+            fail(Reason::ConnectError),
+            ok(),
+        ],
+    );
     assert_eq!(counts(&mut w, &mut s), (2, 4));
 }
 
@@ -137,7 +154,11 @@ fn with_confirmation_only_confirmed_failures_count() {
         &w.ctx(),
     );
     assert_eq!(fx.slo.map(|c| (c.good, c.bad)), Some((1, 0)));
-    assert_eq!(counts(&mut w, &mut s), (2, 2), "refuted: the target answered");
+    assert_eq!(
+        counts(&mut w, &mut s),
+        (2, 2),
+        "refuted: the target answered"
+    );
     w.run(&mut s, &[fail(Reason::ConnectError)]);
     s.confirmed(&Verdict::Unanswered { why: "x".into() }, &w.ctx());
     assert_eq!(counts(&mut w, &mut s), (2, 2), "unanswered: neither side");
@@ -156,17 +177,36 @@ fn a_streak_below_the_threshold_takes_its_verdict() {
     // Confirmed at the threshold: the whole streak is bad.
     let mut w = world(3, true);
     let mut s = CheckerStatus::from_existing(None);
-    w.run(&mut s, &[ok(), fail(Reason::Timeout), fail(Reason::Timeout), fail(Reason::Timeout)]);
+    w.run(
+        &mut s,
+        &[
+            ok(),
+            fail(Reason::Timeout),
+            fail(Reason::Timeout),
+            fail(Reason::Timeout),
+        ],
+    );
     assert_eq!(counts(&mut w, &mut s), (1, 1));
     s.confirmed(&Verdict::Confirmed { by: other() }, &w.ctx());
     assert_eq!(counts(&mut w, &mut s), (1, 4));
     // Ended by a success before the threshold: nobody was asked, neither side.
     let mut w = world(3, true);
     let mut s = CheckerStatus::from_existing(None);
-    w.run(&mut s, &[ok(), fail(Reason::Timeout), fail(Reason::Timeout), ok()]);
+    w.run(
+        &mut s,
+        &[ok(), fail(Reason::Timeout), fail(Reason::Timeout), ok()],
+    );
     assert_eq!(counts(&mut w, &mut s), (2, 2));
     // A success before the verdict makes the answer moot: neither side.
-    w.run(&mut s, &[fail(Reason::Timeout), fail(Reason::Timeout), fail(Reason::Timeout), ok()]);
+    w.run(
+        &mut s,
+        &[
+            fail(Reason::Timeout),
+            fail(Reason::Timeout),
+            fail(Reason::Timeout),
+            ok(),
+        ],
+    );
     let fx = s.confirmed(&Verdict::Confirmed { by: other() }, &w.ctx());
     assert_eq!(fx.slo, None, "nothing held any more");
     assert_eq!(counts(&mut w, &mut s), (3, 3));
@@ -176,7 +216,15 @@ fn a_streak_below_the_threshold_takes_its_verdict() {
 fn the_operators_own_refusals_count_for_neither_side() {
     let mut w = world(1, false);
     let mut s = CheckerStatus::from_existing(None);
-    w.run(&mut s, &[ok(), fail(Reason::Forbidden), fail(Reason::InvalidSpec), ok()]);
+    w.run(
+        &mut s,
+        &[
+            ok(),
+            fail(Reason::Forbidden),
+            fail(Reason::InvalidSpec),
+            ok(),
+        ],
+    );
     assert_eq!(counts(&mut w, &mut s), (2, 2));
 }
 
@@ -209,7 +257,11 @@ fn a_new_owner_goes_on_from_the_written_ledger() {
     // The owner counted 150; what it last wrote is what a new owner finds.
     assert_eq!(counts(&mut w, &mut a), (149, 150));
     let (good, total) = (at_write.good_probes, at_write.total_probes);
-    assert!(150 - total < i64::from(SLO_WRITE_EVERY), "lost {}", 150 - total);
+    assert!(
+        150 - total < i64::from(SLO_WRITE_EVERY),
+        "lost {}",
+        150 - total
+    );
     let mut b = CheckerStatus::from_existing(Some(&written));
     w.run(&mut b, &[ok(), fail(Reason::Timeout)]);
     assert_eq!(counts(&mut w, &mut b), (good + 1, total + 2));
@@ -230,7 +282,9 @@ fn spec_changes_keep_or_drop_the_counts() {
         milli_percent: 95_000,
         window: SloWindow::Month,
     });
-    let st = w.run(&mut s, &[ok()]).expect("a new objective is written at once");
+    let st = w
+        .run(&mut s, &[ok()])
+        .expect("a new objective is written at once");
     let slo = st.slo.unwrap();
     assert_eq!((slo.objective.as_str(), slo.total_probes), ("95%", 4));
     // Another window: counts of one window mean nothing in another.

@@ -288,7 +288,10 @@ fn a_checker_recreated_under_its_name_starts_afresh() {
 #[test]
 fn an_objective_counts_each_probe_and_its_series_go_with_it() {
     let mut sim = Sim::warm();
-    sim.upsert(checker("a", spec("/", 10, ", slo: {objective: '99.9'}")), false);
+    sim.upsert(
+        checker("a", spec("/", 10, ", slo: {objective: '99.9'}")),
+        false,
+    );
     sim.advance(Duration::from_millis(50));
     sim.due("ns/a");
     let (_, seq, _) = sim.dispatch().expect("a probe starts");
@@ -311,5 +314,8 @@ fn an_objective_counts_each_probe_and_its_series_go_with_it() {
     changed.generation = Some(2);
     changed.resource_version = "2".into();
     let lines = sim.upsert(changed, false);
-    assert!(lines.contains(&"metric slo gone ns/a".to_string()), "{lines:?}");
+    assert!(
+        lines.contains(&"metric slo gone ns/a".to_string()),
+        "{lines:?}"
+    );
 }
