@@ -471,6 +471,76 @@ async fn transition_events(client: &Client, ns: &str, name: &str) {
 
 // ---------------------------------------------------------------- 4
 
+/// Manifests the API server refuses: (name, spec lines, what its message says).
+const INVALID: &[(&str, &str, &str)] = &[
+    ("no-host", "  path: /\n", "spec.host: Required value"),
+    (
+        "no-scheme",
+        "  host: example.com\n",
+        "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
+    ),
+    (
+        "ftp",
+        "  host: ftp://example.com\n",
+        "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
+    ),
+    (
+        "bad-path",
+        "  host: http://example.com\n  path: healthz\n",
+        "spec.path must start with '/'",
+    ),
+    (
+        "timeout-eq-interval",
+        "  host: http://example.com\n  intervalSeconds: 2\n  timeoutSeconds: 2\n",
+        "spec.timeoutSeconds must be below spec.intervalSeconds",
+    ),
+    (
+        "interval-zero",
+        "  host: http://example.com\n  intervalSeconds: 0\n",
+        "should be greater than or equal to 1",
+    ),
+    (
+        "host-with-path",
+        "  host: http://x/y\n",
+        "spec.host must not contain a path; put it in spec.path",
+    ),
+    (
+        "reversed-range",
+        "  host: http://example.com\n  expectedStatusCodes: [\"300-200\"]\n",
+        "a range must be written low-high",
+    ),
+    (
+        "http3",
+        "  host: http://example.com\n  httpVersions: [HTTP/3]\n",
+        "Unsupported value: \"HTTP/3\"",
+    ),
+    (
+        "lz4",
+        "  host: http://example.com\n  compression: lz4\n",
+        "Unsupported value: \"lz4\"",
+    ),
+    (
+        "slo-100",
+        "  host: http://example.com\n  slo: {objective: \"100\"}\n",
+        "spec.slo.objective must be a percentage below 100 with at most three decimals",
+    ),
+    (
+        "slo-ratio",
+        "  host: http://example.com\n  slo: {objective: \"0.999\"}\n",
+        "spec.slo.objective is a percentage: write \"99.9\" for 99.9%, not a ratio",
+    ),
+    (
+        "slo-number",
+        "  host: http://example.com\n  slo: {objective: 99.9}\n",
+        "spec.slo.objective: Invalid value: \"number\"",
+    ),
+    (
+        "slo-5d",
+        "  host: http://example.com\n  slo: {objective: \"99\", window: 5d}\n",
+        "Unsupported value: \"5d\"",
+    ),
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_manifests_are_rejected() {
     let (c, ns, _) = world("invalid");
@@ -479,74 +549,7 @@ async fn invalid_manifests_are_rejected() {
             "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n"
         )
     };
-    let cases: &[(&str, &str, &str)] = &[
-        ("no-host", "  path: /\n", "spec.host: Required value"),
-        (
-            "no-scheme",
-            "  host: example.com\n",
-            "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
-        ),
-        (
-            "ftp",
-            "  host: ftp://example.com\n",
-            "spec.host must be an http://, https://, grpc://, grpcs://, tcp:// or tls:// URL",
-        ),
-        (
-            "bad-path",
-            "  host: http://example.com\n  path: healthz\n",
-            "spec.path must start with '/'",
-        ),
-        (
-            "timeout-eq-interval",
-            "  host: http://example.com\n  intervalSeconds: 2\n  timeoutSeconds: 2\n",
-            "spec.timeoutSeconds must be below spec.intervalSeconds",
-        ),
-        (
-            "interval-zero",
-            "  host: http://example.com\n  intervalSeconds: 0\n",
-            "should be greater than or equal to 1",
-        ),
-        (
-            "host-with-path",
-            "  host: http://x/y\n",
-            "spec.host must not contain a path; put it in spec.path",
-        ),
-        (
-            "reversed-range",
-            "  host: http://example.com\n  expectedStatusCodes: [\"300-200\"]\n",
-            "a range must be written low-high",
-        ),
-        (
-            "http3",
-            "  host: http://example.com\n  httpVersions: [HTTP/3]\n",
-            "Unsupported value: \"HTTP/3\"",
-        ),
-        (
-            "lz4",
-            "  host: http://example.com\n  compression: lz4\n",
-            "Unsupported value: \"lz4\"",
-        ),
-        (
-            "slo-100",
-            "  host: http://example.com\n  slo: {objective: \"100\"}\n",
-            "spec.slo.objective must be a percentage below 100 with at most three decimals",
-        ),
-        (
-            "slo-ratio",
-            "  host: http://example.com\n  slo: {objective: \"0.999\"}\n",
-            "spec.slo.objective is a percentage: write \"99.9\" for 99.9%, not a ratio",
-        ),
-        (
-            "slo-number",
-            "  host: http://example.com\n  slo: {objective: 99.9}\n",
-            "spec.slo.objective: Invalid value: \"number\"",
-        ),
-        (
-            "slo-5d",
-            "  host: http://example.com\n  slo: {objective: \"99\", window: 5d}\n",
-            "Unsupported value: \"5d\"",
-        ),
-    ];
+    let cases = INVALID;
     for (name, spec, want) in cases {
         let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
         let err = assert_refused(&out, name, want);

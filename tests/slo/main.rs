@@ -51,6 +51,23 @@ async fn answered_at_least(w: &Witness, n: i64, within: Duration) {
     .await;
 }
 
+/// The whole budget of write-worth probes, and a bound for `k` probes.
+const N: i64 = SLO_WRITE_EVERY as i64;
+
+fn probes(k: i64) -> Duration {
+    Duration::from_secs(EVERY * 3 * (k as u64 + 10))
+}
+
+fn failover() -> Duration {
+    Duration::from_secs(EVERY) + LEASE * 3
+}
+
+struct World {
+    cluster: &'static Cluster,
+    fleet: Fleet,
+    api: Api<WebChecker>,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
     let cluster = Cluster::shared("slo");
@@ -59,31 +76,44 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
         .map(|i| Operator::spawn(cluster, &format!("slo-r{i}"), &ns, FAST_LEASES))
         .collect();
     let witness = Witness::start().await;
-    let mut fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, 1).await;
+    let fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, 1).await;
     // Every failure counts: nobody is asked to confirm it.
     let spec = json!({"confirmFailures": false, "slo": {"objective": "99", "window": "7d"}});
     let obj = checker_object(NAME, &fleet.witness.url(), EVERY, spec);
     create_all(&fleet.client, &ns, vec![obj], 1).await;
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
-    let n = i64::from(SLO_WRITE_EVERY);
-    let probes = |k: i64| Duration::from_secs(EVERY * 3 * (k as u64 + 10));
+    let mut w = World {
+        cluster,
+        fleet,
+        api,
+    };
+    let failed = fail_a_known_share(&w).await;
+    let (written, owner) = written_past_the_bound(&w, failed).await;
+    let (taken, second) = kill_the_owner(&mut w, &written, &owner).await;
+    replace_every_replica(&mut w, &written, &taken, [&owner, &second]).await;
+}
 
-    // A known share fails: FAILING probes answered 503 (give or take the
-    // one in flight at each switch).
-    answered_at_least(&fleet.witness, 10, probes(10)).await;
-    fleet.witness.set_mode(NAME, Mode::Status(503));
-    let failing_from = answered(&fleet.witness);
-    answered_at_least(&fleet.witness, failing_from + FAILING, probes(FAILING)).await;
-    fleet.witness.set_mode(NAME, Mode::Ok);
-    let failed = answered(&fleet.witness) - failing_from;
+/// FAILING probes answered 503 (give or take the one in flight at each
+/// switch): how many.
+async fn fail_a_known_share(w: &World) -> i64 {
+    let witness = &w.fleet.witness;
+    answered_at_least(witness, 10, probes(10)).await;
+    witness.set_mode(NAME, Mode::Status(503));
+    let failing_from = answered(witness);
+    answered_at_least(witness, failing_from + FAILING, probes(FAILING)).await;
+    witness.set_mode(NAME, Mode::Ok);
+    answered(witness) - failing_from
+}
 
-    // Written at each Ready transition, then once SLO_WRITE_EVERY more were
-    // counted: long before the 20 min heartbeat.
+/// Written at each Ready transition, then once SLO_WRITE_EVERY more were
+/// counted (long before the 20 min heartbeat): the failures counted bad,
+/// the budget in `kubectl get wc`.
+async fn written_past_the_bound(w: &World, failed: i64) -> (SloStatus, String) {
     let (written, owner) = slo_when(
-        &api,
+        &w.api,
         "the count written past SLO_WRITE_EVERY",
-        probes(2 * n),
-        |s, _| s.total_probes > n,
+        probes(2 * N),
+        |s, _| s.total_probes > N,
     )
     .await;
     let bad = written.total_probes - written.good_probes;
@@ -92,54 +122,54 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
         (bad - failed).abs() <= 1,
         "{bad} counted bad, {failed} answered 503"
     );
-    let table = text(
-        &cluster
-            .kubectl_async(&["get", "wc", "-n", &ns, "-o", "wide"])
-            .await
-            .stdout,
-    );
+    let ns = &w.fleet.ns;
+    let get = ["get", "wc", "-n", ns.as_str(), "-o", "wide"];
+    let table = text(&w.cluster.kubectl_async(&get).await.stdout);
     println!("{table}");
     for column in ["BUDGET", "AVAILABILITY"] {
         assert!(table.contains(column), "no {column} in\n{table}");
     }
-    assert!(
-        table.contains(written.budget.as_deref().unwrap()),
-        "{table}"
-    );
+    let budget = written.budget.clone().expect("a budget");
+    assert!(table.contains(&budget), "{table}");
+    (written, owner)
+}
 
-    // Half a write's worth of probes more, then the owner dies at once.
+/// Half a write's worth of probes after `written`, its owner dies at once;
+/// the next owner writes at its first probe, from the killed one's ledger.
+async fn kill_the_owner(w: &mut World, written: &SloStatus, owner: &str) -> (SloStatus, String) {
     let base = written.total_probes;
-    answered_at_least(
-        &fleet.witness,
-        answered(&fleet.witness) + n / 2,
-        probes(n / 2),
-    )
-    .await;
-    let index = fleet.ops.iter().position(|o| o.identity == owner).unwrap();
-    fleet.ops[index].kill();
+    let witness = &w.fleet.witness;
+    answered_at_least(witness, answered(witness) + N / 2, probes(N / 2)).await;
+    let index = w
+        .fleet
+        .ops
+        .iter()
+        .position(|o| o.identity == owner)
+        .unwrap();
+    w.fleet.ops[index].kill();
     let killed = Instant::now();
     // One owner counted every probe so far (the one in flight aside).
-    let counted_before_kill = answered(&fleet.witness);
-    let last = api.get(NAME).await.unwrap().status.unwrap().slo.unwrap();
+    let counted_before_kill = answered(&w.fleet.witness);
+    let last = w.api.get(NAME).await.unwrap().status.unwrap().slo.unwrap();
     assert_eq!(last.total_probes, base, "no write between the two reads");
-
-    // The new owner writes at its first probe, from the killed one's ledger.
-    let failover = Duration::from_secs(EVERY) + LEASE * 3;
-    let before = answered(&fleet.witness);
-    let (taken, new_owner) = slo_when(&api, "the new owner's first write", failover * 2, |_, o| {
-        o != owner
-    })
+    let before = answered(&w.fleet.witness);
+    let (taken, new_owner) = slo_when(
+        &w.api,
+        "the new owner's first write",
+        failover() * 2,
+        |_, o| o != owner,
+    )
     .await;
-    let since_kill = answered(&fleet.witness) - before;
+    let since_kill = answered(&w.fleet.witness) - before;
     let lost = counted_before_kill - base;
     println!(
         "{owner} killed after its write of {base} probes, about {counted_before_kill} counted by then; \
-         {new_owner} wrote {} {:?} later (lost about {lost}, bound {n})",
+         {new_owner} wrote {} {:?} later (lost about {lost}, bound {N})",
         taken.total_probes,
         killed.elapsed()
     );
     assert!(
-        lost <= n,
+        lost <= N,
         "about {lost} probes lost, more than SLO_WRITE_EVERY"
     );
     assert!(
@@ -148,23 +178,34 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
         taken.total_probes
     );
     assert_eq!(taken.counting_since, written.counting_since);
+    (taken, new_owner)
+}
 
-    // Every replica replaced: a third takes over from the second's write.
-    fleet
+/// Both first replicas gone: a third takes over from the second's write,
+/// and goes on counting.
+async fn replace_every_replica(
+    w: &mut World,
+    written: &SloStatus,
+    taken: &SloStatus,
+    gone: [&str; 2],
+) {
+    let ns = w.fleet.ns.clone();
+    w.fleet
         .ops
-        .push(Operator::spawn(cluster, "slo-r2", &ns, FAST_LEASES));
-    fleet.ops[2].wait_ready(Duration::from_secs(60)).await;
-    let second = fleet
+        .push(Operator::spawn(w.cluster, "slo-r2", &ns, FAST_LEASES));
+    w.fleet.ops[2].wait_ready(Duration::from_secs(60)).await;
+    let second = w
+        .fleet
         .ops
         .iter()
-        .position(|o| o.identity == new_owner)
+        .position(|o| o.identity == gone[1])
         .unwrap();
-    fleet.ops[second].kill();
+    w.fleet.ops[second].kill();
     let (third, last_owner) = slo_when(
-        &api,
+        &w.api,
         "the third owner's first write",
-        failover * 2,
-        |_, o| o != owner && o != new_owner,
+        failover() * 2,
+        |_, o| !gone.contains(&o),
     )
     .await;
     assert_eq!(last_owner, "slo-r2");
@@ -175,12 +216,10 @@ async fn counts_match_the_target_and_survive_killed_owners_within_the_bound() {
         third.total_probes
     );
     assert_eq!(third.counting_since, written.counting_since);
-    assert_eq!(exclusivity_violation(&fleet.witness.hits()), None);
-
-    // And goes on counting: its own counters grow.
+    assert_eq!(exclusivity_violation(&w.fleet.witness.hits()), None);
     let labels = [("namespace", ns.as_str()), ("name", NAME)];
-    eventually(failover * 2, "the third owner counts", || async {
-        let m = fleet.ops[2].metrics().await?;
+    eventually(failover() * 2, "the third owner counts", || async {
+        let m = w.fleet.ops[2].metrics().await?;
         let v = metric(&m, "webchecker_slo_probes_total", &labels)?;
         (v >= 3.0).then_some(v)
     })
