@@ -93,9 +93,10 @@ fn rules(text: &str) -> BTreeMap<String, serde_yaml::Mapping> {
         .expect("groups")
         .iter()
         .flat_map(|g| g["rules"].as_sequence().expect("rules").iter())
-        .map(|r| {
-            let name = r["alert"].as_str().expect("an alerting rule").to_string();
-            (name, r.as_mapping().unwrap().clone())
+        // The recording rules have no `for:` to shorten.
+        .filter_map(|r| {
+            let name = r["alert"].as_str()?.to_string();
+            Some((name, r.as_mapping().unwrap().clone()))
         })
         .collect()
 }

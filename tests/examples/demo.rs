@@ -76,7 +76,7 @@ async fn the_demo_and_the_seed_manifests() {
     }
     show(&ns).await;
     // The README's table: the healthy checker's objective, its budget whole.
-    let table = kubectl(&["get", "wc", "-n", &ns]).await;
+    let table = kubectl(&["get", "wc", "-n", &ns, "-o", "wide"]).await;
     let row = table.lines().find(|l| l.starts_with("healthy "));
     assert!(
         row.is_some_and(|r| r.contains("100% (43m of 43m)")),

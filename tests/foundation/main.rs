@@ -422,8 +422,21 @@ async fn kubectl_wide_columns(c: &Cluster, ns: &str, id: &str) {
     assert_eq!(
         header,
         [
-            "NAME", "READY", "REASON", "DEGRADED", "SINCE", "HOST", "SOURCE", "PATH", "CODE",
-            "LATENCY", "MS", "OWNER", "AGE"
+            "NAME",
+            "READY",
+            "REASON",
+            "DEGRADED",
+            "SINCE",
+            "HOST",
+            "SOURCE",
+            "PATH",
+            "CODE",
+            "LATENCY",
+            "MS",
+            "BUDGET",
+            "AVAILABILITY",
+            "OWNER",
+            "AGE"
         ]
     );
     let line = lines.next().unwrap();

@@ -93,12 +93,6 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         description = "What route discovery generated this checker from (ingress, httproute, grpcroute, service); empty for a checker made by hand"
     ),
     printcolumn(
-        name = "Budget",
-        type_ = "string",
-        json_path = ".status.slo.budget",
-        description = "With spec.slo: the error budget left over its window, as a share and as time"
-    ),
-    printcolumn(
         name = "Path",
         type_ = "string",
         json_path = ".spec.path",
@@ -120,11 +114,18 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         description = "Latency at the last status write (metrics carry every probe)"
     ),
     printcolumn(
+        name = "Budget",
+        type_ = "string",
+        json_path = ".status.slo.budget",
+        priority = 1,
+        description = "With spec.slo: the error budget left over its window, as a share and as time, at the last status write"
+    ),
+    printcolumn(
         name = "Availability",
         type_ = "string",
         json_path = ".status.slo.availability",
         priority = 1,
-        description = "With spec.slo: good probes over counted ones within its window"
+        description = "With spec.slo: good probes over counted ones within its window, at the last status write"
     ),
     printcolumn(
         name = "Owner",
