@@ -28,6 +28,7 @@ pub mod checker;
 pub mod election;
 pub mod fairness;
 pub mod gate;
+pub mod maintenance;
 pub mod generated_cap;
 pub mod members;
 pub mod namespace_budget;
