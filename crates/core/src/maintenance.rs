@@ -73,7 +73,10 @@ impl When {
                 duration,
                 zone,
             } => {
-                let today = Timestamp::from_second(now).ok()?.to_zoned(zone.clone()).date();
+                let today = Timestamp::from_second(now)
+                    .ok()?
+                    .to_zoned(zone.clone())
+                    .date();
                 // An opening up to MAX_DURATION ago may still be open.
                 (0..=7i64).find_map(|back| {
                     let day = today.checked_sub(back.days()).ok()?;
@@ -96,7 +99,11 @@ fn opening(day: Date, at: Time, zone: &TimeZone, days: &[bool; 7]) -> Option<i64
 }
 
 fn parse_at(text: &str) -> Result<Time, Invalid> {
-    let bad = || Invalid(format!("{text:?} is not a time of day written HH:MM, for example 02:30"));
+    let bad = || {
+        Invalid(format!(
+            "{text:?} is not a time of day written HH:MM, for example 02:30"
+        ))
+    };
     let (h, m) = text.split_once(':').ok_or_else(bad)?;
     if h.len() != 2 || m.len() != 2 {
         return Err(bad());

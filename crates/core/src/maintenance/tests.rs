@@ -47,7 +47,10 @@ fn a_weekly_window_opens_on_its_days_and_may_reach_into_the_next() {
     assert_eq!(w.open_until(SAT + 2 * H), Some(SAT + 4 * H));
     assert_eq!(w.open_until(SAT + 4 * H), None);
     // A week later, and not on the Friday or Sunday between.
-    assert_eq!(w.open_until(SAT + 7 * 24 * H + 3 * H), Some(SAT + 7 * 24 * H + 4 * H));
+    assert_eq!(
+        w.open_until(SAT + 7 * 24 * H + 3 * H),
+        Some(SAT + 7 * 24 * H + 4 * H)
+    );
     assert_eq!(w.open_until(SAT - 24 * H + 3 * H), None);
     assert_eq!(w.open_until(SAT + 24 * H + 3 * H), None);
     // Sunday 23:00 for 3 h: still open on Monday at 01:00.
@@ -83,7 +86,10 @@ fn a_weekly_window_follows_its_zones_clock_across_daylight_saving() {
 #[test]
 fn bad_schedules_say_what_to_write() {
     let e = When::weekly(days(&[SUNDAY]), "02:30", "1h", "Europe/Berln").unwrap_err();
-    assert!(e.0.contains("\"Europe/Berln\"") && e.0.contains("Europe/Berlin"), "{e:?}");
+    assert!(
+        e.0.contains("\"Europe/Berln\"") && e.0.contains("Europe/Berlin"),
+        "{e:?}"
+    );
     for at in ["2:30", "24:00", "02:60", "0230", "ab:cd"] {
         let e = When::weekly(days(&[SUNDAY]), at, "1h", "UTC").unwrap_err();
         assert!(e.0.contains("HH:MM"), "{at}: {e:?}");
@@ -93,10 +99,18 @@ fn bad_schedules_say_what_to_write() {
 
 #[test]
 fn durations_are_whole_hours_and_minutes_up_to_a_week() {
-    for (text, secs) in [("2h", 7200), ("90m", 5400), ("1h30m", 5400), ("1m", 60), ("168h", 604_800)] {
+    for (text, secs) in [
+        ("2h", 7200),
+        ("90m", 5400),
+        ("1h30m", 5400),
+        ("1m", 60),
+        ("168h", 604_800),
+    ] {
         assert_eq!(parse_duration(text), Ok(secs), "{text}");
     }
-    for text in ["", "0m", "169h", "2", "h", "m", "-1h", "1h-30m", "1.5h", "30s", "1h30"] {
+    for text in [
+        "", "0m", "169h", "2", "h", "m", "-1h", "1h-30m", "1.5h", "30s", "1h30",
+    ] {
         let e = parse_duration(text).unwrap_err();
         assert!(e.0.contains("for example 2h"), "{text}: {e:?}");
     }
@@ -113,10 +127,22 @@ fn selectors_read_as_kubernetes_reads_them() {
         ],
     };
     assert!(s.matches(&labels(&[("team", "shop"), ("tier", "web")])));
-    assert!(s.matches(&labels(&[("team", "shop"), ("tier", "api"), ("stage", "dev")])));
+    assert!(s.matches(&labels(&[
+        ("team", "shop"),
+        ("tier", "api"),
+        ("stage", "dev")
+    ])));
     assert!(!s.matches(&labels(&[("team", "shop"), ("tier", "db")])));
-    assert!(!s.matches(&labels(&[("team", "shop"), ("tier", "web"), ("stage", "prod")])));
-    assert!(!s.matches(&labels(&[("team", "shop"), ("tier", "web"), ("pinned", "")])));
+    assert!(!s.matches(&labels(&[
+        ("team", "shop"),
+        ("tier", "web"),
+        ("stage", "prod")
+    ])));
+    assert!(!s.matches(&labels(&[
+        ("team", "shop"),
+        ("tier", "web"),
+        ("pinned", "")
+    ])));
     assert!(!s.matches(&labels(&[("tier", "web")])));
     let exists = Selector {
         expressions: vec![Requirement::Exists("team".into())],
@@ -124,7 +150,10 @@ fn selectors_read_as_kubernetes_reads_them() {
     };
     assert!(exists.matches(&labels(&[("team", "")])));
     assert!(!exists.matches(&labels(&[])));
-    assert!(Selector::default().matches(&labels(&[])), "none selects all");
+    assert!(
+        Selector::default().matches(&labels(&[])),
+        "none selects all"
+    );
 }
 
 #[test]
@@ -142,9 +171,16 @@ fn a_window_covers_its_own_namespace_only() {
     c.set("shop", window("a-now", SAT));
     let any = labels(&[]);
     assert_eq!(c.covering("shop", &any, SAT), Some(("a-now", SAT + H)));
-    assert_eq!(c.covering("other", &any, SAT), None, "another namespace's window");
+    assert_eq!(
+        c.covering("other", &any, SAT),
+        None,
+        "another namespace's window"
+    );
     // Both open: the first by name; one removed, the other.
-    assert_eq!(c.covering("shop", &any, SAT + H / 2).map(|w| w.0), Some("a-now"));
+    assert_eq!(
+        c.covering("shop", &any, SAT + H / 2).map(|w| w.0),
+        Some("a-now")
+    );
     c.remove("shop", "a-now");
     assert_eq!(
         c.covering("shop", &any, SAT + H / 2),
