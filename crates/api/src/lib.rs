@@ -14,7 +14,11 @@ use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod maintenance;
 mod slo;
+pub use maintenance::{
+    MaintenanceSpec, MaintenanceStatus, WebCheckerMaintenance, Weekday, WeeklySchedule,
+};
 pub use slo::{SloSpec, SloStatus, SloWindow};
 
 pub const GROUP: &str = "test.network.io";

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, HashMap};
 use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
 use jiff::{Timestamp, ToSpan};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use webchecker_api::MaintenanceSpec;
 
 /// The longest a window may stay open: a weekly window may then reach into
 /// the next week's, never further.
@@ -169,12 +171,86 @@ impl Selector {
     }
 }
 
+impl Selector {
+    /// A LabelSelector as the API holds it; an operator it does not know
+    /// (the API server refuses them) is an error.
+    pub fn from_api(s: &LabelSelector) -> Result<Selector, Invalid> {
+        let mut expressions = Vec::new();
+        for e in s.match_expressions.iter().flatten() {
+            let values = e.values.clone().unwrap_or_default();
+            let key = e.key.clone();
+            expressions.push(match e.operator.as_str() {
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                other => {
+                    return Err(Invalid(format!(
+                        "spec.selector: operator {other:?} is not one of In, NotIn, Exists, DoesNotExist"
+                    )));
+                }
+            });
+        }
+        Ok(Selector {
+            labels: s.match_labels.clone().unwrap_or_default(),
+            expressions,
+        })
+    }
+}
+
 /// One WebCheckerMaintenance.
 #[derive(Clone, Debug)]
 pub struct Window {
     pub name: String,
     pub selector: Selector,
     pub when: When,
+}
+
+impl Window {
+    /// A WebCheckerMaintenance's spec, checked: what its status says when
+    /// it cannot be used (an unknown time zone, an object stored before the
+    /// schema's rules).
+    pub fn from_spec(name: &str, spec: &MaintenanceSpec) -> Result<Window, Invalid> {
+        let selector = Selector::from_api(&spec.selector)?;
+        let when = match (&spec.start, &spec.end, &spec.schedule) {
+            (Some(start), Some(end), None) => {
+                let at = |field: &str, text: &str| {
+                    text.parse::<Timestamp>()
+                        .map(|t| t.as_second())
+                        .map_err(|_| {
+                            Invalid(format!("spec.{field} {text:?} is not an RFC 3339 time"))
+                        })
+                };
+                let (start, end) = (at("start", start)?, at("end", end)?);
+                if end <= start {
+                    return Err(Invalid("spec.end must be after spec.start".into()));
+                }
+                When::Once { start, end }
+            }
+            (None, None, Some(s)) => {
+                let mut days = [false; 7];
+                for d in &s.days {
+                    days[d.index()] = true;
+                }
+                When::weekly(
+                    days,
+                    &s.at,
+                    &s.duration,
+                    s.time_zone.as_deref().unwrap_or(""),
+                )?
+            }
+            _ => {
+                return Err(Invalid(
+                    "a WebCheckerMaintenance needs either start and end or schedule".into(),
+                ));
+            }
+        };
+        Ok(Window {
+            name: name.to_string(),
+            selector,
+            when,
+        })
+    }
 }
 
 /// The windows of every namespace.

@@ -190,3 +190,40 @@ fn a_window_covers_its_own_namespace_only() {
     c.set("shop", window("b-later", SAT + 5 * H));
     assert_eq!(c.covering("shop", &any, SAT + H / 2), None);
 }
+
+#[test]
+fn a_spec_becomes_a_window_or_says_why_not() {
+    let spec =
+        |yaml: &str| -> webchecker_api::MaintenanceSpec { serde_yaml::from_str(yaml).unwrap() };
+    let w = Window::from_spec(
+        "db-upgrade",
+        &spec("selector: {matchLabels: {team: shop}, matchExpressions: [{key: tier, operator: In, values: [db]}]}\nstart: '2026-12-05T02:00:00Z'\nend: '2026-12-05T03:00:00Z'"),
+    )
+    .unwrap();
+    assert_eq!(w.when.open_until(SAT + 2 * H), Some(SAT + 3 * H));
+    assert!(
+        w.selector
+            .matches(&labels(&[("team", "shop"), ("tier", "db")]))
+    );
+    assert!(!w.selector.matches(&labels(&[("team", "shop")])));
+    let weekly = Window::from_spec(
+        "nightly",
+        &spec(
+            "selector: {}\nschedule: {days: [Saturday], at: '02:00', duration: 2h, timeZone: UTC}",
+        ),
+    )
+    .unwrap();
+    assert_eq!(weekly.when.open_until(SAT + 3 * H), Some(SAT + 4 * H));
+    let bad_zone = spec(
+        "selector: {}\nschedule: {days: [Saturday], at: '02:00', duration: 2h, timeZone: Mars/Olympus}",
+    );
+    let e = Window::from_spec("x", &bad_zone).unwrap_err();
+    assert!(e.0.contains("Mars/Olympus"), "{e:?}");
+    let both = spec(
+        "selector: {}\nstart: '2026-12-05T02:00:00Z'\nend: '2026-12-05T03:00:00Z'\nschedule: {days: [Saturday], at: '02:00', duration: 2h}",
+    );
+    assert!(Window::from_spec("x", &both).is_err());
+    let backwards =
+        spec("selector: {}\nstart: '2026-12-05T03:00:00Z'\nend: '2026-12-05T02:00:00Z'");
+    assert!(Window::from_spec("x", &backwards).is_err());
+}
