@@ -721,5 +721,6 @@ fn step_context<'a>(
         place,
         now_unix: 1_767_225_600 + i as u64,
         slo: None,
+        maintenance: None,
     }
 }

@@ -27,6 +27,9 @@ pub const CERTIFICATE_EXPIRING: &str = "CertificateExpiring";
 /// another replica's succeed (its network is suspect, not the target), or
 /// while no other replica could probe to confirm them.
 pub const DEGRADED: &str = "Degraded";
+/// Fourth condition, present once a maintenance window covered the checker
+/// (crate::maintenance): True while one does, naming it.
+pub const MAINTENANCE: &str = "Maintenance";
 /// Ready before the first probe's verdict.
 pub const PENDING: &str = "Pending";
 /// Ready of a new checker with spec.locations before a quorum of zones spoke.
@@ -215,6 +218,7 @@ struct Summary {
     zones: Vec<(String, String)>,
     /// spec.slo's objective and window.
     slo: Option<(String, String)>,
+    maintenance: Option<Truth>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -237,6 +241,7 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
             .map(|z| (z.zone.clone(), z.result.clone()))
             .collect(),
         slo: slo::summary(s),
+        maintenance: s.condition(MAINTENANCE).map(|c| Truth::parse(&c.status)),
     }
 }
 
@@ -315,6 +320,8 @@ pub struct CheckerStatus {
     pub certificate: Option<SideCondition>,
     /// Degraded; None until a failure first went unconfirmed.
     pub degraded: Option<SideCondition>,
+    /// Maintenance; None until a window first covered the checker.
+    pub maintenance: Option<SideCondition>,
     /// A failure that would turn Ready False, held while another replica is
     /// asked to confirm it (crate::confirm); with spec.locations, the
     /// owner's probe held while the other zones probe.
@@ -348,6 +355,8 @@ pub struct Effects {
     pub degraded: Option<String>,
     /// With spec.slo: what this step counted.
     pub slo: Option<Counted>,
+    /// A maintenance window covers the checker: its Events are Normal.
+    pub quiet: bool,
 }
 
 /// Inputs that describe the checker at the time of a step.
@@ -369,6 +378,8 @@ pub struct Context<'a> {
     pub now_unix: u64,
     /// spec.slo.
     pub slo: Option<webchecker_plan::SloTarget>,
+    /// The maintenance window that covers the checker now, if any.
+    pub maintenance: Option<&'a str>,
 }
 
 impl CheckerStatus {
@@ -385,6 +396,7 @@ impl CheckerStatus {
             consecutive_failures: 0,
             certificate: SideCondition::found(status, CERTIFICATE_EXPIRING),
             degraded: SideCondition::found(status, DEGRADED),
+            maintenance: SideCondition::found(status, MAINTENANCE),
             confirming: None,
             zones: ZoneBook::default(),
             written: status.filter(|s| !s.conditions.is_empty()).map(summarize),
@@ -412,6 +424,27 @@ impl CheckerStatus {
         ));
     }
 
+    /// Maintenance follows the window that covers the checker now
+    /// (created only when one first does).
+    fn sync_maintenance(&mut self, ctx: &Context<'_>) {
+        let (status, reason, message) = match ctx.maintenance {
+            Some(w) => (
+                Truth::True,
+                "InWindow",
+                format!(
+                    "maintenance window {w} is open: probes go on, their failures count for no objective and page nobody"
+                ),
+            ),
+            None if self.maintenance.is_some() => (
+                Truth::False,
+                "NoWindow",
+                "no maintenance window covers it".to_string(),
+            ),
+            None => return,
+        };
+        SideCondition::set(&mut self.maintenance, status, reason, message, ctx);
+    }
+
     /// The held failures' fate, counted.
     fn judge_slo(&mut self, how: Judged, ctx: &Context<'_>, fx: &mut Effects) {
         if let Some(b) = self.slo.as_mut() {
@@ -437,10 +470,16 @@ impl CheckerStatus {
         // verdict to confirm, and nothing said of the target.
         let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
         let was_false = self.ready == Truth::False;
-        let counted = self
-            .slo
-            .as_mut()
-            .map(|b| b.probe(o.success(), !network, was_false, ctx.now_unix));
+        self.sync_maintenance(ctx);
+        let planned = ctx.maintenance.is_some();
+        let counted = self.slo.as_mut().map(|b| {
+            let mut c = b.probe(o.success(), !network || planned, was_false, ctx.now_unix);
+            if planned {
+                // Failures held from before the window count for neither side.
+                b.judge(Judged::Unknown, ctx.now_unix, &mut c);
+            }
+            c
+        });
         let (target, reason) = if o.success() {
             self.consecutive_successes += 1;
             self.consecutive_failures = 0;
@@ -462,6 +501,7 @@ impl CheckerStatus {
         };
         let mut fx = Effects {
             slo: counted,
+            quiet: planned,
             ..Default::default()
         };
         if o.success() {
@@ -525,9 +565,14 @@ impl CheckerStatus {
             return Effects::default();
         };
         self.sync_slo(ctx);
+        self.sync_maintenance(ctx);
         let (reason, message) = (o.reason.as_str(), o.message.as_str());
-        let mut fx = Effects::default();
+        let mut fx = Effects {
+            quiet: ctx.maintenance.is_some(),
+            ..Default::default()
+        };
         let judged = match verdict {
+            _ if fx.quiet => Judged::Unknown,
             Verdict::Confirmed { .. } | Verdict::Alone => Judged::Bad,
             Verdict::Refuted { .. } => Judged::Refuted,
             Verdict::Unanswered { .. } => Judged::Unknown,
@@ -696,6 +741,7 @@ impl CheckerStatus {
         for (type_, c) in [
             (CERTIFICATE_EXPIRING, &self.certificate),
             (DEGRADED, &self.degraded),
+            (MAINTENANCE, &self.maintenance),
         ] {
             if let Some(c) = c {
                 conditions.push(c.render(type_, ctx));
@@ -817,6 +863,7 @@ mod tests {
                 place: &HERE,
                 now_unix: 1_767_225_600 + self.secs,
                 slo: None,
+                maintenance: None,
             }
         }
     }

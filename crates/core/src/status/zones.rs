@@ -257,9 +257,13 @@ impl CheckerStatus {
             .find(|e| e.zone == ctx.place.zone)
             .or(failed.first())
             .map(|e| e.reason.clone());
-        // A round counts once for spec.slo, as its quorum says.
+        // A round counts once for spec.slo, as its quorum says (for neither
+        // side in a maintenance window).
         self.sync_slo(ctx);
-        let tally = if failed_n >= quorum {
+        self.sync_maintenance(ctx);
+        let tally = if ctx.maintenance.is_some() {
+            Tally::Excluded
+        } else if failed_n >= quorum {
             Tally::Bad
         } else if succeeding > 0 {
             Tally::Good
@@ -268,6 +272,7 @@ impl CheckerStatus {
         };
         let mut fx = Effects {
             slo: self.slo.as_mut().map(|b| b.round(tally, ctx.now_unix)),
+            quiet: ctx.maintenance.is_some(),
             ..Default::default()
         };
         if failed_n >= quorum {

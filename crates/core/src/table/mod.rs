@@ -616,10 +616,15 @@ impl Table {
         if let Some(t) = &fx.transition {
             let (ready, reason) = (t.ready.as_str(), &t.reason);
             tracing::info!(checker = %key, ready, reason, "Ready changed");
-            notices.push(effect::transition_notice(&namespace, &e.object_ref, t));
+            let mut said = vec![effect::transition_notice(&namespace, &e.object_ref, t)];
             if let Some(source) = &e.source_ref {
-                notices.extend(effect::source_notice(&namespace, source, &name, t));
+                said.extend(effect::source_notice(&namespace, source, &name, t));
             }
+            // Planned work: the same news, as Normal Events.
+            for n in &mut said {
+                n.warning &= !fx.quiet;
+            }
+            notices.extend(said);
         }
         if let Some(message) = &fx.degraded {
             tracing::info!(checker = %key, "{message}");
@@ -678,6 +683,7 @@ fn context<'a>(
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         slo: plan.and_then(|p| p.slo),
+        maintenance: None,
     }
 }
 

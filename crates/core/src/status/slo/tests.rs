@@ -5,7 +5,7 @@ use webchecker_plan::{Outcome, Phases, Reason, SloTarget};
 
 use super::short_duration;
 use crate::ask::{Place, Verdict};
-use crate::status::{CheckerStatus, Context, SLO_WRITE_EVERY};
+use crate::status::{CheckerStatus, Context, MAINTENANCE, SLO_WRITE_EVERY, Truth};
 
 const DAY0: u64 = 1_767_225_600; // 2026-01-01T00:00:00Z
 
@@ -52,6 +52,8 @@ struct World {
     threshold: u32,
     confirm: bool,
     slo: Option<SloTarget>,
+    /// The maintenance window open now, if any.
+    window: Option<&'static str>,
 }
 
 fn world(threshold: u32, confirm: bool) -> World {
@@ -64,6 +66,7 @@ fn world(threshold: u32, confirm: bool) -> World {
             milli_percent: 99_900,
             window: SloWindow::Month,
         }),
+        window: None,
     }
 }
 
@@ -87,6 +90,7 @@ impl World {
             place: &HERE,
             now_unix: now,
             slo: self.slo,
+            maintenance: self.window,
         }
     }
 
@@ -359,4 +363,43 @@ fn a_checker_that_cannot_be_probed_keeps_its_counts() {
     ctx.slo = None;
     let fx = b.set_condition(crate::status::NotProbed::QuotaExceeded, "over", &ctx);
     assert_eq!(fx.write.expect("Ready changed").slo, written.slo);
+}
+
+#[test]
+fn a_maintenance_window_keeps_failures_out_of_the_budget_and_its_events_normal() {
+    let mut w = world(1, false);
+    let mut s = CheckerStatus::from_existing(None);
+    w.run(&mut s, &[ok(), ok()]);
+    w.window = Some("db-upgrade");
+    let ctx = w.ctx();
+    let fx = s.observe(&fail(Reason::ConnectError), &ctx);
+    assert!(fx.quiet, "its Events are Normal");
+    assert_eq!(
+        fx.transition.map(|t| t.ready),
+        Some(Truth::False),
+        "Ready still says what it sees"
+    );
+    let written = fx.write.expect("Ready and Maintenance changed");
+    let m = written
+        .condition(MAINTENANCE)
+        .expect("a Maintenance condition");
+    assert_eq!((m.status.as_str(), m.reason.as_str()), ("True", "InWindow"));
+    assert!(m.message.contains("db-upgrade"), "{}", m.message);
+    w.run(&mut s, &[fail(Reason::ConnectError), ok()]);
+    assert_eq!(
+        counts(&mut w, &mut s),
+        (2, 2),
+        "nothing counted in the window"
+    );
+    // The window closes: counted again, the condition says so.
+    w.window = None;
+    let written = w.run(&mut s, &[ok()]).expect("Maintenance changed");
+    let m = written.condition(MAINTENANCE).unwrap();
+    assert_eq!(
+        (m.status.as_str(), m.reason.as_str()),
+        ("False", "NoWindow")
+    );
+    assert_eq!(counts(&mut w, &mut s), (3, 3));
+    let fx = s.observe(&fail(Reason::ConnectError), &w.ctx());
+    assert!(!fx.quiet);
 }

@@ -49,6 +49,7 @@ impl Round {
             place: &HERE,
             now_unix: 1_767_225_600 + self.n,
             slo: None,
+            maintenance: None,
         }
     }
 }
