@@ -240,7 +240,7 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
             .iter()
             .map(|z| (z.zone.clone(), z.result.clone()))
             .collect(),
-        slo: slo::summary(s),
+        slo: slo::summary(s.slo.as_ref()),
         maintenance: s.condition(MAINTENANCE).map(|c| Truth::parse(&c.status)),
     }
 }
@@ -758,19 +758,29 @@ impl CheckerStatus {
                 .map(|v| version_name(v).to_string()),
             owner: Some(ctx.owner.to_string()),
             zones: Vec::new(),
-            slo: match &self.slo {
-                Some(b) => Some(b.render(ctx.now_unix)),
-                None => self.inherited_slo.clone(),
-            },
+            // Rendered when written (maybe_write), not at every probe.
+            slo: None,
+        }
+    }
+
+    /// status.slo as it is to be written.
+    fn status_slo(&self, now: u64) -> Option<webchecker_api::SloStatus> {
+        match &self.slo {
+            Some(b) => Some(b.render(now)),
+            None => self.inherited_slo.clone(),
         }
     }
 
     fn maybe_write(
         &mut self,
-        status: WebCheckerStatus,
+        mut status: WebCheckerStatus,
         ctx: &Context<'_>,
     ) -> Option<WebCheckerStatus> {
-        let summary = summarize(&status);
+        let mut summary = summarize(&status);
+        summary.slo = match &self.slo {
+            Some(b) => Some(b.summary()),
+            None => slo::summary(self.inherited_slo.as_ref()),
+        };
         let due = match self.last_write {
             Some(t) => ctx.now.duration_since(t) >= ctx.heartbeat,
             // First time this replica handles the checker: a write is due if the
@@ -795,6 +805,7 @@ impl CheckerStatus {
             if let Some(b) = self.slo.as_mut() {
                 b.saved();
             }
+            status.slo = self.status_slo(ctx.now_unix);
             Some(status)
         } else {
             None
@@ -812,7 +823,8 @@ mod tests {
     use super::*;
     use webchecker_plan::Phases;
 
-    fn ok(code: u16) -> Outcome {
+    /// Outcomes the reducer's tests fold in (also status/slo's).
+    pub(super) fn ok(code: u16) -> Outcome {
         Outcome {
             reason: Reason::ProbeSucceeded,
             message: format!("HTTP {code}"),
@@ -827,7 +839,7 @@ mod tests {
         }
     }
 
-    fn bad(reason: Reason) -> Outcome {
+    pub(super) fn bad(reason: Reason) -> Outcome {
         Outcome {
             reason,
             message: "cannot connect to x:80: connection refused".into(),

@@ -142,6 +142,11 @@ impl SloBook {
         out
     }
 
+    /// The objective and window, as status.slo writes them.
+    pub fn summary(&self) -> (String, String) {
+        (self.target.percent(), self.target.window.as_str().into())
+    }
+
     /// Whether enough was counted since the last write to write again.
     pub fn unsaved_due(&self) -> bool {
         self.unsaved >= SLO_WRITE_EVERY
@@ -223,10 +228,8 @@ pub fn inherited(slo: Option<SloStatus>) -> Option<Snapshot> {
 }
 
 /// What a summary compares: a new objective or window is written at once.
-pub fn summary(s: &webchecker_api::WebCheckerStatus) -> Option<(String, String)> {
-    s.slo
-        .as_ref()
-        .map(|s| (s.objective.clone(), s.window.clone()))
+pub fn summary(s: Option<&SloStatus>) -> Option<(String, String)> {
+    s.map(|s| (s.objective.clone(), s.window.clone()))
 }
 
 #[cfg(test)]

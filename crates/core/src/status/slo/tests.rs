@@ -1,36 +1,17 @@
 use std::time::{Duration, Instant};
 
 use webchecker_api::{SloWindow, WebCheckerStatus};
-use webchecker_plan::{Outcome, Phases, Reason, SloTarget};
+use webchecker_plan::{Outcome, Reason, SloTarget};
 
 use super::short_duration;
 use crate::ask::{Place, Verdict};
+use crate::status::tests::{bad as fail, ok as ok_with};
 use crate::status::{CheckerStatus, Context, MAINTENANCE, SLO_WRITE_EVERY, Truth};
 
 const DAY0: u64 = 1_767_225_600; // 2026-01-01T00:00:00Z
 
 fn ok() -> Outcome {
-    Outcome {
-        reason: Reason::ProbeSucceeded,
-        message: "HTTP 200".into(),
-        status_code: Some(200),
-        duration: Duration::from_millis(7),
-        phases: Phases::default(),
-        cert_not_after: None,
-        tls: None,
-        http_version: None,
-        redirects: 0,
-        grpc: None,
-    }
-}
-
-fn fail(reason: Reason) -> Outcome {
-    Outcome {
-        reason,
-        message: "cannot connect".into(),
-        status_code: None,
-        ..ok()
-    }
+    ok_with(200)
 }
 
 static HERE: Place = Place {
@@ -110,7 +91,7 @@ impl World {
 /// Good and total probes in the status `s` would write now.
 fn counts(w: &mut World, s: &mut CheckerStatus) -> (i64, i64) {
     let ctx = w.ctx();
-    let st = s.render(&ctx, None).slo.expect("status.slo");
+    let st = s.status_slo(ctx.now_unix).expect("status.slo");
     (st.good_probes, st.total_probes)
 }
 
@@ -270,7 +251,7 @@ fn a_new_owner_goes_on_from_the_written_ledger() {
     w.run(&mut b, &[ok(), fail(Reason::Timeout)]);
     assert_eq!(counts(&mut w, &mut b), (good + 1, total + 2));
     assert_eq!(
-        b.render(&w.ctx(), None).slo.unwrap().counting_since,
+        b.status_slo(w.ctx().now_unix).unwrap().counting_since,
         at_write.counting_since,
         "the window's data still starts where the first owner began"
     );
@@ -311,7 +292,7 @@ fn status_slo_reads_as_a_person_expects() {
     let mut probes = vec![ok(); 1999];
     probes.push(fail(Reason::ConnectError));
     w.run(&mut s, &probes);
-    let slo = s.render(&w.ctx(), None).slo.unwrap();
+    let slo = s.status_slo(w.ctx().now_unix).unwrap();
     assert_eq!(slo.objective, "99.9%");
     assert_eq!(slo.window, "30d");
     assert_eq!(slo.availability.as_deref(), Some("99.95%"));
@@ -328,7 +309,7 @@ fn status_slo_reads_as_a_person_expects() {
     assert!(slo.ledger.starts_with("v1 86400 "), "{}", slo.ledger);
     // Spent: negative, never 100% with a failure in it.
     w.run(&mut s, &vec![fail(Reason::ConnectError); 10]);
-    let slo = s.render(&w.ctx(), None).slo.unwrap();
+    let slo = s.status_slo(w.ctx().now_unix).unwrap();
     // 11 bad of 2010: 5.47 times the allowance.
     assert_eq!(slo.budget.as_deref(), Some("-448% (-3h13m of 43m)"));
     assert_eq!(slo.availability.as_deref(), Some("99.452%"));
