@@ -678,10 +678,7 @@ fn context<'a>(
         certificate_warning_days: plan.and_then(|p| p.tls.expiry_warning_days),
         confirm: settings.confirm && plan.is_some_and(|p| p.confirm_failures),
         place: &settings.place,
-        now_unix: clock
-            .wall
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs()),
+        now_unix: (unix_ms(clock.wall) / 1000).max(0) as u64,
         slo: plan.and_then(|p| p.slo),
         maintenance: None,
     }
