@@ -224,6 +224,7 @@ impl Engine {
         }
         let input = match c {
             Command::Change(change) => Input::Change(change),
+            Command::Calendar(calendar) => Input::Calendar(calendar),
             Command::Fence { done } => {
                 self.step(Input::Fence);
                 let _ = done.send(());
@@ -474,14 +475,14 @@ impl Engine {
                 name,
                 info,
                 outcome,
-                ready,
-            } => series.record_probe(&namespace, &name, &info, &outcome, ready),
+                standing,
+            } => series.record_probe(&namespace, &name, &info, &outcome, standing),
             Metric::Up {
                 namespace,
                 name,
                 info,
-                ready,
-            } => series.set_up(&namespace, &name, &info, ready),
+                standing,
+            } => series.set_up(&namespace, &name, &info, standing),
             Metric::Info {
                 namespace,
                 name,
@@ -492,7 +493,7 @@ impl Engine {
                 name,
                 info,
                 verdict,
-                ready,
+                standing,
             } => {
                 metrics
                     .confirmations
@@ -505,7 +506,7 @@ impl Engine {
                         .with_label_values(&[&zone.unwrap_or_default()])
                         .inc();
                 }
-                series.set_up(&namespace, &name, &info, ready);
+                series.set_up(&namespace, &name, &info, standing);
             }
             Metric::Zones {
                 namespace,

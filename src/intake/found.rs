@@ -56,6 +56,7 @@ impl Found {
             object_ref: wc.object_ref(&()),
             source_ref: crate::discovery::route_events::source_of(&wc.metadata),
             info,
+            labels: wc.metadata.labels.clone().unwrap_or_default(),
             last_probe: assignment.last_probe_unix_ms,
             status: wc.status.clone(),
             epoch: assignment.epoch,
@@ -102,6 +103,7 @@ pub fn malformed(
         source_ref: None,
         definition: Err(error),
         info: Default::default(),
+        labels: Default::default(),
         status: None,
         last_probe: None,
         // Set by the feed, which read the annotation.

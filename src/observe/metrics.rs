@@ -45,6 +45,10 @@ struct CheckerSeries {
     /// exports only `webchecker_up`.
     probed: bool,
     up: bool,
+    /// While Ready is False: since when (Unix seconds).
+    down_since: Option<i64>,
+    /// The maintenance window that covers it, and when that closes.
+    window: Option<(Arc<str>, i64)>,
     last_success: bool,
     last_code: u16,
     last_success_ts: f64,
@@ -75,6 +79,14 @@ struct CheckerSeries {
     slo: slo::SloSeries,
 }
 
+impl CheckerSeries {
+    fn stand(&mut self, s: Standing) {
+        self.up = s.ready;
+        self.down_since = s.down_since;
+        self.window = s.window;
+    }
+}
+
 /// One zone's series of a checker with spec.locations.
 #[derive(Clone, Default)]
 struct ZoneSeries {
@@ -86,6 +98,7 @@ struct ZoneSeries {
 }
 
 pub use webchecker_core::checker::ZoneSample;
+pub use webchecker_core::table::Standing;
 
 const PHASES: [&str; 5] = ["resolve", "connect", "tls", "processing", "transfer"];
 
@@ -195,8 +208,9 @@ impl Metrics {
         name: &str,
         info: &Arc<CheckerInfo>,
         o: &Outcome,
-        ready: bool,
+        standing: impl Into<Standing>,
     ) {
+        let standing = standing.into();
         // Exported from the first probe on, 0 until this owner saw a success
         // (docs/metrics.md).
         let now = if o.success() {
@@ -214,7 +228,7 @@ impl Metrics {
         self.with_checker(namespace, name, |c| {
             c.info = Some(info.clone());
             c.probed = true;
-            c.up = ready;
+            c.stand(standing);
             c.last_success = o.success();
             c.last_code = o.status_code.unwrap_or(0);
             if o.success() {
@@ -252,10 +266,17 @@ impl Metrics {
     }
 
     /// Sets the up gauge without a probe (for example a suspended or invalid checker).
-    pub fn set_up(&self, namespace: &str, name: &str, info: &Arc<CheckerInfo>, ready: bool) {
+    pub fn set_up(
+        &self,
+        namespace: &str,
+        name: &str,
+        info: &Arc<CheckerInfo>,
+        standing: impl Into<Standing>,
+    ) {
+        let standing = standing.into();
         self.with_checker(namespace, name, |c| {
             c.info = Some(info.clone());
-            c.up = ready;
+            c.stand(standing);
         });
     }
 

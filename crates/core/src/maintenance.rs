@@ -10,6 +10,7 @@
 //! namespace only: the calendar is keyed by namespace.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use jiff::civil::{Date, Time};
 use jiff::tz::TimeZone;
@@ -84,6 +85,26 @@ impl When {
                     let day = today.checked_sub(back.days()).ok()?;
                     let opens = opening(day, *at, zone, days)?;
                     (opens <= now && now < opens + duration).then_some(opens + duration)
+                })
+            }
+        }
+    }
+}
+
+impl When {
+    /// When it opens next after `now`, if it does (a one-off window that
+    /// has opened never opens again).
+    pub fn next_start(&self, now: i64) -> Option<i64> {
+        match self {
+            When::Once { start, .. } => (*start > now).then_some(*start),
+            When::Weekly { days, at, zone, .. } => {
+                let today = Timestamp::from_second(now)
+                    .ok()?
+                    .to_zoned(zone.clone())
+                    .date();
+                (0..=8i64).find_map(|ahead| {
+                    let day = today.checked_add(ahead.days()).ok()?;
+                    opening(day, *at, zone, days).filter(|t| *t > now)
                 })
             }
         }
@@ -201,7 +222,7 @@ impl Selector {
 /// One WebCheckerMaintenance.
 #[derive(Clone, Debug)]
 pub struct Window {
-    pub name: String,
+    pub name: Arc<str>,
     pub selector: Selector,
     pub when: When,
 }
@@ -246,12 +267,17 @@ impl Window {
             }
         };
         Ok(Window {
-            name: name.to_string(),
+            name: name.into(),
             selector,
             when,
         })
     }
 }
+
+/// The most windows of a namespace that count: the first by name. A
+/// namespace's editors cannot make every probe of theirs walk an
+/// unbounded list.
+pub const MAX_PER_NAMESPACE: usize = 32;
 
 /// The windows of every namespace.
 #[derive(Clone, Debug, Default)]
@@ -269,7 +295,7 @@ impl Calendar {
 
     pub fn remove(&mut self, namespace: &str, name: &str) {
         if let Some(list) = self.windows.get_mut(namespace) {
-            list.retain(|w| w.name != name);
+            list.retain(|w| &*w.name != name);
             if list.is_empty() {
                 self.windows.remove(namespace);
             }
@@ -283,12 +309,21 @@ impl Calendar {
         namespace: &str,
         labels: &BTreeMap<String, String>,
         now: i64,
-    ) -> Option<(&str, i64)> {
-        self.windows.get(namespace)?.iter().find_map(|w| {
+    ) -> Option<(&Arc<str>, i64)> {
+        let list = self.windows.get(namespace)?;
+        list.iter().take(MAX_PER_NAMESPACE).find_map(|w| {
             let until = w.when.open_until(now)?;
-            w.selector
-                .matches(labels)
-                .then_some((w.name.as_str(), until))
+            w.selector.matches(labels).then_some((&w.name, until))
+        })
+    }
+
+    /// Whether the window is past the first [`MAX_PER_NAMESPACE`] of its
+    /// namespace, by name (it covers nothing).
+    pub fn ignored(&self, namespace: &str, name: &str) -> bool {
+        self.windows.get(namespace).is_some_and(|list| {
+            list.iter()
+                .position(|w| &*w.name == name)
+                .is_some_and(|i| i >= MAX_PER_NAMESPACE)
         })
     }
 }

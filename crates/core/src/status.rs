@@ -357,6 +357,9 @@ pub struct Effects {
     pub slo: Option<Counted>,
     /// A maintenance window covers the checker: its Events are Normal.
     pub quiet: bool,
+    /// The message of a Warning event: a window closed on a checker still
+    /// Ready=False (its transition's Event was Normal).
+    pub still_down: Option<String>,
 }
 
 /// Inputs that describe the checker at the time of a step.
@@ -380,6 +383,17 @@ pub struct Context<'a> {
     pub slo: Option<webchecker_plan::SloTarget>,
     /// The maintenance window that covers the checker now, if any.
     pub maintenance: Option<&'a str>,
+}
+
+impl<'a> Context<'a> {
+    /// The same, with the maintenance window that covers the checker (its
+    /// name, and when it closes), if one does.
+    pub fn in_window(self, window: Option<&'a (std::sync::Arc<str>, i64)>) -> Context<'a> {
+        Context {
+            maintenance: window.map(|w| &*w.0),
+            ..self
+        }
+    }
 }
 
 impl CheckerStatus {
@@ -425,8 +439,12 @@ impl CheckerStatus {
     }
 
     /// Maintenance follows the window that covers the checker now
-    /// (created only when one first does).
-    fn sync_maintenance(&mut self, ctx: &Context<'_>) {
+    /// (created only when one first does). Whether a window just closed.
+    fn sync_maintenance(&mut self, ctx: &Context<'_>) -> bool {
+        let was_open = self
+            .maintenance
+            .as_ref()
+            .is_some_and(|c| c.status == Truth::True);
         let (status, reason, message) = match ctx.maintenance {
             Some(w) => (
                 Truth::True,
@@ -440,9 +458,21 @@ impl CheckerStatus {
                 "NoWindow",
                 "no maintenance window covers it".to_string(),
             ),
-            None => return,
+            None => return false,
         };
         SideCondition::set(&mut self.maintenance, status, reason, message, ctx);
+        was_open && status == Truth::False
+    }
+
+    /// A window closed on a checker still Ready=False: the Warning that its
+    /// planned transition did not send.
+    fn after_window(&self, closed: bool, fx: &mut Effects) {
+        if closed && self.ready == Truth::False && fx.transition.is_none() {
+            fx.still_down = Some(format!(
+                "Ready=False after the maintenance window closed: {}",
+                self.message
+            ));
+        }
     }
 
     /// The held failures' fate, counted.
@@ -455,6 +485,18 @@ impl CheckerStatus {
 
     pub fn is_ready(&self) -> bool {
         self.ready == Truth::True
+    }
+
+    /// When Ready stopped being True (Unix seconds), while it is not: the
+    /// condition's lastTransitionTime, which a move keeps.
+    pub fn down_since(&self) -> Option<i64> {
+        if self.ready == Truth::True {
+            return None;
+        }
+        let t = self.last_transition_time.as_deref()?;
+        chrono::DateTime::parse_from_rfc3339(t)
+            .ok()
+            .map(|t| t.timestamp())
     }
 
     /// Whether a failure is held for another replica's word.
@@ -470,7 +512,7 @@ impl CheckerStatus {
         // verdict to confirm, and nothing said of the target.
         let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
         let was_false = self.ready == Truth::False;
-        self.sync_maintenance(ctx);
+        let closed = self.sync_maintenance(ctx);
         let planned = ctx.maintenance.is_some();
         let counted = self.slo.as_mut().map(|b| {
             let mut c = b.probe(o.success(), !network || planned, was_false, ctx.now_unix);
@@ -525,6 +567,7 @@ impl CheckerStatus {
             }
         }
         fx.certificate_expiring = self.observe_certificate(o, ctx);
+        self.after_window(closed && self.confirming.is_none(), &mut fx);
         if self.confirming.is_none() {
             // A held failure is written with the verdict, not before.
             let status = self.render(ctx, Some(o));
@@ -565,6 +608,8 @@ impl CheckerStatus {
             return Effects::default();
         };
         self.sync_slo(ctx);
+        // A window that closed while the failure was held: its transition,
+        // if any, is a Warning again.
         self.sync_maintenance(ctx);
         let (reason, message) = (o.reason.as_str(), o.message.as_str());
         let mut fx = Effects {

@@ -39,6 +39,14 @@ pub(super) fn render_checkers(out: &mut dyn Sink, checkers: &Snapshot, h: Histog
     render_gauge(
         out,
         checkers,
+        "webchecker_down_since_timestamp_seconds",
+        "Unix time the Ready condition stopped being True, while it is not",
+        |c| c.down_since.map(|t| t as f64),
+    );
+    render_maintenance(out, checkers);
+    render_gauge(
+        out,
+        checkers,
         "webchecker_last_probe_success",
         "1 when the last probe succeeded",
         |c| c.probed.then_some(f64::from(u8::from(c.last_success))),
@@ -257,5 +265,24 @@ fn render_tls(out: &mut dyn Sink, checkers: &Snapshot) {
                 1.0,
             );
         }
+    }
+}
+
+/// `webchecker_maintenance`: while a window covers the checker, the time
+/// it closes (the shipped alerts stay silent until then).
+fn render_maintenance(out: &mut dyn Sink, checkers: &Snapshot) {
+    out.family(
+        "webchecker_maintenance",
+        Kind::Gauge,
+        "Unix time the maintenance window that covers the checker closes, while one does",
+    );
+    for (ns, name, c) in checkers {
+        let Some((window, until)) = &c.window else {
+            continue;
+        };
+        out.sample(
+            &[("name", name), ("namespace", ns), ("window", window)],
+            *until as f64,
+        );
     }
 }

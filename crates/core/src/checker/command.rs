@@ -1,7 +1,7 @@
 //! What the engine is told: the checkers of its shard, fully resolved by the
 //! intake (crate::intake), and the replica's fence and shutdown.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -34,6 +34,8 @@ pub struct Checker {
     pub definition: Result<Definition, String>,
     /// URL and allowlisted labels (`webchecker_checker_info`).
     pub info: Arc<CheckerInfo>,
+    /// Its labels: what maintenance windows select it by.
+    pub labels: BTreeMap<String, String>,
     /// The status on the object: a checker that moves between replicas
     /// keeps its condition and transition time.
     pub status: Option<WebCheckerStatus>,
@@ -109,6 +111,9 @@ pub enum Command {
         plan: Arc<webchecker_plan::ProbePlan>,
         done: oneshot::Sender<Option<webchecker_plan::Outcome>>,
     },
+    /// The maintenance windows of every namespace, after a change
+    /// (crate::maintenance).
+    Calendar(Arc<crate::maintenance::Calendar>),
 }
 
 impl Change {
@@ -170,6 +175,7 @@ mod tests {
                     source_ref: None,
                     definition: Err("bad".into()),
                     info: Arc::default(),
+                    labels: Default::default(),
                     status: None,
                     last_probe: None,
                     epoch: None,

@@ -156,6 +156,15 @@ fn selectors_read_as_kubernetes_reads_them() {
     );
 }
 
+fn cover<'a>(
+    c: &'a Calendar,
+    ns: &str,
+    labels: &BTreeMap<String, String>,
+    now: i64,
+) -> Option<(&'a str, i64)> {
+    c.covering(ns, labels, now).map(|(n, until)| (&**n, until))
+}
+
 #[test]
 fn a_window_covers_its_own_namespace_only() {
     let mut c = Calendar::default();
@@ -170,25 +179,25 @@ fn a_window_covers_its_own_namespace_only() {
     c.set("shop", window("b-later", SAT + H / 2));
     c.set("shop", window("a-now", SAT));
     let any = labels(&[]);
-    assert_eq!(c.covering("shop", &any, SAT), Some(("a-now", SAT + H)));
+    assert_eq!(cover(&c, "shop", &any, SAT), Some(("a-now", SAT + H)));
     assert_eq!(
-        c.covering("other", &any, SAT),
+        cover(&c, "other", &any, SAT),
         None,
         "another namespace's window"
     );
     // Both open: the first by name; one removed, the other.
     assert_eq!(
-        c.covering("shop", &any, SAT + H / 2).map(|w| w.0),
+        cover(&c, "shop", &any, SAT + H / 2).map(|w| w.0),
         Some("a-now")
     );
     c.remove("shop", "a-now");
     assert_eq!(
-        c.covering("shop", &any, SAT + H / 2),
+        cover(&c, "shop", &any, SAT + H / 2),
         Some(("b-later", SAT + 3 * H / 2))
     );
     // Replaced under the same name: the new times.
     c.set("shop", window("b-later", SAT + 5 * H));
-    assert_eq!(c.covering("shop", &any, SAT + H / 2), None);
+    assert_eq!(cover(&c, "shop", &any, SAT + H / 2), None);
 }
 
 #[test]
@@ -226,4 +235,32 @@ fn a_spec_becomes_a_window_or_says_why_not() {
     let backwards =
         spec("selector: {}\nstart: '2026-12-05T03:00:00Z'\nend: '2026-12-05T02:00:00Z'");
     assert!(Window::from_spec("x", &backwards).is_err());
+}
+
+#[test]
+fn a_namespace_has_at_most_max_windows_and_the_rest_by_name_cover_nothing() {
+    let mut c = Calendar::default();
+    for i in 0..MAX_PER_NAMESPACE + 1 {
+        let selector = Selector {
+            labels: labels(&[("n", &i.to_string())]),
+            ..Default::default()
+        };
+        c.set(
+            "shop",
+            Window {
+                name: format!("w{i:03}").into(),
+                selector,
+                when: When::Once {
+                    start: SAT,
+                    end: SAT + H,
+                },
+            },
+        );
+    }
+    let last = MAX_PER_NAMESPACE - 1;
+    assert!(cover(&c, "shop", &labels(&[("n", &last.to_string())]), SAT).is_some());
+    let over = MAX_PER_NAMESPACE.to_string();
+    assert_eq!(cover(&c, "shop", &labels(&[("n", &over)]), SAT), None);
+    assert!(c.ignored("shop", &format!("w{MAX_PER_NAMESPACE:03}")));
+    assert!(!c.ignored("shop", "w000"));
 }

@@ -13,6 +13,7 @@ use crate::checker::Change;
 use crate::checker::CheckerInfo;
 use crate::checker::Op;
 use crate::checker::ZoneSample;
+use crate::maintenance::Calendar;
 use crate::status::{Transition, Truth};
 use webchecker_plan::{Outcome, ProbePlan};
 
@@ -74,6 +75,8 @@ pub enum Input {
     },
     /// That probe ended (or was given up).
     ForeignDone { key: String },
+    /// The maintenance windows changed (crate::maintenance).
+    Calendar(Arc<Calendar>),
 }
 
 #[derive(Debug)]
@@ -173,6 +176,26 @@ pub struct Notice {
     pub note: String,
 }
 
+/// A checker's gauges beside its probe's: whether it is Ready, since when
+/// it is not (Unix seconds, the condition's lastTransitionTime), and the
+/// maintenance window that covers it with the time that window closes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Standing {
+    pub ready: bool,
+    pub down_since: Option<i64>,
+    pub window: Option<(Arc<str>, i64)>,
+}
+
+impl From<bool> for Standing {
+    /// Ready or not, no more said.
+    fn from(ready: bool) -> Standing {
+        Standing {
+            ready,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Metric {
     /// A probe's result (`record_probe`).
@@ -181,14 +204,14 @@ pub enum Metric {
         name: String,
         info: Arc<CheckerInfo>,
         outcome: Outcome,
-        ready: bool,
+        standing: Standing,
     },
     /// `webchecker_up` without a probe (the checker cannot be probed).
     Up {
         namespace: String,
         name: String,
         info: Arc<CheckerInfo>,
-        ready: bool,
+        standing: Standing,
     },
     /// Its labels or URL changed.
     Info {
@@ -202,7 +225,7 @@ pub enum Metric {
         name: String,
         info: Arc<CheckerInfo>,
         verdict: Verdict,
-        ready: bool,
+        standing: Standing,
     },
     /// Each zone's result of a round (spec.locations): the owner exports
     /// every zone's series of its checkers.

@@ -27,6 +27,7 @@ use crate::checker::Op;
 use crate::checker::ZoneSample;
 use crate::checker::{Change, Definition};
 use crate::fairness::FairQueue;
+use crate::maintenance::Calendar;
 use crate::status::{CheckerStatus, Context, Effects};
 use webchecker_api::assignment::Handover;
 use webchecker_plan::{Outcome, ProbePlan, Roots};
@@ -37,7 +38,9 @@ mod plan;
 #[cfg(test)]
 mod tests;
 
-pub use effect::{CHECKER_DOWN, CHECKER_UP, Clock, Effect, Input, Metric, Notice, ToWriter};
+pub use effect::{
+    CHECKER_DOWN, CHECKER_UP, Clock, Effect, Input, Metric, Notice, Standing, ToWriter,
+};
 
 /// What the table needs to know of its replica.
 pub struct Settings {
@@ -90,6 +93,8 @@ struct Entry {
     /// it came at once as a new arrival, or its interval changed.
     settling: bool,
     info: Arc<CheckerInfo>,
+    /// What maintenance windows select it by.
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 impl Entry {
@@ -128,6 +133,8 @@ pub struct Table {
     out: Vec<Effect>,
     /// Probes other replicas asked for, queued or in flight.
     foreign: foreign::Foreign,
+    /// The maintenance windows of every namespace.
+    calendar: Arc<Calendar>,
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
@@ -154,6 +161,7 @@ impl Table {
             stopped: false,
             out: Vec::new(),
             foreign: Default::default(),
+            calendar: Default::default(),
         }
     }
 
@@ -230,6 +238,8 @@ impl Table {
                 hold,
             } => self.foreign_asked(key, namespace, hold, clock),
             Input::ForeignDone { key } => self.foreign_done(&key),
+            // Each checker's Maintenance condition follows at its next probe.
+            Input::Calendar(calendar) => self.calendar = calendar,
         }
         // A failure held for another replica's word is written before the end.
         if self.stopping
@@ -330,7 +340,9 @@ impl Table {
             return;
         };
         let Some(plan) = e.plan.clone() else { return };
-        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let window = window_of(&self.calendar, e, clock);
+        let ctx =
+            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
         let fx = match plan.locations {
             Some(q) => {
                 // One round of the other zones out at a time; without an
@@ -361,7 +373,7 @@ impl Table {
             name: e.name.clone(),
             info: e.info.clone(),
             outcome,
-            ready: e.status.is_ready(),
+            standing: standing(e, window),
         }));
         if fx.confirm {
             self.out.push(Effect::Confirm {
@@ -422,14 +434,16 @@ impl Table {
             // A success came first: the answer is moot.
             return;
         }
-        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let window = window_of(&self.calendar, e, clock);
+        let ctx =
+            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
         let fx = e.status.confirmed(&verdict, &ctx);
         self.out.push(Effect::Metric(Metric::Verdict {
             namespace: e.namespace.clone(),
             name: e.name.clone(),
             info: e.info.clone(),
             verdict,
-            ready: e.status.is_ready(),
+            standing: standing(e, window),
         }));
         self.status_effects(&key, fx);
     }
@@ -453,14 +467,16 @@ impl Table {
             e.status.release_held();
             return;
         };
-        let ctx = context(&self.settings, e.generation, Some(&plan), clock);
+        let window = window_of(&self.calendar, e, clock);
+        let ctx =
+            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
         let fx = e.status.zones_answered(&answers, q, &ctx);
         self.out.push(zone_metric(e, &ctx, &answers));
         self.out.push(Effect::Metric(Metric::Up {
             namespace: e.namespace.clone(),
             name: e.name.clone(),
             info: e.info.clone(),
-            ready: e.status.is_ready(),
+            standing: standing(e, window),
         }));
         self.status_effects(&key, fx);
     }
@@ -626,6 +642,15 @@ impl Table {
             }
             notices.extend(said);
         }
+        if let Some(message) = &fx.still_down {
+            tracing::info!(checker = %key, "{message}");
+            notices.push(effect::warning_notice(
+                &namespace,
+                &e.object_ref,
+                &e.status.reason,
+                message,
+            ));
+        }
         if let Some(message) = &fx.degraded {
             tracing::info!(checker = %key, "{message}");
             let reason = e.status.degraded.as_ref().map(|c| c.reason.as_str());
@@ -657,6 +682,22 @@ impl Table {
             self.submit(key.into(), namespace, name, Op::Status(Box::new(status)));
         }
         self.out.extend(notices.into_iter().map(Effect::Event));
+    }
+}
+
+/// The maintenance window that covers the checker now, and when it closes.
+fn window_of(calendar: &Calendar, e: &Entry, clock: Clock) -> Option<(Arc<str>, i64)> {
+    calendar
+        .covering(&e.namespace, &e.labels, unix_ms(clock.wall) / 1000)
+        .map(|(name, until)| (name.clone(), until))
+}
+
+/// Its gauges after a step.
+fn standing(e: &Entry, window: Option<(Arc<str>, i64)>) -> Standing {
+    Standing {
+        ready: e.status.is_ready(),
+        down_since: e.status.down_since(),
+        window,
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::effect::{Clock, Effect, Metric, ToWriter};
-use super::{Entry, Table, context, unix_ms};
+use super::{Entry, Table, context, standing, unix_ms};
 use crate::arrival::{self, Arrival, first_due};
 use crate::checker::Resolved;
 use crate::checker::{Checker, Definition};
@@ -61,8 +61,13 @@ impl Table {
             Ok(def) => (Some(def), None),
             Err(error) => (None, Some(error)),
         };
+        let labels = c.labels;
         let mut unchanged = false;
         if let Some(e) = self.entries.get_mut(&key) {
+            // Labels change without a new spec: the windows that select it follow.
+            if e.labels != labels {
+                e.labels = labels.clone();
+            }
             let was_draining = e.draining;
             if was_draining {
                 // A drain was requested earlier and since withdrawn: resume, and
@@ -127,6 +132,7 @@ impl Table {
                     first_probe_since: None,
                     settling: false,
                     info: c.info.clone(),
+                    labels,
                 })
             }
         };
@@ -269,7 +275,7 @@ impl Table {
                     namespace: e.namespace.clone(),
                     name: e.name.clone(),
                     info: e.info.clone(),
-                    ready: false,
+                    standing: standing(e, None),
                 }));
                 self.status_effects(key, fx);
             }

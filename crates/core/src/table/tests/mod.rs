@@ -16,6 +16,7 @@ use webchecker_plan::{Compiled, Outcome, PatternError, Phases, Reason};
 mod cadence;
 mod confirm;
 mod handover;
+mod maintenance;
 mod route_events;
 mod spec;
 mod zones;
@@ -55,6 +56,7 @@ fn checker(name: &str, spec: WebCheckerSpec) -> Checker {
             values: Resolved::default(),
         }),
         info: Default::default(),
+        labels: Default::default(),
         status: None,
         last_probe: None,
         epoch: None,
@@ -261,23 +263,40 @@ impl Sim {
     }
 
     fn metric(&self, m: &Metric) -> String {
+        // What a Standing adds beside Ready, when it adds anything.
+        fn marks(s: &Standing) -> String {
+            let mut out = String::new();
+            if s.down_since.is_some() {
+                out.push_str(" down");
+            }
+            if let Some((w, _)) = &s.window {
+                out.push_str(&format!(" window={w}"));
+            }
+            out
+        }
         match m {
             Metric::Probe {
                 namespace,
                 name,
                 outcome,
-                ready,
+                standing,
                 ..
             } => format!(
-                "metric probe {namespace}/{name} {} ready={ready}",
-                outcome.reason.as_str()
+                "metric probe {namespace}/{name} {} ready={}{}",
+                outcome.reason.as_str(),
+                standing.ready,
+                marks(standing)
             ),
             Metric::Up {
                 namespace,
                 name,
-                ready,
+                standing,
                 ..
-            } => format!("metric up {namespace}/{name} {ready}"),
+            } => format!(
+                "metric up {namespace}/{name} {}{}",
+                standing.ready,
+                marks(standing)
+            ),
             Metric::Info {
                 namespace, name, ..
             } => format!("metric info {namespace}/{name}"),
@@ -317,11 +336,13 @@ impl Sim {
                 namespace,
                 name,
                 verdict,
-                ready,
+                standing,
                 ..
             } => format!(
-                "metric verdict {namespace}/{name} {} ready={ready}",
-                verdict.result()
+                "metric verdict {namespace}/{name} {} ready={}{}",
+                verdict.result(),
+                standing.ready,
+                marks(standing)
             ),
         }
     }

@@ -26,7 +26,7 @@ fn generated(name: &str) -> Checker {
 
 /// The Events among `fx`: "<object> <type> <reason>", the object by name
 /// (and UID for the route's).
-fn events(fx: &[Effect]) -> Vec<String> {
+pub(super) fn events(fx: &[Effect]) -> Vec<String> {
     fx.iter()
         .filter_map(|e| match e {
             Effect::Event(n) => {
@@ -48,7 +48,12 @@ fn events(fx: &[Effect]) -> Vec<String> {
 
 /// Runs the next probe of `ns/<name>` (its timer armed for `at`) to
 /// `outcome`: the effects of its end, and when the one after is due.
-fn probe(sim: &mut Sim, name: &str, at: Instant, outcome: Outcome) -> (Vec<Effect>, Instant) {
+pub(super) fn probe(
+    sim: &mut Sim,
+    name: &str,
+    at: Instant,
+    outcome: Outcome,
+) -> (Vec<Effect>, Instant) {
     let key = format!("ns/{name}");
     let seq = sim.start(&key, at);
     sim.advance(Duration::from_millis(300));
@@ -62,7 +67,7 @@ fn probe(sim: &mut Sim, name: &str, at: Instant, outcome: Outcome) -> (Vec<Effec
     (fx, next)
 }
 
-fn arrive(sim: &mut Sim, c: Checker) -> Instant {
+pub(super) fn arrive(sim: &mut Sim, c: Checker) -> Instant {
     let lines = sim.upsert(c, false);
     scheduled(sim, &lines)
 }
