@@ -9,6 +9,9 @@
 //!   shows the changed rules behave as configured (a later `for`, another
 //!   severity, a higher threshold), with Debian's promtool 2.42 and that of
 //!   Prometheus 3 alike;
+//! - `for` of an alert that measures its wait in its expression
+//!   (WebCheckerDown, `# threshold: forSeconds`) becomes that threshold, in
+//!   seconds; a `for` that is no Prometheus duration fails the rendering;
 //! - unknown alert or threshold names fail the rendering, naming what exists.
 
 use webchecker_kit as support;
@@ -52,6 +55,14 @@ fn rules_by_name(groups: &Value) -> BTreeMap<String, Value> {
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
     v.as_str()
         .unwrap_or_else(|| panic!("{what} is not a string: {v:?}"))
+}
+
+/// An expression without its lines marked `# threshold:`.
+fn unmark(expr: &str) -> String {
+    expr.lines()
+        .filter(|l| !l.contains("# threshold:"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Runs `promtool ARGS` of Debian's Prometheus 2.42 and of Prometheus 3
@@ -221,9 +232,16 @@ fn labels_and_runbook_urls_as_configured(
     rules: &BTreeMap<String, Value>,
     src: &BTreeMap<String, Value>,
 ) {
-    // WebCheckerDown: the checker's label still chooses; the default is critical.
+    // WebCheckerDown: its `for` is the wait in its expression, in seconds;
+    // the checker's label still chooses; the default is critical.
     let down = &rules["WebCheckerDown"];
-    assert_eq!(down["for"].as_str(), Some("5m"));
+    assert!(down["for"].is_null(), "{down:?}");
+    let expr = str_of(&down["expr"], "expr");
+    assert!(expr.contains(">= 300 # threshold: forSeconds"), "{expr}");
+    assert_eq!(
+        unmark(expr),
+        unmark(str_of(&src["WebCheckerDown"]["expr"], "expr"))
+    );
     assert_eq!(
         down["labels"]["severity"].as_str(),
         Some(r#"{{ or $labels.label_severity "critical" }}"#)
@@ -234,7 +252,6 @@ fn labels_and_runbook_urls_as_configured(
         "per-alert wins"
     );
     assert_eq!(down["labels"]["pager"].as_str(), Some("true"));
-    assert_eq!(down["expr"], src["WebCheckerDown"]["expr"]);
     // Chart-wide labels reach every alert, but never replace its own.
     for (name, r) in rules.iter().filter(|(_, r)| r["alert"].is_string()) {
         if src.contains_key(name) {
@@ -274,12 +291,6 @@ fn thresholds_change_their_lines_only(
     assert!(description.contains("(threshold 1.5s)"), "{description}");
     assert!(!description.contains("threshold 0.5"), "{description}");
     // Nothing else of the expression changed.
-    let unmark = |s: &str| -> String {
-        s.lines()
-            .filter(|l| !l.contains("# threshold:"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
     assert_eq!(
         unmark(expr),
         unmark(str_of(&src["WebCheckerSlow"]["expr"], "expr"))
@@ -318,12 +329,16 @@ fn overridden_rules_fire_as_configured() {
   - {rules}
 evaluation_interval: 1m
 tests:
-  - name: WebCheckerDown waits 5m, is critical by default, the checker's label still chooses
+  - name: WebCheckerDown waits 5m from Ready turning False, is critical by default, the checker's label still chooses
     interval: 1m
     input_series:
       - series: 'webchecker_up{{job="wc", instance="a:8080", namespace="shop", name="api"}}'
         values: '0x10'
+      - series: 'webchecker_down_since_timestamp_seconds{{job="wc", instance="a:8080", namespace="shop", name="api"}}'
+        values: '0x10'
       - series: 'webchecker_up{{job="wc", instance="a:8080", namespace="shop", name="blog"}}'
+        values: '0x10'
+      - series: 'webchecker_down_since_timestamp_seconds{{job="wc", instance="a:8080", namespace="shop", name="blog"}}'
         values: '0x10'
       - series: 'webchecker_checker_info{{job="wc", instance="a:8080", namespace="shop", name="blog", url="https://blog.example.com/", host="blog.example.com", label_severity="info"}}'
         values: '1x10'
@@ -331,7 +346,7 @@ tests:
       - eval_time: 4m
         alertname: WebCheckerDown
         exp_alerts: []
-      - eval_time: 6m
+      - eval_time: 5m
         alertname: WebCheckerDown
         exp_alerts:
           - exp_labels: {{severity: critical, namespace: shop, name: api, team: web, pager: "true"}}
@@ -385,6 +400,10 @@ fn unknown_alerts_and_thresholds_fail_naming_what_exists() {
     let out = render_fails(
         "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDown: {thresholds: {x: 1}}\n",
     );
+    assert!(out.contains("(it has: forSeconds)"), "{out}");
+    let out = render_fails(
+        "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerOrphaned: {thresholds: {x: 1}}\n",
+    );
     assert!(out.contains("(it has: none)"), "{out}");
     let out = render_fails(
         "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDown: {for: 5 minutes}\n",
@@ -396,6 +415,87 @@ fn unknown_alerts_and_thresholds_fail_naming_what_exists() {
     let out =
         render_fails("prometheusRule:\n  enabled: true\n  runbookBaseUrl: docs/runbooks.md\n");
     assert!(out.contains("/prometheusRule/runbookBaseUrl"), "{out}");
+}
+
+/// `for` of WebCheckerDown (`# threshold: forSeconds`) is written into that
+/// threshold in seconds, and the rule gets no `for`; other alerts keep
+/// theirs as a rule `for`.
+#[test]
+fn for_of_an_alert_waiting_in_its_expression_becomes_its_threshold() {
+    let dir = scratch("chart-alerts-");
+    for (dur, secs) in [
+        ("90s", "90"),
+        ("5m", "300"),
+        ("1h30m", "5400"),
+        ("1500ms", "1.5"),
+    ] {
+        let groups = rendered_groups(&format!(
+            "  alerts:\n    WebCheckerDown: {{for: {dur}}}\n    WebCheckerSlow: {{for: {dur}}}\n"
+        ));
+        let rules = rules_by_name(&groups);
+        let down = &rules["WebCheckerDown"];
+        assert!(down["for"].is_null(), "{dur}: {down:?}");
+        let expr = str_of(&down["expr"], "expr");
+        assert!(
+            expr.contains(&format!(">= {secs} # threshold: forSeconds")),
+            "{dur}: {expr}"
+        );
+        assert_eq!(rules["WebCheckerSlow"]["for"].as_str(), Some(dur));
+        if dur == "90s" {
+            promtool_check(dir.path(), &groups);
+        }
+    }
+}
+
+/// `helm template` (schema validation off: the template's own check) with
+/// these prometheusRule values, which must fail; its output.
+fn template_fails_without_schema(dir: &std::path::Path, values: &str) -> String {
+    let file = dir.join("values.yaml");
+    std::fs::write(&file, format!("prometheusRule:\n  enabled: true\n{values}")).unwrap();
+    let (ok, out) = template(&[
+        "--skip-tests",
+        "--skip-schema-validation",
+        "-f",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!ok, "helm template with\n{values}\nsucceeded");
+    out
+}
+
+#[test]
+fn a_for_that_is_no_prometheus_duration_fails_with_its_name() {
+    // Units out of order pass the schema's pattern; the template refuses them.
+    let out = render_fails(
+        "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDown: {for: 30s1m}\n",
+    );
+    assert!(
+        out.contains(
+            r#"prometheusRule.alerts.WebCheckerDown.for: "30s1m" is not a Prometheus duration (such as 30s, 5m, 1h30m)"#
+        ),
+        "{out}"
+    );
+    let dir = scratch("chart-alerts-");
+    for bad in ["5 minutes", "90", "1.5m"] {
+        let out = template_fails_without_schema(
+            dir.path(),
+            &format!("  alerts:\n    WebCheckerDown: {{for: \"{bad}\"}}\n"),
+        );
+        assert!(
+            out.contains(&format!(
+                "prometheusRule.alerts.WebCheckerDown.for: {bad:?} is not a Prometheus duration"
+            )),
+            "{bad}: {out}"
+        );
+    }
+    let out = render_fails(
+        "prometheusRule:\n  enabled: true\n  alerts:\n    WebCheckerDown: {for: 1m, thresholds: {forSeconds: 60}}\n",
+    );
+    assert!(
+        out.contains(
+            "prometheusRule.alerts.WebCheckerDown: set for or thresholds.forSeconds, not both"
+        ),
+        "{out}"
+    );
 }
 
 #[test]

@@ -7,9 +7,11 @@
 //! series written by hand; here a metric name or label mistyped in a rule
 //! (and in its promtool test alike) leaves an alert that never fires.
 //!
-//! The rules are the shipped file with one change: the `for:` durations are
-//! seconds instead of minutes (rules.rs rewrites only the `for:` lines and
-//! asserts that every expression is byte-identical to the shipped one). The
+//! The rules are the shipped file with one change: the waits are seconds
+//! instead of minutes (rules.rs rewrites only the `for:` lines and the
+//! number of the `# threshold: forSeconds` line of an alert that measures
+//! its wait in its expression, and asserts that every expression is
+//! otherwise byte-identical to the shipped one). The
 //! range windows of the expressions ([10m], [15m]) are unchanged: Prometheus
 //! is fresh, so they hold only what this test produced.
 //!

@@ -1,7 +1,9 @@
-//! The shipped rules with shorter `for:` durations: only the `for:` lines of
-//! alerts/webchecker.rules.yaml are rewritten (a `for` of minutes would make
-//! the test last as long); every other byte, the expressions included, is the
-//! shipped file's, and this module asserts it.
+//! The shipped rules with shorter waits: only the `for:` lines of
+//! alerts/webchecker.rules.yaml are rewritten, and the number of the lines
+//! marked `# threshold: forSeconds` (an alert that measures its wait in its
+//! expression and has no `for:`); a wait of minutes would make the test last
+//! as long. Every other byte is the shipped file's, and this module asserts
+//! it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,11 +15,16 @@ use crate::support::repo;
 
 pub const SHIPPED: &str = "alerts/webchecker.rules.yaml";
 
-/// Every alert of the shipped file and its `for:` in the test (None: the
-/// shipped rule has no `for:`, it fires at its first evaluation). An alert
-/// added to the file fails the test until it is made to fire here.
+/// The marker of the line that holds the wait, in seconds, of an alert
+/// without `for:`.
+const WAIT_MARKER: &str = "# threshold: forSeconds";
+
+/// Every alert of the shipped file and its wait in the test, its `for:` or
+/// the number of its [`WAIT_MARKER`] line (None: the shipped rule has
+/// neither, it fires at its first evaluation). An alert added to the file
+/// fails the test until it is made to fire here.
 pub const FOR: &[(&str, Option<u64>)] = &[
-    // Longer than a fresh checker's first probe takes to make it Ready.
+    // Its wait is in its expression, from the time Ready turned False.
     ("WebCheckerDown", Some(15)),
     ("WebCheckerSlow", Some(10)),
     ("WebCheckerCertificateExpiring", Some(5)),
@@ -37,7 +44,17 @@ pub const FOR: &[(&str, Option<u64>)] = &[
     ("WebCheckerErrorBudgetBurnSlow", Some(5)),
 ];
 
-/// The test's `for:` of an alert (zero when it has none).
+/// The alerts whose wait is in their expression ([`WAIT_MARKER`]): they
+/// have no `for:`, so no pending state.
+pub const WAIT_IN_EXPRESSION: &[&str] = &["WebCheckerDown"];
+
+/// Whether the alert's wait is in its expression (it fires without going
+/// pending first).
+pub fn waits_in_expression(alert: &str) -> bool {
+    WAIT_IN_EXPRESSION.contains(&alert)
+}
+
+/// The test's wait of an alert (zero when it has none).
 pub fn for_of(alert: &str) -> Duration {
     let (_, s) = FOR
         .iter()
@@ -46,9 +63,10 @@ pub fn for_of(alert: &str) -> Duration {
     Duration::from_secs(s.unwrap_or(0))
 }
 
-/// Writes the shipped rules with the `for:` of [`FOR`] into `dir` and
-/// returns the file. Panics unless the two files differ in `for:` lines
-/// only, and every rule's expression, labels and annotations are the same.
+/// Writes the shipped rules with the waits of [`FOR`] into `dir` and
+/// returns the file. Panics unless the two files differ in `for:` and
+/// [`WAIT_MARKER`] lines only, and every rule's expression (but for that
+/// line's number), labels and annotations are the same.
 pub fn shortened(dir: &Path) -> PathBuf {
     let shipped = std::fs::read_to_string(repo().join(SHIPPED)).unwrap();
     let text = rewrite(&shipped);
@@ -59,7 +77,8 @@ pub fn shortened(dir: &Path) -> PathBuf {
 }
 
 /// The `for:` line of each rule (two spaces deeper than its `- alert:`)
-/// gets the test's duration; nothing else changes.
+/// gets the test's duration, and the [`WAIT_MARKER`] line its seconds;
+/// nothing else changes.
 fn rewrite(shipped: &str) -> String {
     let mut alert: Option<(String, usize)> = None;
     let mut out = String::new();
@@ -68,6 +87,16 @@ fn rewrite(shipped: &str) -> String {
         let body = line.trim();
         if let Some(name) = body.strip_prefix("- alert: ") {
             alert = Some((name.trim().to_string(), indent));
+        } else if let Some((name, _)) = &alert
+            && body.ends_with(WAIT_MARKER)
+        {
+            let secs = for_of(name).as_secs();
+            assert!(
+                secs > 0,
+                "{name} has a wait in its expression in {SHIPPED}; give it one in FOR"
+            );
+            out.push_str(&with_wait(line, secs));
+            continue;
         } else if let Some((name, at)) = &alert
             && indent == at + 2
             && body.starts_with("for: ")
@@ -86,6 +115,38 @@ fn rewrite(shipped: &str) -> String {
     out
 }
 
+/// `line` (a [`WAIT_MARKER`] line: `... >= 120 # threshold: forSeconds`)
+/// with `secs` for the number after its comparison.
+fn with_wait(line: &str, secs: u64) -> String {
+    let (head, tail) = line
+        .split_once(WAIT_MARKER)
+        .expect("a line with the wait marker");
+    let number = head.trim_end();
+    let digits = number.len()
+        - number
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .count();
+    assert!(
+        digits < number.len() && number[..digits].trim_end().ends_with(['=', '<', '>']),
+        "no comparison with a number before {WAIT_MARKER}: {line:?}"
+    );
+    format!(
+        "{}{secs}{}{WAIT_MARKER}{tail}",
+        &number[..digits],
+        &head[number.len()..]
+    )
+}
+
+/// An expression without its [`WAIT_MARKER`] line.
+fn without_wait(expr: &str) -> String {
+    expr.lines()
+        .filter(|l| !l.trim_end().ends_with(WAIT_MARKER))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn rules(text: &str) -> BTreeMap<String, serde_yaml::Mapping> {
     let doc: Value = serde_yaml::from_str(text).expect("the rules file is YAML");
     doc["groups"]
@@ -102,7 +163,7 @@ fn rules(text: &str) -> BTreeMap<String, serde_yaml::Mapping> {
 }
 
 fn check(shipped: &str, test: &str) {
-    // Line by line: only `for:` lines differ, one per rule that has one.
+    // Line by line: only `for:` and wait lines differ, one per rule that has one.
     let (a, b): (Vec<&str>, Vec<&str>) = (shipped.lines().collect(), test.lines().collect());
     assert_eq!(a.len(), b.len(), "the test's rules file has other lines");
     let changed: Vec<(&str, &str)> = a
@@ -112,9 +173,11 @@ fn check(shipped: &str, test: &str) {
         .map(|(x, y)| (*x, *y))
         .collect();
     for (x, y) in &changed {
+        let for_line = x.trim().starts_with("for: ") && y.trim().starts_with("for: ");
+        let wait_line = x.trim_end().ends_with(WAIT_MARKER) && y.trim_end().ends_with(WAIT_MARKER);
         assert!(
-            x.trim().starts_with("for: ") && y.trim().starts_with("for: "),
-            "a line other than `for:` changed: {x:?} -> {y:?}"
+            for_line || wait_line,
+            "a line other than `for:` or the wait changed: {x:?} -> {y:?}"
         );
     }
     // Rule by rule: the same alerts, expressions, labels and annotations.
@@ -128,30 +191,70 @@ fn check(shipped: &str, test: &str) {
         names, want,
         "the alerts of {SHIPPED} and those this test drives"
     );
+    let expr_of = |r: &serde_yaml::Mapping| r["expr"].as_str().unwrap_or_default().to_string();
+    let mut waiting: Vec<&str> = orig
+        .iter()
+        .filter(|(_, r)| {
+            expr_of(r)
+                .lines()
+                .any(|l| l.trim_end().ends_with(WAIT_MARKER))
+        })
+        .map(|(n, _)| n.as_str())
+        .collect();
+    waiting.sort();
+    let mut want_waiting = WAIT_IN_EXPRESSION.to_vec();
+    want_waiting.sort();
+    assert_eq!(
+        waiting, want_waiting,
+        "the alerts of {SHIPPED} with a {WAIT_MARKER:?} line, and WAIT_IN_EXPRESSION"
+    );
     let with_for = orig.values().filter(|r| r.contains_key("for")).count();
     assert_eq!(
         changed.len(),
-        with_for,
-        "one `for:` line per rule that has one"
+        with_for + waiting.len(),
+        "one `for:` line per rule that has one, one wait line per rule that has one"
     );
     for (name, r) in &orig {
         let t = &new[name];
-        assert_eq!(
-            r["expr"].as_str().map(str::as_bytes),
-            t["expr"].as_str().map(str::as_bytes),
-            "{name}: the expression must be byte-identical to the shipped one"
-        );
+        let (a, b) = (expr_of(r), expr_of(t));
+        if waits_in_expression(name) {
+            assert!(
+                !r.contains_key("for"),
+                "{name}: a wait in its expression and a `for:`"
+            );
+            assert_eq!(
+                without_wait(&a).as_bytes(),
+                without_wait(&b).as_bytes(),
+                "{name}: the expression must be byte-identical to the shipped one but for its wait"
+            );
+        } else {
+            assert_eq!(
+                a.as_bytes(),
+                b.as_bytes(),
+                "{name}: the expression must be byte-identical to the shipped one"
+            );
+        }
         let strip = |m: &serde_yaml::Mapping| {
             let mut m = m.clone();
             m.remove("for");
+            m.remove("expr");
             m
         };
-        assert_eq!(strip(r), strip(t), "{name}: only `for` may differ");
+        assert_eq!(
+            strip(r),
+            strip(t),
+            "{name}: only `for` and the wait may differ"
+        );
         match FOR.iter().find(|(a, _)| a == name).unwrap().1 {
+            Some(s) if waits_in_expression(name) => assert!(
+                b.lines()
+                    .any(|l| l.trim_end().ends_with(&format!(" {s} {WAIT_MARKER}"))),
+                "{name}: its wait is not {s}: {b}"
+            ),
             Some(s) => assert_eq!(t["for"].as_str(), Some(format!("{s}s").as_str()), "{name}"),
             None => assert!(
-                !r.contains_key("for"),
-                "{name} has a `for:`: give it one in FOR"
+                !r.contains_key("for") && !waits_in_expression(name),
+                "{name} has a `for:` or a wait: give it one in FOR"
             ),
         }
     }

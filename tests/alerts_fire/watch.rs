@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::prom::{Prometheus, labels, num};
-use crate::rules::for_of;
+use crate::rules::{for_of, waits_in_expression};
 
 pub type Labels = BTreeMap<String, String>;
 
@@ -109,8 +109,9 @@ impl<'a> Alerts<'a> {
     /// both Prometheus versions, on each at most `cause` (how long the fault
     /// made at `fault` takes to show in the metrics) plus the alert's `for`
     /// plus a few scrape and evaluation intervals after `fault`; checks that
-    /// it was pending for its whole `for` first and that its annotations
-    /// rendered. `what` names the case. Returns the later of the two.
+    /// it was pending for its whole `for` first (an alert whose wait is in
+    /// its expression: that the wait passed since `fault`) and that its
+    /// annotations rendered. `what` names the case. Returns the later of the two.
     pub async fn wait_firing(
         &self,
         what: &str,
@@ -165,11 +166,20 @@ impl<'a> Alerts<'a> {
                  {hold:?} + {SLACK:?}); its alerts at the end: {last:?}"
             )
         });
-        let pending_for = unix_now() - alert.active_at;
-        assert!(
-            pending_for + 0.5 >= hold.as_secs_f64(),
-            "{what}: {name} fired on {on} {pending_for:.1}s after it went pending, before its `for` of {hold:?}"
-        );
+        if waits_in_expression(name) {
+            // No `for`, so never pending: its wait, at least, has passed since the fault.
+            let since_fault = fault.elapsed().as_secs_f64();
+            assert!(
+                since_fault + 0.5 >= hold.as_secs_f64(),
+                "{what}: {name} fired on {on} {since_fault:.1}s after the fault, before its wait of {hold:?}"
+            );
+        } else {
+            let pending_for = unix_now() - alert.active_at;
+            assert!(
+                pending_for + 0.5 >= hold.as_secs_f64(),
+                "{what}: {name} fired on {on} {pending_for:.1}s after it went pending, before its `for` of {hold:?}"
+            );
+        }
         check_annotations(what, &alert);
         let fired = Fired {
             alert,

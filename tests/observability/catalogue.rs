@@ -38,6 +38,10 @@ const ABSENT_OK: &[(&str, &str)] = &[
         "checkers with spec.locations only; the scenario has none",
     ),
     (
+        "webchecker_maintenance",
+        "checkers in a maintenance window only; the scenario has none",
+    ),
+    (
         "webchecker_grpc_status_code",
         "grpc:// checkers only (tests/probe/e2e_kinds.rs reads it)",
     ),
