@@ -73,7 +73,7 @@ fn a_failure_waits_for_the_confirmer_and_is_written_with_its_name() {
         only(&sim.show(&fx), &["event", "metric verdict"]),
         [
             "event Warning ConnectError",
-            "metric verdict ns/a confirmed ready=false"
+            "metric verdict ns/a confirmed ready=false down"
         ]
     );
 }

@@ -69,7 +69,7 @@ fn an_invalid_spec_is_reported_and_never_probed_until_it_is_fixed() {
             "observe ns/a rv=1",
             "status ns/a Ready=False InvalidSpec",
             "event Warning InvalidSpec",
-            "metric up ns/a false",
+            "metric up ns/a false down",
             "metric owned 1"
         ]
     );
@@ -154,7 +154,7 @@ fn a_checker_over_its_namespace_budget_is_quota_exceeded_until_room_is_made() {
             "cancel ns/a",
             "status ns/a Ready=False QuotaExceeded",
             "event Warning QuotaExceeded",
-            "metric up ns/a false",
+            "metric up ns/a false down",
             "metric owned 1"
         ]
     );
