@@ -95,13 +95,15 @@ CHART_DIR := deploy/helm/webchecker-operator
 
 .PHONY: crds chart-sync
 
-crds: ## regenerate crds/ from crates/api/src/lib.rs (crdgen), then chart-sync
+crds: ## regenerate crds/ from the types in crates/api (crdgen), then chart-sync
 	cargo run -q --bin crdgen > crds/webcheckers.test.network.io.yaml.tmp
 	mv crds/webcheckers.test.network.io.yaml.tmp crds/webcheckers.test.network.io.yaml
+	cargo run -q --bin crdgen maintenance > crds/webcheckermaintenances.test.network.io.yaml.tmp
+	mv crds/webcheckermaintenances.test.network.io.yaml.tmp crds/webcheckermaintenances.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync
 
 chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table (tests/chart/main.rs, tests/generated/main.rs check them)
-	cp crds/webcheckers.test.network.io.yaml $(CHART_DIR)/crds/webcheckers.test.network.io.yaml
+	cp crds/*.yaml $(CHART_DIR)/crds/
 	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
 	cp alerts/blackbox.rules.yaml $(CHART_DIR)/files/blackbox.rules.yaml
 	mkdir -p $(CHART_DIR)/files/dashboards

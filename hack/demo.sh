@@ -27,7 +27,7 @@ cargo build --release --locked --bin webchecker-operator
 echo "==> starting the local control plane (first run builds kube-apiserver, etcd, kubectl, helm: many minutes)"
 make -s cluster-up >/dev/null
 export KUBECONFIG=$PWD/.local/kubeconfig PATH=$PWD/.local/bin:$PATH
-kubectl apply --server-side --force-conflicts -f crds/webcheckers.test.network.io.yaml >/dev/null
+kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 # kubectl wait fails at once, instead of waiting, on a CRD the API server has
 # given no condition yet (kubernetes#66439): asked again for up to 60 s.
 for _ in $(seq 60); do

@@ -49,6 +49,19 @@ pub fn api_code(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// Whether a watch failed because its resource is not served (its CRD is
+/// not installed).
+pub fn watch_not_found(e: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error as W;
+    match e {
+        W::WatchStartFailed(k) | W::InitialListFailed(k) | W::WatchFailed(k) => {
+            api_code(k) == Some(404)
+        }
+        W::WatchError(s) => s.code == 404,
+        _ => false,
+    }
+}
+
 /// A kube error in a line of a log: the API server's code, reason and
 /// message, or that it did not answer; no debug dump.
 pub fn describe(e: &kube::Error) -> String {

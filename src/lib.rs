@@ -37,6 +37,7 @@ pub mod engine;
 pub(crate) mod error;
 pub(crate) mod intake;
 pub(crate) mod kubeio;
+pub mod maintenance;
 pub(crate) mod observe;
 pub use webchecker_probe as probe;
 mod replica;

@@ -152,9 +152,15 @@ impl Cluster {
             .await
     }
 
+    /// The operator's CRDs: WebChecker and WebCheckerMaintenance.
     pub fn install_crd(&self) {
-        let crd = repo().join("crds/webcheckers.test.network.io.yaml");
-        self.install_crds(&crd, &["webcheckers.test.network.io"]);
+        self.install_crds(
+            &repo().join("crds"),
+            &[
+                "webcheckers.test.network.io",
+                "webcheckermaintenances.test.network.io",
+            ],
+        );
     }
 
     /// Applies the CRDs of `path` (a file or a directory) server-side and

@@ -414,6 +414,13 @@ fn start_tasks(
     if cfg.discover_routes {
         start_discovery(cfg, basics, &coordination.leader_gate);
     }
+    let maintenance = crate::maintenance::spawn(crate::maintenance::Maintenance {
+        clients: basics.clients.clone(),
+        watch_namespace: cfg.watch_namespace.clone(),
+        commands: cmd_tx.clone(),
+        leader: coordination.leader_gate.clone(),
+        watch_failures: basics.watch_failures.clone(),
+    });
     let tasks = Tasks {
         engine,
         writer: writer_task,
@@ -423,6 +430,7 @@ fn start_tasks(
         watch,
         peers: coordination.peers,
         events,
+        maintenance,
         confirm,
         server_stopped,
     };
@@ -653,6 +661,7 @@ async fn shut_down(
     let identity = &basics.identity;
     info!(replica = %identity, "shutting down: stopping probes");
     tasks.watch.abort();
+    tasks.maintenance.abort();
     let (done, wait) = oneshot::channel();
     if running
         .commands

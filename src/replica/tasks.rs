@@ -19,6 +19,8 @@ pub(super) struct Tasks {
     pub peers: Vital,
     /// The Event publisher.
     pub events: Vital,
+    /// The watch of maintenance windows.
+    pub maintenance: Vital,
     /// The service answering other replicas' asks, once started.
     pub confirm: Option<Vital>,
     pub server_stopped: tokio::sync::oneshot::Receiver<()>,
@@ -37,6 +39,7 @@ impl Tasks {
             r = &mut self.watch => Err(vital("checker watch", r)),
             r = &mut self.peers => Err(vital("peer evidence", r)),
             r = &mut self.events => Err(vital("event publisher", r)),
+            r = &mut self.maintenance => Err(vital("maintenance watch", r)),
             r = optional(&mut self.confirm) => Err(vital("confirmation service", r)),
             _ = &mut self.server_stopped => Err(vital("http server", Ok(Ok(())))),
         }

@@ -20,6 +20,10 @@ fn chart_copies_are_identical_to_their_sources() {
             chart.join("crds/webcheckers.test.network.io.yaml"),
         ),
         (
+            repo().join("crds/webcheckermaintenances.test.network.io.yaml"),
+            chart.join("crds/webcheckermaintenances.test.network.io.yaml"),
+        ),
+        (
             repo().join("alerts/webchecker.rules.yaml"),
             chart.join("files/alerts.yaml"),
         ),

@@ -31,14 +31,19 @@ fn repo_file(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
-fn generated() -> String {
-    // Exactly what src/bin/crdgen.rs prints.
-    serde_yaml::to_string(&webchecker::api::WebChecker::crd()).expect("the CRD serialises")
+/// Exactly what src/bin/crdgen.rs prints for the CRD of `rel`.
+fn generated(rel: &str) -> String {
+    let crd = if rel.contains("webcheckermaintenances") {
+        webchecker::api::WebCheckerMaintenance::crd()
+    } else {
+        webchecker::api::WebChecker::crd()
+    };
+    serde_yaml::to_string(&crd).expect("the CRD serialises")
 }
 
 fn check(rel: &str) {
     let committed = repo_file(rel);
-    let want = generated();
+    let want = generated(rel);
     if committed != want {
         let first = committed
             .lines()
@@ -46,7 +51,7 @@ fn check(rel: &str) {
             .position(|(a, b)| a != b)
             .unwrap_or_else(|| committed.lines().count().min(want.lines().count()));
         panic!(
-            "{rel} is out of date with crates/api/src/lib.rs (first difference at line {}: committed {:?}, generated {:?}); run `make crds` (that is `cargo run --bin crdgen` into crds/webcheckers.test.network.io.yaml and deploy/helm/webchecker-operator/crds/) and commit the result",
+            "{rel} is out of date with the types of crates/api (first difference at line {}: committed {:?}, generated {:?}); run `make crds` (crdgen into crds/ and deploy/helm/webchecker-operator/crds/) and commit the result",
             first + 1,
             committed.lines().nth(first),
             want.lines().nth(first),
@@ -78,6 +83,12 @@ fn crd_manifest_is_generated() {
 #[test]
 fn helm_chart_crd_is_generated() {
     check("deploy/helm/webchecker-operator/crds/webcheckers.test.network.io.yaml");
+}
+
+#[test]
+fn maintenance_crds_are_generated() {
+    check("crds/webcheckermaintenances.test.network.io.yaml");
+    check("deploy/helm/webchecker-operator/crds/webcheckermaintenances.test.network.io.yaml");
 }
 
 /// Status conditions look like metav1.Condition lists to every client: a

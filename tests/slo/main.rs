@@ -6,6 +6,8 @@
 
 use webchecker_kit as support;
 
+mod maintenance;
+
 use std::time::{Duration, Instant};
 
 use kube::Api;

@@ -1,0 +1,215 @@
+//! A maintenance window end to end, the witness's log and the objects as
+//! the oracle: while a WebCheckerMaintenance covers a checker whose target
+//! fails, the checker turns Ready=False with a Normal Event, its failures
+//! count for neither side of spec.slo, the owner exports
+//! webchecker_maintenance and the window's status says it is open and
+//! covers it; a checker of the namespace the selector does not match fails
+//! at the same time as usual (a Warning, counted bad). When the window
+//! closes on the checker still down, the Warning held back is sent.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use serde_json::json;
+
+use super::support::fleet::*;
+use super::support::release::text;
+use super::support::*;
+use webchecker::api::{SloStatus, WebChecker};
+
+const PLANNED: &str = "planned";
+const CONTROL: &str = "control";
+const WINDOW: &str = "db-upgrade";
+
+/// (type, reason) -> Events about `name` (series counted).
+async fn events_for(api: &Api<Event>, name: &str) -> HashMap<(String, String), i32> {
+    let mut m = HashMap::new();
+    for e in api.list(&ListParams::default()).await.unwrap() {
+        if e.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some(name) {
+            continue;
+        }
+        let n = e.series.as_ref().map(|s| s.count).unwrap_or(1);
+        let key = (e.type_.unwrap_or_default(), e.reason.unwrap_or_default());
+        *m.entry(key).or_insert(0) += n;
+    }
+    m
+}
+
+fn warnings(events: &HashMap<(String, String), i32>) -> i32 {
+    events
+        .iter()
+        .filter(|((t, _), _)| t == "Warning")
+        .map(|(_, n)| n)
+        .sum()
+}
+
+async fn status(api: &Api<WebChecker>, name: &str) -> Option<webchecker::api::WebCheckerStatus> {
+    api.get(name).await.ok()?.status
+}
+
+fn ready(s: &webchecker::api::WebCheckerStatus) -> Option<&str> {
+    let c = s.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some(c.status.as_str())
+}
+
+fn in_window(s: &webchecker::api::WebCheckerStatus) -> bool {
+    s.conditions
+        .iter()
+        .any(|c| c.type_ == "Maintenance" && c.status == "True" && c.message.contains(WINDOW))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
+    let cluster = Cluster::shared("slo");
+    let ns = cluster.namespace("slo-mw");
+    let ops = vec![Operator::spawn(cluster, "mw-r0", &ns, FAST_LEASES)];
+    let witness = Witness::start().await;
+    let fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, 1).await;
+    let spec = json!({"confirmFailures": false, "slo": {"objective": "99", "window": "7d"}});
+    let mut planned = checker_object(PLANNED, &fleet.witness.url(), 1, spec.clone());
+    planned.metadata.labels = Some([("team".to_string(), "shop".to_string())].into());
+    let control = checker_object(CONTROL, &fleet.witness.url(), 1, spec);
+    create_all(&fleet.client, &ns, vec![planned, control], 2).await;
+    let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
+    let events: Api<Event> = Api::namespaced(fleet.client.clone(), &ns);
+    let every = Duration::from_secs(1);
+    let probes = |k: u32| every * 3 * (k + 10);
+    for name in [PLANNED, CONTROL] {
+        eventually(probes(5), &format!("{name} Ready"), || async {
+            (ready(&status(&api, name).await?)? == "True").then_some(())
+        })
+        .await;
+    }
+
+    // A window over team=shop, open from a minute ago for ten minutes.
+    let now = chrono::Utc::now();
+    let window = format!(
+        "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\nmetadata: {{name: {WINDOW}}}\n\
+         spec: {{selector: {{matchLabels: {{team: shop}}}}, start: '{}', end: '{}', reason: schema change}}\n",
+        (now - chrono::Duration::minutes(1)).format("%Y-%m-%dT%H:%M:%SZ"),
+        (now + chrono::Duration::minutes(10)).format("%Y-%m-%dT%H:%M:%SZ"),
+    );
+    let out = cluster.apply(&ns, &window).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = eventually(
+        probes(5),
+        "Maintenance=True on the planned checker",
+        || async {
+            let s = status(&api, PLANNED).await?;
+            in_window(&s).then_some(s.slo?)
+        },
+    )
+    .await;
+    let wcm = eventually(
+        probes(10),
+        "the window's status: open, covering 1",
+        || async {
+            let out = cluster
+                .kubectl_async(&["get", "wcm", "-n", &ns, WINDOW, "-o", "json"])
+                .await;
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+            let s = &v["status"];
+            (s["active"] == true && s["checkers"] == 1).then(|| v.clone())
+        },
+    )
+    .await;
+    assert!(wcm["status"]["nextStart"].is_null(), "{wcm}");
+    let table = text(
+        &cluster
+            .kubectl_async(&["get", "wcm", "-n", &ns])
+            .await
+            .stdout,
+    );
+    println!("{table}");
+    assert!(
+        table.contains("ACTIVE") && table.contains("true"),
+        "{table}"
+    );
+
+    // Both targets fail: the planned checker in its window, the control not.
+    let witness = &fleet.witness;
+    let start = Instant::now();
+    witness.set_mode(PLANNED, Mode::Status(503));
+    witness.set_mode(CONTROL, Mode::Status(503));
+    let down = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually(probes(5), &format!("{name} Ready=False"), || async {
+                let s = status(&api, name).await?;
+                (ready(&s)? == "False").then_some(s)
+            })
+            .await
+        }
+    };
+    let (planned_down, control_down) = (down(PLANNED).await, down(CONTROL).await);
+    // The control's count moves (a live system), the planned one's does not.
+    let control_slo = control_down.slo.clone().unwrap();
+    assert!(
+        control_slo.good_probes < control_slo.total_probes,
+        "the control's failures count: {control_slo:?}"
+    );
+    let during: SloStatus = planned_down.slo.clone().unwrap();
+    assert_eq!(
+        (during.good_probes, during.total_probes),
+        (before.good_probes, before.total_probes),
+        "failures in the window counted: before {before:?}, during {during:?}"
+    );
+    let failed = witness
+        .hits_since(start)
+        .iter()
+        .filter(|h| h.checker == PLANNED)
+        .count();
+    assert!(failed >= 1, "the planned checker was probed in its window");
+    eventually(probes(5), "the control's Warning", || async {
+        (warnings(&events_for(&events, CONTROL).await) > 0).then_some(())
+    })
+    .await;
+    let planned_events = events_for(&events, PLANNED).await;
+    assert_eq!(warnings(&planned_events), 0, "{planned_events:?}");
+    assert!(
+        planned_events
+            .keys()
+            .any(|(t, r)| t == "Normal" && r != "ProbeSucceeded"),
+        "the planned failure as a Normal Event: {planned_events:?}"
+    );
+    let labels = [
+        ("namespace", ns.as_str()),
+        ("name", PLANNED),
+        ("window", WINDOW),
+    ];
+    let until = eventually(probes(3), "webchecker_maintenance on the owner", || async {
+        metric(
+            &fleet.ops[0].metrics().await?,
+            "webchecker_maintenance",
+            &labels,
+        )
+    })
+    .await;
+    let end = (now + chrono::Duration::minutes(10)).timestamp() as f64;
+    assert_eq!(until, end, "the close time of the window");
+
+    // The window goes while the target still fails: the Warning held back,
+    // and the count goes on.
+    let wcm_api: Api<webchecker::api::WebCheckerMaintenance> =
+        Api::namespaced(fleet.client.clone(), &ns);
+    wcm_api
+        .delete(WINDOW, &DeleteParams::default())
+        .await
+        .unwrap();
+    let warned = eventually(probes(5), "the Warning after the window", || async {
+        let e = events_for(&events, PLANNED).await;
+        (warnings(&e) > 0).then_some(e)
+    })
+    .await;
+    println!("planned checker's Events: {warned:?}");
+    let after = eventually(probes(5), "Maintenance=False, written", || async {
+        let s = status(&api, PLANNED).await?;
+        (!in_window(&s)).then_some(s)
+    })
+    .await;
+    assert_eq!(ready(&after), Some("False"));
+    assert_eq!(exclusivity_violation(&witness.hits()), None);
+}
