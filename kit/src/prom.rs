@@ -312,6 +312,22 @@ fn query_path(expr: &str, at: Option<f64>) -> String {
     }
 }
 
+/// The shipped alerts/webchecker.rules.yaml, but WebCheckerDown fires
+/// `seconds` after Ready turned False instead of two minutes (its wait is
+/// measured in its expression): a test that only needs the alert to fire
+/// need not last that long. Only that number differs.
+pub fn rules_with_down_wait(seconds: u64) -> PathBuf {
+    let shipped = std::fs::read_to_string(crate::repo().join("alerts/webchecker.rules.yaml"))
+        .expect("alerts/webchecker.rules.yaml");
+    let wait = ">= 120 # threshold: forSeconds";
+    assert_eq!(shipped.matches(wait).count(), 1, "WebCheckerDown's wait");
+    let dir = scratch("rules").keep();
+    let file = dir.join("webchecker.rules.yaml");
+    let shorter = format!(">= {seconds} # threshold: forSeconds");
+    std::fs::write(&file, shipped.replace(wait, &shorter)).expect("the rules");
+    file
+}
+
 /// Samples of the `data` of an instant query (a vector, or a scalar as one
 /// sample without labels).
 pub fn samples(data: &Value) -> Vec<Sample> {

@@ -135,6 +135,8 @@ metadata: {{name: {role}}}
 rules:
 - {{apiGroups: [test.network.io], resources: [webcheckers], verbs: [get, list, watch, patch]}}
 - {{apiGroups: [test.network.io], resources: [webcheckers/status], verbs: [patch]}}
+- {{apiGroups: [test.network.io], resources: [webcheckermaintenances], verbs: [list, watch]}}
+- {{apiGroups: [test.network.io], resources: [webcheckermaintenances/status], verbs: [patch]}}
 - {{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}
 - {{apiGroups: [""], resources: [namespaces], verbs: [list, watch]}}
 ---

@@ -3,16 +3,61 @@
 //! not for the one that ends in 90, WebCheckerDown for the endpoint that
 //! answers 503, WebCheckerSlow (p90_latency) for the one that answers after
 //! 700 ms, both error-budget burns for the checker with an objective that
-//! answers 503 (and neither for the one that answers 200). (tests/observability drives Down and Slow through a scale-out.)
+//! answers 503 (and neither for the one that answers 200). A checker whose
+//! target fails inside a maintenance window gets none of them while the
+//! window is open, and WebCheckerDown as soon as it closes (its wait
+//! passed long before). (tests/observability drives Down and Slow through
+//! a scale-out.)
 
 use std::time::{Duration, Instant};
 
-use crate::fleets::{FAR_DAYS, SOON_DAYS, Single};
+use crate::fleets::{FAR_DAYS, PLANNED, PLANNED_WINDOW, SOON_DAYS, Single};
+use crate::rules::for_of;
 use crate::watch::{Alerts, labels_of, unix_now};
 
 const DAY: f64 = 86400.0;
 
+/// When the window closes (Unix seconds), set by [`window_manifest`].
+static CLOSES: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+
+/// The window over the checkers labelled window=planned: open since a
+/// minute ago, for `open` more.
+pub fn window_manifest(open: Duration) -> String {
+    let now = chrono::Utc::now();
+    let at = |offset: i64| {
+        (now + chrono::Duration::seconds(offset))
+            .format("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    CLOSES
+        .set(now.timestamp() + open.as_secs() as i64)
+        .expect("one window");
+    format!(
+        "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\nmetadata: {{name: planned}}\n\
+         spec: {{selector: {{matchLabels: {{window: planned}}}}, start: '{}', end: '{}'}}\n",
+        at(-60),
+        at(open.as_secs() as i64)
+    )
+}
+
+/// When the window closes, as an instant of this process.
+fn window_end() -> Instant {
+    let end = *CLOSES.get().expect("the window was made");
+    let left = end as f64 - unix_now();
+    Instant::now() + Duration::from_secs_f64(left.max(0.0))
+}
+
 pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
+    let closes = window_end();
+    let ns = s.ns.clone();
+    alerts.never(
+        "a checker in its maintenance window",
+        move |a| {
+            a.labels.get("namespace") == Some(&ns)
+                && a.labels.get("name").map(String::as_str) == Some(PLANNED)
+                && Instant::now() < closes
+        },
+    );
     let ns = s.ns.clone();
     alerts.never(
         &format!("a certificate valid {FAR_DAYS} more days"),
@@ -34,7 +79,20 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
     // The checkers probe from the start: the waits count from now.
     let t = Instant::now();
     let soon = format!("a certificate ending in {SOON_DAYS} days");
-    let (cert, down, _, _, _) = tokio::join!(
+    let planned = async {
+        // The window's end is the fault this alert waits for.
+        tokio::time::sleep_until(closes.into()).await;
+        alerts
+            .wait_firing(
+                "a checker still down when its window closes",
+                "WebCheckerDown",
+                checker(PLANNED, &[]),
+                closes - PLANNED_WINDOW,
+                PLANNED_WINDOW,
+            )
+            .await
+    };
+    let (cert, down, _, _, _, after_window) = tokio::join!(
         alerts.wait_firing(
             &soon,
             "WebCheckerCertificateExpiring",
@@ -76,6 +134,14 @@ pub async fn drive(s: &Single, alerts: &Alerts<'_>) {
             t,
             Duration::from_secs(8),
         ),
+        planned,
+    );
+    // Down long before the window closed: it fires at the close, not a
+    // whole wait later (a wait restarted at the close).
+    let late = after_window.after.saturating_sub(PLANNED_WINDOW);
+    assert!(
+        late < for_of("WebCheckerDown"),
+        "WebCheckerDown {late:?} after the window closed: its wait restarted"
     );
     // The value is the time left: notAfter (midnight UTC, SOON_DAYS from
     // today) minus now.

@@ -65,6 +65,12 @@ pub const LAG: &[&str] = &["lag-0", "lag-1", "lag-2", "lag-3", "lag-4"];
 pub const LAG_HANG: Duration = Duration::from_millis(300);
 pub const SLOW_HANG: Duration = Duration::from_millis(700);
 /// Days left of the expiring certificate (threshold: 14), and of the other.
+/// The checker in a maintenance window while its target fails, and how
+/// long from its creation the window stays open: longer than failing takes
+/// to show plus WebCheckerDown's wait (rules.rs), so that the alert is due
+/// when the window closes.
+pub const PLANNED: &str = "planned-0";
+pub const PLANNED_WINDOW: Duration = Duration::from_secs(45);
 pub const SOON_DAYS: i64 = 7;
 pub const FAR_DAYS: i64 = 90;
 
@@ -214,10 +220,18 @@ impl Singles {
             (limited, ("slow-0", 3, slow, Mode::Hang(SLOW_HANG))),
             (limited, ("slo-0", 2, slo(), Mode::Status(503))),
             (limited, ("slo-ok", 2, slo(), Mode::Ok)),
+            (limited, (PLANNED, 2, slo(), Mode::Status(503))),
         ]);
+        // Its window first: it fails from its first probe.
+        let window = crate::checkers::window_manifest(PLANNED_WINDOW);
+        let out = cluster.apply(&limited.ns, &window).await;
+        assert!(out.status.success(), "{}", release::text(&out.stderr));
         for (s, (name, interval, extra, mode)) in specs {
             self.witness.set_mode(name, mode);
-            let obj = checker_object(name, &self.witness.url(), interval, extra);
+            let mut obj = checker_object(name, &self.witness.url(), interval, extra);
+            if name == PLANNED {
+                obj.metadata.labels = Some([("window".to_string(), "planned".to_string())].into());
+            }
             create_all(&client, &s.ns, vec![obj], 1).await;
         }
         for (name, t) in [("cert-soon", &self.tls[0]), ("cert-far", &self.tls[1])] {
