@@ -319,13 +319,24 @@ fn query_path(expr: &str, at: Option<f64>) -> String {
 pub fn rules_with_down_wait(seconds: u64) -> PathBuf {
     let shipped = std::fs::read_to_string(crate::repo().join("alerts/webchecker.rules.yaml"))
         .expect("alerts/webchecker.rules.yaml");
-    let wait = ">= 120 # threshold: forSeconds";
-    assert_eq!(shipped.matches(wait).count(), 1, "WebCheckerDown's wait");
+    assert_eq!(
+        shipped.matches(DOWN_WAIT).count(),
+        1,
+        "WebCheckerDown's wait"
+    );
     let dir = scratch("rules").keep();
     let file = dir.join("webchecker.rules.yaml");
-    let shorter = format!(">= {seconds} # threshold: forSeconds");
-    std::fs::write(&file, shipped.replace(wait, &shorter)).expect("the rules");
+    std::fs::write(&file, with_down_wait(&shipped, seconds)).expect("the rules");
     file
+}
+
+/// WebCheckerDown's wait as the shipped rules write it.
+const DOWN_WAIT: &str = ">= 120 # threshold: forSeconds";
+
+/// `text` (the rules, or one expression of them) with WebCheckerDown's
+/// wait set to `seconds`.
+pub fn with_down_wait(text: &str, seconds: u64) -> String {
+    text.replace(DOWN_WAIT, &format!(">= {seconds} # threshold: forSeconds"))
 }
 
 /// Samples of the `data` of an instant query (a vector, or a scalar as one

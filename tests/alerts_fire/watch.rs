@@ -167,11 +167,17 @@ impl<'a> Alerts<'a> {
             )
         });
         if waits_in_expression(name) {
-            // No `for`, so never pending: its wait, at least, has passed since the fault.
-            let since_fault = fault.elapsed().as_secs_f64();
+            // No `for`, so never pending: its wait, at least, has passed
+            // since Ready stopped being True, as the owner says.
+            let q = format!(
+                "max(webchecker_down_since_timestamp_seconds{{namespace=\"{}\", name=\"{}\"}})",
+                want["namespace"], want["name"]
+            );
+            let since = prom.samples(&q).await;
+            let down_for = unix_now() - crate::prom::single(&since, &q);
             assert!(
-                since_fault + 0.5 >= hold.as_secs_f64(),
-                "{what}: {name} fired on {on} {since_fault:.1}s after the fault, before its wait of {hold:?}"
+                down_for + 1.0 >= hold.as_secs_f64(),
+                "{what}: {name} fired on {on} {down_for:.1}s after Ready stopped being True, before its wait of {hold:?}"
             );
         } else {
             let pending_for = unix_now() - alert.active_at;

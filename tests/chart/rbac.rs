@@ -51,6 +51,17 @@ pub fn operator_cluster_grants() -> BTreeSet<(String, String, String)> {
             &["get", "list", "watch", "patch"],
         ),
         ("test.network.io", "webcheckers/status", &["patch"]),
+        // Maintenance windows: every replica's calendar, the leader's status.
+        (
+            "test.network.io",
+            "webcheckermaintenances",
+            &["list", "watch"],
+        ),
+        (
+            "test.network.io",
+            "webcheckermaintenances/status",
+            &["patch"],
+        ),
         ("events.k8s.io", "events", &["create", "patch"]),
         // The forgery guard: kubelet addresses, restricted namespaces.
         ("", "nodes", &["list", "watch"]),

@@ -20,6 +20,7 @@ mod demo;
 mod discovery;
 mod gitops;
 mod https;
+mod maintenance;
 mod protocols;
 mod slo;
 use webchecker_kit as support;
@@ -258,6 +259,7 @@ fn every_example_is_applied_by_a_test_and_listed() {
         "httproute.yaml",
         "https-ca-configmap.yaml",
         "ingress.yaml",
+        "maintenance.yaml",
         "seed/badnews.yaml",
         "seed/flant.yaml",
         "slo.yaml",

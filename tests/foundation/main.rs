@@ -554,6 +554,88 @@ const INVALID: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Maintenance windows refused at admission: (name, spec, what the API
+/// server says).
+const INVALID_WINDOWS: &[(&str, &str, &str)] = &[
+    (
+        "mw-both",
+        "  selector: {}\n  start: '2026-12-24T22:00:00Z'\n  end: '2026-12-25T02:00:00Z'\n  schedule: {days: [Sunday], at: '02:00', duration: 2h}\n",
+        "either start and end (one window) or schedule",
+    ),
+    (
+        "mw-neither",
+        "  selector: {}\n",
+        "either start and end (one window) or schedule",
+    ),
+    (
+        "mw-backwards",
+        "  selector: {}\n  start: '2026-12-25T02:00:00Z'\n  end: '2026-12-24T22:00:00Z'\n",
+        "spec.end must be after spec.start",
+    ),
+    (
+        "mw-start-alone",
+        "  selector: {}\n  start: '2026-12-25T02:00:00Z'\n",
+        "spec.start and spec.end go together",
+    ),
+    (
+        "mw-at",
+        "  selector: {}\n  schedule: {days: [Sunday], at: '25:00', duration: 2h}\n",
+        "spec.schedule.at must be a time of day written HH:MM",
+    ),
+    (
+        "mw-duration",
+        "  selector: {}\n  schedule: {days: [Sunday], at: '02:00', duration: 2 hours}\n",
+        "spec.schedule.duration must be whole hours and minutes",
+    ),
+    (
+        "mw-day-twice",
+        "  selector: {}\n  schedule: {days: [Sunday, Sunday], at: '02:00', duration: 2h}\n",
+        "spec.schedule.days names a day twice",
+    ),
+    (
+        "mw-day",
+        "  selector: {}\n  schedule: {days: [Sundays], at: '02:00', duration: 2h}\n",
+        "Unsupported value: \"Sundays\"",
+    ),
+    (
+        "mw-zone",
+        "  selector: {}\n  schedule: {days: [Sunday], at: '02:00', duration: 2h, timeZone: Berlin time}\n",
+        "spec.schedule.timeZone must be an IANA time zone name",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_maintenance_windows_are_rejected() {
+    let (c, ns, _) = world("invalid-mw");
+    let head = |name: &str| {
+        format!(
+            "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\nmetadata:\n  name: {name}\nspec:\n"
+        )
+    };
+    for (name, spec, want) in INVALID_WINDOWS {
+        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
+        assert_refused(&out, name, want);
+    }
+    let out = c
+        .kubectl_async(&["get", "wcm", "-n", &ns, "-o", "name"])
+        .await;
+    assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
+    // The control: a one-off and a weekly window are accepted.
+    for (name, spec) in [
+        (
+            "mw-once",
+            "  selector: {matchLabels: {tier: db}}\n  start: '2026-12-24T22:00:00Z'\n  end: '2026-12-25T02:00:00Z'\n",
+        ),
+        (
+            "mw-weekly",
+            "  selector: {}\n  schedule: {days: [Saturday, Sunday], at: '02:30', duration: 1h30m, timeZone: America/New_York}\n",
+        ),
+    ] {
+        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_manifests_are_rejected() {
     let (c, ns, _) = world("invalid");

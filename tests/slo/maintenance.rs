@@ -61,44 +61,78 @@ fn in_window(s: &webchecker::api::WebCheckerStatus) -> bool {
         .any(|c| c.type_ == "Maintenance" && c.status == "True" && c.message.contains(WINDOW))
 }
 
+struct World {
+    cluster: &'static Cluster,
+    fleet: Fleet,
+    api: Api<WebChecker>,
+    events: Api<Event>,
+}
+
+/// Seconds between probes, and a bound for `k` of them.
+const EVERY: Duration = Duration::from_secs(1);
+
+fn probes(k: u32) -> Duration {
+    EVERY * 3 * (k + 10)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
+    let w = two_ready_checkers().await;
+    let (before, end) = open_the_window(&w).await;
+    both_fail(&w, &before, end).await;
+    close_the_window(&w).await;
+}
+
+/// The planned checker (team=shop) and the control, both Ready, with an
+/// objective and no confirmation (every failure counts).
+async fn two_ready_checkers() -> World {
     let cluster = Cluster::shared("slo");
     let ns = cluster.namespace("slo-mw");
     let ops = vec![Operator::spawn(cluster, "mw-r0", &ns, FAST_LEASES)];
     let witness = Witness::start().await;
     let fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, 1).await;
     let spec = json!({"confirmFailures": false, "slo": {"objective": "99", "window": "7d"}});
-    let mut planned = checker_object(PLANNED, &fleet.witness.url(), 1, spec.clone());
+    let every = EVERY.as_secs();
+    let mut planned = checker_object(PLANNED, &fleet.witness.url(), every, spec.clone());
     planned.metadata.labels = Some([("team".to_string(), "shop".to_string())].into());
-    let control = checker_object(CONTROL, &fleet.witness.url(), 1, spec);
+    let control = checker_object(CONTROL, &fleet.witness.url(), every, spec);
     create_all(&fleet.client, &ns, vec![planned, control], 2).await;
     let api: Api<WebChecker> = Api::namespaced(fleet.client.clone(), &ns);
     let events: Api<Event> = Api::namespaced(fleet.client.clone(), &ns);
-    let every = Duration::from_secs(1);
-    let probes = |k: u32| every * 3 * (k + 10);
     for name in [PLANNED, CONTROL] {
         eventually(probes(5), &format!("{name} Ready"), || async {
             (ready(&status(&api, name).await?)? == "True").then_some(())
         })
         .await;
     }
+    World {
+        cluster,
+        fleet,
+        api,
+        events,
+    }
+}
 
-    // A window over team=shop, open from a minute ago for ten minutes.
+/// A window over team=shop, open from a minute ago for ten minutes: the
+/// planned checker's Maintenance condition and its count then, the
+/// window's status, and when it closes (Unix seconds).
+async fn open_the_window(w: &World) -> (SloStatus, i64) {
+    let ns = &w.fleet.ns;
     let now = chrono::Utc::now();
+    let end = now + chrono::Duration::minutes(10);
     let window = format!(
         "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\nmetadata: {{name: {WINDOW}}}\n\
          spec: {{selector: {{matchLabels: {{team: shop}}}}, start: '{}', end: '{}', reason: schema change}}\n",
         (now - chrono::Duration::minutes(1)).format("%Y-%m-%dT%H:%M:%SZ"),
-        (now + chrono::Duration::minutes(10)).format("%Y-%m-%dT%H:%M:%SZ"),
+        end.format("%Y-%m-%dT%H:%M:%SZ"),
     );
-    let out = cluster.apply(&ns, &window).await;
+    let out = w.cluster.apply(ns, &window).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let before = eventually(
         probes(5),
         "Maintenance=True on the planned checker",
         || async {
-            let s = status(&api, PLANNED).await?;
+            let s = status(&w.api, PLANNED).await?;
             in_window(&s).then_some(s.slo?)
         },
     )
@@ -107,9 +141,8 @@ async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
         probes(10),
         "the window's status: open, covering 1",
         || async {
-            let out = cluster
-                .kubectl_async(&["get", "wcm", "-n", &ns, WINDOW, "-o", "json"])
-                .await;
+            let get = ["get", "wcm", "-n", ns.as_str(), WINDOW, "-o", "json"];
+            let out = w.cluster.kubectl_async(&get).await;
             let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
             let s = &v["status"];
             (s["active"] == true && s["checkers"] == 1).then(|| v.clone())
@@ -117,32 +150,28 @@ async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
     )
     .await;
     assert!(wcm["status"]["nextStart"].is_null(), "{wcm}");
-    let table = text(
-        &cluster
-            .kubectl_async(&["get", "wcm", "-n", &ns])
-            .await
-            .stdout,
-    );
+    let get = ["get", "wcm", "-n", ns.as_str()];
+    let table = text(&w.cluster.kubectl_async(&get).await.stdout);
     println!("{table}");
     assert!(
         table.contains("ACTIVE") && table.contains("true"),
         "{table}"
     );
+    (before, end.timestamp())
+}
 
-    // Both targets fail: the planned checker in its window, the control not.
-    let witness = &fleet.witness;
+/// Both targets fail: the planned checker in its window, the control not.
+async fn both_fail(w: &World, before: &SloStatus, end: i64) {
+    let witness = &w.fleet.witness;
     let start = Instant::now();
     witness.set_mode(PLANNED, Mode::Status(503));
     witness.set_mode(CONTROL, Mode::Status(503));
-    let down = |name: &'static str| {
-        let api = api.clone();
-        async move {
-            eventually(probes(5), &format!("{name} Ready=False"), || async {
-                let s = status(&api, name).await?;
-                (ready(&s)? == "False").then_some(s)
-            })
-            .await
-        }
+    let down = |name: &'static str| async move {
+        eventually(probes(5), &format!("{name} Ready=False"), || async {
+            let s = status(&w.api, name).await?;
+            (ready(&s)? == "False").then_some(s)
+        })
+        .await
     };
     let (planned_down, control_down) = (down(PLANNED).await, down(CONTROL).await);
     // The control's count moves (a live system), the planned one's does not.
@@ -164,10 +193,10 @@ async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
         .count();
     assert!(failed >= 1, "the planned checker was probed in its window");
     eventually(probes(5), "the control's Warning", || async {
-        (warnings(&events_for(&events, CONTROL).await) > 0).then_some(())
+        (warnings(&events_for(&w.events, CONTROL).await) > 0).then_some(())
     })
     .await;
-    let planned_events = events_for(&events, PLANNED).await;
+    let planned_events = events_for(&w.events, PLANNED).await;
     assert_eq!(warnings(&planned_events), 0, "{planned_events:?}");
     assert!(
         planned_events
@@ -175,41 +204,35 @@ async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
             .any(|(t, r)| t == "Normal" && r != "ProbeSucceeded"),
         "the planned failure as a Normal Event: {planned_events:?}"
     );
-    let labels = [
-        ("namespace", ns.as_str()),
-        ("name", PLANNED),
-        ("window", WINDOW),
-    ];
+    let ns = w.fleet.ns.as_str();
+    let labels = [("namespace", ns), ("name", PLANNED), ("window", WINDOW)];
     let until = eventually(probes(3), "webchecker_maintenance on the owner", || async {
         metric(
-            &fleet.ops[0].metrics().await?,
+            &w.fleet.ops[0].metrics().await?,
             "webchecker_maintenance",
             &labels,
         )
     })
     .await;
-    let end = (now + chrono::Duration::minutes(10)).timestamp() as f64;
-    assert_eq!(until, end, "the close time of the window");
+    assert_eq!(until, end as f64, "the close time of the window");
+}
 
-    // The window goes while the target still fails: the Warning held back,
-    // and the count goes on.
-    let wcm_api: Api<webchecker::api::WebCheckerMaintenance> =
-        Api::namespaced(fleet.client.clone(), &ns);
-    wcm_api
-        .delete(WINDOW, &DeleteParams::default())
-        .await
-        .unwrap();
+/// The window goes while the target still fails: the Warning held back.
+async fn close_the_window(w: &World) {
+    let wcm: Api<webchecker::api::WebCheckerMaintenance> =
+        Api::namespaced(w.fleet.client.clone(), &w.fleet.ns);
+    wcm.delete(WINDOW, &DeleteParams::default()).await.unwrap();
     let warned = eventually(probes(5), "the Warning after the window", || async {
-        let e = events_for(&events, PLANNED).await;
+        let e = events_for(&w.events, PLANNED).await;
         (warnings(&e) > 0).then_some(e)
     })
     .await;
     println!("planned checker's Events: {warned:?}");
     let after = eventually(probes(5), "Maintenance=False, written", || async {
-        let s = status(&api, PLANNED).await?;
+        let s = status(&w.api, PLANNED).await?;
         (!in_window(&s)).then_some(s)
     })
     .await;
     assert_eq!(ready(&after), Some("False"));
-    assert_eq!(exclusivity_violation(&witness.hits()), None);
+    assert_eq!(exclusivity_violation(&w.fleet.witness.hits()), None);
 }

@@ -192,13 +192,52 @@ impl Selector {
     }
 }
 
+/// The most requirements (labels and expressions) of a window's selector,
+/// values of one expression, and characters of a key or value: every probe
+/// of the namespace's checkers may match it, on the engine's threads.
+pub const MAX_REQUIREMENTS: usize = 16;
+pub const MAX_VALUES: usize = 32;
+pub const MAX_LABEL_TEXT: usize = 317;
+
 impl Selector {
     /// A LabelSelector as the API holds it; an operator it does not know
-    /// (the API server refuses them) is an error.
+    /// (the API server refuses them) or a selector past the limits above
+    /// is an error.
     pub fn from_api(s: &LabelSelector) -> Result<Selector, Invalid> {
+        let labels = s.match_labels.as_ref().map_or(0, |m| m.len());
+        let exprs = s.match_expressions.as_ref().map_or(0, |e| e.len());
+        if labels + exprs > MAX_REQUIREMENTS {
+            return Err(Invalid(format!(
+                "spec.selector has {} requirements: at most {MAX_REQUIREMENTS} (matchLabels and matchExpressions together)",
+                labels + exprs
+            )));
+        }
+        let texts = s
+            .match_labels
+            .iter()
+            .flatten()
+            .flat_map(|(k, v)| [k, v])
+            .chain(
+                s.match_expressions
+                    .iter()
+                    .flatten()
+                    .flat_map(|e| std::iter::once(&e.key).chain(e.values.iter().flatten())),
+            );
+        if texts.into_iter().any(|t| t.len() > MAX_LABEL_TEXT) {
+            return Err(Invalid(format!(
+                "spec.selector has a key or value longer than {MAX_LABEL_TEXT} characters, which no label can have"
+            )));
+        }
         let mut expressions = Vec::new();
         for e in s.match_expressions.iter().flatten() {
             let values = e.values.clone().unwrap_or_default();
+            if values.len() > MAX_VALUES {
+                return Err(Invalid(format!(
+                    "spec.selector: the expression on {:?} has {} values: at most {MAX_VALUES}",
+                    e.key,
+                    values.len()
+                )));
+            }
             let key = e.key.clone();
             expressions.push(match e.operator.as_str() {
                 "In" => Requirement::In(key, values),

@@ -264,3 +264,24 @@ fn a_namespace_has_at_most_max_windows_and_the_rest_by_name_cover_nothing() {
     assert!(c.ignored("shop", &format!("w{MAX_PER_NAMESPACE:03}")));
     assert!(!c.ignored("shop", "w000"));
 }
+
+#[test]
+fn a_selector_past_the_limits_is_refused_with_the_limit() {
+    let with = |yaml: &str| -> Result<Selector, Invalid> {
+        Selector::from_api(&serde_yaml::from_str(yaml).unwrap())
+    };
+    let many: Vec<String> = (0..=MAX_REQUIREMENTS).map(|i| format!("k{i}: v")).collect();
+    let e = with(&format!("matchLabels: {{{}}}", many.join(", "))).unwrap_err();
+    assert!(e.0.contains("at most 16"), "{e:?}");
+    let values: Vec<String> = (0..=MAX_VALUES).map(|i| format!("v{i}")).collect();
+    let e = with(&format!(
+        "matchExpressions: [{{key: tier, operator: In, values: [{}]}}]",
+        values.join(", ")
+    ))
+    .unwrap_err();
+    assert!(e.0.contains("at most 32"), "{e:?}");
+    let long = "x".repeat(MAX_LABEL_TEXT + 1);
+    let e = with(&format!("matchLabels: {{tier: {long}}}")).unwrap_err();
+    assert!(e.0.contains("longer than 317"), "{e:?}");
+    assert!(with("matchLabels: {tier: db}").is_ok());
+}
