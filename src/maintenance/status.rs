@@ -1,8 +1,10 @@
 //! The leader writes each window's status: whether it is open, how many
 //! WebCheckers of its namespace it selects, when it opens next, and why it
 //! cannot be used if so. Counting lists the namespace's WebCheckers by the
-//! window's selector (metadata only, in pages), at most once a minute per
-//! window unless its spec changed; a write only when something changed.
+//! window's selector (metadata only, from the API server's cache), at most
+//! once a minute per window unless its spec changed, or every 10 seconds
+//! while it covers none (a window made with its checkers counts them
+//! soon); a write only when something changed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,12 +22,12 @@ use webchecker_core::maintenance::{Calendar, MAX_PER_NAMESPACE};
 
 /// How often the windows are looked at (openings and closings show within it).
 const TICK: Duration = Duration::from_secs(5);
-/// A window's checkers are counted again after this long.
+/// A window's checkers are counted again after this long, or the shorter
+/// while it covers none.
 const RECOUNT: Duration = Duration::from_secs(60);
+const RECOUNT_NONE: Duration = Duration::from_secs(10);
 /// Every call to the API server gets this long.
 const CALL: Duration = Duration::from_secs(10);
-/// Checkers listed per page when counting.
-const PAGE: u32 = 500;
 
 /// A count of a window's checkers, and what it was counted for.
 struct Count {
@@ -119,32 +121,29 @@ fn rfc3339(unix: i64) -> String {
 /// The WebCheckers of `ns` the window selects, when a count is due.
 async fn count(client: &Client, ns: &str, w: &Seen, last: Option<&Count>) -> Option<Count> {
     let generation = w.object.metadata.generation;
-    if last.is_some_and(|c| c.generation == generation && c.at.elapsed() < RECOUNT) {
+    let fresh = |c: &Count| {
+        let every = if c.checkers == 0 { RECOUNT_NONE } else { RECOUNT };
+        c.generation == generation && c.at.elapsed() < every
+    };
+    if last.is_some_and(fresh) {
         return None;
     }
     let selector = Selector::try_from(w.object.spec.selector.clone()).ok()?;
     let api: Api<WebChecker> = Api::namespaced(client.clone(), ns);
-    let mut params = ListParams::default().labels_from(&selector).limit(PAGE);
-    let mut checkers = 0i64;
-    loop {
-        let page = match tokio::time::timeout(CALL, api.list_metadata(&params)).await {
-            Ok(Ok(page)) => page,
-            Ok(Err(e)) => {
-                debug!(namespace = ns, error = %crate::error::describe(&e), "cannot count a maintenance window's checkers");
-                return None;
-            }
-            Err(_) => return None,
-        };
-        checkers += page.items.len() as i64;
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
+    // From the watch cache (resourceVersion 0), not from etcd.
+    let params = ListParams::default().labels_from(&selector).match_any();
+    let list = match tokio::time::timeout(CALL, api.list_metadata(&params)).await {
+        Ok(Ok(list)) => list,
+        Ok(Err(e)) => {
+            debug!(namespace = ns, error = %crate::error::describe(&e), "cannot count a maintenance window's checkers");
+            return None;
         }
-    }
+        Err(_) => return None,
+    };
     Some(Count {
         at: Instant::now(),
         generation,
-        checkers,
+        checkers: list.items.len() as i64,
     })
 }
 

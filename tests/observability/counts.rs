@@ -88,7 +88,7 @@ async fn owner_counts_match_the_witness(run: &Run) -> Vec<(String, String)> {
         // http, 3 more with spec.slo (the failing ones have it), 1 more
         // while Ready is not True (since when).
         let labels = [("namespace", ns.as_str()), ("name", n.as_str())];
-        let failing = n.starts_with("down-") || n.starts_with("sla-");
+        let failing = ["down-", "sla-", "brk-"].iter().any(|p| n.starts_with(p));
         let up = metric(text, "webchecker_up", &labels).expect("webchecker_up");
         assert_eq!(up == 0.0, failing, "{n}: webchecker_up {up}");
         let since = metric(text, "webchecker_down_since_timestamp_seconds", &labels);
