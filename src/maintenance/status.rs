@@ -122,7 +122,11 @@ fn rfc3339(unix: i64) -> String {
 async fn count(client: &Client, ns: &str, w: &Seen, last: Option<&Count>) -> Option<Count> {
     let generation = w.object.metadata.generation;
     let fresh = |c: &Count| {
-        let every = if c.checkers == 0 { RECOUNT_NONE } else { RECOUNT };
+        let every = if c.checkers == 0 {
+            RECOUNT_NONE
+        } else {
+            RECOUNT
+        };
         c.generation == generation && c.at.elapsed() < every
     };
     if last.is_some_and(fresh) {

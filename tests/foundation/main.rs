@@ -598,6 +598,16 @@ const INVALID_WINDOWS: &[(&str, &str, &str)] = &[
         "Unsupported value: \"Sundays\"",
     ),
     (
+        "mw-many-labels",
+        "  selector: {matchLabels: {k0: v, k1: v, k2: v, k3: v, k4: v, k5: v, k6: v, k7: v, k8: v, k9: v, k10: v, k11: v, k12: v, k13: v, k14: v, k15: v, k16: v}}\n  schedule: {days: [Sunday], at: '02:00', duration: 2h}\n",
+        "spec.selector.matchLabels: Too many: 17: must have at most 16 items",
+    ),
+    (
+        "mw-operator",
+        "  selector: {matchExpressions: [{key: tier, operator: Equals, values: [db]}]}\n  schedule: {days: [Sunday], at: '02:00', duration: 2h}\n",
+        "Unsupported value: \"Equals\"",
+    ),
+    (
         "mw-zone",
         "  selector: {}\n  schedule: {days: [Sunday], at: '02:00', duration: 2h, timeZone: Berlin time}\n",
         "spec.schedule.timeZone must be an IANA time zone name",

@@ -4,8 +4,11 @@
 //! count for neither side of spec.slo, the owner exports
 //! webchecker_maintenance and the window's status says it is open and
 //! covers it; a checker of the namespace the selector does not match fails
-//! at the same time as usual (a Warning, counted bad). When the window
-//! closes on the checker still down, the Warning held back is sent.
+//! at the same time as usual (a Warning, counted bad), and so it does
+//! although another namespace has a window over every checker of its own.
+//! When the window closes on the checker still down, the Warning held back
+//! is sent. The replica watches every namespace (a control plane of its
+//! own, so that no other test's checkers are its).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -86,9 +89,20 @@ async fn a_window_keeps_a_failure_out_of_the_budget_and_sends_no_warning() {
 /// The planned checker (team=shop) and the control, both Ready, with an
 /// objective and no confirmation (every failure counts).
 async fn two_ready_checkers() -> World {
-    let cluster = Cluster::shared("slo");
+    let cluster = Cluster::shared("maintenance");
     let ns = cluster.namespace("slo-mw");
-    let ops = vec![Operator::spawn(cluster, "mw-r0", &ns, FAST_LEASES)];
+    // Another namespace's window over all of its checkers: none of ours.
+    let other = cluster.namespace("mw-other");
+    let everything = "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\n\
+         metadata: {name: everything}\nspec: {selector: {}, start: '2020-01-01T00:00:00Z', end: '2100-01-01T00:00:00Z'}\n";
+    let out = cluster.apply(&other, everything).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ops = vec![Operator::spawn_all_namespaces_with(
+        cluster,
+        "mw-r0",
+        &ns,
+        FAST_LEASES,
+    )];
     let witness = Witness::start().await;
     let fleet = Fleet::start_with_witness(cluster, ns.clone(), ops, witness, 0, 1).await;
     let spec = json!({"confirmFailures": false, "slo": {"objective": "99", "window": "7d"}});

@@ -52,14 +52,15 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("!has(self.start) || !has(self.end) || timestamp(self.end) > timestamp(self.start)").message("spec.end must be after spec.start"))]
 pub struct MaintenanceSpec {
     /// Which WebCheckers of this namespace the window covers; {} covers every one.
+    #[schemars(schema_with = "bounded_selector")]
     pub selector: LabelSelector,
     /// A one-off window opens at this time (RFC 3339, for example 2026-12-24T22:00:00Z).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), length(max = 64))]
     pub start: Option<String>,
     /// ... and closes at this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("format" = "date-time"))]
+    #[schemars(extend("format" = "date-time"), length(max = 64))]
     pub end: Option<String>,
     /// A weekly window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -68,6 +69,43 @@ pub struct MaintenanceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 256))]
     pub reason: Option<String>,
+}
+
+/// A label selector as Kubernetes writes it, bounded: every replica keeps
+/// every window, and each probe of the namespace's checkers may match it
+/// (at most 16 requirements, 32 values each, label-sized text).
+fn bounded_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "maxProperties": 16,
+                "additionalProperties": {"type": "string", "maxLength": 63},
+                "x-kubernetes-validations": [{
+                    "rule": "self.all(k, size(k) <= 317)",
+                    "message": "spec.selector.matchLabels: a key is at most 317 characters (a 253-character prefix, a slash and 63 characters)"
+                }]
+            },
+            "matchExpressions": {
+                "type": "array",
+                "maxItems": 16,
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"type": "string", "maxLength": 317},
+                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": {
+                            "type": "array",
+                            "maxItems": 32,
+                            "items": {"type": "string", "maxLength": 63}
+                        }
+                    }
+                }
+            }
+        }
+    })
 }
 
 /// A window that opens on some days of the week at a local time.
