@@ -614,24 +614,41 @@ const INVALID_WINDOWS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Each of `refused` (name, spec, what the API server says) is refused at
+/// admission as a `kind` and nothing of `resource` is created; each of
+/// `accepted` (name, spec), the control, is.
+async fn admission_table(
+    c: &Cluster,
+    ns: &str,
+    (kind, resource): (&str, &str),
+    refused: &[(&str, &str, &str)],
+    accepted: &[(&str, &str)],
+) {
+    let head = |name: &str| {
+        format!(
+            "apiVersion: test.network.io/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n"
+        )
+    };
+    for (name, spec, want) in refused {
+        let out = c.apply(ns, &format!("{}{spec}", head(name))).await;
+        let err = assert_refused(&out, name, want);
+        assert!(err.contains("is invalid"), "{name}: {err}");
+    }
+    let out = c
+        .kubectl_async(&["get", resource, "-n", ns, "-o", "name"])
+        .await;
+    assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
+    for (name, spec) in accepted {
+        let out = c.apply(ns, &format!("{}{spec}", head(name))).await;
+        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_maintenance_windows_are_rejected() {
     let (c, ns, _) = world("invalid-mw");
-    let head = |name: &str| {
-        format!(
-            "apiVersion: test.network.io/v1alpha1\nkind: WebCheckerMaintenance\nmetadata:\n  name: {name}\nspec:\n"
-        )
-    };
-    for (name, spec, want) in INVALID_WINDOWS {
-        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
-        assert_refused(&out, name, want);
-    }
-    let out = c
-        .kubectl_async(&["get", "wcm", "-n", &ns, "-o", "name"])
-        .await;
-    assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
-    // The control: a one-off and a weekly window are accepted.
-    for (name, spec) in [
+    // The control: a one-off and a weekly window.
+    let accepted = [
         (
             "mw-once",
             "  selector: {matchLabels: {tier: db}}\n  start: '2026-12-24T22:00:00Z'\n  end: '2026-12-25T02:00:00Z'\n",
@@ -640,33 +657,17 @@ async fn invalid_maintenance_windows_are_rejected() {
             "mw-weekly",
             "  selector: {}\n  schedule: {days: [Saturday, Sunday], at: '02:30', duration: 1h30m, timeZone: America/New_York}\n",
         ),
-    ] {
-        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
-        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-    }
+    ];
+    let kind = ("WebCheckerMaintenance", "wcm");
+    admission_table(c, &ns, kind, INVALID_WINDOWS, &accepted).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_manifests_are_rejected() {
     let (c, ns, _) = world("invalid");
-    let head = |name: &str| {
-        format!(
-            "apiVersion: test.network.io/v1alpha1\nkind: WebChecker\nmetadata:\n  name: {name}\nspec:\n"
-        )
-    };
-    let cases = INVALID;
-    for (name, spec, want) in cases {
-        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
-        let err = assert_refused(&out, name, want);
-        assert!(err.contains("is invalid"), "{name}: {err}");
-    }
-    let out = c
-        .kubectl_async(&["get", "wc", "-n", &ns, "-o", "name"])
-        .await;
-    assert_eq!(text(&out.stdout).trim(), "", "nothing was created");
     // The control: valid manifests beside them are accepted, a 1 s interval
     // without timeoutSeconds too (its default timeout fits it).
-    for (name, spec) in [
+    let accepted = [
         ("valid", "  host: http://example.com\n"),
         (
             "one-second",
@@ -676,8 +677,6 @@ async fn invalid_manifests_are_rejected() {
             "h2",
             "  host: http://example.com\n  http2: PriorKnowledge\n  httpVersions: [HTTP/2]\n  compression: zstd\n",
         ),
-    ] {
-        let out = c.apply(&ns, &format!("{}{spec}", head(name))).await;
-        assert!(out.status.success(), "{name}: {}", text(&out.stderr));
-    }
+    ];
+    admission_table(c, &ns, ("WebChecker", "wc"), INVALID, &accepted).await;
 }

@@ -76,10 +76,7 @@ impl When {
                 duration,
                 zone,
             } => {
-                let today = Timestamp::from_second(now)
-                    .ok()?
-                    .to_zoned(zone.clone())
-                    .date();
+                let today = local_date(now, zone)?;
                 // An opening up to MAX_DURATION ago may still be open.
                 (0..=7i64).find_map(|back| {
                     let day = today.checked_sub(back.days()).ok()?;
@@ -98,10 +95,7 @@ impl When {
         match self {
             When::Once { start, .. } => (*start > now).then_some(*start),
             When::Weekly { days, at, zone, .. } => {
-                let today = Timestamp::from_second(now)
-                    .ok()?
-                    .to_zoned(zone.clone())
-                    .date();
+                let today = local_date(now, zone)?;
                 (0..=8i64).find_map(|ahead| {
                     let day = today.checked_add(ahead.days()).ok()?;
                     opening(day, *at, zone, days).filter(|t| *t > now)
@@ -109,6 +103,12 @@ impl When {
             }
         }
     }
+}
+
+/// The date in `zone` at `now` (Unix seconds).
+fn local_date(now: i64, zone: &TimeZone) -> Option<Date> {
+    let zoned = Timestamp::from_second(now).ok()?.to_zoned(zone.clone());
+    Some(zoned.date())
 }
 
 /// When a weekly window opens on `day`, if it does.
