@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// The parts in the report's order: key (BENCH_PARTS), title, and how its
 /// summary lines begin (merge.rs).
-pub const PARTS: [(&str, &str, &[&str]); 9] = [
+pub const PARTS: [(&str, &str, &[&str]); 10] = [
     (
         "probe",
         "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
@@ -25,6 +25,11 @@ pub const PARTS: [(&str, &str, &[&str]); 9] = [
         "rebalance",
         "3b. Rebalance at scale: 3 -> 4 replicas",
         &["rebalance"],
+    ),
+    (
+        "slo",
+        "3c. Status writes with an objective on every checker",
+        &["status writes with spec.slo"],
     ),
     ("failover", "4. Failover", &["failover"]),
     ("confirm", "5. Confirmation", &["confirmation"]),

@@ -11,7 +11,8 @@
 //! 2. ring quality by simulation (ring.rs, pure `webchecker::coordination::ring`);
 //! 3. scale on a real control plane (scale.rs: hack/cluster.sh, 3 release
 //!    replicas); 3b. a rebalance at scale, 10,000 checkers from 3 to 4
-//!    replicas (rebalance.rs);
+//!    replicas (rebalance.rs); 3c. status writes with an objective on
+//!    every checker (slo_writes.rs);
 //! 4. failover gaps seen by a witness target (failover.rs: SIGKILL, SIGTERM,
 //!    leader loss, rolling restart) with the default lease timings;
 //! 5. what confirmation costs, healthy and with one replica's path to the
@@ -35,7 +36,7 @@
 //! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
-//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,failover,confirm,prom,sim
+//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,rebalance,slo,failover,confirm,prom,sim
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
 //! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000), BENCH_SIM_RUNS
@@ -66,6 +67,7 @@ mod ring;
 mod runs;
 mod scale;
 mod sim;
+mod slo_writes;
 mod stats;
 mod sys;
 mod tls_cost;
@@ -86,6 +88,7 @@ type ClusterParts = (
     Option<Res<Section>>,
     Option<Res<Section>>,
     Option<Res<Section>>,
+    Option<Res<Section>>,
 );
 
 /// Parts 3 to 6 on one control plane: 1,000 checkers (scale figures, then
@@ -98,6 +101,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
             return (
                 cfg.part("scale").then(|| Err(err(msg.clone()))),
                 cfg.part("rebalance").then(|| Err(err(msg.clone()))),
+                cfg.part("slo").then(|| Err(err(msg.clone()))),
                 cfg.part("failover").then(|| Err(err(msg.clone()))),
                 cfg.part("confirm").then(|| Err(err(msg.clone()))),
                 cfg.part("prom").then(|| Err(err(msg))),
@@ -123,6 +127,11 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     } else {
         None
     };
+    let slo = if cfg.part("slo") {
+        Some(caught(slo_writes::part(cl, cfg.quick)).await)
+    } else {
+        None
+    };
     let prom = if cfg.part("prom") {
         let settings = prom_memory::Settings {
             checkers: cfg.prom_checkers,
@@ -137,7 +146,7 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     let scale = cfg
         .part("scale")
         .then(|| Ok(scale_section(cfg, scale_runs)));
-    (scale, rebalance, failover, confirmation, prom)
+    (scale, rebalance, slo, failover, confirmation, prom)
 }
 
 /// The control plane, for the rest of the run; why it did not start.
@@ -273,7 +282,7 @@ fn driver_main() {
             "bench: no TrueType font found (apt-get install fonts-dejavu-core): plots are skipped"
         );
     }
-    let on_cluster = ["scale", "rebalance", "failover", "confirm", "prom"]
+    let on_cluster = ["scale", "rebalance", "slo", "failover", "confirm", "prom"]
         .iter()
         .any(|p| cfg.part(p));
     if !cfg.operator.is_file() && on_cluster {
@@ -300,7 +309,7 @@ fn driver_main() {
         eprintln!("bench: part 7, rebalancing cost curve (simulation)");
         sim::part(&cfg, &img)
     });
-    let (scale, rebalance, failover, confirmation, prom) = if on_cluster {
+    let (scale, rebalance, slo, failover, confirmation, prom) = if on_cluster {
         eprintln!("bench: parts 3 to 6, real control plane");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -308,7 +317,7 @@ fn driver_main() {
             .unwrap();
         rt.block_on(cluster_parts(&cfg, &img))
     } else {
-        (None, None, None, None, None)
+        (None, None, None, None, None, None)
     };
 
     let took = t_start.elapsed().as_secs_f64();
@@ -318,6 +327,7 @@ fn driver_main() {
         ring,
         scale,
         rebalance,
+        slo,
         failover,
         confirmation,
         prom,
