@@ -14,8 +14,10 @@ use kube::core::{Message, Rule};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+mod depends;
 mod maintenance;
 mod slo;
+pub use depends::DependsOn;
 pub use maintenance::{
     MaintenanceSpec, MaintenanceStatus, WebCheckerMaintenance, Weekday, WeeklySchedule,
 };
@@ -60,6 +62,7 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
     namespaced,
     status = "WebCheckerStatus",
     doc = "WebChecker probes one HTTP(S) endpoint on an interval and reports its health in status, metrics and events.",
+    validation = Rule::new("!has(self.spec.dependsOn) || !has(self.spec.dependsOn.names) || !(self.metadata.name in self.spec.dependsOn.names)").message("spec.dependsOn.names names this checker itself; a checker cannot depend on itself"),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -320,6 +323,10 @@ pub struct WebCheckerSpec {
     /// A service-level objective over this checker's probes: availability, error budget and burn rates in status.slo and in metrics (docs/slo.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<SloSpec>,
+
+    /// Checkers of this namespace whose failure explains this one's: while one of them is Ready=False, this checker's failure says DependencyDown, sends a Normal Event and pages nobody; when it recovers and this checker still fails, this one pages (docs/dependencies.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<DependsOn>,
 }
 
 /// CEL: spec.connectTo is an IP address (v4, or v6 without brackets) or a

@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("!has(self.start) || !has(self.end) || timestamp(self.end) > timestamp(self.start)").message("spec.end must be after spec.start"))]
 pub struct MaintenanceSpec {
     /// Which WebCheckers of this namespace the window covers; {} covers every one.
-    #[schemars(schema_with = "bounded_selector")]
+    #[schemars(schema_with = "bounded_selector_schema")]
     pub selector: LabelSelector,
     /// A one-off window opens at this time (RFC 3339, for example 2026-12-24T22:00:00Z).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,7 +74,7 @@ pub struct MaintenanceSpec {
 /// A label selector as Kubernetes writes it, bounded: every replica keeps
 /// every window, and each probe of the namespace's checkers may match it
 /// (at most 16 requirements, 32 values each, label-sized text).
-fn bounded_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn bounded_selector_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
         "properties": {
@@ -84,7 +84,7 @@ fn bounded_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
                 "additionalProperties": {"type": "string", "maxLength": 63},
                 "x-kubernetes-validations": [{
                     "rule": "self.all(k, size(k) <= 317)",
-                    "message": "spec.selector.matchLabels: a key is at most 317 characters (a 253-character prefix, a slash and 63 characters)"
+                    "message": "a matchLabels key is at most 317 characters (a 253-character prefix, a slash and 63 characters)"
                 }]
             },
             "matchExpressions": {

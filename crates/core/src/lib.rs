@@ -25,6 +25,7 @@ pub mod arrival;
 pub mod ask;
 pub mod book;
 pub mod checker;
+pub mod dependencies;
 pub mod election;
 pub mod fairness;
 pub mod gate;

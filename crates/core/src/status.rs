@@ -12,6 +12,7 @@ use crate::ask::Verdict;
 use webchecker_api::{Condition, WebCheckerStatus};
 use webchecker_plan::{Outcome, Reason, version_name};
 
+mod dependencies;
 mod slo;
 mod zones;
 pub use slo::{Counted, SLO_WRITE_EVERY};
@@ -339,6 +340,9 @@ pub struct CheckerStatus {
     /// knows the objective, and until then it is written back as it was
     /// (a checker that cannot be probed keeps its counts).
     inherited_slo: Option<webchecker_api::SloStatus>,
+    /// With spec.dependsOn: the transition to False whose Warning waits
+    /// until then for a dependency to fall first.
+    held: Option<(Instant, Transition)>,
 }
 
 /// What one step of the reducer asks for.
@@ -383,6 +387,8 @@ pub struct Context<'a> {
     pub slo: Option<webchecker_plan::SloTarget>,
     /// The maintenance window that covers the checker now, if any.
     pub maintenance: Option<&'a str>,
+    /// With spec.dependsOn: what its dependencies say now.
+    pub dependency: Option<&'a crate::dependencies::Edge>,
 }
 
 impl<'a> Context<'a> {
@@ -391,6 +397,14 @@ impl<'a> Context<'a> {
     pub fn in_window(self, window: Option<&'a (std::sync::Arc<str>, i64)>) -> Context<'a> {
         Context {
             maintenance: window.map(|w| &*w.0),
+            ..self
+        }
+    }
+
+    /// The same, with the checker's dependencies (spec.dependsOn), if any.
+    pub fn with_dependency(self, edge: Option<&'a crate::dependencies::Edge>) -> Context<'a> {
+        Context {
+            dependency: edge,
             ..self
         }
     }
@@ -418,6 +432,7 @@ impl CheckerStatus {
             inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
             slo: None,
             inherited_slo: status.and_then(|s| s.slo.clone()),
+            held: None,
         }
     }
 
@@ -512,6 +527,7 @@ impl CheckerStatus {
         // verdict to confirm, and nothing said of the target.
         let network = !matches!(o.reason, Reason::Forbidden | Reason::InvalidSpec);
         let was_false = self.ready == Truth::False;
+        let blamed = self.blames_dependency();
         let closed = self.sync_maintenance(ctx);
         let planned = ctx.maintenance.is_some();
         let counted = self.slo.as_mut().map(|b| {
@@ -569,6 +585,7 @@ impl CheckerStatus {
         fx.certificate_expiring = self.observe_certificate(o, ctx);
         self.after_window(closed && self.confirming.is_none(), &mut fx);
         if self.confirming.is_none() {
+            self.follow_dependencies(blamed, ctx, &mut fx);
             // A held failure is written with the verdict, not before.
             let status = self.render(ctx, Some(o));
             fx.write = self.maybe_write(status, ctx);
@@ -608,6 +625,7 @@ impl CheckerStatus {
             return Effects::default();
         };
         self.sync_slo(ctx);
+        let blamed = self.blames_dependency();
         // A window that closed while the failure was held: its transition,
         // if any, is a Warning again.
         self.sync_maintenance(ctx);
@@ -660,6 +678,7 @@ impl CheckerStatus {
                 fx.degraded = self.set_degraded(DegradedReason::UnconfirmedFailure, m, ctx);
             }
         }
+        self.follow_dependencies(blamed, ctx, &mut fx);
         let status = self.render(ctx, Some(&o));
         fx.write = self.maybe_write(status, ctx);
         fx
@@ -921,6 +940,7 @@ mod tests {
                 now_unix: 1_767_225_600 + self.secs,
                 slo: None,
                 maintenance: None,
+                dependency: None,
             }
         }
     }

@@ -260,6 +260,7 @@ impl CheckerStatus {
         // A round counts once for spec.slo, as its quorum says (for neither
         // side in a maintenance window).
         self.sync_slo(ctx);
+        let blamed = self.blames_dependency();
         let closed = self.sync_maintenance(ctx);
         let tally = if ctx.maintenance.is_some() {
             Tally::Excluded
@@ -317,6 +318,7 @@ impl CheckerStatus {
             fx.degraded = self.degraded_zones(&failed, &silent, q, ctx);
         }
         self.after_window(closed, &mut fx);
+        self.follow_dependencies(blamed, ctx, &mut fx);
         let mut status = self.render(ctx, Some(o));
         status.zones = self.zones.render(ctx.failure_threshold);
         fx.write = self.maybe_write(status, ctx);

@@ -77,6 +77,8 @@ pub enum Input {
     ForeignDone { key: String },
     /// The maintenance windows changed (crate::maintenance).
     Calendar(Arc<Calendar>),
+    /// Each checker's dependencies now (spec.dependsOn).
+    Dependencies(Arc<crate::dependencies::Dependencies>),
 }
 
 #[derive(Debug)]
@@ -184,6 +186,8 @@ pub struct Standing {
     pub ready: bool,
     pub down_since: Option<i64>,
     pub window: Option<(Arc<str>, i64)>,
+    /// Ready=False because a dependency is down (spec.dependsOn).
+    pub dependency_down: bool,
 }
 
 impl From<bool> for Standing {

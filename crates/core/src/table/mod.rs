@@ -27,6 +27,7 @@ use crate::checker::Op;
 use crate::checker::ZoneSample;
 use crate::checker::{Change, Definition};
 use crate::fairness::FairQueue;
+use crate::dependencies::Dependencies;
 use crate::maintenance::Calendar;
 use crate::status::{CheckerStatus, Context, Effects};
 use webchecker_api::assignment::Handover;
@@ -135,6 +136,8 @@ pub struct Table {
     foreign: foreign::Foreign,
     /// The maintenance windows of every namespace.
     calendar: Arc<Calendar>,
+    /// The dependencies of every checker that has some.
+    dependencies: Arc<Dependencies>,
 }
 
 fn unix_ms(t: SystemTime) -> i64 {
@@ -162,6 +165,7 @@ impl Table {
             out: Vec::new(),
             foreign: Default::default(),
             calendar: Default::default(),
+            dependencies: Default::default(),
         }
     }
 
@@ -240,6 +244,8 @@ impl Table {
             Input::ForeignDone { key } => self.foreign_done(&key),
             // Each checker's Maintenance condition follows at its next probe.
             Input::Calendar(calendar) => self.calendar = calendar,
+            // A dependent learns at its next probe too.
+            Input::Dependencies(d) => self.dependencies = d,
         }
         // A failure held for another replica's word is written before the end.
         if self.stopping
@@ -341,8 +347,9 @@ impl Table {
         };
         let Some(plan) = e.plan.clone() else { return };
         let window = window_of(&self.calendar, e, clock);
-        let ctx =
-            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock)
+            .in_window(window.as_ref())
+            .with_dependency(self.dependencies.of(&e.namespace, &e.name));
         let fx = match plan.locations {
             Some(q) => {
                 // One round of the other zones out at a time; without an
@@ -435,8 +442,9 @@ impl Table {
             return;
         }
         let window = window_of(&self.calendar, e, clock);
-        let ctx =
-            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock)
+            .in_window(window.as_ref())
+            .with_dependency(self.dependencies.of(&e.namespace, &e.name));
         let fx = e.status.confirmed(&verdict, &ctx);
         self.out.push(Effect::Metric(Metric::Verdict {
             namespace: e.namespace.clone(),
@@ -468,8 +476,9 @@ impl Table {
             return;
         };
         let window = window_of(&self.calendar, e, clock);
-        let ctx =
-            context(&self.settings, e.generation, Some(&plan), clock).in_window(window.as_ref());
+        let ctx = context(&self.settings, e.generation, Some(&plan), clock)
+            .in_window(window.as_ref())
+            .with_dependency(self.dependencies.of(&e.namespace, &e.name));
         let fx = e.status.zones_answered(&answers, q, &ctx);
         self.out.push(zone_metric(e, &ctx, &answers));
         self.out.push(Effect::Metric(Metric::Up {
@@ -698,6 +707,7 @@ fn standing(e: &Entry, window: Option<(Arc<str>, i64)>) -> Standing {
         ready: e.status.is_ready(),
         down_since: e.status.down_since(),
         window,
+        dependency_down: e.status.blames_dependency(),
     }
 }
 
@@ -722,6 +732,7 @@ fn context<'a>(
         now_unix: (unix_ms(clock.wall) / 1000).max(0) as u64,
         slo: plan.and_then(|p| p.slo),
         maintenance: None,
+        dependency: None,
     }
 }
 

@@ -74,6 +74,7 @@ impl World {
             now_unix: now,
             slo: self.slo,
             maintenance: self.window,
+            dependency: None,
         }
     }
 

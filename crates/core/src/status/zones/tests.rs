@@ -50,6 +50,7 @@ impl Round {
             now_unix: 1_767_225_600 + self.n,
             slo: None,
             maintenance: None,
+            dependency: None,
         }
     }
 }

@@ -15,6 +15,7 @@ use webchecker_plan::{Compiled, Outcome, PatternError, Phases, Reason};
 
 mod cadence;
 mod confirm;
+mod dependencies;
 mod handover;
 mod maintenance;
 mod route_events;
@@ -271,6 +272,9 @@ impl Sim {
             }
             if let Some((w, _)) = &s.window {
                 out.push_str(&format!(" window={w}"));
+            }
+            if s.dependency_down {
+                out.push_str(" dependency-down");
             }
             out
         }
