@@ -32,6 +32,7 @@ pub use webchecker_core::status::SLO_WRITE_EVERY;
 pub mod config;
 pub mod confirm;
 pub mod coordination;
+pub mod dependencies;
 pub mod discovery;
 pub mod engine;
 pub(crate) mod error;

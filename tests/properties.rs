@@ -722,5 +722,6 @@ fn step_context<'a>(
         now_unix: 1_767_225_600 + i as u64,
         slo: None,
         maintenance: None,
+        dependency: None,
     }
 }

@@ -225,6 +225,7 @@ impl Engine {
         let input = match c {
             Command::Change(change) => Input::Change(change),
             Command::Calendar(calendar) => Input::Calendar(calendar),
+            Command::Dependencies(d) => Input::Dependencies(d),
             Command::Fence { done } => {
                 self.step(Input::Fence);
                 let _ = done.send(());

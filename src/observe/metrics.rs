@@ -49,6 +49,8 @@ struct CheckerSeries {
     down_since: Option<i64>,
     /// The maintenance window that covers it, and when that closes.
     window: Option<(Arc<str>, i64)>,
+    /// Ready is False because a dependency is down (spec.dependsOn).
+    dependency_down: bool,
     last_success: bool,
     last_code: u16,
     last_success_ts: f64,
@@ -84,6 +86,7 @@ impl CheckerSeries {
         self.up = s.ready;
         self.down_since = s.down_since;
         self.window = s.window;
+        self.dependency_down = s.dependency_down;
     }
 }
 

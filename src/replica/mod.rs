@@ -421,6 +421,12 @@ fn start_tasks(
         leader: coordination.leader_gate.clone(),
         watch_failures: basics.watch_failures.clone(),
     });
+    let dependencies = tokio::spawn(crate::dependencies::run(
+        basics.clients.clone(),
+        cfg.watch_namespace.clone(),
+        cmd_tx.clone(),
+        basics.watch_failures.clone(),
+    ));
     let tasks = Tasks {
         engine,
         writer: writer_task,
@@ -431,6 +437,7 @@ fn start_tasks(
         peers: coordination.peers,
         events,
         maintenance,
+        dependencies,
         confirm,
         server_stopped,
     };
@@ -662,6 +669,7 @@ async fn shut_down(
     info!(replica = %identity, "shutting down: stopping probes");
     tasks.watch.abort();
     tasks.maintenance.abort();
+    tasks.dependencies.abort();
     let (done, wait) = oneshot::channel();
     if running
         .commands

@@ -21,6 +21,8 @@ pub(super) struct Tasks {
     pub events: Vital,
     /// The watch of maintenance windows.
     pub maintenance: Vital,
+    /// The watch of every checker's dependencies and Ready.
+    pub dependencies: Vital,
     /// The service answering other replicas' asks, once started.
     pub confirm: Option<Vital>,
     pub server_stopped: tokio::sync::oneshot::Receiver<()>,
@@ -40,6 +42,7 @@ impl Tasks {
             r = &mut self.peers => Err(vital("peer evidence", r)),
             r = &mut self.events => Err(vital("event publisher", r)),
             r = &mut self.maintenance => Err(vital("maintenance watch", r)),
+            r = &mut self.dependencies => Err(vital("dependency watch", r)),
             r = optional(&mut self.confirm) => Err(vital("confirmation service", r)),
             _ = &mut self.server_stopped => Err(vital("http server", Ok(Ok(())))),
         }

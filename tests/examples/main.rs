@@ -17,6 +17,7 @@
 
 mod chart_values;
 mod demo;
+mod dependencies;
 mod discovery;
 mod gitops;
 mod https;
@@ -254,6 +255,7 @@ fn every_example_is_applied_by_a_test_and_listed() {
         "basic-auth.yaml",
         "bearer-auth.yaml",
         "demo.yaml",
+        "dependencies.yaml",
         "flux-kustomization.yaml",
         "grpc-health.yaml",
         "httproute.yaml",

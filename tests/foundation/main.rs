@@ -552,6 +552,31 @@ const INVALID: &[(&str, &str, &str)] = &[
         "  host: http://example.com\n  slo: {objective: \"99\", window: 5d}\n",
         "Unsupported value: \"5d\"",
     ),
+    (
+        "depends-on-itself",
+        "  host: http://example.com\n  dependsOn: {names: [gateway, depends-on-itself]}\n",
+        "a checker cannot depend on itself",
+    ),
+    (
+        "depends-on-nothing",
+        "  host: http://example.com\n  dependsOn: {}\n",
+        "spec.dependsOn needs names (WebCheckers of this namespace) or a selector",
+    ),
+    (
+        "depends-twice",
+        "  host: http://example.com\n  dependsOn: {names: [gateway, gateway]}\n",
+        "spec.dependsOn.names names a checker twice",
+    ),
+    (
+        "depends-on-a-url",
+        "  host: http://example.com\n  dependsOn: {names: [\"http://gateway\"]}\n",
+        "spec.dependsOn.names[0]: Invalid value",
+    ),
+    (
+        "depends-bad-operator",
+        "  host: http://example.com\n  dependsOn: {selector: {matchExpressions: [{key: tier, operator: Equals}]}}\n",
+        "Unsupported value: \"Equals\"",
+    ),
 ];
 
 /// Maintenance windows refused at admission: (name, spec, what the API
@@ -676,6 +701,10 @@ async fn invalid_manifests_are_rejected() {
         (
             "h2",
             "  host: http://example.com\n  http2: PriorKnowledge\n  httpVersions: [HTTP/2]\n  compression: zstd\n",
+        ),
+        (
+            "dependent",
+            "  host: http://example.com\n  dependsOn: {names: [valid], selector: {matchLabels: {tier: edge}}}\n",
         ),
     ];
     admission_table(c, &ns, ("WebChecker", "wc"), INVALID, &accepted).await;

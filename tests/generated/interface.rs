@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use clap::CommandFactory;
 use webchecker::config::Config;
 use webchecker::engine::status::{
-    CERTIFICATE_EXPIRING, DEGRADED, DegradedReason, ExpiryReason, NO_QUORUM, NotProbed, PENDING,
-    READY, Truth,
+    CERTIFICATE_EXPIRING, DEGRADED, DegradedReason, ExpiryReason, MAINTENANCE, NO_QUORUM, NotProbed,
+    PENDING, READY, Truth,
 };
 use webchecker::probe::Reason;
 
@@ -128,6 +128,13 @@ fn written_reasons() -> BTreeSet<(String, String, String)> {
     }
     all.insert(row(READY, Truth::Unknown, PENDING));
     all.insert(row(READY, Truth::Unknown, NO_QUORUM));
+    all.insert(row(
+        READY,
+        Truth::False,
+        webchecker::engine::status::DEPENDENCY_DOWN,
+    ));
+    all.insert(row(MAINTENANCE, Truth::True, "InWindow"));
+    all.insert(row(MAINTENANCE, Truth::False, "NoWindow"));
     for r in ExpiryReason::ALL {
         all.insert(row(CERTIFICATE_EXPIRING, r.status(), r.as_str()));
     }

@@ -31,6 +31,7 @@ pub const DEGRADED: &str = "Degraded";
 /// Fourth condition, present once a maintenance window covered the checker
 /// (crate::maintenance): True while one does, naming it.
 pub const MAINTENANCE: &str = "Maintenance";
+pub use crate::dependencies::DEPENDENCY_DOWN;
 /// Ready before the first probe's verdict.
 pub const PENDING: &str = "Pending";
 /// Ready of a new checker with spec.locations before a quorum of zones spoke.

@@ -43,6 +43,13 @@ pub(super) fn render_checkers(out: &mut dyn Sink, checkers: &Snapshot, h: Histog
         "Unix time the Ready condition stopped being True, while it is not",
         |c| c.down_since.map(|t| t as f64),
     );
+    render_gauge(
+        out,
+        checkers,
+        "webchecker_dependency_down",
+        "While Ready is not True: 1 when a dependency is down (spec.dependsOn), else 0",
+        |c| c.down_since.map(|_| f64::from(u8::from(c.dependency_down))),
+    );
     render_maintenance(out, checkers);
     render_gauge(
         out,

@@ -114,6 +114,9 @@ pub enum Command {
     /// The maintenance windows of every namespace, after a change
     /// (crate::maintenance).
     Calendar(Arc<crate::maintenance::Calendar>),
+    /// Each dependent checker's dependencies, after a change that moved
+    /// them (crate::dependencies).
+    Dependencies(Arc<crate::dependencies::Dependencies>),
 }
 
 impl Change {
