@@ -52,7 +52,13 @@ async fn routes_behind_a_down_gateway_blame_it_and_page_only_on_their_own() {
 
     // The gateway goes: the three fail together.
     drop(web);
-    wait_condition(&api, "gateway", ("Ready", "False", "ConnectError"), after_change(every)).await;
+    wait_condition(
+        &api,
+        "gateway",
+        ("Ready", "False", "ConnectError"),
+        after_change(every),
+    )
+    .await;
     for name in ["cart", "search"] {
         let c = wait_condition(
             &api,
@@ -63,7 +69,8 @@ async fn routes_behind_a_down_gateway_blame_it_and_page_only_on_their_own() {
         )
         .await;
         assert!(
-            c.message.starts_with("depends on gateway, which is down (ConnectError)"),
+            c.message
+                .starts_with("depends on gateway, which is down (ConnectError)"),
             "{name}: {}",
             c.message
         );
@@ -82,15 +89,36 @@ async fn routes_behind_a_down_gateway_blame_it_and_page_only_on_their_own() {
     // Back, but without the cart's page: the cart pages on its own.
     let some = [("www/healthz", "ok\n"), ("www/search/health", "ok\n")];
     let _web = https_site(ip, &["shop.example.com"], &leaf, &some, "").await;
-    wait_condition(&api, "gateway", ("Ready", "True", "ProbeSucceeded"), after_change(every)).await;
-    wait_condition(&api, "search", ("Ready", "True", "ProbeSucceeded"), after_change(every)).await;
-    wait_condition(&api, "cart", ("Ready", "False", "UnexpectedStatus"), after_change(2 * every)).await;
+    wait_condition(
+        &api,
+        "gateway",
+        ("Ready", "True", "ProbeSucceeded"),
+        after_change(every),
+    )
+    .await;
+    wait_condition(
+        &api,
+        "search",
+        ("Ready", "True", "ProbeSucceeded"),
+        after_change(every),
+    )
+    .await;
+    wait_condition(
+        &api,
+        "cart",
+        ("Ready", "False", "UnexpectedStatus"),
+        after_change(2 * every),
+    )
+    .await;
     let cart = eventually(after_change(every), "the cart's own Warning", || async {
         let events = events_of(&ns, "cart").await;
         (warnings(&events) == ["UnexpectedStatus"]).then_some(events)
     })
     .await;
     println!("cart: {cart:?}");
-    assert_eq!(warnings(&events_of(&ns, "search").await), Vec::<&str>::new());
+    assert_eq!(
+        warnings(&events_of(&ns, "search").await),
+        Vec::<&str>::new()
+    );
     show(&ns).await;
 }

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use clap::CommandFactory;
 use webchecker::config::Config;
 use webchecker::engine::status::{
-    CERTIFICATE_EXPIRING, DEGRADED, DegradedReason, ExpiryReason, MAINTENANCE, NO_QUORUM, NotProbed,
-    PENDING, READY, Truth,
+    CERTIFICATE_EXPIRING, DEGRADED, DegradedReason, ExpiryReason, MAINTENANCE, NO_QUORUM,
+    NotProbed, PENDING, READY, Truth,
 };
 use webchecker::probe::Reason;
 

@@ -6,6 +6,7 @@
 
 use webchecker_kit as support;
 
+mod dependencies;
 mod maintenance;
 
 use std::time::{Duration, Instant};

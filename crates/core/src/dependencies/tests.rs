@@ -96,8 +96,16 @@ fn a_selector_picks_checkers_of_the_namespace_by_label_but_never_itself() {
         }),
     });
     g.set("shop", "self-selecting", edge);
-    g.set("shop", "lb", node(&[("tier", "edge")], &[], Some("TLSError")));
-    g.set("other", "lb", node(&[("tier", "edge")], &[], Some("Timeout")));
+    g.set(
+        "shop",
+        "lb",
+        node(&[("tier", "edge")], &[], Some("TLSError")),
+    );
+    g.set(
+        "other",
+        "lb",
+        node(&[("tier", "edge")], &[], Some("Timeout")),
+    );
     assert_eq!(
         blocker(&g, "shop", "self-selecting").as_deref(),
         Some("lb:TLSError")

@@ -15,7 +15,12 @@ impl CheckerStatus {
 
     /// Applies the checker's dependencies to what a step decided.
     /// `blamed`: [`Self::blames_dependency`] before the step.
-    pub(super) fn follow_dependencies(&mut self, blamed: bool, ctx: &Context<'_>, fx: &mut Effects) {
+    pub(super) fn follow_dependencies(
+        &mut self,
+        blamed: bool,
+        ctx: &Context<'_>,
+        fx: &mut Effects,
+    ) {
         if self.ready != Truth::False {
             self.held = None;
             return;
@@ -34,11 +39,18 @@ impl CheckerStatus {
                 self.reason = DEPENDENCY_DOWN.to_string();
             }
             // A held transition goes out now, as news, not as a page.
-            if let Some(t) = fx.transition.as_mut().or(self.held.as_mut().map(|h| &mut h.1)) {
+            if let Some(t) = fx
+                .transition
+                .as_mut()
+                .or(self.held.as_mut().map(|h| &mut h.1))
+            {
                 t.reason = self.reason.clone();
                 t.message = self.message.clone();
             }
-            fx.transition = fx.transition.take().or_else(|| self.held.take().map(|h| h.1));
+            fx.transition = fx
+                .transition
+                .take()
+                .or_else(|| self.held.take().map(|h| h.1));
             fx.quiet = true;
             return;
         }
@@ -59,7 +71,11 @@ impl CheckerStatus {
             }
             return;
         }
-        if self.held.as_ref().is_some_and(|(until, _)| ctx.now >= *until) {
+        if self
+            .held
+            .as_ref()
+            .is_some_and(|(until, _)| ctx.now >= *until)
+        {
             fx.transition = self.release();
         } else if blamed && self.reason != DEPENDENCY_DOWN && self.held.is_none() {
             fx.still_down = Some(format!(
