@@ -23,6 +23,7 @@ pub use maintenance::{
 };
 pub use slo::{SloSpec, SloStatus, SloWindow};
 
+
 pub const GROUP: &str = "test.network.io";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";
@@ -80,6 +81,13 @@ pub const INCARNATION_HEADER: &str = "webchecker-incarnation";
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Degraded\")].status",
         description = "True while the owner's probes fail where another replica's succeed (its own network is suspect, not the target)"
+    ),
+    printcolumn(
+        name = "Diagnosis",
+        type_ = "string",
+        json_path = ".status.diagnosis.cause",
+        priority = 1,
+        description = "While Ready is False: what the cluster says of the target (docs/diagnosis.md)"
     ),
     printcolumn(
         name = "Since",
@@ -782,6 +790,21 @@ pub struct WebCheckerStatus {
     /// With spec.slo: availability, error budget and burn rates over its window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<SloStatus>,
+    /// While Ready is False and the target is in the cluster: what the cluster's own objects say of it, looked at once when Ready turned False (docs/diagnosis.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
+}
+
+/// What the cluster says of a checker's target.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Diagnosis {
+    /// NoService, NoReadyEndpoints, CrashLoopBackOff, ImagePullBackOff, OOMKilled, Unschedulable, NotReady, RouteNotAccepted, BackendNotResolved, GatewayNotProgrammed, NoLoadBalancerAddress or Healthy (the cluster sees nothing wrong).
+    #[schemars(length(max = 64))]
+    pub cause: String,
+    /// What was found, naming at most a few objects of the checker's namespace.
+    #[schemars(length(max = 512))]
+    pub message: String,
 }
 
 /// One zone's last probe of a checker with spec.locations.

@@ -26,6 +26,7 @@ pub mod ask;
 pub mod book;
 pub mod checker;
 pub mod dependencies;
+pub mod diagnosis;
 pub mod election;
 pub mod fairness;
 pub mod gate;

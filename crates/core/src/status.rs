@@ -13,6 +13,7 @@ use webchecker_api::{Condition, WebCheckerStatus};
 use webchecker_plan::{Outcome, Reason, version_name};
 
 mod dependencies;
+mod diagnosis;
 mod slo;
 mod zones;
 pub use slo::{Counted, SLO_WRITE_EVERY};
@@ -221,6 +222,7 @@ struct Summary {
     /// spec.slo's objective and window.
     slo: Option<(String, String)>,
     maintenance: Option<Truth>,
+    diagnosis: Option<webchecker_api::Diagnosis>,
 }
 
 fn summarize(s: &WebCheckerStatus) -> Summary {
@@ -244,6 +246,7 @@ fn summarize(s: &WebCheckerStatus) -> Summary {
             .collect(),
         slo: slo::summary(s.slo.as_ref()),
         maintenance: s.condition(MAINTENANCE).map(|c| Truth::parse(&c.status)),
+        diagnosis: s.diagnosis.clone(),
     }
 }
 
@@ -344,6 +347,8 @@ pub struct CheckerStatus {
     /// With spec.dependsOn: the transition to False whose Warning waits
     /// until then for a dependency to fall first.
     held: Option<(Instant, Transition)>,
+    /// While Ready is False: what the cluster said of the target.
+    diagnosis: Option<webchecker_api::Diagnosis>,
 }
 
 /// What one step of the reducer asks for.
@@ -434,6 +439,7 @@ impl CheckerStatus {
             slo: None,
             inherited_slo: status.and_then(|s| s.slo.clone()),
             held: None,
+            diagnosis: status.and_then(|s| s.diagnosis.clone()),
         }
     }
 
@@ -605,6 +611,7 @@ impl CheckerStatus {
     ) -> Option<Transition> {
         let mut transition = None;
         if self.ready != target {
+            self.diagnosis = None;
             let from = std::mem::replace(&mut self.ready, target);
             self.last_transition_time = Some(ctx.now_wall.clone());
             transition = Some(Transition {
@@ -825,6 +832,7 @@ impl CheckerStatus {
             zones: Vec::new(),
             // Rendered when written (maybe_write), not at every probe.
             slo: None,
+            diagnosis: self.diagnosis.clone().filter(|_| self.ready == Truth::False),
         }
     }
 

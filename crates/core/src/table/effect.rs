@@ -22,6 +22,12 @@ pub const CHECKER_DOWN: &str = "CheckerDown";
 /// The Normal Event's reason on the source when it turns True again.
 pub const CHECKER_UP: &str = "CheckerUp";
 
+/// An Event's note with the cluster's word on the failure appended.
+pub fn with_diagnosis(note: &str, diagnosis: &str) -> String {
+    let text = format!("{note}; the cluster says: {diagnosis}");
+    webchecker_api::condition_message(&text)
+}
+
 /// The time of a step, and a draw in [0, 1] that places a first probe
 /// within its spread.
 #[derive(Clone, Copy, Debug)]
@@ -79,10 +85,26 @@ pub enum Input {
     Calendar(Arc<Calendar>),
     /// Each checker's dependencies now (spec.dependsOn).
     Dependencies(Arc<crate::dependencies::Dependencies>),
+    /// The answer to an [`Effect::Diagnose`]: `None` when there is none
+    /// (no reads to spare, nothing readable).
+    Diagnosis {
+        key: String,
+        seq: u64,
+        diagnosis: Option<webchecker_api::Diagnosis>,
+    },
 }
 
 #[derive(Debug)]
 pub enum Effect {
+    /// Ask the cluster why the checker's in-cluster target fails; report
+    /// the answer as [`Input::Diagnosis`] with `seq` (its fall's Events
+    /// wait for it until the checker's next probe).
+    Diagnose {
+        key: String,
+        seq: u64,
+        namespace: String,
+        target: crate::diagnosis::Target,
+    },
     /// Start a probe of `key` under `plan` on the worker the shell holds;
     /// report its end as [`Input::Done`] with `seq`.
     Probe {
@@ -168,7 +190,7 @@ pub enum ToWriter {
 
 /// A Kubernetes Event about a checker, queued without waiting
 /// (crate::observe::events).
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Notice {
     pub namespace: String,
     pub object_ref: ObjectReference,

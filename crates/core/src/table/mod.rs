@@ -27,6 +27,7 @@ use crate::checker::Op;
 use crate::checker::ZoneSample;
 use crate::checker::{Change, Definition};
 use crate::dependencies::Dependencies;
+use crate::diagnosis::{Target, target_of};
 use crate::fairness::FairQueue;
 use crate::maintenance::Calendar;
 use crate::status::{CheckerStatus, Context, Effects};
@@ -61,6 +62,9 @@ pub struct Settings {
     pub confirm: bool,
     /// Whether other zones can be asked to probe (spec.locations).
     pub zones: bool,
+    /// Whether a checker of an in-cluster target that turns Ready=False
+    /// is diagnosed (crate::diagnosis).
+    pub diagnosis: bool,
 }
 
 struct Entry {
@@ -96,6 +100,9 @@ struct Entry {
     info: Arc<CheckerInfo>,
     /// What maintenance windows select it by.
     labels: std::collections::BTreeMap<String, String>,
+    /// The Events of its fall, held for the cluster's word on it (at most
+    /// until its next probe).
+    diagnosing: Option<Vec<Notice>>,
 }
 
 impl Entry {
@@ -246,6 +253,11 @@ impl Table {
             Input::Calendar(calendar) => self.calendar = calendar,
             // A dependent learns at its next probe too.
             Input::Dependencies(d) => self.dependencies = d,
+            Input::Diagnosis {
+                key,
+                seq,
+                diagnosis,
+            } => self.diagnosed(&key, seq, diagnosis, clock),
         }
         // A failure held for another replica's word is written before the end.
         if self.stopping
@@ -637,7 +649,9 @@ impl Table {
             return;
         };
         let (namespace, name) = (e.namespace.clone(), e.name.clone());
-        let mut notices = Vec::new();
+        // Held for a diagnosis that did not come in time: they go as they are.
+        let mut notices = e.diagnosing.clone().unwrap_or_default();
+        let mut diagnose = None;
         if let Some(t) = &fx.transition {
             let (ready, reason) = (t.ready.as_str(), &t.reason);
             tracing::info!(checker = %key, ready, reason, "Ready changed");
@@ -649,7 +663,10 @@ impl Table {
             for n in &mut said {
                 n.warning &= !fx.quiet;
             }
-            notices.extend(said);
+            match self.diagnosable(e, t) {
+                Some(target) => diagnose = Some((target, said)),
+                None => notices.extend(said),
+            }
         }
         if let Some(message) = &fx.still_down {
             tracing::info!(checker = %key, "{message}");
@@ -688,9 +705,60 @@ impl Table {
             }));
         }
         if let Some(status) = fx.write {
-            self.submit(key.into(), namespace, name, Op::Status(Box::new(status)));
+            self.submit(key.into(), namespace.clone(), name, Op::Status(Box::new(status)));
         }
         self.out.extend(notices.into_iter().map(Effect::Event));
+        if let Some(e) = self.entries.get_mut(key) {
+            e.diagnosing = None;
+            if let Some((target, held)) = diagnose {
+                e.diagnosing = Some(held);
+                self.out.push(Effect::Diagnose {
+                    key: key.into(),
+                    seq: e.seq,
+                    namespace,
+                    target,
+                });
+            }
+        }
+    }
+
+    /// The in-cluster target to diagnose when `t` is a fall that pages.
+    fn diagnosable(&self, e: &Entry, t: &crate::status::Transition) -> Option<Target> {
+        if !self.settings.diagnosis || t.ready != crate::status::Truth::False {
+            return None;
+        }
+        let source = e.source_ref.as_ref().and_then(|r| {
+            Some((r.kind.as_deref()?, r.namespace.as_deref()?, r.name.as_deref()?))
+        });
+        let host = e.plan.as_ref().map_or("", |p| p.target.host.as_str());
+        target_of(&e.namespace, host, source)
+    }
+
+    /// The cluster's word on a fall: in the status, and in the message of
+    /// the Events held for it.
+    fn diagnosed(&mut self, key: &str, seq: u64, d: Option<webchecker_api::Diagnosis>, clock: Clock) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        if e.seq != seq {
+            return;
+        }
+        let mut held = e.diagnosing.take().unwrap_or_default();
+        let fx = match &d {
+            Some(d) => {
+                for n in &mut held {
+                    n.note = effect::with_diagnosis(&n.note, &d.message);
+                }
+                let ctx = context(&self.settings, e.generation, e.plan.as_deref(), clock);
+                e.status.diagnosed(d.clone(), &ctx)
+            }
+            None => Default::default(),
+        };
+        self.out.extend(held.into_iter().map(Effect::Event));
+        if let Some(status) = fx.write {
+            let (namespace, name) = (e.namespace.clone(), e.name.clone());
+            self.submit(key.into(), namespace, name, Op::Status(Box::new(status)));
+        }
     }
 }
 

@@ -133,6 +133,7 @@ impl Table {
                     settling: false,
                     info: c.info.clone(),
                     labels,
+                    diagnosing: None,
                 })
             }
         };

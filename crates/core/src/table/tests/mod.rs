@@ -16,6 +16,7 @@ use webchecker_plan::{Compiled, Outcome, PatternError, Phases, Reason};
 mod cadence;
 mod confirm;
 mod dependencies;
+mod diagnosis;
 mod handover;
 mod maintenance;
 mod route_events;
@@ -106,6 +107,7 @@ impl Sim {
                 place: Default::default(),
                 confirm: false,
                 zones: false,
+                diagnosis: false,
             }),
             now: Instant::now(),
             wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
@@ -259,6 +261,7 @@ impl Sim {
                 limit.as_millis()
             ),
             Effect::Compact => "compact".into(),
+            Effect::Diagnose { key, target, .. } => format!("diagnose {key} {}", target.describe()),
             Effect::Stopped => "stopped".into(),
         }
     }
