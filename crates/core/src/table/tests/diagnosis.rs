@@ -15,7 +15,7 @@ fn in_cluster(name: &str) -> Checker {
 
 /// A warm table that diagnoses.
 fn diagnosing() -> Sim {
-    let mut sim = diagnosing();
+    let mut sim = Sim::warm();
     sim.table.settings.diagnosis = true;
     sim
 }
