@@ -59,7 +59,7 @@ PURE=(lib api-lib core-lib plan-lib probe-lib bins bench-bench generated propert
 # first verdicts and one target change, each bounded by the checker's
 # interval plus room); self_service_rbac and node run
 # the node's binaries: last, so that the background build has the most time.
-BESIDE=(image chart egress spec_limits tenancy slo kit protocols chart_alerts
+BESIDE=(image chart egress spec_limits tenancy slo diagnosis kit protocols chart_alerts
   metric_labels observability examples alerts_fire self_service_rbac node)
 # The least sensitive first, while the other lane still runs (reliability's
 # bounds are generous; probe's are per request, with hundreds of ms to

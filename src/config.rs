@@ -166,6 +166,15 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_CONFIRM_FAILURES", default_value_t = true, action = clap::ArgAction::Set)]
     pub confirm_failures: bool,
 
+    /// When a checker of an in-cluster target (generated from a Service,
+    /// Ingress or route, or whose host names a Service of its namespace)
+    /// turns Ready=False, read what the cluster says of that target (its
+    /// endpoints, pods, route and Gateway conditions) into status.diagnosis
+    /// and the Warning Event. Needs get/list on those objects (the chart's
+    /// `diagnosis.enabled`).
+    #[arg(long, env = "WEBCHECKER_DIAGNOSIS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub diagnosis: bool,
+
     /// The ServiceAccount of the replicas (in --namespace): asks for a
     /// confirmation carry a token of it, and only asks with one are served.
     #[arg(

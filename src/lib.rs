@@ -33,6 +33,7 @@ pub mod config;
 pub mod confirm;
 pub mod coordination;
 pub mod dependencies;
+pub mod diagnosis;
 pub mod discovery;
 pub mod engine;
 pub(crate) mod error;

@@ -47,6 +47,8 @@ pub struct EngineSettings {
     pub heartbeat: Duration,
     /// Asks other replicas to confirm failures and to probe from their
     /// zones (crate::confirm); `None`: the owner's probes alone decide.
+    /// Where checkers that fall are diagnosed; none: they are not.
+    pub diagnoser: Option<crate::diagnosis::Diagnoser>,
     pub asker: Option<Arc<Asker>>,
     /// Failures are confirmed before they turn a checker Ready=False.
     pub confirm_failures: bool,
@@ -107,6 +109,8 @@ pub struct Engine {
     probes: HashMap<String, (u64, AbortHandle)>,
     pool: Arc<Semaphore>,
     asker: Option<Arc<Asker>>,
+    /// Where checkers that fall are sent to be diagnosed, if they are.
+    diagnoser: Option<crate::diagnosis::Diagnoser>,
     /// Where asks report back (a checker has at most one ask out; its task
     /// waits for room rather than drop the answer).
     heard: (mpsc::Sender<Heard>, Option<mpsc::Receiver<Heard>>),
@@ -142,6 +146,7 @@ impl Engine {
             place,
             confirm: settings.asker.is_some() && settings.confirm_failures,
             zones: settings.asker.is_some(),
+            diagnosis: settings.diagnoser.is_some(),
         });
         let (heard_tx, heard_rx) = mpsc::channel(256);
         Engine {
@@ -149,6 +154,7 @@ impl Engine {
             workers: settings.workers,
             pool: Arc::new(Semaphore::new(settings.workers)),
             asker: settings.asker,
+            diagnoser: settings.diagnoser,
             heard: (heard_tx, Some(heard_rx)),
             prober,
             series,
@@ -226,6 +232,15 @@ impl Engine {
             Command::Change(change) => Input::Change(change),
             Command::Calendar(calendar) => Input::Calendar(calendar),
             Command::Dependencies(d) => Input::Dependencies(d),
+            Command::Diagnosis {
+                key,
+                seq,
+                diagnosis,
+            } => Input::Diagnosis {
+                key,
+                seq,
+                diagnosis,
+            },
             Command::Fence { done } => {
                 self.step(Input::Fence);
                 let _ = done.send(());
@@ -400,6 +415,21 @@ impl Engine {
                     others,
                     limit,
                 } => self.ask_zones(key, seq, ask, others, limit),
+                Effect::Diagnose {
+                    key,
+                    seq,
+                    namespace,
+                    target,
+                } => {
+                    if let Some(d) = &self.diagnoser {
+                        d.diagnose(webchecker_core::diagnosis::Queued {
+                            key,
+                            seq,
+                            namespace,
+                            target,
+                        });
+                    }
+                }
                 Effect::Writer(w) => self.write(w),
                 Effect::Event(n) => self.send_event(n),
                 Effect::Metric(m) => self.metric(m),

@@ -292,10 +292,14 @@ impl StatusWriter {
                 let mut body = json!(status);
                 // A merge patch keeps what it does not name: without spec.slo,
                 // status.slo goes.
-                if status.slo.is_none()
-                    && let Some(fields) = body.as_object_mut()
-                {
-                    fields.insert("slo".into(), serde_json::Value::Null);
+                // The same for status.diagnosis once Ready is no longer False.
+                if let Some(fields) = body.as_object_mut() {
+                    if status.slo.is_none() {
+                        fields.insert("slo".into(), serde_json::Value::Null);
+                    }
+                    if status.diagnosis.is_none() {
+                        fields.insert("diagnosis".into(), serde_json::Value::Null);
+                    }
                 }
                 let patch = json!({
                     "metadata": { "resourceVersion": rv },

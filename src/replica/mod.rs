@@ -371,6 +371,15 @@ fn start_tasks(
             heartbeat: cfg.heartbeat,
             asker: Some(asker),
             confirm_failures: cfg.confirm_failures,
+            diagnoser: cfg.diagnosis.then(|| {
+                crate::diagnosis::spawn(
+                    basics.clients.requests.clone(),
+                    cmd_tx.clone(),
+                    Arc::new(crate::diagnosis::metrics::DiagnosisMetrics::register(
+                        registry,
+                    )),
+                )
+            }),
         },
         prober,
         (

@@ -23,7 +23,6 @@ pub use maintenance::{
 };
 pub use slo::{SloSpec, SloStatus, SloWindow};
 
-
 pub const GROUP: &str = "test.network.io";
 /// Label on membership Leases, so replicas can list each other.
 pub const MEMBER_LABEL: &str = "webchecker.test.network.io/member";

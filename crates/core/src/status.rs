@@ -832,7 +832,10 @@ impl CheckerStatus {
             zones: Vec::new(),
             // Rendered when written (maybe_write), not at every probe.
             slo: None,
-            diagnosis: self.diagnosis.clone().filter(|_| self.ready == Truth::False),
+            diagnosis: self
+                .diagnosis
+                .clone()
+                .filter(|_| self.ready == Truth::False),
         }
     }
 

@@ -117,6 +117,12 @@ pub enum Command {
     /// Each dependent checker's dependencies, after a change that moved
     /// them (crate::dependencies).
     Dependencies(Arc<crate::dependencies::Dependencies>),
+    /// What the cluster says of a checker's fall (crate::diagnosis).
+    Diagnosis {
+        key: String,
+        seq: u64,
+        diagnosis: Option<webchecker_api::Diagnosis>,
+    },
 }
 
 impl Change {

@@ -2,23 +2,43 @@ use super::*;
 
 #[test]
 fn a_generated_checker_s_target_is_its_source_in_its_namespace() {
-    let t = target_of("shop", "http://10.0.0.1", Some(("HTTPRoute", "shop", "cart")));
+    let t = target_of(
+        "shop",
+        "http://10.0.0.1",
+        Some(("HTTPRoute", "shop", "cart")),
+    );
     assert_eq!(t, Some(Target::HttpRoute("cart".into())));
     let t = target_of("shop", "cart.shop.svc", Some(("Service", "infra", "cart")));
-    assert_eq!(t, None, "another namespace's object: nothing, not even by host");
-    assert_eq!(target_of("shop", "x", Some(("Gateway", "shop", "gw"))), None);
+    assert_eq!(
+        t, None,
+        "another namespace's object: nothing, not even by host"
+    );
+    assert_eq!(
+        target_of("shop", "x", Some(("Gateway", "shop", "gw"))),
+        None
+    );
 }
 
 #[test]
 fn a_host_naming_a_service_of_its_namespace_is_that_service() {
-    for host in ["cart.shop.svc", "cart.shop.svc.cluster.local", "Cart.Shop.SVC.cluster.local."] {
+    for host in [
+        "cart.shop.svc",
+        "cart.shop.svc.cluster.local",
+        "Cart.Shop.SVC.cluster.local.",
+    ] {
         assert_eq!(
             target_of("shop", host, None),
             Some(Target::Service("cart".into())),
             "{host}"
         );
     }
-    for host in ["cart.infra.svc", "cart", "cart.shop", "www.example.com", ".shop.svc"] {
+    for host in [
+        "cart.infra.svc",
+        "cart",
+        "cart.shop",
+        "www.example.com",
+        ".shop.svc",
+    ] {
         assert_eq!(target_of("shop", host, None), None, "{host}");
     }
 }
@@ -41,12 +61,22 @@ fn a_flood_in_one_namespace_delays_another_by_one_diagnosis_at_most() {
             dropped += 1;
         }
     }
-    assert_eq!((queue.len(), dropped), (8, 992), "its fill waits, the rest is dropped");
+    assert_eq!(
+        (queue.len(), dropped),
+        (8, 992),
+        "its fill waits, the rest is dropped"
+    );
     assert!(queue.push(q("quiet", "api")));
     let first = queue.pop().unwrap();
     assert_eq!(first.namespace, "flood");
-    assert_eq!(queue.pop().unwrap(), q("quiet", "api"), "its turn comes next");
-    let rest: Vec<String> = std::iter::from_fn(|| queue.pop()).map(|q| q.namespace).collect();
+    assert_eq!(
+        queue.pop().unwrap(),
+        q("quiet", "api"),
+        "its turn comes next"
+    );
+    let rest: Vec<String> = std::iter::from_fn(|| queue.pop())
+        .map(|q| q.namespace)
+        .collect();
     assert_eq!(rest, vec!["flood".to_string(); 7]);
     assert!(queue.is_empty());
 }

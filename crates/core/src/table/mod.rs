@@ -705,7 +705,12 @@ impl Table {
             }));
         }
         if let Some(status) = fx.write {
-            self.submit(key.into(), namespace.clone(), name, Op::Status(Box::new(status)));
+            self.submit(
+                key.into(),
+                namespace.clone(),
+                name,
+                Op::Status(Box::new(status)),
+            );
         }
         self.out.extend(notices.into_iter().map(Effect::Event));
         if let Some(e) = self.entries.get_mut(key) {
@@ -728,7 +733,11 @@ impl Table {
             return None;
         }
         let source = e.source_ref.as_ref().and_then(|r| {
-            Some((r.kind.as_deref()?, r.namespace.as_deref()?, r.name.as_deref()?))
+            Some((
+                r.kind.as_deref()?,
+                r.namespace.as_deref()?,
+                r.name.as_deref()?,
+            ))
         });
         let host = e.plan.as_ref().map_or("", |p| p.target.host.as_str());
         target_of(&e.namespace, host, source)
@@ -736,7 +745,13 @@ impl Table {
 
     /// The cluster's word on a fall: in the status, and in the message of
     /// the Events held for it.
-    fn diagnosed(&mut self, key: &str, seq: u64, d: Option<webchecker_api::Diagnosis>, clock: Clock) {
+    fn diagnosed(
+        &mut self,
+        key: &str,
+        seq: u64,
+        d: Option<webchecker_api::Diagnosis>,
+        clock: Clock,
+    ) {
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };

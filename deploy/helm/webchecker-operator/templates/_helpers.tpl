@@ -208,3 +208,22 @@ Cross-field checks the JSON schema cannot express. Renders nothing.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+What a diagnosis reads (rbac.diagnose): the target's objects, read only.
+*/}}
+{{- define "webchecker-operator.diagnosisRules" -}}
+# Diagnosis of failing checkers (rbac.diagnose): their targets' objects.
+- apiGroups: [""]
+  resources: ["services", "pods"]
+  verbs: ["get", "list"]
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["ingresses"]
+  verbs: ["get"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes", "grpcroutes", "gateways"]
+  verbs: ["get"]
+{{- end }}

@@ -70,7 +70,9 @@ fn a_fall_waits_for_the_cluster_s_word_and_carries_it() {
     });
     assert_eq!(events(&fx), ["a Warning ConnectError"]);
     assert!(
-        notes(&fx)[0].ends_with("; the cluster says: Service cart has no ready endpoints: pod cart-1 CrashLoopBackOff"),
+        notes(&fx)[0].ends_with(
+            "; the cluster says: Service cart has no ready endpoints: pod cart-1 CrashLoopBackOff"
+        ),
         "{:?}",
         notes(&fx)
     );
