@@ -9,7 +9,7 @@ use kube::core::DynamicObject;
 use serde::Deserialize;
 
 use webchecker_api::DependsOn;
-use webchecker_api::assignment::OWNER_LABEL;
+use webchecker_api::assignment::is_assignment_label;
 use webchecker_core::dependencies::{Depends, Node};
 use webchecker_core::maintenance::Selector;
 
@@ -61,7 +61,7 @@ pub fn read(o: &DynamicObject) -> Option<(String, String, Node)> {
     let labels = o
         .labels()
         .iter()
-        .filter(|(k, _)| k.as_str() != OWNER_LABEL)
+        .filter(|(k, _)| !is_assignment_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let node = Node {

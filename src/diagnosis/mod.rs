@@ -26,7 +26,7 @@ use kube::Client;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use crate::engine::Command;
+use crate::checker::Command;
 use metrics::DiagnosisMetrics;
 use webchecker_core::diagnosis::{Queue, Queued};
 

@@ -371,15 +371,7 @@ fn start_tasks(
             heartbeat: cfg.heartbeat,
             asker: Some(asker),
             confirm_failures: cfg.confirm_failures,
-            diagnoser: cfg.diagnosis.then(|| {
-                crate::diagnosis::spawn(
-                    basics.clients.requests.clone(),
-                    cmd_tx.clone(),
-                    Arc::new(crate::diagnosis::metrics::DiagnosisMetrics::register(
-                        registry,
-                    )),
-                )
-            }),
+            diagnoser: diagnoser(cfg, basics, &cmd_tx),
         },
         prober,
         (
@@ -423,19 +415,8 @@ fn start_tasks(
     if cfg.discover_routes {
         start_discovery(cfg, basics, &coordination.leader_gate);
     }
-    let maintenance = crate::maintenance::spawn(crate::maintenance::Maintenance {
-        clients: basics.clients.clone(),
-        watch_namespace: cfg.watch_namespace.clone(),
-        commands: cmd_tx.clone(),
-        leader: coordination.leader_gate.clone(),
-        watch_failures: basics.watch_failures.clone(),
-    });
-    let dependencies = tokio::spawn(crate::dependencies::run(
-        basics.clients.clone(),
-        cfg.watch_namespace.clone(),
-        cmd_tx.clone(),
-        basics.watch_failures.clone(),
-    ));
+    let (maintenance, dependencies) =
+        checker_views(cfg, basics, &cmd_tx, &coordination.leader_gate);
     let tasks = Tasks {
         engine,
         writer: writer_task,
@@ -456,6 +437,50 @@ fn start_tasks(
         stop_leader,
     };
     (tasks, running)
+}
+
+type VitalTask = tokio::task::JoinHandle<Result<(), Error>>;
+
+/// The watches that every replica's engine reads beside its own shard:
+/// the maintenance windows, and every checker's dependencies and Ready.
+fn checker_views(
+    cfg: &Config,
+    basics: &Basics,
+    commands: &mpsc::Sender<Command>,
+    leader: &Arc<LeaderGate>,
+) -> (VitalTask, VitalTask) {
+    let maintenance = crate::maintenance::spawn(crate::maintenance::Maintenance {
+        clients: basics.clients.clone(),
+        watch_namespace: cfg.watch_namespace.clone(),
+        commands: commands.clone(),
+        leader: leader.clone(),
+        watch_failures: basics.watch_failures.clone(),
+    });
+    let dependencies = tokio::spawn(crate::dependencies::run(
+        basics.clients.clone(),
+        cfg.watch_namespace.clone(),
+        commands.clone(),
+        basics.watch_failures.clone(),
+    ));
+    (maintenance, dependencies)
+}
+
+/// The diagnosis task (crate::diagnosis), with `--diagnosis`.
+fn diagnoser(
+    cfg: &Config,
+    basics: &Basics,
+    commands: &mpsc::Sender<Command>,
+) -> Option<crate::diagnosis::Diagnoser> {
+    let registry = basics.metrics.registry();
+    cfg.diagnosis.then(|| {
+        crate::diagnosis::spawn(
+            basics.clients.requests.clone(),
+            commands.clone(),
+            Arc::new(crate::diagnosis::metrics::DiagnosisMetrics::register(
+                registry,
+            )),
+        )
+    })
 }
 
 /// The Event publisher, each Event only where discovery's rule lets it go

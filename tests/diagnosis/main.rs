@@ -99,24 +99,7 @@ async fn a_failing_checker_of_a_service_says_why_and_another_namespace_learns_no
         "{notes:?}"
     );
 
-    // The other namespace's checker names the same Service: its failure
-    // says nothing of it.
-    let theirs: Api<WebChecker> = Api::namespaced(client.clone(), &other);
-    let (_, d, _) = eventually(bound(), "peek Ready=False", || async {
-        seen(&theirs, "peek").await.filter(|(r, _, _)| r == "False")
-    })
-    .await;
-    assert_eq!(d, None);
-    let their_events: Api<Event> = Api::namespaced(client.clone(), &other);
-    let notes = eventually(bound(), "peek's Warning", || async {
-        let w = warnings(&their_events, "peek").await;
-        (!w.is_empty()).then_some(w)
-    })
-    .await;
-    assert!(
-        notes.iter().all(|n| !n.contains("cluster says")),
-        "{notes:?}"
-    );
+    another_namespace_learns_nothing(&client, &other).await;
 
     // A pod behind it that crashes: the next fall names it.
     crashing_pod(&client, &ns).await;
@@ -170,6 +153,27 @@ async fn a_failing_checker_of_a_service_says_why_and_another_namespace_learns_no
         &[("kind", "Pod"), ("result", "ok")],
     );
     assert!(reads.unwrap_or(0.0) >= 2.0, "pod reads: {reads:?}");
+}
+
+/// The other namespace's checker names the same Service: its failure says
+/// nothing of it.
+async fn another_namespace_learns_nothing(client: &kube::Client, other: &str) {
+    let theirs: Api<WebChecker> = Api::namespaced(client.clone(), other);
+    let (_, d, _) = eventually(bound(), "peek Ready=False", || async {
+        seen(&theirs, "peek").await.filter(|(r, _, _)| r == "False")
+    })
+    .await;
+    assert_eq!(d, None);
+    let their_events: Api<Event> = Api::namespaced(client.clone(), other);
+    let notes = eventually(bound(), "peek's Warning", || async {
+        let w = warnings(&their_events, "peek").await;
+        (!w.is_empty()).then_some(w)
+    })
+    .await;
+    assert!(
+        notes.iter().all(|n| !n.contains("cluster says")),
+        "{notes:?}"
+    );
 }
 
 /// Pod cart-0 (app=cart), its status as a kubelet writes it for a

@@ -110,6 +110,12 @@ fn annotation(annotations: Option<&BTreeMap<String, String>>, key: &str) -> Opti
 }
 
 /// The label selector of the checkers assigned to `identity`.
+/// Whether a label is the operator's own, moved with the shard (no person
+/// selects checkers by it).
+pub fn is_assignment_label(key: &str) -> bool {
+    key == OWNER_LABEL
+}
+
 pub fn owned_by(identity: &str) -> String {
     format!("{OWNER_LABEL}={identity}")
 }
