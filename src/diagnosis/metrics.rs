@@ -13,6 +13,17 @@ const DIAGNOSES: Family = (
     "Diagnoses of checkers that turned Ready=False, by result: found (a cause), none (the cluster sees nothing wrong or nothing readable), dropped (the namespace had its fill waiting)",
 );
 
+/// The kinds of object a diagnosis reads.
+const KINDS: [&str; 7] = [
+    "Service",
+    "EndpointSlice",
+    "Pod",
+    "Ingress",
+    "HTTPRoute",
+    "GRPCRoute",
+    "Gateway",
+];
+
 pub struct DiagnosisMetrics {
     reads: IntCounterVec,
     diagnoses: IntCounterVec,
@@ -20,8 +31,13 @@ pub struct DiagnosisMetrics {
 
 impl DiagnosisMetrics {
     pub fn register(r: &Registry) -> Self {
+        let reads = counter_vec(r, READS, &["kind", "result"], &[]);
+        // From 0, so that increase() sees the first read of each kind.
+        for kind in KINDS {
+            reads.with_label_values(&[kind, "ok"]);
+        }
         DiagnosisMetrics {
-            reads: counter_vec(r, READS, &["kind", "result"], &[]),
+            reads,
             diagnoses: counter_vec(r, DIAGNOSES, &["result"], &["found", "none", "dropped"]),
         }
     }

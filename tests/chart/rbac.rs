@@ -71,6 +71,28 @@ pub fn operator_cluster_grants() -> BTreeSet<(String, String, String)> {
     ])
 }
 
+/// What a diagnosis reads (rbac.diagnose, on by default): cluster-wide
+/// without a watched namespace, else in the references Role.
+pub fn diagnosis_grants() -> BTreeSet<(String, String, String)> {
+    grant_set(&[
+        ("", "services", &["get", "list"]),
+        ("", "pods", &["get", "list"]),
+        ("discovery.k8s.io", "endpointslices", &["list"]),
+        ("networking.k8s.io", "ingresses", &["get"]),
+        ("gateway.networking.k8s.io", "httproutes", &["get"]),
+        ("gateway.networking.k8s.io", "grpcroutes", &["get"]),
+        ("gateway.networking.k8s.io", "gateways", &["get"]),
+    ])
+}
+
+/// The operator's ClusterRole without a watched namespace: its own
+/// grants and the diagnosis'.
+pub fn operator_cluster_wide_grants() -> BTreeSet<(String, String, String)> {
+    let mut g = operator_cluster_grants();
+    g.extend(diagnosis_grants());
+    g
+}
+
 /// The forgery guard's permissions in namespace default: the API server's
 /// Service (by name) and EndpointSlices.
 pub fn operator_discovery_grants() -> BTreeSet<(String, String, String)> {
@@ -136,11 +158,11 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     assert_eq!(grants(role), operator_lease_grants(), "Role");
     assert_eq!(
         grants(operator_clusterrole(&docs)),
-        operator_cluster_grants()
+        operator_cluster_wide_grants()
     );
     // Without restricted namespaces the operator does not read namespaces.
     let docs = render(&["--set", "operator.restrictedNamespaces="]);
-    let mut without = operator_cluster_grants();
+    let mut without = operator_cluster_wide_grants();
     without.retain(|(_, r, _)| r != "namespaces");
     assert_eq!(grants(operator_clusterrole(&docs)), without);
     reads_of_secrets_and_config_maps();
@@ -165,8 +187,15 @@ fn default_roles() {
     let docs = render(&[]);
     assert_eq!(
         grants(operator_clusterrole(&docs)),
-        operator_cluster_grants(),
+        operator_cluster_wide_grants(),
         "ClusterRole"
+    );
+    // rbac.diagnose=false: nothing of the diagnosis.
+    let docs_off = render(&["--set", "rbac.diagnose=false"]);
+    assert_eq!(
+        grants(operator_clusterrole(&docs_off)),
+        operator_cluster_grants(),
+        "ClusterRole without diagnosis"
     );
     let role = one_in(&docs, "Role", RELEASE_NS);
     assert_eq!(grants(role), operator_release_ns_grants(), "Role");
@@ -216,7 +245,7 @@ fn reads_of_secrets_and_config_maps() {
         "--set",
         "rbac.readConfigMaps=true",
     ]);
-    let mut cluster = operator_cluster_grants();
+    let mut cluster = operator_cluster_wide_grants();
     cluster.extend(grant_set(&[
         ("", "secrets", &["get"]),
         ("", "configmaps", &["get"]),
@@ -239,10 +268,21 @@ fn reads_of_secrets_and_config_maps() {
             "{set}"
         );
         let (role, _) = references_role(&docs, "shop");
-        assert_eq!(grants(role), grant_set(&[("", want, &["get"])]), "{set}");
+        let mut expected = grant_set(&[("", want, &["get"])]);
+        expected.extend(diagnosis_grants());
+        assert_eq!(grants(role), expected, "{set}");
     }
-    // Neither switch: no such Role.
+    // Only the diagnosis: a Role with its reads.
     let docs = render(&["--set", "operator.watchNamespace=shop"]);
+    let (role, _) = references_role(&docs, "shop");
+    assert_eq!(grants(role), diagnosis_grants());
+    // No switch at all: no such Role.
+    let docs = render(&[
+        "--set",
+        "operator.watchNamespace=shop",
+        "--set",
+        "rbac.diagnose=false",
+    ]);
     assert_eq!(
         of_kind(&docs, "Role").len(),
         2,

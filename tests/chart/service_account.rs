@@ -196,11 +196,16 @@ const DENIED: &[&[&str]] = &[
     &["delete", "webcheckers.test.network.io", "-A"],
     &["create", "webcheckers.test.network.io", "-A"],
     &["create", "leases.coordination.k8s.io", "-n", "default"],
-    &["list", "pods", "-A"],
+    // The diagnosis reads (rbac.diagnose) and the forgery guard's watches,
+    // nothing more of the same objects.
+    &["watch", "pods", "-A"],
+    &["delete", "pods", "-A"],
+    &["get", "pods", "--subresource=log", "-A"],
     &["create", "events", "-A"],
-    &["list", "services", "-n", "default"],
-    &["get", "services", "-n", "default"],
-    &["list", "endpointslices.discovery.k8s.io", "-A"],
+    &["watch", "services", "-A"],
+    &["update", "services", "-n", "default"],
+    &["watch", "endpointslices.discovery.k8s.io", "-A"],
+    &["list", "gateways.gateway.networking.k8s.io", "-A"],
 ];
 
 /// Tokens of ServiceAccounts other than its own.

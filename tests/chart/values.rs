@@ -251,10 +251,9 @@ fn all_on_values_render_monitoring_and_every_option() {
         operator_lease_grants()
     );
     let (role, binding) = references_role(&docs, "probes");
-    assert_eq!(
-        grants(role),
-        grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])])
-    );
+    let mut expected = grant_set(&[("", "secrets", &["get"]), ("", "configmaps", &["get"])]);
+    expected.extend(super::rbac::diagnosis_grants());
+    assert_eq!(grants(role), expected);
     let s = &binding["subjects"][0];
     assert_eq!(s["name"].as_str(), Some("webchecker"));
     assert_eq!(s["namespace"].as_str(), Some(RELEASE_NS));

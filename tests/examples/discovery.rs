@@ -88,4 +88,56 @@ async fn an_opted_in_ingress_and_httproute_get_checkers() {
         );
     }
     show(&ns).await;
+    the_routes_fall_and_the_cluster_says_why(&ns, &api, web).await;
+}
+
+/// nginx stops and the Gateway's controller stops accepting the route (the
+/// test writes the route's status as a controller does): each generated
+/// checker's diagnosis names its route's trouble, in its status and its
+/// Warning. This cluster has no ingress controller, so the Ingress has no
+/// address.
+async fn the_routes_fall_and_the_cluster_says_why(ns: &str, api: &Api<WebChecker>, web: Nginx) {
+    let status = r#"{"status": {"parents": [{"parentRef": {"name": "public"}, "controllerName": "example.net/gateway",
+        "conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners",
+        "message": "no listener allows this route", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]}]}}"#;
+    let patch = [
+        "patch",
+        "httproute",
+        "store",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        status,
+    ];
+    let out = cluster().kubectl_async(&patch).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(web);
+    for (kind, route, host, cause, message) in [
+        (
+            "httproute",
+            "store",
+            "store.example.com",
+            "RouteNotAccepted",
+            "HTTPRoute store is not accepted by Gateway public: NotAllowedByListeners",
+        ),
+        (
+            "ingress",
+            "shop",
+            "shop.example.com",
+            "NoLoadBalancerAddress",
+            "Ingress shop has no load-balancer address: no ingress controller has taken it",
+        ),
+    ] {
+        let name = names::generated(kind, route, host, None, None);
+        let d = eventually(after_change(10), &format!("{name}'s diagnosis"), || async {
+            let s = api.get(&name).await.ok()?.status?;
+            s.condition("Ready").filter(|c| c.status == "False")?;
+            s.diagnosis
+        })
+        .await;
+        assert_eq!((d.cause.as_str(), d.message.as_str()), (cause, message));
+    }
+    show(ns).await;
 }

@@ -426,6 +426,7 @@ async fn kubectl_wide_columns(c: &Cluster, ns: &str, id: &str) {
             "READY",
             "REASON",
             "DEGRADED",
+            "DIAGNOSIS",
             "SINCE",
             "HOST",
             "SOURCE",
@@ -440,7 +441,8 @@ async fn kubectl_wide_columns(c: &Cluster, ns: &str, id: &str) {
         ]
     );
     let line = lines.next().unwrap();
-    assert_eq!(cell(head, line, "DEGRADED", "SINCE"), "");
+    assert_eq!(cell(head, line, "DEGRADED", "DIAGNOSIS"), "");
+    assert_eq!(cell(head, line, "DIAGNOSIS", "SINCE"), "");
     let row: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(row.len(), 10, "{row:?}");
     assert_eq!(row[6], "200");

@@ -85,14 +85,21 @@ async fn owner_counts_match_the_witness(run: &Run) -> Vec<(String, String)> {
             off_by_one += 1;
         }
         // The series of docs/metrics.md "Series per checker": 25 + k for
-        // http, 3 more with spec.slo (the failing ones have it), 1 more
-        // while Ready is not True (since when).
+        // http, 3 more with spec.slo (the failing ones have it), 2 more
+        // while Ready is not True (since when, and whether a dependency is
+        // down).
         let labels = [("namespace", ns.as_str()), ("name", n.as_str())];
         let failing = ["down-", "sla-", "brk-"].iter().any(|p| n.starts_with(p));
         let up = metric(text, "webchecker_up", &labels).expect("webchecker_up");
         assert_eq!(up == 0.0, failing, "{n}: webchecker_up {up}");
         let since = metric(text, "webchecker_down_since_timestamp_seconds", &labels);
         assert_eq!(since.is_some(), failing, "{n}: down since {since:?}");
+        let blamed = metric(text, "webchecker_dependency_down", &labels);
+        assert_eq!(
+            blamed,
+            failing.then_some(0.0),
+            "{n}: dependency down {blamed:?}"
+        );
         let lines = checker_lines(text, ns, n);
         let k = lines
             .iter()
@@ -106,7 +113,7 @@ async fn owner_counts_match_the_witness(run: &Run) -> Vec<(String, String)> {
         };
         assert_eq!(
             lines.len(),
-            25 + k + slo + usize::from(failing),
+            25 + k + slo + 2 * usize::from(failing),
             "{n}: series of an http checker (docs/metrics.md):\n{}",
             lines.join("\n")
         );

@@ -95,9 +95,14 @@ async fn a_malformed_object_is_reported_and_never_stalls_the_others() {
     let crd_path = repo().join("crds/webcheckers.test.network.io.yaml");
     let mut loose: serde_yaml::Value =
         serde_yaml::from_str(&std::fs::read_to_string(&crd_path).unwrap()).unwrap();
-    // Drop the spec schema so anything goes.
-    loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+    // Drop the spec schema so anything goes, and the rules on the whole
+    // object that read the spec's fields.
+    let root = &mut loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    root["properties"]["spec"] =
         serde_yaml::from_str("{type: object, x-kubernetes-preserve-unknown-fields: true}").unwrap();
+    if let Some(m) = root.as_mapping_mut() {
+        m.remove("x-kubernetes-validations");
+    }
     let out = cluster.kubectl_stdin(
         &["replace", "-f", "-"],
         &serde_yaml::to_string(&loose).unwrap(),

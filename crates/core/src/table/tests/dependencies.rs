@@ -40,6 +40,15 @@ fn written_reason(fx: &[Effect]) -> Option<String> {
     })
 }
 
+/// One Event (`event`, its note starting with `note`), Ready's written
+/// reason, and the probe's metric line.
+fn said(sim: &Sim, fx: &[Effect], event: &str, note_start: &str, reason: &str, metric: &str) {
+    assert_eq!(events(fx), [event]);
+    assert!(note(fx).starts_with(note_start), "{}", note(fx));
+    assert_eq!(written_reason(fx).as_deref(), Some(reason));
+    assert_eq!(only(&sim.show(fx), &["metric probe"]), [metric]);
+}
+
 #[test]
 fn a_failure_while_a_dependency_is_down_is_the_dependency_s_and_pages_when_it_recovers() {
     let mut sim = Sim::warm();
@@ -47,16 +56,13 @@ fn a_failure_while_a_dependency_is_down_is_the_dependency_s_and_pages_when_it_re
     let (_, at) = probe(&mut sim, "a", at, ok());
     sim.step(edges(Some("gateway"), 12));
     let (fx, at) = probe(&mut sim, "a", at, refused());
-    assert_eq!(events(&fx), ["a Normal DependencyDown"]);
-    assert!(
-        note(&fx).starts_with("Ready=False: depends on gateway, which is down (ConnectError)"),
-        "{}",
-        note(&fx)
-    );
-    assert_eq!(written_reason(&fx).as_deref(), Some("DependencyDown"));
-    assert_eq!(
-        only(&sim.show(&fx), &["metric probe"]),
-        ["metric probe ns/a ConnectError ready=false down dependency-down"]
+    said(
+        &sim,
+        &fx,
+        "a Normal DependencyDown",
+        "Ready=False: depends on gateway, which is down (ConnectError)",
+        "DependencyDown",
+        "metric probe ns/a ConnectError ready=false down dependency-down",
     );
     let (fx, at) = probe(&mut sim, "a", at, refused());
     assert_eq!(events(&fx), Vec::<String>::new());
@@ -64,16 +70,13 @@ fn a_failure_while_a_dependency_is_down_is_the_dependency_s_and_pages_when_it_re
     // The gateway is back, this one still fails: its own page, once.
     sim.step(edges(None, 12));
     let (fx, at) = probe(&mut sim, "a", at, refused());
-    assert_eq!(events(&fx), ["a Warning ConnectError"]);
-    assert!(
-        note(&fx).starts_with("Ready=False on its own now that its dependencies are up"),
-        "{}",
-        note(&fx)
-    );
-    assert_eq!(written_reason(&fx).as_deref(), Some("ConnectError"));
-    assert_eq!(
-        only(&sim.show(&fx), &["metric probe"]),
-        ["metric probe ns/a ConnectError ready=false down"]
+    said(
+        &sim,
+        &fx,
+        "a Warning ConnectError",
+        "Ready=False on its own now that its dependencies are up",
+        "ConnectError",
+        "metric probe ns/a ConnectError ready=false down",
     );
     let (fx, _) = probe(&mut sim, "a", at, refused());
     assert_eq!(events(&fx), Vec::<String>::new());
