@@ -69,6 +69,16 @@ fn pod_trouble(p: &Pod) -> Option<(&'static str, String)> {
         if terminated.is_some_and(|t| t.reason.as_deref() == Some("OOMKilled")) {
             return Some(("OOMKilled", format!("OOMKilled (container {})", c.name)));
         }
+        // Between two back-offs: exited with an error again, restarted before.
+        if let Some(t) = terminated.filter(|t| t.exit_code != 0 && c.restart_count > 0) {
+            return Some((
+                "CrashLoopBackOff",
+                format!(
+                    "CrashLoopBackOff (container {}, exited with code {}, restarted {} times)",
+                    c.name, t.exit_code, c.restart_count
+                ),
+            ));
+        }
     }
     let condition = |t: &str| status.conditions.iter().flatten().find(|c| c.type_ == t);
     if let Some(c) = condition("PodScheduled").filter(|c| c.status == "False") {

@@ -68,6 +68,11 @@ fn each_plain_reason_has_its_cause() {
             "OOMKilled, in CrashLoopBackOff (container app, restarted 3 times)",
         ),
         (
+            "status: {containerStatuses: [{name: app, image: x, imageID: '', ready: false, restartCount: 2, state: {terminated: {exitCode: 2, reason: Error}}}]}",
+            "CrashLoopBackOff",
+            "CrashLoopBackOff (container app, exited with code 2, restarted 2 times)",
+        ),
+        (
             "status: {phase: Pending, conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]}",
             "Unschedulable",
             "Unschedulable: no node can run it",
