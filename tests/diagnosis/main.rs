@@ -4,7 +4,7 @@
 //! Warning Event say what the API server knows of that Service: no ready
 //! endpoints and no pod, then the pod behind it in CrashLoopBackOff (its
 //! status written as a kubelet writes it: this control plane has no
-//! node; tests/node runs real pods). A checker of another namespace whose
+//! node). A checker of another namespace whose
 //! host names that same Service learns nothing of it.
 
 use webchecker_kit as support;
