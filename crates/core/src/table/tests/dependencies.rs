@@ -82,14 +82,22 @@ fn a_failure_while_a_dependency_is_down_is_the_dependency_s_and_pages_when_it_re
     assert_eq!(events(&fx), Vec::<String>::new());
 }
 
-#[test]
-fn a_failure_with_its_dependencies_up_waits_for_one_to_fall_first() {
+/// ns/a, with a dependency that is up and a hold of `hold` seconds, Ready
+/// then failed: its Warning held. The sim, its next probe's time and the
+/// failure's effects.
+fn held_failure(hold: u64) -> (Sim, Instant, Vec<Effect>) {
     let mut sim = Sim::warm();
     let at = arrive(&mut sim, checker("a", spec("/", 10, "")));
-    sim.step(edges(None, 12));
+    sim.step(edges(None, hold));
     let (_, at) = probe(&mut sim, "a", at, ok());
     let (fx, at) = probe(&mut sim, "a", at, refused());
     assert_eq!(events(&fx), Vec::<String>::new(), "held");
+    (sim, at, fx)
+}
+
+#[test]
+fn a_failure_with_its_dependencies_up_waits_for_one_to_fall_first() {
+    let (mut sim, at, fx) = held_failure(12);
     assert_eq!(written_reason(&fx).as_deref(), Some("ConnectError"));
     // The gateway's status says it is down before the hold ends.
     sim.step(edges(Some("gateway"), 12));
@@ -101,12 +109,7 @@ fn a_failure_with_its_dependencies_up_waits_for_one_to_fall_first() {
 
 #[test]
 fn a_held_warning_goes_out_when_no_dependency_fell_in_time() {
-    let mut sim = Sim::warm();
-    let at = arrive(&mut sim, checker("a", spec("/", 10, "")));
-    sim.step(edges(None, 12));
-    let (_, at) = probe(&mut sim, "a", at, ok());
-    let (fx, at) = probe(&mut sim, "a", at, refused());
-    assert_eq!(events(&fx), Vec::<String>::new(), "held");
+    let (mut sim, at, _) = held_failure(12);
     // 10 s later: still within the 12 s hold.
     let (fx, at) = probe(&mut sim, "a", at, refused());
     assert_eq!(events(&fx), Vec::<String>::new(), "still held");
@@ -119,12 +122,7 @@ fn a_held_warning_goes_out_when_no_dependency_fell_in_time() {
 
 #[test]
 fn a_recovery_during_the_hold_pages_nobody() {
-    let mut sim = Sim::warm();
-    let at = arrive(&mut sim, checker("a", spec("/", 10, "")));
-    sim.step(edges(None, 30));
-    let (_, at) = probe(&mut sim, "a", at, ok());
-    let (fx, at) = probe(&mut sim, "a", at, refused());
-    assert_eq!(events(&fx), Vec::<String>::new(), "held");
+    let (mut sim, at, _) = held_failure(30);
     let (fx, mut at) = probe(&mut sim, "a", at, ok());
     assert_eq!(events(&fx), ["a Normal ProbeSucceeded"]);
     for _ in 0..4 {
