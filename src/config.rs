@@ -229,6 +229,9 @@ pub struct Config {
     pub retry_period: Duration,
 
     /// Graceful shutdown budget; keep it below terminationGracePeriodSeconds.
+    /// Its first half at most goes to handing every checker over while
+    /// still probing it (each new owner keeps its cadence); what is left
+    /// then moves as from a replica that left.
     #[arg(long, env = "WEBCHECKER_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
 

@@ -151,6 +151,19 @@ fn failover_gaps(starts: &Starts, of: &[String], at: Instant) -> Vec<f64> {
         .collect()
 }
 
+/// For checkers in `of`: the largest gap between consecutive probes over
+/// [from, to] (the probe before `from` counts as the start). A replica that
+/// hands its checkers over keeps probing after SIGTERM: the gap that counts
+/// may come after the first probe that follows it.
+fn gaps_over(starts: &Starts, of: &[String], from: Instant, to: Instant) -> Vec<f64> {
+    of.iter()
+        .map(|c| {
+            let ts = instants(starts, c);
+            secs(largest_gap_in(&ts, last_before(&ts, from), from, to))
+        })
+        .collect()
+}
+
 /// Largest gap between consecutive probes of each checker in `of` over
 /// [from, to] (the probe before `from` counts as the start).
 fn largest_gap(starts: &Starts, of: &[String], from: Instant, to: Instant) -> f64 {
@@ -197,10 +210,13 @@ async fn failover_once(f: &mut Fleet, kind: &str) -> Res<GapResult> {
     let (assigned, watch) = watch_reassignments(f, &victim, &moved).await;
     let at = Instant::now();
     let mut note = String::new();
+    // When the victim stopped probing for good.
+    let mut gone = at;
     match kind {
         "sigterm" => {
             let (_, took) =
                 faults::sigterm(&mut f.ops[victim_idx], Duration::from_secs(30)).await?;
+            gone = at + took;
             note = format!("clean exit {:.1} s after SIGTERM", took.as_secs_f64());
         }
         _ => f.ops[victim_idx].kill(),
@@ -222,15 +238,20 @@ async fn failover_once(f: &mut Fleet, kind: &str) -> Res<GapResult> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    wait_reprobed(f, &moved, at, Duration::from_secs(90)).await?;
+    wait_reprobed(f, &moved, gone, Duration::from_secs(90)).await?;
     let end = Instant::now();
     let starts = f.starts();
-    let gaps = failover_gaps(&starts, &moved, at);
+    let gaps = gaps_over(&starts, &moved, at, end);
     let others_max = largest_gap(&starts, &others, at, end);
     // The reassignment may be seen a moment after the first probe's write; give the watch a second.
     tokio::time::sleep(Duration::from_secs(1)).await;
     watch.abort();
-    let parts = gap_parts(&starts, &assigned.lock().unwrap().clone(), &moved, at);
+    // Where the gap went after a kill: the victim's last probe, the
+    // reassignment, the new owner's first probe. A handover has no such
+    // parts: the victim probes until each drain.
+    let parts = (kind != "sigterm")
+        .then(|| gap_parts(&starts, &assigned.lock().unwrap().clone(), &moved, at))
+        .flatten();
     // Replace the victim (new identity), as a Deployment would.
     let i = f.spawn();
     f.ops[i].wait_ready(Duration::from_secs(60)).await;

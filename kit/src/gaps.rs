@@ -74,6 +74,26 @@ pub fn largest_gap(
     worst
 }
 
+/// As [`largest_gap`], counted from each checker's last probe before
+/// `from`: what an event at `from` cost, the gap that straddles it included.
+pub fn largest_gap_across(
+    hits: &[Hit],
+    checkers: &[String],
+    from: Instant,
+    to: Instant,
+) -> (Duration, String) {
+    let by = starts_by_checker(hits);
+    let mut worst = (Duration::ZERO, String::new());
+    for c in checkers {
+        let starts = by.get(c.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        let gap = largest_gap_in(starts, last_before(starts, from), from, to);
+        if gap > worst.0 {
+            worst = (gap, c.clone());
+        }
+    }
+    worst
+}
+
 /// For the checkers in `of`, the longest time between the last probe before
 /// `at` and the first probe after it (`Duration::MAX` while one has not been
 /// probed again); the gap and its checker.

@@ -42,6 +42,9 @@ const UNCONFIRMED_FAILURES: Family = (
 
 pub struct EngineMetrics {
     pub owned: IntGauge,
+    /// Checkers held, those being handed over included (not exported: a
+    /// graceful shutdown waits for it to reach 0).
+    pub held: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub schedule_lag: Histogram,
     pub missed_intervals: IntCounter,
     inflight: IntGauge,
@@ -60,6 +63,7 @@ impl EngineMetrics {
     pub fn register(r: &Registry, zone: &str) -> Self {
         EngineMetrics {
             owned: gauge(r, OWNED),
+            held: Default::default(),
             schedule_lag: histogram(r, SCHEDULE_LAG, LAG_BUCKETS),
             missed_intervals: counter(r, MISSED_INTERVALS),
             inflight: gauge(r, INFLIGHT),

@@ -553,7 +553,10 @@ impl Engine {
             } => series.record_slo(&namespace, &name, target, counted),
             Metric::SloGone { namespace, name } => series.forget_slo(&namespace, &name),
             Metric::Forget { namespace, name } => series.forget_checker(&namespace, &name),
-            Metric::Owned(n) => metrics.owned.set(n),
+            Metric::Owned { probing, held } => {
+                metrics.owned.set(probing);
+                metrics.held.store(held, std::sync::atomic::Ordering::Relaxed);
+            }
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),
             Metric::FirstProbeDelay(d) => metrics.first_probe_delay.observe(d.as_secs_f64()),
             Metric::Missed(n) => metrics.missed_intervals.inc_by(n),

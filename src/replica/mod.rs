@@ -338,6 +338,10 @@ struct Running {
     commands: mpsc::Sender<Command>,
     writer: Arc<StatusWriter>,
     stop_leader: tokio::sync::watch::Sender<bool>,
+    /// The members as this replica sees them, and how many checkers it owns:
+    /// whether a handover can start, and when it is done.
+    view: Arc<MemberView>,
+    held: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Spawns the tasks: on the engine's runtime the engine, status writer, Event
@@ -364,6 +368,8 @@ fn start_tasks(
     let view = MemberView::new(cfg.lease_duration);
     let asker = asker(cfg, basics, &view);
     let confirmer_prober = prober.clone();
+    let engine_metrics = Arc::new(EngineMetrics::register(registry, &basics.advert.zone));
+    let held = engine_metrics.held.clone();
     let engine = Engine::new(
         EngineSettings {
             identity: basics.identity.clone(),
@@ -374,10 +380,7 @@ fn start_tasks(
             diagnoser: diagnoser(cfg, basics, &cmd_tx),
         },
         prober,
-        (
-            metrics.clone(),
-            Arc::new(EngineMetrics::register(registry, &basics.advert.zone)),
-        ),
+        (metrics.clone(), engine_metrics),
         membership.clone(),
         writer.clone(),
         ev_tx,
@@ -396,7 +399,7 @@ fn start_tasks(
     });
     let events = spawn_events(basics, ev_rx);
     let (stop_leader, stop_rx) = tokio::sync::watch::channel(false);
-    let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view);
+    let coordination = start_coordination(cfg, basics, &membership, &cmd_tx, stop_rx, view.clone());
     let watch = tokio::spawn(feed::watch_own_shard(
         basics.clients.watches.clone(),
         cfg.watch_namespace.clone(),
@@ -435,6 +438,8 @@ fn start_tasks(
         commands: cmd_tx,
         writer,
         stop_leader,
+        view,
+        held,
     };
     (tasks, running)
 }
@@ -685,11 +690,39 @@ fn start_coordination(
     }
 }
 
-/// The shutdown order, within `--shutdown-timeout`: stop probing (the feed,
-/// then the engine waits for probes in flight); hand over (the Lease renewals
-/// and leader election stop, the membership Lease is released, so the others
-/// start probing our checkers at once); then flush what we last saw, each
-/// write fenced by resourceVersion.
+/// Tells the sharder (through the membership Lease) that this replica is
+/// leaving, and keeps probing while it drains our checkers to the others
+/// one by one: each new owner takes over at the checker's next due time.
+/// Returns when we own nothing, or after `budget`. Nothing to wait for
+/// when no other member can take them.
+async fn hand_over(identity: &str, membership: &Membership, running: &Running, budget: Duration) {
+    let leaving = running.view.leaving();
+    let others = running.view.members().is_some_and(|m| {
+        m.keys()
+            .any(|id| id.as_str() != identity && !leaving.contains(id))
+    });
+    if !others || running.held.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let t0 = Instant::now();
+    info!(replica = %identity, held = running.held.load(Ordering::Relaxed), "shutting down: handing checkers over");
+    membership.leave();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while running.held.load(Ordering::Relaxed) > 0 && t0.elapsed() < budget {
+        tick.tick().await;
+    }
+    match running.held.load(Ordering::Relaxed) {
+        0 => info!(replica = %identity, took = ?t0.elapsed(), "every checker handed over"),
+        left => warn!(replica = %identity, left, "handover not done in time: the rest move when the membership Lease is released"),
+    }
+}
+
+/// The shutdown order, within `--shutdown-timeout`: hand every checker over
+/// while still probing it (at most half the budget); stop probing (the
+/// feed, then the engine waits for probes in flight); release (the Lease
+/// renewals and leader election stop, the membership Lease is released, so
+/// the others start probing what is left at once); then flush what we last
+/// saw, each write fenced by resourceVersion.
 async fn shut_down(
     cfg: &Config,
     basics: &Basics,
@@ -700,6 +733,7 @@ async fn shut_down(
     let deadline = Instant::now() + cfg.shutdown_timeout;
     let left = || deadline.saturating_duration_since(Instant::now());
     let identity = &basics.identity;
+    hand_over(identity, membership, &running, cfg.shutdown_timeout / 2).await;
     info!(replica = %identity, "shutting down: stopping probes");
     tasks.watch.abort();
     tasks.maintenance.abort();

@@ -43,6 +43,10 @@ pub const PEER_EVIDENCE_ANNOTATION: &str = "webchecker.test.network.io/peer-evid
 pub const ZONE_ANNOTATION: &str = "webchecker.test.network.io/zone";
 /// Member Lease annotation: the node the replica runs on.
 pub const NODE_ANNOTATION: &str = "webchecker.test.network.io/node";
+/// Member Lease annotation: "true" once the replica was asked to stop. It
+/// still probes what it owns; the sharder drains all of it to the others
+/// and places nothing on it.
+pub const LEAVING_ANNOTATION: &str = "webchecker.test.network.io/leaving";
 
 /// Response header of /healthz naming the process's incarnation.
 pub const INCARNATION_HEADER: &str = "webchecker-incarnation";

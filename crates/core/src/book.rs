@@ -149,11 +149,14 @@ pub enum WriteOutcome {
 }
 
 /// The members this sharder sees: every member with a Lease (and its epoch),
-/// those among them it suspects (stale, not yet proven gone), and the
-/// epochs (Lease UIDs) known to be gone.
+/// those among them it suspects (stale, not yet proven gone), those that
+/// are leaving (asked to stop: they still own and probe their checkers
+/// until each is drained away, and take none), and the epochs (Lease
+/// UIDs) known to be gone.
 pub struct Roster<'a> {
     pub members: &'a BTreeMap<String, String>,
     pub suspects: &'a HashSet<String>,
+    pub leaving: &'a HashSet<String>,
     pub retired: &'a HashSet<String>,
 }
 
@@ -161,10 +164,14 @@ impl Roster<'_> {
     fn fresh(&self, id: &str) -> bool {
         self.members.contains_key(id) && !self.suspects.contains(id)
     }
-    /// Draining towards a fresh member under the epoch it holds now (a
+    /// A member checkers may be placed on: fresh and not leaving.
+    fn placeable(&self, id: &str) -> bool {
+        self.fresh(id) && !self.leaving.contains(id)
+    }
+    /// Draining towards a placeable member under the epoch it holds now (a
     /// drain that names no epoch was written by an earlier sharder).
     fn drain_target<'o>(&self, o: &'o ObjState) -> Option<&'o String> {
-        let t = o.drain.as_ref().filter(|t| self.fresh(t))?;
+        let t = o.drain.as_ref().filter(|t| self.placeable(t))?;
         match &o.drain_epoch {
             Some(e) if self.members.get(t) != Some(e) => None,
             _ => Some(t),
@@ -429,8 +436,14 @@ impl Book {
     /// against that write's target; checkers of a suspect (stale, unproven)
     /// member are left alone and count nowhere: they move only after proof.
     pub fn decide(&self, m: &Roster<'_>) -> Vec<Action> {
-        let ring_members: Vec<String> =
-            m.members.keys().filter(|id| m.fresh(id)).cloned().collect();
+        // A leaving member is in no ring: its checkers are drained away
+        // (it owns them validly until each handover), none placed on it.
+        let ring_members: Vec<String> = m
+            .members
+            .keys()
+            .filter(|id| m.placeable(id))
+            .cloned()
+            .collect();
         if ring_members.is_empty() {
             return Vec::new();
         }
@@ -446,7 +459,7 @@ impl Book {
             if let Some(t) = pending {
                 placements.push(PlacementRef {
                     key,
-                    holder: m.fresh(t).then_some(t.as_str()),
+                    holder: m.placeable(t).then_some(t.as_str()),
                 });
                 continue;
             }

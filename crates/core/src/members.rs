@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 
 use webchecker_api::{
-    ADDRESS_ANNOTATION, CONFIRM_ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, NODE_ANNOTATION,
-    PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
+    ADDRESS_ANNOTATION, CONFIRM_ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, LEAVING_ANNOTATION,
+    NODE_ANNOTATION, PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +41,14 @@ pub struct ObservedLease {
     pub peer: Option<PeerAddress>,
     /// Where it runs and is reached, for confirmations (crate::confirm).
     pub place: MemberPlace,
+    /// It was asked to stop and hands its checkers over.
+    pub leaving: bool,
+}
+
+fn leaving(lease: &Lease) -> bool {
+    let a = lease.metadata.annotations.as_ref();
+    a.and_then(|a| a.get(LEAVING_ANNOTATION))
+        .is_some_and(|v| v == "true")
 }
 
 /// A member's advertised address, zone and node (empty when unknown).
@@ -209,6 +217,7 @@ impl Members {
                         observed_at: now,
                         peer: peer_address(lease),
                         place: member_place(lease),
+                        leaving: leaving(lease),
                     },
                 );
             }
@@ -241,6 +250,15 @@ impl Members {
                 .map(|(id, l)| (id.clone(), l.uid.clone()))
                 .collect()
         })
+    }
+
+    /// Members whose Lease says they are leaving.
+    pub fn leaving(&self) -> HashSet<String> {
+        self.leases
+            .iter()
+            .filter(|(_, l)| l.leaving)
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Every member's place, as last seen (also while the watch is failing:

@@ -26,7 +26,7 @@ use tracing::{error, info, warn};
 
 use crate::api::{
     ADDRESS_ANNOTATION, CONFIRM_ADDRESS_ANNOTATION, INCARNATION_ANNOTATION, MEMBER_LABEL,
-    NODE_ANNOTATION, PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
+    LEAVING_ANNOTATION, NODE_ANNOTATION, PEER_EVIDENCE_ANNOTATION, ZONE_ANNOTATION,
 };
 use crate::error::{Error, api_code};
 use crate::kubeio::client::{managers, patch_params, post_params};
@@ -68,6 +68,9 @@ pub struct Membership {
     /// This process once lost its Lease to evidence that lied: it tells peers
     /// to judge it by its Lease alone from now on.
     distrusted: std::sync::atomic::AtomicBool,
+    /// Asked to stop: its Lease says so, and the sharder drains its
+    /// checkers to the others while it still probes them.
+    leaving: std::sync::atomic::AtomicBool,
 }
 
 /// What a member's Lease tells of its process.
@@ -148,6 +151,7 @@ impl Membership {
             metrics,
             advert,
             distrusted: std::sync::atomic::AtomicBool::new(false),
+            leaving: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -250,6 +254,9 @@ impl Membership {
         }
         if self.distrusted.load(std::sync::atomic::Ordering::Relaxed) {
             annotations.insert(PEER_EVIDENCE_ANNOTATION.to_string(), "distrusted".into());
+        }
+        if self.leaving.load(std::sync::atomic::Ordering::Relaxed) {
+            annotations.insert(LEAVING_ANNOTATION.to_string(), "true".into());
         }
         Lease {
             metadata: ObjectMeta {
@@ -658,6 +665,15 @@ impl Membership {
             let seen = self.lock().alive(clock::now());
             self.on_seen(seen);
         }
+    }
+
+    /// Graceful shutdown, first step: the next renewal (at once) tells the
+    /// sharder that this replica is leaving, so it drains every checker of
+    /// ours to the others while we still probe them.
+    pub fn leave(&self) {
+        self.leaving
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.kick.notify_one();
     }
 
     /// Graceful shutdown: delete our Lease so the sharder moves our checkers at once.

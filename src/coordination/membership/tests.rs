@@ -56,6 +56,23 @@ async fn a_renewal_is_a_merge_patch_that_names_our_epoch_and_no_version() {
     assert!(m.can_write());
 }
 
+/// Asked to stop, the member says so in its next renewal, so the sharder
+/// drains its checkers while it still probes them.
+#[tokio::test]
+async fn a_leaving_member_says_so_in_its_renewal() {
+    let (m, client, mut h) = membership(Duration::from_secs(1));
+    m.leave();
+    let api = tokio::spawn(async move {
+        let (req, send) = h.next_request().await.unwrap();
+        let v = crate::kubeio::mock_api::body_json(req).await;
+        assert_eq!(v["metadata"]["annotations"][LEAVING_ANNOTATION], "true", "{v}");
+        send.send_response(lease("uid-r1", "2"));
+    });
+    assert!(!m.renew(&client).await);
+    api.await.unwrap();
+    assert!(m.can_write(), "it still probes until each checker is drained");
+}
+
 /// The UID is immutable: a patch naming ours on another incarnation's Lease
 /// is refused with 422.
 #[tokio::test]

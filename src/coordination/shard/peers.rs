@@ -182,6 +182,7 @@ mod tests {
                     incarnation: inc.to_string(),
                 }),
                 place: Default::default(),
+                leaving: false,
             },
         )
     }

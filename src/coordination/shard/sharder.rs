@@ -589,9 +589,11 @@ impl Sharder {
             self.start_proofs(&mut book, &stale, &evidenced, &mut proofs);
             let suspects: HashSet<String> = stale.into_iter().map(|(id, _)| id).collect();
             let retired = self.view.retired();
+            let leaving = self.view.leaving();
             let seen = Roster {
                 members: &members,
                 suspects: &suspects,
+                leaving: &leaving,
                 retired: &retired,
             };
             if last_census.elapsed() >= Duration::from_secs(1) {

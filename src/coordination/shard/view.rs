@@ -79,6 +79,11 @@ impl MemberView {
         self.lock().places()
     }
 
+    /// Members that are leaving (asked to stop, handing their checkers over).
+    pub fn leaving(&self) -> HashSet<String> {
+        self.lock().leaving()
+    }
+
     /// UIDs of member Leases known to be gone (see [`Members::retired`]).
     pub fn retired(&self) -> Arc<HashSet<String>> {
         self.lock().retired()

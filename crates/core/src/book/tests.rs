@@ -64,6 +64,7 @@ fn decide(b: &Book, live: &BTreeMap<String, String>, suspects: &[&str]) -> Vec<A
     b.decide(&Roster {
         members: live,
         suspects: &suspects,
+        leaving: &HashSet::new(),
         retired: &retired,
     })
 }
@@ -100,6 +101,7 @@ fn an_epoch_the_view_has_not_seen_go_is_no_proof() {
     let m = Roster {
         members: &lagging,
         suspects: &none,
+        leaving: &HashSet::new(),
         retired: &none,
     };
     let acts = b.decide(&m);
@@ -120,6 +122,7 @@ fn an_epoch_the_view_has_not_seen_go_is_no_proof() {
     let m = Roster {
         members: &lagging,
         suspects: &none,
+        leaving: &HashSet::new(),
         retired: &retired,
     };
     let acts = b.decide(&m);
@@ -296,6 +299,7 @@ fn the_census_counts_checkers_nobody_serves_after_the_grace() {
     let m = Roster {
         members: &live,
         suspects: &suspects,
+        leaving: &HashSet::new(),
         retired: &none,
     };
     assert_eq!(
@@ -440,6 +444,7 @@ fn a_drain_never_acknowledged_is_withdrawn_and_held_back() {
     let m = Roster {
         members: &live,
         suspects: &none,
+        leaving: &HashSet::new(),
         retired: &none,
     };
     assert!(
@@ -492,6 +497,7 @@ fn only_drains_stuck_on_a_valid_owner_towards_a_live_target_are_withdrawn() {
     let m = Roster {
         members: &live,
         suspects: &none,
+        leaving: &HashSet::new(),
         retired: &none,
     };
     assert!(b.stuck_drains(&m, t0 + 60 * s, 10 * s).is_empty());
@@ -615,4 +621,57 @@ fn the_window_set_by_the_sharder_bounds_the_drains() {
     assert_eq!(decide(&b, &live, &[]).len(), 150);
     b.set_window(8);
     assert_eq!(decide(&b, &live, &[]).len(), 8);
+}
+
+/// A member asked to stop (its Lease says it is leaving) keeps its
+/// checkers until each is drained to the ring's other members, a window at
+/// a time, and is given nothing: no new checker, no drain towards it.
+#[test]
+fn a_leaving_member_is_drained_and_takes_nothing() {
+    let mut items: Vec<ObjectMeta> = (0..2 * START_WINDOW)
+        .map(|i| meta(&format!("c{i}"), "1", Some("a"), Some("ua"), None))
+        .collect();
+    items.extend((0..4).map(|i| meta(&format!("new{i}"), "1", None, None, None)));
+    items.push(meta("towards", "1", Some("b"), Some("ub"), Some("a")));
+    let b = book(&items);
+    let live = members(&[("a", "ua"), ("b", "ub"), ("c", "uc")]);
+    let none = HashSet::new();
+    let leaving: HashSet<String> = ["a".to_string()].into();
+    let acts = b.decide(&Roster {
+        members: &live,
+        suspects: &none,
+        leaving: &leaving,
+        retired: &none,
+    });
+    let drains: Vec<&Action> = acts
+        .iter()
+        .filter(|a| matches!(a, Action::SetDrain { .. }))
+        .collect();
+    assert_eq!(drains.len(), START_WINDOW, "{acts:?}");
+    for a in &acts {
+        match a {
+            Action::SetDrain { key, to } => {
+                assert!(key.starts_with("ns/c") || key == "ns/towards", "{a:?}");
+                assert_ne!(to, "a", "{a:?}");
+            }
+            Action::Assign { to, cause, .. } => {
+                assert_ne!(to, "a", "{a:?}");
+                assert_eq!(*cause, Cause::New, "{a:?}");
+            }
+            Action::ClearDrain { key, owner } => {
+                assert_eq!((key.as_str(), owner.as_str()), ("ns/towards", "b"));
+            }
+        }
+    }
+    // Every member leaving: nowhere to go, nothing moves.
+    let all: HashSet<String> = live.keys().cloned().collect();
+    assert!(
+        b.decide(&Roster {
+            members: &live,
+            suspects: &none,
+            leaving: &all,
+            retired: &none,
+        })
+        .is_empty()
+    );
 }

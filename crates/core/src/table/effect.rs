@@ -274,8 +274,9 @@ pub enum Metric {
     SloGone { namespace: String, name: String },
     /// Drop its series.
     Forget { namespace: String, name: String },
-    /// Checkers owned and not being handed over.
-    Owned(i64),
+    /// Checkers owned and not being handed over (`probing`), and all the
+    /// checkers held, those being handed over included.
+    Owned { probing: i64, held: usize },
     /// How late a probe started after it was due.
     ScheduleLag(Duration),
     /// From the watch delivering a new checker to its first probe.

@@ -586,7 +586,10 @@ impl Table {
 
     fn owned(&mut self) {
         let n = self.entries.values().filter(|e| !e.draining).count();
-        self.out.push(Effect::Metric(Metric::Owned(n as i64)));
+        self.out.push(Effect::Metric(Metric::Owned {
+            probing: n as i64,
+            held: self.entries.len(),
+        }));
     }
 
     /// Arms the checker's timer for `at` (replacing an armed one).

@@ -320,7 +320,10 @@ impl Sim {
                 counted.bad
             ),
             Metric::SloGone { namespace, name } => format!("metric slo gone {namespace}/{name}"),
-            Metric::Owned(n) => format!("metric owned {n}"),
+            Metric::Owned { probing, held } if held == probing as usize => {
+                format!("metric owned {probing}")
+            }
+            Metric::Owned { probing, held } => format!("metric owned {probing} held {held}"),
             Metric::ScheduleLag(d) => format!("metric lag {}ms", d.as_millis()),
             Metric::FirstProbeDelay(d) => format!("metric first probe {}ms", d.as_millis()),
             Metric::Missed(n) => format!("metric missed {n}"),
