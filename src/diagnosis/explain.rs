@@ -5,12 +5,16 @@
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use webchecker_api::Diagnosis;
 
 /// Pods named in one diagnosis.
 pub const MAX_PODS_NAMED: usize = 3;
+/// A container running again less than this after it exited with an error
+/// is in a crash loop, between two back-offs (the longest is 5 minutes).
+const RECENT_CRASH_SECS: i64 = 600;
 
 fn said(cause: &str, message: String) -> Diagnosis {
     Diagnosis {
@@ -29,7 +33,7 @@ pub fn has_ready_endpoint(slices: &[EndpointSlice]) -> bool {
 }
 
 /// Why one pod does not serve, if it is plain: (cause, what to show).
-fn pod_trouble(p: &Pod) -> Option<(&'static str, String)> {
+fn pod_trouble(p: &Pod, now: Timestamp) -> Option<(&'static str, String)> {
     let status = p.status.as_ref()?;
     let containers = status.container_statuses.iter().flatten();
     for c in containers.clone() {
@@ -69,7 +73,20 @@ fn pod_trouble(p: &Pod) -> Option<(&'static str, String)> {
         if terminated.is_some_and(|t| t.reason.as_deref() == Some("OOMKilled")) {
             return Some(("OOMKilled", format!("OOMKilled (container {})", c.name)));
         }
-        // Between two back-offs: exited with an error again, restarted before.
+        // Between two back-offs: exited with an error again, restarted
+        // before; or running again (maybe Ready, for a moment) after an
+        // error a moment ago.
+        let running = c.state.as_ref().is_some_and(|s| s.running.is_some());
+        let crashed = c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .filter(|t| {
+                t.finished_at
+                    .as_ref()
+                    .is_some_and(|f| now.as_second() - f.0.as_second() <= RECENT_CRASH_SECS)
+            });
+        let terminated = terminated.or(crashed.filter(|_| running));
         if let Some(t) = terminated.filter(|t| t.exit_code != 0 && c.restart_count > 0) {
             return Some((
                 "CrashLoopBackOff",
@@ -95,27 +112,30 @@ fn pod_trouble(p: &Pod) -> Option<(&'static str, String)> {
     None
 }
 
-/// A Service without ready endpoints, and the pods its selector matches.
-pub fn service_pods(service: &str, pods: &[Pod]) -> Diagnosis {
-    let head = format!("Service {service} has no ready endpoints");
-    if pods.is_empty() {
-        return said(
-            "NoReadyEndpoints",
-            format!("{head}: no pod matches its selector"),
-        );
-    }
+/// A Service and the pods its selector matches, as of `now`. With no
+/// ready endpoint (`ready` false) there is always something to say; with
+/// some, only pods in plain trouble are (a crashing container may be Ready
+/// for a moment between two back-offs).
+pub fn service_pods(service: &str, pods: &[Pod], ready: bool, now: Timestamp) -> Option<Diagnosis> {
+    let head = if ready {
+        format!("Service {service}")
+    } else {
+        format!("Service {service} has no ready endpoints")
+    };
     let troubled: Vec<(&str, String, &str)> = pods
         .iter()
         .filter_map(|p| {
-            let (cause, what) = pod_trouble(p)?;
+            let (cause, what) = pod_trouble(p, now)?;
             Some((p.metadata.name.as_deref()?, what, cause))
         })
         .collect();
     let Some((_, what, cause)) = troubled.first() else {
-        return said(
-            "NoReadyEndpoints",
-            format!("{head}: {} pods match its selector, none ready", pods.len()),
-        );
+        let none = match pods.len() {
+            0 => format!("{head}: no pod matches its selector"),
+            1 => format!("{head}: 1 pod matches its selector, not ready"),
+            n => format!("{head}: {n} pods match its selector, none ready"),
+        };
+        return (!ready).then(|| said("NoReadyEndpoints", none));
     };
     // The pods in the same trouble as the first, named; the first's details.
     let same: Vec<&str> = troubled
@@ -131,7 +151,7 @@ pub fn service_pods(service: &str, pods: &[Pod]) -> Diagnosis {
         String::new()
     };
     let pods = if same.len() == 1 { "pod" } else { "pods" };
-    said(cause, format!("{head}: {pods} {named}{tail}: {what}"))
+    Some(said(cause, format!("{head}: {pods} {named}{tail}: {what}")))
 }
 
 /// A route's own word: not Accepted by a parent, or a backend not

@@ -6,6 +6,16 @@ fn pod(yaml: &str) -> Pod {
     serde_yaml::from_str(yaml).unwrap()
 }
 
+/// 2026-12-07T12:00:00Z
+fn now() -> Timestamp {
+    "2026-12-07T12:00:00Z".parse().unwrap()
+}
+
+/// What a Service without a ready endpoint says.
+fn unready(service: &str, pods: &[Pod]) -> Diagnosis {
+    service_pods(service, pods, false, now()).expect("something to say")
+}
+
 fn json(yaml: &str) -> Value {
     serde_yaml::from_str(yaml).unwrap()
 }
@@ -29,7 +39,7 @@ status:
 fn crashing_pods_are_named_with_their_restarts_and_nothing_they_printed() {
     let mut second = pod(CRASHING);
     second.metadata.name = Some("cart-7d9f-def".into());
-    let d = service_pods("cart", &[pod(CRASHING), second]);
+    let d = unready("cart", &[pod(CRASHING), second]);
     assert_eq!(d.cause, "CrashLoopBackOff");
     assert_eq!(
         d.message,
@@ -47,7 +57,7 @@ fn at_most_three_pods_are_named() {
             p
         })
         .collect();
-    let d = service_pods("cart", &pods);
+    let d = unready("cart", &pods);
     assert_eq!(
         d.message,
         "Service cart has no ready endpoints: pods cart-0, cart-1, cart-2 and 2 more: CrashLoopBackOff (container app, restarted 5 times)"
@@ -85,7 +95,7 @@ fn each_plain_reason_has_its_cause() {
     ];
     for (status, cause, what) in cases {
         let p = pod(&format!("metadata: {{name: p}}\n{status}"));
-        let d = service_pods("cart", &[p]);
+        let d = unready("cart", &[p]);
         assert_eq!(d.cause, cause, "{status}");
         assert_eq!(
             d.message,
@@ -96,7 +106,7 @@ fn each_plain_reason_has_its_cause() {
 
 #[test]
 fn no_pod_or_no_plain_reason() {
-    let d = service_pods("cart", &[]);
+    let d = unready("cart", &[]);
     assert_eq!(
         (d.cause.as_str(), d.message.as_str()),
         (
@@ -104,14 +114,42 @@ fn no_pod_or_no_plain_reason() {
             "Service cart has no ready endpoints: no pod matches its selector"
         )
     );
-    let d = service_pods(
+    let d = unready(
         "cart",
         &[pod("metadata: {name: p}\nstatus: {phase: Running}")],
     );
     assert_eq!(
         d.message,
-        "Service cart has no ready endpoints: 1 pods match its selector, none ready"
+        "Service cart has no ready endpoints: 1 pod matches its selector, not ready"
     );
+}
+
+/// A container that exits at once and has no readiness probe is Ready for
+/// a moment after each restart, and its endpoint with it: the crash loop
+/// is still named, and a crash long ago is no loop.
+#[test]
+fn a_crash_loop_is_named_while_its_pod_is_ready_for_a_moment() {
+    let restarted = |finished: &str| {
+        pod(&format!(
+            "metadata: {{name: p}}\nstatus: {{conditions: [{{type: Ready, status: 'True'}}], containerStatuses: [{{name: app, image: x, imageID: '', ready: true, restartCount: 4, state: {{running: {{startedAt: '2026-12-07T11:59:59Z'}}}}, lastState: {{terminated: {{exitCode: 2, reason: Error, finishedAt: '{finished}'}}}}}}]}}"
+        ))
+    };
+    let d = service_pods("cart", &[restarted("2026-12-07T11:59:58Z")], true, now()).unwrap();
+    assert_eq!(d.cause, "CrashLoopBackOff");
+    assert_eq!(
+        d.message,
+        "Service cart: pod p: CrashLoopBackOff (container app, exited with code 2, restarted 4 times)"
+    );
+    // Restarted long ago and running since: nothing plain to say.
+    assert_eq!(
+        service_pods("cart", &[restarted("2026-12-06T11:00:00Z")], true, now()),
+        None
+    );
+    // Ready endpoints and healthy pods: the cluster sees nothing wrong.
+    let healthy = pod(
+        "metadata: {name: p}\nstatus: {conditions: [{type: Ready, status: 'True'}], containerStatuses: [{name: app, image: x, imageID: '', ready: true, restartCount: 0, state: {running: {}}}]}",
+    );
+    assert_eq!(service_pods("cart", &[healthy], true, now()), None);
 }
 
 #[test]

@@ -84,16 +84,15 @@ impl Reader<'_> {
             .labels(&format!("kubernetes.io/service-name={name}"))
             .limit(LIST_LIMIT);
         let found = self.read("EndpointSlice", slices.list(&lp)).await?;
-        if explain::has_ready_endpoint(&found.items) {
-            return Ok(None);
-        }
+        let ready = explain::has_ready_endpoint(&found.items);
         let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), self.namespace);
         let lp = ListParams::default()
             .labels(&labels.join(","))
             .limit(LIST_LIMIT);
         let pods = self.read("Pod", pods.list(&lp)).await?;
-        Ok(Some(explain::service_pods(name, &pods.items)))
+        let now = k8s_openapi::jiff::Timestamp::now();
+        Ok(explain::service_pods(name, &pods.items, ready, now))
     }
 
     /// A route: its own conditions, its Gateways', then its backends'.

@@ -555,7 +555,9 @@ impl Engine {
             Metric::Forget { namespace, name } => series.forget_checker(&namespace, &name),
             Metric::Owned { probing, held } => {
                 metrics.owned.set(probing);
-                metrics.held.store(held, std::sync::atomic::Ordering::Relaxed);
+                metrics
+                    .held
+                    .store(held, std::sync::atomic::Ordering::Relaxed);
             }
             Metric::ScheduleLag(d) => metrics.schedule_lag.observe(d.as_secs_f64()),
             Metric::FirstProbeDelay(d) => metrics.first_probe_delay.observe(d.as_secs_f64()),

@@ -713,7 +713,9 @@ async fn hand_over(identity: &str, membership: &Membership, running: &Running, b
     }
     match running.held.load(Ordering::Relaxed) {
         0 => info!(replica = %identity, took = ?t0.elapsed(), "every checker handed over"),
-        left => warn!(replica = %identity, left, "handover not done in time: the rest move when the membership Lease is released"),
+        left => {
+            warn!(replica = %identity, left, "handover not done in time: the rest move when the membership Lease is released")
+        }
     }
 }
 

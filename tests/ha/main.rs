@@ -142,8 +142,7 @@ async fn sigterm_hands_every_checker_over_on_its_cadence_then_releases_the_lease
         Duration::from_secs(15),
         "handed-over checkers probed after the victim exited",
         || async {
-            (failover_gap(&fleet.witness.hits(), &orphans, gone).0 != Duration::MAX)
-                .then_some(())
+            (failover_gap(&fleet.witness.hits(), &orphans, gone).0 != Duration::MAX).then_some(())
         },
     )
     .await;

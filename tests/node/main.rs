@@ -15,7 +15,8 @@
 //!   refuted by the other pods), one pod deleted and replaced, an
 //!   Ingress's and a Service's generated checkers deleted with them (route
 //!   discovery with the chart's permissions; the node's garbage
-//!   collector), uninstall.
+//!   collector), pods in CrashLoopBackOff and ImagePullBackOff diagnosed
+//!   (tests/node/diagnosis.rs), uninstall.
 //! - `install_from_registry` (in `make test`): the README's Install section
 //!   word for word, images and chart from a registry on the node's address
 //!   (tests/node/install_from_registry.rs);
@@ -24,6 +25,7 @@
 //!   against the PodDisruptionBudget, helm test, helm uninstall; prints the
 //!   largest gap per step.
 
+mod diagnosis;
 mod install_from_registry;
 use webchecker_kit as support;
 
@@ -478,6 +480,7 @@ async fn smoke_install_probe_from_pods_and_replace_one() {
     s.cut_one_pod(Duration::from_secs(30)).await;
     s.delete_pod().await;
     ingress_checkers_go_with_their_ingress(&s).await;
+    diagnosis::failing_pods_are_diagnosed(&s).await;
     println!("{}", s.table());
     s.uninstall().await;
 }
@@ -545,10 +548,7 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
     s: &Suite,
     api: &Api<WebChecker>,
 ) {
-    let dns = Dns::start_on(std::net::SocketAddr::new(
-        s.node.ip.parse().expect("the node's address"),
-        53,
-    ));
+    let dns = node_dns(s.node);
     let port = s.witness.addr.port();
     let checker = webchecker::discovery::names::generated("service", "web", "svc", None, None);
     let checker = checker.as_str();
@@ -633,6 +633,19 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
         "Service deleted: its WebChecker deleted by the garbage collector after {:.1?}",
         t.elapsed()
     );
+}
+
+/// The name server on the node's address, port 53, where the pods'
+/// resolv.conf points (the node has no cluster DNS): one per process, its
+/// socket held until the process exits.
+fn node_dns(node: &Node) -> &'static Dns {
+    static DNS: std::sync::OnceLock<Dns> = std::sync::OnceLock::new();
+    DNS.get_or_init(|| {
+        Dns::start_on(std::net::SocketAddr::new(
+            node.ip.parse().expect("the node's address"),
+            53,
+        ))
+    })
 }
 
 /// POST pods/<pod>/eviction; Err(stderr) when refused.

@@ -65,12 +65,18 @@ async fn a_leaving_member_says_so_in_its_renewal() {
     let api = tokio::spawn(async move {
         let (req, send) = h.next_request().await.unwrap();
         let v = crate::kubeio::mock_api::body_json(req).await;
-        assert_eq!(v["metadata"]["annotations"][LEAVING_ANNOTATION], "true", "{v}");
+        assert_eq!(
+            v["metadata"]["annotations"][LEAVING_ANNOTATION], "true",
+            "{v}"
+        );
         send.send_response(lease("uid-r1", "2"));
     });
     assert!(!m.renew(&client).await);
     api.await.unwrap();
-    assert!(m.can_write(), "it still probes until each checker is drained");
+    assert!(
+        m.can_write(),
+        "it still probes until each checker is drained"
+    );
 }
 
 /// The UID is immutable: a patch naming ours on another incarnation's Lease

@@ -647,7 +647,9 @@ fn a_leaving_member_is_drained_and_takes_nothing() {
         .iter()
         .filter(|a| matches!(a, Action::SetDrain { .. }))
         .collect();
-    assert_eq!(drains.len(), START_WINDOW, "{acts:?}");
+    // The drain towards the leaving member is in progress: it counts
+    // against the window until it is re-targeted.
+    assert_eq!(drains.len(), START_WINDOW - 1, "{acts:?}");
     for a in &acts {
         match a {
             Action::SetDrain { key, to } => {

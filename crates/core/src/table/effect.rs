@@ -24,9 +24,23 @@ pub const CHECKER_UP: &str = "CheckerUp";
 
 /// An Event's note with the cluster's word on the failure appended.
 pub fn with_diagnosis(note: &str, diagnosis: &str) -> String {
-    let text = format!("{note}; the cluster says: {diagnosis}");
-    webchecker_api::condition_message(&text)
+    // Each part is a condition message already (at most MAX_MESSAGE
+    // characters); the cause is what the reader came for, so the whole is
+    // cut only to what an Event's note holds.
+    let mut text = format!("{note}; the cluster says: {diagnosis}");
+    if text.len() > MAX_NOTE_BYTES {
+        let mut end = MAX_NOTE_BYTES - '…'.len_utf8();
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
 }
+
+/// What an Event's note may hold (events.k8s.io/v1: 1 kB).
+const MAX_NOTE_BYTES: usize = 1024;
 
 /// The time of a step, and a draw in [0, 1] that places a first probe
 /// within its spread.

@@ -116,3 +116,17 @@ fn a_target_outside_the_cluster_or_the_namespace_is_not_diagnosed() {
         assert_eq!(only(&sim.show(&fx), &["diagnose"]), Vec::<String>::new());
     }
 }
+
+/// A fall's message and the diagnosis are each up to a condition message
+/// long: the Event keeps both whole, the cause included, and is cut only
+/// to what an Event's note holds.
+#[test]
+fn the_event_keeps_the_whole_diagnosis() {
+    let long = "x".repeat(webchecker_api::MAX_MESSAGE);
+    let cause = format!("Service cart: pod cart-1: CrashLoopBackOff {long}");
+    let note = crate::table::effect::with_diagnosis(&long, &cause);
+    assert!(note.ends_with(&cause), "{note}");
+    let wide = "é".repeat(600);
+    let cut = crate::table::effect::with_diagnosis(&wide, &wide);
+    assert!(cut.len() <= 1024 && cut.ends_with('…'), "{}", cut.len());
+}

@@ -46,7 +46,8 @@ fn a_drain_without_a_probe_in_flight_is_acknowledged_at_once() {
             "cancel ns/a".into(),
             format!("ack ns/a last={last}"),
             "metric forget ns/a".into(),
-            "metric owned 0".into(),
+            // Still held until the feed sees it handed over.
+            "metric owned 0 held 1".into(),
         ]
     );
     // Nothing is due any more; a checker never seen is acknowledged too.
@@ -57,7 +58,7 @@ fn a_drain_without_a_probe_in_flight_is_acknowledged_at_once() {
             "observe ns/x rv=3",
             "ack ns/x",
             "metric forget ns/x",
-            "metric owned 0"
+            "metric owned 0 held 1"
         ]
     );
 }
@@ -70,7 +71,11 @@ fn a_drain_with_a_probe_in_flight_is_acknowledged_when_the_probe_ends() {
     sim.advance(Duration::from_millis(200));
     assert_eq!(
         sim.command(drain("ns/a", "7")),
-        ["observe ns/a rv=7", "metric forget ns/a", "metric owned 0"]
+        [
+            "observe ns/a rv=7",
+            "metric forget ns/a",
+            "metric owned 0 held 1"
+        ]
     );
     sim.advance(Duration::from_millis(100));
     // Its result is the old owner's last probe: no status write, no next probe.

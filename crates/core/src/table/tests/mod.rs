@@ -320,7 +320,7 @@ impl Sim {
                 counted.bad
             ),
             Metric::SloGone { namespace, name } => format!("metric slo gone {namespace}/{name}"),
-            Metric::Owned { probing, held } if held == probing as usize => {
+            Metric::Owned { probing, held } if *held == *probing as usize => {
                 format!("metric owned {probing}")
             }
             Metric::Owned { probing, held } => format!("metric owned {probing} held {held}"),
