@@ -171,7 +171,7 @@ pub struct Config {
     /// turns Ready=False, read what the cluster says of that target (its
     /// endpoints, pods, route and Gateway conditions) into status.diagnosis
     /// and the Warning Event. Needs get/list on those objects (the chart's
-    /// `diagnosis.enabled`).
+    /// `rbac.diagnose`).
     #[arg(long, env = "WEBCHECKER_DIAGNOSIS", default_value_t = true, action = clap::ArgAction::Set)]
     pub diagnosis: bool,
 

@@ -451,9 +451,11 @@ fn failover_section(
 fn method(m: usize) -> String {
     format!(
         "3 replicas, {} checkers at a {INTERVAL} s interval, default lease timings (duration 10 s, renew deadline 7 s, \
-         retry 2 s). Gaps are measured at the witness target: for the checkers of the replica that went away, from \
-         their last probe before the event to their first probe after it (the normal cadence is {INTERVAL} s, so a gap \
-         of {INTERVAL} s means no interruption at all). After each event a replacement replica (new identity) joins and \
+         retry 2 s). Gaps are measured at the witness target: for the checkers of the replica that went away, the \
+         largest time between two probes from their last probe before the event until each was probed by its new \
+         owner (a replica stopped by SIGTERM probes its checkers until it hands each over, so its gap may come \
+         after its first probe that follows the signal; the normal cadence is {INTERVAL} s, so a gap of {INTERVAL} s \
+         means no interruption at all). After each event a replacement replica (new identity) joins and \
          the fleet is allowed to settle before the next one. Bounds: interval + 2 s = {EVIDENCE_BOUND:.0} s when \
          the leader proves the replica gone from evidence (fast failover, the default: its advertised address \
          refuses connections), the DESIGN bound interval + lease duration + 2 s \
@@ -499,7 +501,8 @@ fn parts_table(all: &[&GapResult]) -> String {
     let mut s = format!(
         "\nWhere the gap comes from, for the checkers that moved (a watch records when each one shows its new \
          owner): *before* = the event minus the checker's last probe before it (up to one interval, a matter of \
-         phase); *reassigned* = the event to the new owner label; *first probe* = the new owner label to the first \
+         phase); *reassigned* = the event to the new owner label (SIGTERM has no row: its checkers are handed \
+         over one by one while still probed); *first probe* = the new owner label to the first \
          probe by the new owner. The gap is their sum; the DESIGN bound allows one interval for *before*, the lease \
          duration + 2 s for *reassigned*, and nothing for *first probe*.\n\n\
          The *reassigned* column is the like-for-like comparison with other sharded controllers, which count \

@@ -85,6 +85,10 @@ struct Entry {
     due: Instant,
     inflight: bool,
     draining: bool,
+    /// Draining, but due within [`LAST_CALL`] of the drain: probed once
+    /// more first, then handed over with that probe's time, so the new owner
+    /// has a whole interval to take it over.
+    last_call: bool,
     /// Whom the drain hands it to (see [`Handover`]).
     handover: Option<Handover>,
     status: CheckerStatus,
@@ -207,7 +211,14 @@ impl Table {
                 uid,
                 handover,
                 ..
-            }) => self.drain(key, namespace, name, resource_version, uid, handover),
+            }) => self.drain(
+                key,
+                (namespace, name),
+                resource_version,
+                uid,
+                handover,
+                clock,
+            ),
             Input::Change(Change::Remove { key }) => {
                 self.remove(&key);
                 self.shrink_if_sparse();
@@ -297,7 +308,7 @@ impl Table {
             let Some(plan) = e.plan.clone() else {
                 continue;
             };
-            if e.draining || e.inflight {
+            if (e.draining && !e.last_call) || e.inflight {
                 continue;
             }
             let lag = clock.now.saturating_duration_since(due);
@@ -334,6 +345,7 @@ impl Table {
             return;
         }
         e.inflight = false;
+        e.last_call = false;
         self.ready.finished(&e.namespace);
         if outcome.is_some() {
             e.last_probe_wall = Some(finished);
@@ -505,28 +517,34 @@ impl Table {
     fn drain(
         &mut self,
         key: String,
-        namespace: String,
-        name: String,
+        (namespace, name): (String, String),
         resource_version: String,
         uid: String,
         handover: Option<Handover>,
+        clock: Clock,
     ) {
         self.forget_if_recreated(&key, &uid);
         self.observe_version(&key, resource_version, uid);
-        let (inflight, last) = match self.entries.get_mut(&key) {
+        let (inflight, last_call, last) = match self.entries.get_mut(&key) {
             Some(e) => {
                 e.draining = true;
                 e.handover = handover.clone();
-                (e.inflight, e.last_probe_wall)
+                // Handed over now, a checker due in a moment would wait for
+                // the handover's round trips past its due time.
+                let soon = e.timer && e.plan.is_some() && e.due <= clock.now + LAST_CALL;
+                e.last_call = !e.inflight && (e.last_call || soon) && !self.stopping;
+                (e.inflight, e.last_call, e.last_probe_wall)
             }
-            None => (false, None),
+            None => (false, false, None),
         };
-        self.cancel(&key);
+        if !last_call {
+            self.cancel(&key);
+        }
         self.out.push(Effect::Metric(Metric::Forget {
             namespace: namespace.clone(),
             name: name.clone(),
         }));
-        if !inflight {
+        if !inflight && !last_call {
             let op = Op::AckDrain {
                 last_probe_unix_ms: last.map(unix_ms),
                 handover,
@@ -555,6 +573,25 @@ impl Table {
             self.cancel(k);
         }
         self.stopping = true;
+        // Waiting to probe once more before their handover: hand over now.
+        let last_calls: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.last_call && !e.inflight)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in last_calls {
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            e.last_call = false;
+            let op = Op::AckDrain {
+                last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
+                handover: e.handover.clone(),
+            };
+            let (namespace, name) = (e.namespace.clone(), e.name.clone());
+            self.submit(key, namespace, name, op);
+        }
     }
 
     fn remove(&mut self, key: &str) {
@@ -854,3 +891,8 @@ fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
 /// asker's token, a read of the checker and reads of its Secrets (at once),
 /// 2 s each at most (crate::confirm::service).
 const CONFIRM_READS: Duration = Duration::from_secs(6);
+
+/// A checker due this soon after its drain arrives is probed once more
+/// before it is handed over (`Entry::last_call`): a handover takes a few
+/// writes and watch events, well under a second on a healthy API server.
+const LAST_CALL: Duration = Duration::from_secs(1);

@@ -126,6 +126,7 @@ impl Table {
                     inflight: false,
                     zones_asked: false,
                     draining: false,
+                    last_call: false,
                     handover: None,
                     status: CheckerStatus::from_existing(c.status.as_ref()),
                     last_probe_wall: None,

@@ -232,3 +232,38 @@ fn shutdown_stops_dispatching_and_ends_when_the_probes_in_flight_are_done() {
     probed_until_settled(&mut sim, "a");
     assert_eq!(sim.command(Input::Shutdown), ["cancel ns/a", "stopped"]);
 }
+
+/// A checker due within a second of its drain is probed once more, then
+/// handed over with that probe's time: the new owner has a whole interval
+/// to take it over, however long the handover's writes take. Stopping
+/// while such a probe waits hands it over at once.
+#[test]
+fn a_drain_just_before_a_due_probe_hands_over_after_it() {
+    let mut sim = Sim::warm();
+    let next = probed_until_settled(&mut sim, "a");
+    sim.advance(next - sim.now - Duration::from_millis(500));
+    let lines = sim.command(drain_to("ns/a", "7", "r2"));
+    assert_eq!(only(&lines, &["ack", "cancel"]), Vec::<String>::new());
+    let seq = sim.start("ns/a", next);
+    sim.advance(Duration::from_millis(300));
+    let last = sim.wall_ms();
+    assert_eq!(
+        sim.done("ns/a", seq, Some(ok())),
+        [format!("ack ns/a last={last} to=r2@uid-r2")]
+    );
+    assert!(!sim.table.wants_worker());
+
+    let next = probed_until_settled(&mut sim, "b");
+    sim.advance(next - sim.now - Duration::from_millis(500));
+    // Its last probe ended 300 ms after it started, 9.5 s ago.
+    let before = sim.wall_ms() - 9_200;
+    assert_eq!(
+        only(&sim.command(drain_to("ns/b", "7", "r2")), &["ack"]),
+        Vec::<String>::new()
+    );
+    let lines = sim.command(Input::Shutdown);
+    assert_eq!(
+        only(&lines, &["ack"]),
+        [format!("ack ns/b last={before} to=r2@uid-r2")]
+    );
+}
