@@ -893,6 +893,8 @@ fn zone_metric(e: &Entry, ctx: &Context<'_>, answers: &[ZoneAnswer]) -> Effect {
 const CONFIRM_READS: Duration = Duration::from_secs(6);
 
 /// A checker due this soon after its drain arrives is probed once more
-/// before it is handed over (`Entry::last_call`): a handover takes a few
-/// writes and watch events, well under a second on a healthy API server.
-const LAST_CALL: Duration = Duration::from_secs(1);
+/// before it is handed over (`Entry::last_call`): a handover takes an ack
+/// write and a watch event, but the acks of a whole window of drains queue
+/// at the old owner's writer (4 writes at once), up to about 2 s for a
+/// replica that hands over 300 checkers.
+const LAST_CALL: Duration = Duration::from_secs(2);
