@@ -32,44 +32,9 @@ fn bound() -> Duration {
 }
 
 pub(crate) async fn failing_pods_are_diagnosed(s: &Suite) {
-    let dns = super::node_dns(s.node);
-    let image = format!("webchecker-operator:{}", s.node.tag);
-    // The image is loaded into the node but never served: 127.0.0.1:1
-    // refuses every pull.
+    // 127.0.0.1:1 refuses every pull.
     let unpullable = "127.0.0.1:1/shop/cart:1.2";
-    for (app, image, args) in [
-        ("crash", image.as_str(), "[\"--no-such-flag\"]"),
-        ("pull", unpullable, "[]"),
-    ] {
-        let manifest = workload(app, image, args);
-        let out = s
-            .node
-            .cluster
-            .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &manifest)
-            .await;
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The cluster's DNS as a user has it: the Service's name resolves
-        // to its ClusterIP, which refuses connections without endpoints.
-        let ip = must(
-            s.node.kubectl(&[
-                "get",
-                "service",
-                app,
-                "-n",
-                &s.checks,
-                "-o",
-                "jsonpath={.spec.clusterIP}",
-            ]),
-            "get service",
-        )
-        .await;
-        let ip: IpAddr = ip.trim().parse().expect("a ClusterIP");
-        dns.add(&format!("{app}.{}.svc.cluster.local", s.checks), &[ip]);
-    }
+    workloads(s, unpullable).await;
     let pods: Api<Pod> = Api::namespaced(s.client.clone(), &s.checks);
     let crashing = waiting_pod(&pods, "crash", &["CrashLoopBackOff"]).await;
     let unpulled = waiting_pod(&pods, "pull", &["ImagePullBackOff", "ErrImagePull"]).await;
@@ -105,6 +70,70 @@ pub(crate) async fn failing_pods_are_diagnosed(s: &Suite) {
         "{d:?}"
     );
 
+    scaled_to_zero(s, &api, &pods).await;
+
+    for app in ["crash", "pull"] {
+        must(
+            s.node.kubectl(&[
+                "delete",
+                "deployment,service",
+                app,
+                "-n",
+                &s.checks,
+                "--wait=false",
+            ]),
+            "delete workload",
+        )
+        .await;
+    }
+    api.delete("diag-crash", &Default::default()).await.unwrap();
+    api.delete("diag-pull", &Default::default()).await.unwrap();
+}
+
+/// The Deployments `crash` (the operator's image with a flag it does not
+/// know) and `pull` (an image nobody serves), each behind a Service whose
+/// name the node's name server resolves to its ClusterIP.
+async fn workloads(s: &Suite, unpullable: &str) {
+    let dns = super::node_dns(s.node);
+    let image = format!("webchecker-operator:{}", s.node.tag);
+    for (app, image, args) in [
+        ("crash", image.as_str(), "[\"--no-such-flag\"]"),
+        ("pull", unpullable, "[]"),
+    ] {
+        let manifest = workload(app, image, args);
+        let out = s
+            .node
+            .cluster
+            .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &manifest)
+            .await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The cluster's DNS as a user has it: the Service's name resolves
+        // to its ClusterIP, which refuses connections without endpoints.
+        let ip = must(
+            s.node.kubectl(&[
+                "get",
+                "service",
+                app,
+                "-n",
+                &s.checks,
+                "-o",
+                "jsonpath={.spec.clusterIP}",
+            ]),
+            "get service",
+        )
+        .await;
+        let ip: IpAddr = ip.trim().parse().expect("a ClusterIP");
+        dns.add(&format!("{app}.{}.svc.cluster.local", s.checks), &[ip]);
+    }
+}
+
+/// The crashing Deployment scaled to 0: its checker's next fall (suspended
+/// and resumed) says the Service has no ready endpoints.
+async fn scaled_to_zero(s: &Suite, api: &Api<WebChecker>, pods: &Api<Pod>) {
     // No pod at all: the next fall says so.
     must(
         s.node.kubectl(&[
@@ -145,28 +174,11 @@ pub(crate) async fn failing_pods_are_diagnosed(s: &Suite) {
     // Its Warning repeats the first fall's reason: the Event recorder counts
     // it in that Event's series (a note is not part of an Event's identity),
     // so the status alone shows the new cause.
-    let d = fall(&api, None, "diag-crash", "NoReadyEndpoints").await;
+    let d = fall(api, None, "diag-crash", "NoReadyEndpoints").await;
     assert_eq!(
         d.message,
         "Service crash has no ready endpoints: no pod matches its selector"
     );
-
-    for app in ["crash", "pull"] {
-        must(
-            s.node.kubectl(&[
-                "delete",
-                "deployment,service",
-                app,
-                "-n",
-                &s.checks,
-                "--wait=false",
-            ]),
-            "delete workload",
-        )
-        .await;
-    }
-    api.delete("diag-crash", &Default::default()).await.unwrap();
-    api.delete("diag-pull", &Default::default()).await.unwrap();
 }
 
 /// A Deployment `app` of one pod and a Service in front of it.
