@@ -62,16 +62,7 @@ pub fn largest_gap(
     from: Instant,
     to: Instant,
 ) -> (Duration, String) {
-    let by = starts_by_checker(hits);
-    let mut worst = (Duration::ZERO, String::new());
-    for c in checkers {
-        let starts = by.get(c.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        let gap = largest_gap_in(starts, from, from, to);
-        if gap > worst.0 {
-            worst = (gap, c.clone());
-        }
-    }
-    worst
+    worst_gap(hits, checkers, to, |_| from, from)
 }
 
 /// As [`largest_gap`], counted from each checker's last probe before
@@ -82,11 +73,23 @@ pub fn largest_gap_across(
     from: Instant,
     to: Instant,
 ) -> (Duration, String) {
+    worst_gap(hits, checkers, to, |starts| last_before(starts, from), from)
+}
+
+/// The largest of the checkers' gaps over `[from, to]`, each counted from
+/// `start(its probe starts)`.
+fn worst_gap(
+    hits: &[Hit],
+    checkers: &[String],
+    to: Instant,
+    start: impl Fn(&[Instant]) -> Instant,
+    from: Instant,
+) -> (Duration, String) {
     let by = starts_by_checker(hits);
     let mut worst = (Duration::ZERO, String::new());
     for c in checkers {
         let starts = by.get(c.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        let gap = largest_gap_in(starts, last_before(starts, from), from, to);
+        let gap = largest_gap_in(starts, start(starts), from, to);
         if gap > worst.0 {
             worst = (gap, c.clone());
         }

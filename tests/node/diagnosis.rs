@@ -7,7 +7,6 @@
 //! the cause and the pod; once the crashing Deployment is scaled to 0, its
 //! next fall says the Service has no ready endpoints.
 
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -94,40 +93,13 @@ pub(crate) async fn failing_pods_are_diagnosed(s: &Suite) {
 /// know) and `pull` (an image nobody serves), each behind a Service whose
 /// name the node's name server resolves to its ClusterIP.
 async fn workloads(s: &Suite, unpullable: &str) {
-    let dns = super::node_dns(s.node);
     let image = format!("webchecker-operator:{}", s.node.tag);
     for (app, image, args) in [
         ("crash", image.as_str(), "[\"--no-such-flag\"]"),
         ("pull", unpullable, "[]"),
     ] {
-        let manifest = workload(app, image, args);
-        let out = s
-            .node
-            .cluster
-            .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &manifest)
-            .await;
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // The cluster's DNS as a user has it: the Service's name resolves
-        // to its ClusterIP, which refuses connections without endpoints.
-        let ip = must(
-            s.node.kubectl(&[
-                "get",
-                "service",
-                app,
-                "-n",
-                &s.checks,
-                "-o",
-                "jsonpath={.spec.clusterIP}",
-            ]),
-            "get service",
-        )
-        .await;
-        let ip: IpAddr = ip.trim().parse().expect("a ClusterIP");
-        dns.add(&format!("{app}.{}.svc.cluster.local", s.checks), &[ip]);
+        // Without endpoints, its ClusterIP refuses connections.
+        s.apply_service(&workload(app, image, args), app).await;
     }
 }
 

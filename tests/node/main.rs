@@ -232,6 +232,39 @@ impl Suite {
         });
     }
 
+    /// Applies `manifest` in the checkers' namespace; the node's name
+    /// server then resolves `<service>.<namespace>.svc.cluster.local` to the
+    /// Service's ClusterIP, as a cluster's DNS does.
+    async fn apply_service(&self, manifest: &str, service: &str) -> std::net::IpAddr {
+        let out = self
+            .node
+            .cluster
+            .kubectl_stdin_async(&["apply", "-n", &self.checks, "-f", "-"], manifest)
+            .await;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ip = must(
+            self.node.kubectl(&[
+                "get",
+                "service",
+                service,
+                "-n",
+                &self.checks,
+                "-o",
+                "jsonpath={.spec.clusterIP}",
+            ]),
+            "get service",
+        )
+        .await;
+        let ip: std::net::IpAddr = ip.trim().parse().expect("a ClusterIP");
+        let name = format!("{service}.{}.svc.cluster.local", self.checks);
+        node_dns(self.node).add(&name, &[ip]);
+        ip
+    }
+
     /// No probe from `pod` starts after the instant its pod object was gone.
     async fn wait_gone_and_silent(&self, pod: &str) {
         let deadline = Instant::now() + WAIT;
@@ -548,7 +581,6 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
     s: &Suite,
     api: &Api<WebChecker>,
 ) {
-    let dns = node_dns(s.node);
     let port = s.witness.addr.port();
     let checker = webchecker::discovery::names::generated("service", "web", "svc", None, None);
     let checker = checker.as_str();
@@ -556,31 +588,7 @@ async fn service_checkers_probe_through_kube_proxy_and_go_with_their_service(
         "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n    webchecker.test.network.io/check: \"true\"\n    webchecker.test.network.io/path: /c/{checker}\n    webchecker.test.network.io/interval-seconds: \"2\"\nspec:\n  ports:\n  - {{name: http, port: 80, targetPort: {port}}}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-witness\n  labels: {{kubernetes.io/service-name: web}}\naddressType: IPv4\nendpoints:\n- addresses: [\"{}\"]\nports:\n- {{name: http, port: {port}, protocol: TCP}}\n",
         s.node.ip
     );
-    let out = s
-        .node
-        .cluster
-        .kubectl_stdin_async(&["apply", "-n", &s.checks, "-f", "-"], &service)
-        .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cluster_ip = must(
-        s.node.kubectl(&[
-            "get",
-            "service",
-            "web",
-            "-n",
-            &s.checks,
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ]),
-        "get service",
-    )
-    .await;
-    let ip: std::net::IpAddr = cluster_ip.trim().parse().expect("a ClusterIP");
-    dns.add(&format!("web.{}.svc.cluster.local", s.checks), &[ip]);
+    let ip = s.apply_service(&service, "web").await;
     let t = Instant::now();
     let wc = eventually(Duration::from_secs(30), "the Service's checker", || async {
         api.get_opt(checker).await.ok().flatten()

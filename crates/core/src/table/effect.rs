@@ -24,23 +24,22 @@ pub const CHECKER_UP: &str = "CheckerUp";
 
 /// An Event's note with the cluster's word on the failure appended.
 pub fn with_diagnosis(note: &str, diagnosis: &str) -> String {
-    // Each part is a condition message already (at most MAX_MESSAGE
-    // characters); the cause is what the reader came for, so the whole is
-    // cut only to what an Event's note holds.
-    let mut text = format!("{note}; the cluster says: {diagnosis}");
-    if text.len() > MAX_NOTE_BYTES {
-        let mut end = MAX_NOTE_BYTES - '…'.len_utf8();
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
+    // A message is at most MAX_MESSAGE characters. The cause is what the
+    // reader came for: the failure's own words are cut to make room for it.
+    let said = format!("; the cluster says: {diagnosis}");
+    let room = webchecker_api::MAX_MESSAGE.saturating_sub(said.chars().count());
+    if note.chars().count() + said.chars().count() <= webchecker_api::MAX_MESSAGE {
+        return format!("{note}{said}");
     }
-    text
+    if room < MIN_NOTE {
+        return webchecker_api::condition_message(&format!("{note}{said}"));
+    }
+    let cut: String = note.chars().take(room - 1).collect();
+    format!("{cut}…{said}")
 }
 
-/// What an Event's note may hold (events.k8s.io/v1: 1 kB).
-const MAX_NOTE_BYTES: usize = 1024;
+/// Characters of the failure's own words kept beside a diagnosis.
+const MIN_NOTE: usize = 40;
 
 /// The time of a step, and a draw in [0, 1] that places a first probe
 /// within its spread.

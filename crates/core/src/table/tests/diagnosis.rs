@@ -117,16 +117,25 @@ fn a_target_outside_the_cluster_or_the_namespace_is_not_diagnosed() {
     }
 }
 
-/// A fall's message and the diagnosis are each up to a condition message
-/// long: the Event keeps both whole, the cause included, and is cut only
-/// to what an Event's note holds.
+/// A message a user reads is at most a condition message long: the
+/// failure's own words are cut to keep the cause whole.
 #[test]
 fn the_event_keeps_the_whole_diagnosis() {
-    let long = "x".repeat(webchecker_api::MAX_MESSAGE);
-    let cause = format!("Service cart: pod cart-1: CrashLoopBackOff {long}");
-    let note = crate::table::effect::with_diagnosis(&long, &cause);
-    assert!(note.ends_with(&cause), "{note}");
-    let wide = "é".repeat(600);
-    let cut = crate::table::effect::with_diagnosis(&wide, &wide);
-    assert!(cut.len() <= 1024 && cut.ends_with('…'), "{}", cut.len());
+    let max = webchecker_api::MAX_MESSAGE;
+    let cause = "Service cart: pod cart-1: CrashLoopBackOff (container app, restarted 5 times)";
+    let note = crate::table::effect::with_diagnosis(&"x".repeat(max), cause);
+    assert!(
+        note.ends_with(&format!("…; the cluster says: {cause}")),
+        "{note}"
+    );
+    assert_eq!(note.chars().count(), max);
+    let short = crate::table::effect::with_diagnosis("Ready=False: HTTP 503", cause);
+    assert_eq!(
+        short,
+        format!("Ready=False: HTTP 503; the cluster says: {cause}")
+    );
+    // A diagnosis that leaves no room: cut at the end, as any message.
+    let long = "é".repeat(max);
+    let cut = crate::table::effect::with_diagnosis("Ready=False: HTTP 503", &long);
+    assert!(cut.chars().count() == max && cut.ends_with('…'), "{cut}");
 }
