@@ -355,12 +355,7 @@ impl Table {
             // the drain waited for: hand over now. A held-back probe must not go
             // back to the ready queue, which skips draining checkers: the
             // handshake would never complete and the checker would stay unowned.
-            let op = Op::AckDrain {
-                last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
-                handover: e.handover.clone(),
-            };
-            let (namespace, name) = (e.namespace.clone(), e.name.clone());
-            self.submit(key, namespace, name, op);
+            self.acknowledge(key);
             return;
         }
         let Some(outcome) = outcome else {
@@ -581,17 +576,25 @@ impl Table {
             .map(|(k, _)| k.clone())
             .collect();
         for key in last_calls {
-            let Some(e) = self.entries.get_mut(&key) else {
-                continue;
-            };
-            e.last_call = false;
-            let op = Op::AckDrain {
-                last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
-                handover: e.handover.clone(),
-            };
-            let (namespace, name) = (e.namespace.clone(), e.name.clone());
-            self.submit(key, namespace, name, op);
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.last_call = false;
+            }
+            self.acknowledge(key);
         }
+    }
+
+    /// Hands a draining checker over: the ack names its last probe and the
+    /// drain's target.
+    fn acknowledge(&mut self, key: String) {
+        let Some(e) = self.entries.get(&key) else {
+            return;
+        };
+        let op = Op::AckDrain {
+            last_probe_unix_ms: e.last_probe_wall.map(unix_ms),
+            handover: e.handover.clone(),
+        };
+        let (namespace, name) = (e.namespace.clone(), e.name.clone());
+        self.submit(key, namespace, name, op);
     }
 
     fn remove(&mut self, key: &str) {
