@@ -116,7 +116,8 @@ mkdir -p "$logs"
 # the alone lane's binaries are built, the probe peers (hack/build-probe-peers.sh: grpc-go's health server,
 # grpc-health-probe, blackbox_exporter; the kit waits on its lock), the
 # Gateway API CRDs (hack/fetch-gateway-api.sh), the Prometheus Operator's
-# CRDs (hack/fetch-prometheus-operator-crds.sh), Prometheus 3
+# CRDs (hack/fetch-prometheus-operator-crds.sh), cert-manager's
+# (hack/fetch-cert-manager-crds.sh), Prometheus 3
 # (hack/build-prometheus.sh: prometheus and promtool, beside Debian's 2.42; the
 # tests wait on its lock), Flux's health evaluators (hack/build-flux-health.sh,
 # for tests/examples/main.rs), then the node's (only when a binary that needs them
@@ -138,6 +139,7 @@ flock 8
     nice -n 10 hack/build-probe-peers.sh >/dev/null &&
     hack/fetch-gateway-api.sh >/dev/null &&
     hack/fetch-prometheus-operator-crds.sh >/dev/null &&
+    hack/fetch-cert-manager-crds.sh >/dev/null &&
     nice -n 10 hack/build-prometheus.sh >/dev/null &&
     nice -n 10 hack/build-flux-health.sh >/dev/null &&
     if [ -n "$node_tools" ]; then nice -n 19 hack/build-node-tools.sh node; fi

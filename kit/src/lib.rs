@@ -7,6 +7,7 @@
 //! It panics where a test would fail; the bench turns a panic of one part
 //! into that part's error.
 
+pub mod cert_manager;
 pub mod checkers;
 pub mod cluster;
 pub mod dns;

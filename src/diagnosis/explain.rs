@@ -222,6 +222,76 @@ pub fn ingress(name: &str, ingress: &Value) -> Option<Diagnosis> {
     })
 }
 
+/// Whether a certificate name (`dnsNames`, `ipAddresses`, `commonName`)
+/// covers `host`: the same, or a wildcard for one label.
+fn covers(name: &str, host: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    match name.strip_prefix("*.") {
+        Some(parent) => host
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == parent),
+        None => name == host,
+    }
+}
+
+/// The first cert-manager Certificate of `certs` that covers `host` (lower
+/// case) and is not Ready: its Ready reason, its issuer, its failed
+/// issuances (never its messages, which quote the issuer's answers).
+pub fn certificate(host: &str, certs: &[Value]) -> Option<Diagnosis> {
+    let names = |c: &Value| -> Vec<String> {
+        let spec = &c["spec"];
+        let list = |k: &str| {
+            spec[k]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect::<Vec<_>>()
+        };
+        let mut n = list("dnsNames");
+        n.extend(list("ipAddresses"));
+        n.extend(spec["commonName"].as_str().map(String::from));
+        n
+    };
+    let ready = |c: &Value| {
+        c.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+    };
+    let (cert, condition) = certs
+        .iter()
+        .filter(|c| names(c).iter().any(|n| covers(n, host)))
+        .map(|c| (c, ready(c)))
+        .find(|(_, r)| r.as_ref().is_none_or(|r| r["status"] != "True"))?;
+    let name = cert.pointer("/metadata/name")?.as_str()?;
+    let reason = condition
+        .as_ref()
+        .and_then(|r| r["reason"].as_str().map(String::from))
+        .unwrap_or_else(|| "not issued yet".into());
+    let issuer = &cert["spec"]["issuerRef"];
+    let mut about = format!(
+        "issuer {} {}",
+        issuer["kind"].as_str().unwrap_or("Issuer"),
+        issuer["name"].as_str().unwrap_or("unnamed")
+    );
+    match cert
+        .pointer("/status/failedIssuanceAttempts")
+        .and_then(Value::as_u64)
+    {
+        Some(1) => about.push_str(", 1 failed issuance"),
+        Some(n) if n > 1 => about.push_str(&format!(", {n} failed issuances")),
+        _ => {}
+    }
+    Some(said(
+        "CertificateNotReady",
+        format!("Certificate {name} for {host} is not ready: {reason} ({about})"),
+    ))
+}
+
 /// The Services of the checker's namespace a route or an Ingress sends
 /// to, in order (at most `max`).
 pub fn backend_services(route_or_ingress: &Value, namespace: &str, max: usize) -> Vec<String> {

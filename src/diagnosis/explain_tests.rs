@@ -235,3 +235,71 @@ fn backends_and_parents_of_the_namespace_only() {
     );
     assert_eq!(backend_services(&i, "shop", 4), ["web", "fallback"]);
 }
+
+fn cert(yaml: &str) -> Value {
+    json(yaml)
+}
+
+#[test]
+fn a_certificate_for_the_host_that_is_not_ready() {
+    let failing = cert(
+        "metadata: {name: shop-tls}
+spec: {dnsNames: [www.shop.example, shop.example], issuerRef: {name: letsencrypt, kind: ClusterIssuer}}
+status:
+  failedIssuanceAttempts: 3
+  conditions: [{type: Ready, status: 'False', reason: DoesNotExist, message: 'the issuer said: quota'}]",
+    );
+    let ready = cert(
+        "metadata: {name: api-tls}
+spec: {dnsNames: [api.shop.example], issuerRef: {name: ca}}
+status: {conditions: [{type: Ready, status: 'True', reason: Ready}]}",
+    );
+    let d = certificate("shop.example", &[ready.clone(), failing.clone()]).unwrap();
+    assert_eq!(d.cause, "CertificateNotReady");
+    assert_eq!(
+        d.message,
+        "Certificate shop-tls for shop.example is not ready: DoesNotExist \
+         (issuer ClusterIssuer letsencrypt, 3 failed issuances)"
+    );
+    assert!(
+        !d.message.contains("quota"),
+        "never the condition's message"
+    );
+    assert_eq!(certificate("api.shop.example", &[ready, failing]), None);
+    assert_eq!(
+        certificate("other.example", &[cert("metadata: {name: x}")]),
+        None
+    );
+}
+
+#[test]
+fn a_wildcard_an_address_or_a_common_name_covers_the_host() {
+    let wildcard = cert(
+        "metadata: {name: wild}
+spec: {dnsNames: ['*.Shop.Example'], issuerRef: {name: ca, kind: Issuer}}",
+    );
+    let d = certificate("cart.shop.example", std::slice::from_ref(&wildcard)).unwrap();
+    assert_eq!(
+        d.message,
+        "Certificate wild for cart.shop.example is not ready: not issued yet (issuer Issuer ca)"
+    );
+    for host in ["shop.example", "a.cart.shop.example", ".shop.example"] {
+        assert_eq!(
+            certificate(host, std::slice::from_ref(&wildcard)),
+            None,
+            "{host}"
+        );
+    }
+    let by_ip = cert(
+        "metadata: {name: ip}
+spec: {ipAddresses: [10.0.0.7], issuerRef: {name: ca}}
+status: {failedIssuanceAttempts: 1, conditions: [{type: Ready, status: 'False', reason: Failed}]}",
+    );
+    assert_eq!(
+        certificate("10.0.0.7", &[by_ip]).unwrap().message,
+        "Certificate ip for 10.0.0.7 is not ready: Failed (issuer Issuer ca, 1 failed issuance)"
+    );
+    let by_cn =
+        cert("metadata: {name: cn}\nspec: {commonName: legacy.example, issuerRef: {name: ca}}");
+    assert!(certificate("legacy.example", &[by_cn]).is_some());
+}

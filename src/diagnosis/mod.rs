@@ -118,7 +118,7 @@ async fn diagnose(
         metrics: &metrics,
         reads: 0,
     };
-    let d = reader.target(&q.target).await.ok().flatten();
+    let d = reader.subject(&q.subject).await.ok().flatten();
     metrics.diagnosed(if d.is_some() { "found" } else { "none" });
     debug!(checker = %q.key, reads = reader.reads, found = d.is_some(), "diagnosed");
     (q, d)

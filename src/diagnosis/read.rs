@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::explain;
 use super::metrics::DiagnosisMetrics;
 use webchecker_api::Diagnosis;
-use webchecker_core::diagnosis::Target;
+use webchecker_core::diagnosis::{Subject, Target};
 
 /// Reads one diagnosis may make.
 pub const MAX_READS: usize = 6;
@@ -21,6 +21,9 @@ pub const MAX_READS: usize = 6;
 const READ: Duration = Duration::from_secs(2);
 /// Objects one list returns.
 const LIST_LIMIT: u32 = 20;
+/// Certificates read: one page (a route's diagnosis after a TLS failure
+/// makes 6 reads with it).
+const CERTIFICATE_LIMIT: u32 = 100;
 
 /// One diagnosis' reads: counted, bounded, in one namespace.
 pub struct Reader<'a> {
@@ -47,6 +50,8 @@ impl Reader<'_> {
         let (result, out) = match r {
             Ok(Ok(v)) => ("ok", Ok(v)),
             Ok(Err(kube::Error::Api(e))) if e.code == 403 => ("forbidden", Err(Stop)),
+            // A kind the cluster does not serve (cert-manager not installed).
+            Ok(Err(kube::Error::Api(e))) if e.code == 404 => ("absent", Err(Stop)),
             Ok(Err(_)) => ("error", Err(Stop)),
             Err(_) => ("timeout", Err(Stop)),
         };
@@ -55,6 +60,8 @@ impl Reader<'_> {
     }
 
     fn dynamic(&self, group: &str, version: &str, kind: &str) -> Api<DynamicObject> {
+        // from_gvk's plural is the kind's lower case with an s: right for
+        // Gateway and Certificate, the kinds read here.
         let gvk = GroupVersionKind::gvk(group, version, kind);
         let ar = ApiResource::from_gvk(&gvk);
         Api::namespaced_with(self.client.clone(), self.namespace, &ar)
@@ -133,6 +140,34 @@ impl Reader<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// The Certificates of the namespace: the first one for `host` that
+    /// is not Ready.
+    async fn certificates(&mut self, host: &str) -> Result<Option<Diagnosis>, Stop> {
+        let api = self.dynamic("cert-manager.io", "v1", "Certificate");
+        let lp = ListParams::default().limit(CERTIFICATE_LIMIT);
+        let page = self.read("Certificate", api.list(&lp)).await?;
+        let items: Vec<Value> = page
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .collect();
+        Ok(explain::certificate(host, &items))
+    }
+
+    /// A TLS failure's Certificates first (none, or cert-manager absent:
+    /// the target still speaks), then the target's objects.
+    pub async fn subject(&mut self, s: &Subject) -> Result<Option<Diagnosis>, Stop> {
+        if let Some(host) = &s.certificate_host
+            && let Ok(Some(d)) = self.certificates(host).await
+        {
+            return Ok(Some(d));
+        }
+        match &s.target {
+            Some(t) => self.target(t).await,
+            None => Ok(None),
+        }
     }
 
     pub async fn target(&mut self, t: &Target) -> Result<Option<Diagnosis>, Stop> {

@@ -419,14 +419,14 @@ impl Engine {
                     key,
                     seq,
                     namespace,
-                    target,
+                    subject,
                 } => {
                     if let Some(d) = &self.diagnoser {
                         d.diagnose(webchecker_core::diagnosis::Queued {
                             key,
                             seq,
                             namespace,
-                            target,
+                            subject,
                         });
                     }
                 }

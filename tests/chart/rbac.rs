@@ -82,6 +82,7 @@ pub fn diagnosis_grants() -> BTreeSet<(String, String, String)> {
         ("gateway.networking.k8s.io", "httproutes", &["get"]),
         ("gateway.networking.k8s.io", "grpcroutes", &["get"]),
         ("gateway.networking.k8s.io", "gateways", &["get"]),
+        ("cert-manager.io", "certificates", &["list"]),
     ])
 }
 

@@ -5,9 +5,12 @@
 //! endpoints and no pod, then the pod behind it in CrashLoopBackOff (its
 //! status written as a kubelet writes it: this control plane has no
 //! node). A checker of another namespace whose
-//! host names that same Service learns nothing of it.
+//! host names that same Service learns nothing of it. certificate.rs: a
+//! TLS failure and the namespace's cert-manager Certificate.
 
 use webchecker_kit as support;
+
+mod certificate;
 
 use std::time::{Duration, Instant};
 

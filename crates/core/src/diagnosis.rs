@@ -29,6 +29,52 @@ impl Target {
     }
 }
 
+/// What one diagnosis reads: the target's objects, and for a failed TLS
+/// handshake first the namespace's cert-manager Certificates for the host.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Subject {
+    pub target: Option<Target>,
+    /// The host whose certificate the probe refused or could not use.
+    pub certificate_host: Option<String>,
+}
+
+impl Subject {
+    pub fn describe(&self) -> String {
+        let certificates = self
+            .certificate_host
+            .as_ref()
+            .map(|h| format!("Certificates for {h}"));
+        let parts: Vec<String> = certificates
+            .into_iter()
+            .chain(self.target.as_ref().map(Target::describe))
+            .collect();
+        parts.join(", then ")
+    }
+}
+
+/// Whether a failure's reason is one a Certificate may explain.
+pub fn tls_failure(reason: &str) -> bool {
+    matches!(reason, "TLSError" | "CertificateInvalid")
+}
+
+/// What to diagnose of a checker of `namespace` that failed for `reason`:
+/// its target (see [`target_of`]) and, for a TLS failure, its host's
+/// Certificates. None when neither applies.
+pub fn subject_of(
+    namespace: &str,
+    host: &str,
+    source: Option<(&str, &str, &str)>,
+    reason: &str,
+) -> Option<Subject> {
+    let target = target_of(namespace, host, source);
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let certificate_host = (tls_failure(reason) && !host.is_empty()).then_some(host);
+    (target.is_some() || certificate_host.is_some()).then_some(Subject {
+        target,
+        certificate_host,
+    })
+}
+
 /// The target of a checker of `namespace`: the object discovery generated
 /// it from (`source`: its kind and name), else a Service its host names
 /// (`<service>.<namespace>.svc`, with or without `.cluster.local`). An

@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::Target;
+use super::Subject;
 
 /// One checker's diagnosis to make.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,7 +14,7 @@ pub struct Queued {
     pub key: String,
     pub seq: u64,
     pub namespace: String,
-    pub target: Target,
+    pub subject: Subject,
 }
 
 #[derive(Debug)]

@@ -43,12 +43,36 @@ fn a_host_naming_a_service_of_its_namespace_is_that_service() {
     }
 }
 
+#[test]
+fn a_tls_failure_asks_for_the_host_s_certificates_whatever_the_host() {
+    let s = subject_of("shop", "Shop.Example.com.", None, "CertificateInvalid").unwrap();
+    assert_eq!(s.target, None);
+    assert_eq!(s.certificate_host.as_deref(), Some("shop.example.com"));
+    assert_eq!(s.describe(), "Certificates for shop.example.com");
+    let s = subject_of("shop", "cart.shop.svc", None, "TLSError").unwrap();
+    assert_eq!(s.target, Some(Target::Service("cart".into())));
+    assert_eq!(
+        s.describe(),
+        "Certificates for cart.shop.svc, then Service cart"
+    );
+    // Any other failure: the target alone, or nothing.
+    let s = subject_of("shop", "cart.shop.svc", None, "UnexpectedStatus").unwrap();
+    assert_eq!(s.certificate_host, None);
+    assert_eq!(
+        subject_of("shop", "shop.example.com", None, "Timeout"),
+        None
+    );
+}
+
 fn q(ns: &str, name: &str) -> Queued {
     Queued {
         key: format!("{ns}/{name}"),
         seq: 1,
         namespace: ns.into(),
-        target: Target::Service(name.into()),
+        subject: Subject {
+            target: Some(Target::Service(name.into())),
+            certificate_host: None,
+        },
     }
 }
 

@@ -109,14 +109,15 @@ pub enum Input {
 
 #[derive(Debug)]
 pub enum Effect {
-    /// Ask the cluster why the checker's in-cluster target fails; report
+    /// Ask the cluster why the checker's target fails (its in-cluster
+    /// objects, its host's Certificates); report
     /// the answer as [`Input::Diagnosis`] with `seq` (its fall's Events
     /// wait for it until the checker's next probe).
     Diagnose {
         key: String,
         seq: u64,
         namespace: String,
-        target: crate::diagnosis::Target,
+        subject: crate::diagnosis::Subject,
     },
     /// Start a probe of `key` under `plan` on the worker the shell holds;
     /// report its end as [`Input::Done`] with `seq`.

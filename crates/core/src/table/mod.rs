@@ -27,7 +27,7 @@ use crate::checker::Op;
 use crate::checker::ZoneSample;
 use crate::checker::{Change, Definition};
 use crate::dependencies::Dependencies;
-use crate::diagnosis::{Target, target_of};
+use crate::diagnosis::{Subject, subject_of};
 use crate::fairness::FairQueue;
 use crate::maintenance::Calendar;
 use crate::status::{CheckerStatus, Context, Effects};
@@ -707,7 +707,7 @@ impl Table {
                 n.warning &= !fx.quiet;
             }
             match self.diagnosable(e, t) {
-                Some(target) => diagnose = Some((target, said)),
+                Some(subject) => diagnose = Some((subject, said)),
                 None => notices.extend(said),
             }
         }
@@ -758,20 +758,21 @@ impl Table {
         self.out.extend(notices.into_iter().map(Effect::Event));
         if let Some(e) = self.entries.get_mut(key) {
             e.diagnosing = None;
-            if let Some((target, held)) = diagnose {
+            if let Some((subject, held)) = diagnose {
                 e.diagnosing = Some(held);
                 self.out.push(Effect::Diagnose {
                     key: key.into(),
                     seq: e.seq,
                     namespace,
-                    target,
+                    subject,
                 });
             }
         }
     }
 
-    /// The in-cluster target to diagnose when `t` is a fall that pages.
-    fn diagnosable(&self, e: &Entry, t: &crate::status::Transition) -> Option<Target> {
+    /// What to diagnose when `t` is a fall that pages: the in-cluster
+    /// target, the host's Certificates after a TLS failure.
+    fn diagnosable(&self, e: &Entry, t: &crate::status::Transition) -> Option<Subject> {
         if !self.settings.diagnosis || t.ready != crate::status::Truth::False {
             return None;
         }
@@ -783,7 +784,7 @@ impl Table {
             ))
         });
         let host = e.plan.as_ref().map_or("", |p| p.target.host.as_str());
-        target_of(&e.namespace, host, source)
+        subject_of(&e.namespace, host, source, &t.reason)
     }
 
     /// The cluster's word on a fall: in the status, and in the message of

@@ -226,4 +226,7 @@ What a diagnosis reads (rbac.diagnose): the target's objects, read only.
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes", "grpcroutes", "gateways"]
   verbs: ["get"]
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["list"]
 {{- end }}

@@ -261,7 +261,9 @@ impl Sim {
                 limit.as_millis()
             ),
             Effect::Compact => "compact".into(),
-            Effect::Diagnose { key, target, .. } => format!("diagnose {key} {}", target.describe()),
+            Effect::Diagnose { key, subject, .. } => {
+                format!("diagnose {key} {}", subject.describe())
+            }
             Effect::Stopped => "stopped".into(),
         }
     }
