@@ -12,7 +12,7 @@ pub const PARTS: [(&str, &str, &[&str]); 10] = [
     (
         "probe",
         "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
-        &["probe engine:"],
+        &["probe engine:", "probe floor"],
     ),
     (
         "kinds",
@@ -31,7 +31,7 @@ pub const PARTS: [(&str, &str, &[&str]); 10] = [
         "3c. Status writes with an objective on every checker",
         &["status writes with spec.slo"],
     ),
-    ("failover", "4. Failover", &["failover"]),
+    ("failover", "4. Failover", &["failover", "planned moves"]),
     ("confirm", "5. Confirmation", &["confirmation"]),
     (
         "prom",

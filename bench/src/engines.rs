@@ -1,7 +1,8 @@
 //! Part 1's engines (and part 1b's: kinds.rs), each in a process of its own
 //! so that its CPU time can be read from /proc: the target (`bench
 //! target-server`), our prober (`bench prober-worker`, driven over
-//! stdin/stdout), and the load that drives blackbox_exporter's `/probe`.
+//! stdin/stdout), the floor (`bench prober-worker floor`: only what a probe
+//! must do), and the load that drives blackbox_exporter's `/probe`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -172,23 +173,26 @@ pub fn target_main(args: &[String]) {
     });
 }
 
-/// `bench prober-worker [PROVIDER [timed]]`: our prober in a process of its
-/// own, with the rustls provider PROVIDER (crypto.rs; the operator's by
-/// default), timed if asked. Protocol on stdin/stdout: `run URL C MILLIS
+/// `bench prober-worker [PROVIDER [timed] | floor]`: our prober in a process
+/// of its own, with the rustls provider PROVIDER (crypto.rs; the operator's
+/// by default), timed if asked; or the floor (plain HTTP/1.1 only). Protocol on stdin/stdout: `run URL C MILLIS
 /// [CA_FILE [VERSION]]` -> `done PROBES ERRORS` (with a CA file the probes
 /// verify the target's certificate against it, `tls.caBundle`; with a
 /// version they require that HTTP version); `report` -> `lat P50_US P99_US`
 /// of the last run; `cost` -> `cost KX_NS KX_CALLS SIG_NS SIG_CALLS`, what
 /// the timed provider counted in the last run; EOF ends.
 pub fn worker_main(args: &[String]) {
-    install_worker_provider(args);
+    let floor = args.first().is_some_and(|a| a == FLOOR);
+    if !floor {
+        install_worker_provider(args);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     // The bench's targets listen on loopback.
     let policy = AddressPolicy::with_loopback();
-    let prober = Arc::new(Prober::new(Some("bench-prober"), policy, 65536));
+    let prober = (!floor).then(|| Arc::new(Prober::new(Some("bench-prober"), policy, 65536)));
     let mut last: Vec<u32> = Vec::new();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -196,9 +200,18 @@ pub fn worker_main(args: &[String]) {
         let Ok(line) = line else { break };
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.first().copied() {
+            Some("run") if floor => {
+                let c: usize = f[2].parse().unwrap();
+                let d = Duration::from_millis(f[3].parse().unwrap());
+                let (lat, errors) = rt.block_on(floor_for(f[1], c, d));
+                writeln!(out, "done {} {}", lat.len() as u64 + errors, errors).unwrap();
+                out.flush().unwrap();
+                last = lat;
+            }
             Some("run") => {
                 let (plan, c, d) = worker_run_plan(&f);
-                let (lat, errors) = rt.block_on(probe_for(&prober, plan, c, d));
+                let prober = prober.as_ref().expect("a prober unless the floor");
+                let (lat, errors) = rt.block_on(probe_for(prober, plan, c, d));
                 writeln!(out, "done {} {}", lat.len() as u64 + errors, errors).unwrap();
                 out.flush().unwrap();
                 last = lat;
@@ -300,6 +313,61 @@ async fn probe_for(
             (lat, errors)
         }));
     }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        all.extend(l);
+        errors += e;
+    }
+    (all, errors)
+}
+
+/// The worker argument that makes it the floor.
+pub const FLOOR: &str = "floor";
+
+/// What one HTTP/1.1 probe must do and nothing more: connect to the address
+/// (nothing to resolve), send the request, read the status line and the
+/// headers, close. True on a 200.
+async fn floor_probe(addr: std::net::SocketAddr, request: &[u8], buf: &mut Vec<u8>) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr).await else {
+        return false;
+    };
+    if s.write_all(request).await.is_err() {
+        return false;
+    }
+    buf.clear();
+    read_head(&mut s, buf).await && buf.starts_with(b"HTTP/1.1 200 ")
+}
+
+/// `c` loops of [`floor_probe`] on `url` (`http://IP:PORT`) for `d`, as
+/// [`probe_for`] runs ours.
+async fn floor_for(url: &str, c: usize, d: Duration) -> (Vec<u32>, u64) {
+    let authority = url.trim_start_matches("http://").trim_end_matches('/');
+    let addr: std::net::SocketAddr = authority.parse().expect("the floor takes http://IP:PORT");
+    let request: Arc<[u8]> =
+        format!("GET / HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
+            .into_bytes()
+            .into();
+    let deadline = Instant::now() + d;
+    let tasks: Vec<_> = (0..c)
+        .map(|_| {
+            let request = request.clone();
+            tokio::spawn(async move {
+                let (mut lat, mut errors) = (Vec::with_capacity(1 << 14), 0u64);
+                let mut buf = Vec::with_capacity(1024);
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    if floor_probe(addr, &request, &mut buf).await {
+                        lat.push(t.elapsed().as_micros() as u32);
+                    } else {
+                        errors += 1;
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
     let mut all = Vec::new();
     let mut errors = 0;
     for t in tasks {

@@ -59,6 +59,7 @@ mod kinds;
 mod merge;
 mod plots;
 mod probe;
+mod probe_floor;
 mod prom_memory;
 mod prometheus;
 mod rebalance;

@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{Cfg, Res, err, panic_text};
-use crate::engines::{Aim, Proto, Worker, run_blackbox, run_ours, wait_http};
+use crate::engines::{Aim, FLOOR, Proto, Worker, run_blackbox, run_ours, wait_http};
 pub use crate::engines::{EngineRun, target_main, worker_main};
 use crate::plots;
 use crate::report::Section;
@@ -72,12 +72,14 @@ struct Peer {
 
 /// The engines of a comparison, on the probers' core, numbered in this
 /// order: our prober's worker with the operator's provider (0), the
-/// blackbox_exporters (1 on), and workers with other providers (TLS
-/// protocols only); and the core of the load that drives blackbox.
+/// blackbox_exporters (1 on), workers with other providers (TLS protocols
+/// only), and the floor (plain HTTP/1.1 only); and the core of the load
+/// that drives blackbox.
 pub struct Rig {
     pub worker: Worker,
     peers: Vec<Peer>,
     alts: Vec<Worker>,
+    floor: Option<Worker>,
     names: Vec<String>,
     load_cpu: Option<usize>,
 }
@@ -114,6 +116,7 @@ impl Rig {
             worker: Worker::spawn(cpu, &[])?,
             peers: vec![peer],
             alts: Vec::new(),
+            floor: None,
             names: vec!["ours".into(), name.into()],
             load_cpu,
         })
@@ -132,9 +135,17 @@ impl Rig {
 
     /// Another worker of ours, with the rustls provider `provider` (crypto.rs).
     pub fn add_worker(&mut self, provider: &str) -> Res<()> {
+        assert!(self.floor.is_none(), "the floor is numbered last");
         self.alts.push(Worker::spawn(cores().2, &[provider])?);
         self.names.push(format!("ours with {provider}"));
         Ok(())
+    }
+
+    /// The floor (engines.rs, `floor_probe`), the last engine; its number.
+    pub fn add_floor(&mut self) -> Res<usize> {
+        self.floor = Some(Worker::spawn(cores().2, &[FLOOR])?);
+        self.names.push("floor".into());
+        Ok(self.engines() - 1)
     }
 
     /// Our worker with the operator's provider against the first blackbox
@@ -169,7 +180,19 @@ impl Rig {
     }
 
     fn engines(&self) -> usize {
-        1 + self.peers.len() + self.alts.len()
+        1 + self.peers.len() + self.alts.len() + usize::from(self.floor.is_some())
+    }
+
+    /// Whether engine `e` runs on `aim`: other providers over TLS only, the
+    /// floor over plain HTTP/1.1 only.
+    fn runs_on(&self, e: usize, aim: &Aim<'_>) -> bool {
+        let first_alt = 1 + self.peers.len();
+        let floor = self.floor.is_some() && e + 1 == self.engines();
+        match () {
+            _ if floor => aim.proto == Proto::Http1,
+            _ if e >= first_alt => aim.ca_file.is_some(),
+            _ => true,
+        }
     }
 
     /// One run of engine `e`.
@@ -188,7 +211,10 @@ impl Rig {
                 let p = &self.peers[e - 1];
                 run_blackbox(p.bb.0.id(), p.port, aim, c, warm, d, self.load_cpu)
             }
-            e => run_ours(&mut self.alts[e - 1 - peers], aim, c, warm, d),
+            e if e - 1 - peers < self.alts.len() => {
+                run_ours(&mut self.alts[e - 1 - peers], aim, c, warm, d)
+            }
+            _ => run_ours(self.floor.as_mut().expect("the floor"), aim, c, warm, d),
         }
     }
 }
@@ -204,10 +230,9 @@ fn measure(
     t: (Duration, Duration),
 ) -> Res<AllRuns> {
     let mut runs = AllRuns::new();
-    let first_alt = 1 + rig.peers.len();
     for aim in aims {
         let engines: Vec<usize> = (0..rig.engines())
-            .filter(|e| *e < first_alt || aim.ca_file.is_some())
+            .filter(|e| rig.runs_on(*e, aim))
             .collect();
         for &c in concurrencies {
             for round in 0..rounds {
@@ -282,6 +307,8 @@ struct Measured {
     engines: BTreeMap<String, usize>,
     /// Engine and version of the newest blackbox_exporter.
     latest: (usize, String),
+    /// Engine of the floor.
+    floor: usize,
     split: tls_cost::Split,
     profile: Option<String>,
 }
@@ -310,6 +337,7 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
         rig.add_worker(p)?;
         engines.insert(p.to_string(), rig.engines() - 1);
     }
+    let floor = rig.add_floor()?;
     let all = rig.measure_all(&urls, &cas, cfg)?;
     let (_, d) = timings(cfg);
     // Where our prober's CPU goes, at the concurrency with the lowest ratio.
@@ -322,6 +350,7 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
         all,
         engines,
         latest: (2, version_of(&latest_bin)),
+        floor,
         split,
         profile,
     };
@@ -382,30 +411,35 @@ fn report(cfg: &Cfg, img: &Path, pinned: bool, bb_bin: &Path, m: &Measured) -> R
             format!("{lo:.2}x–{hi:.2}x with {name} over {}", p.label())
         })
         .collect();
-    let summary = vec![format!(
-        "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
+    let (floor_table, floor_line) = crate::probe_floor::report(&m.all, m.floor, cfg.rounds);
+    s.push_str(&floor_table);
+    let summary = vec![
+        format!(
+            "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \
          rounds at C = {}; goal >= 6x: {verdict}); {} (goal >= {TLS_GOAL}x: {}; a full handshake per probe on both \
          sides; ours builds a chain it verified before only once: docs/probes.md). Against blackbox_exporter {}: {}. \
          Ours with another TLS provider, probes per CPU-second against the operator's aws-lc-rs: {}. Our user-space CPU \
          per probe over HTTP/1.1 is {:.0}x–{:.0}x smaller; the rest is the kernel's work for a fresh TCP connection \
          per probe, which both pay.",
-        worst,
-        best,
-        bb_version_short(),
-        cfg.rounds,
-        list(CONCURRENCIES),
-        tls.join(", "),
-        tls_verdicts.join(", "),
-        m.latest.1,
-        newest.join(", "),
-        if alt.is_empty() {
-            "not measured (the bench was built without its `ring` feature)".to_string()
-        } else {
-            alt.join(", ")
-        },
-        user_ratio.0,
-        user_ratio.1,
-    )];
+            worst,
+            best,
+            bb_version_short(),
+            cfg.rounds,
+            list(CONCURRENCIES),
+            tls.join(", "),
+            tls_verdicts.join(", "),
+            m.latest.1,
+            newest.join(", "),
+            if alt.is_empty() {
+                "not measured (the bench was built without its `ring` feature)".to_string()
+            } else {
+                alt.join(", ")
+            },
+            user_ratio.0,
+            user_ratio.1,
+        ),
+        floor_line,
+    ];
 
     let plotted = plots::probe_efficiency(&img.join("probe-efficiency.png"), &plain);
     if plotted.is_ok() {
