@@ -102,7 +102,7 @@ crds: ## regenerate crds/ from the types in crates/api (crdgen), then chart-sync
 	mv crds/webcheckermaintenances.test.network.io.yaml.tmp crds/webcheckermaintenances.test.network.io.yaml
 	$(MAKE) --no-print-directory chart-sync
 
-chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table (tests/chart/main.rs, tests/generated/main.rs check them)
+chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboards, Cargo.toml's version (Chart.yaml, Dockerfile labels), the README's values table, its sizing table (tests/chart/main.rs, tests/generated/main.rs check them)
 	cp crds/*.yaml $(CHART_DIR)/crds/
 	cp alerts/webchecker.rules.yaml $(CHART_DIR)/files/alerts.yaml
 	cp alerts/blackbox.rules.yaml $(CHART_DIR)/files/blackbox.rules.yaml
@@ -111,6 +111,7 @@ chart-sync: ## the chart's generated parts: copies of the CRD, rules and dashboa
 	cp dashboards/*.json $(CHART_DIR)/files/dashboards/
 	python3 hack/sync-version.py
 	python3 hack/chart-values-doc.py
+	python3 hack/sizing-table.py
 
 CHART_OUT := target/charts
 
@@ -145,15 +146,17 @@ push: image chart-package ## REGISTRY=host/path: push both images (skopeo) and t
 
 .PHONY: bench sim overload busy discovery-scale
 
-bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png (unattended; the last run's wall time is in docs/benchmarks.md; BENCH_LARGE=1 adds 30,000 checkers; BENCH_PARTS=prom,... updates only those parts)
+bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png, the chart README's sizing table (unattended; the last run's wall time is in docs/benchmarks.md; BENCH_LARGE=1 adds 30,000 checkers; BENCH_PARTS=prom,... updates only those parts)
 	hack/install-deps.sh
 	hack/build-tools.sh >/dev/null
 	cargo build --release --locked -p webchecker-bench -p webchecker-operator --features webchecker-bench/ring --bin bench --bin webchecker-operator
 	BENCH_COMMAND="$(if $(BENCH_PARTS),BENCH_PARTS=$(BENCH_PARTS) )make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" $${CARGO_TARGET_DIR:-target}/release/bench
+	python3 hack/sizing-table.py
 
 sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane; ~10 min) -> docs/benchmarks.md
 	cargo build --release --locked -p webchecker-bench --bin bench
 	BENCH_PARTS=sim BENCH_COMMAND="make sim" $${CARGO_TARGET_DIR:-target}/release/bench
+	python3 hack/sizing-table.py
 
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)
 	hack/build-tools.sh >/dev/null

@@ -433,16 +433,16 @@ def fleet():
     L.row("Failures")
     L.add(table("Failing checkers",
                 "Checkers that are not Ready now, with the failure reason seen most in the last 15 minutes (topk by reason of increase(webchecker_probes_total{result=\"failure\"}[15m])), "
-                "the failures in those 15 minutes, the time since the last successful probe and the HTTP status of the last probe (0: no response). "
+                "the failures in those 15 minutes, how long Ready has not been True (webchecker_down_since_timestamp_seconds, kept when the checker moves to another replica) and the HTTP status of the last probe (0: no response). "
                 "\"none in 15m\": the checker has not failed in the last 15 minutes (long interval, or Ready not yet recomputed).",
                 targets(REASON,
-                        "(time() - max by (namespace, name) (%s > 0))%s" % (csel("webchecker_last_success_timestamp_seconds"), WITH_REASON),
+                        "(time() - max by (namespace, name) (%s))%s" % (csel("webchecker_down_since_timestamp_seconds"), WITH_REASON),
                         "max by (namespace, name) (%s)%s" % (csel("webchecker_last_status_code"), WITH_REASON),
                         instant=True, fmt="table"),
                 "short",
                 rename={"namespace": "Namespace", "name": "Checker", "reason": "Reason",
-                        "Value #A": "Failures (15m)", "Value #B": "Since last success", "Value #C": "Last HTTP status"},
-                overrides=[override("Since last success", unit="s"), override("Last HTTP status", unit="none"),
+                        "Value #A": "Failures (15m)", "Value #B": "Down for", "Value #C": "Last HTTP status"},
+                overrides=[override("Down for", unit="s"), override("Last HTTP status", unit="none"),
                            override("Checker", links=checker_link())],
                 sort_by=("Failures (15m)", True)), 14, 9)
     L.add(timeseries("Failures by reason", "Failed probes per second by reason (webchecker_probes_total{result=\"failure\"}).",
@@ -606,8 +606,9 @@ def operator():
     L.add(timeseries("CPU per replica", "CPU used by each replica, 100% = one core (rate of process_cpu_seconds_total).",
                      targets((by_replica("rate(%s[%s])" % (sel("process_cpu_seconds_total"), RI)), "{{replica}}")),
                      "percentunit", min_=0), 12, 8)
-    L.add(timeseries("Memory per replica", "Resident memory of each replica (process_resident_memory_bytes).",
-                     targets((by_replica(sel("process_resident_memory_bytes")), "{{replica}}")),
+    L.add(timeseries("Memory per replica", "Resident memory of each replica (process_resident_memory_bytes) and its memory limit (webchecker_memory_limit_bytes). The alert WebCheckerReplicaMemoryHigh fires when one replica stays above 85% of its limit for 10m.",
+                     targets((by_replica(sel("process_resident_memory_bytes")), "{{replica}}"),
+                             (by_replica(sel("webchecker_memory_limit_bytes")), "{{replica}} limit")),
                      "bytes", min_=0), 12, 8)
 
     L.row("Selected checkers")

@@ -235,6 +235,13 @@ pub struct Config {
     #[arg(long, env = "WEBCHECKER_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,
 
+    /// The replica's memory limit in bytes, exported as
+    /// webchecker_memory_limit_bytes for the alert WebCheckerReplicaMemoryHigh
+    /// (the chart passes the container's limits.memory); without it, its
+    /// cgroup's limit, if any.
+    #[arg(long, env = "WEBCHECKER_MEMORY_LIMIT", value_parser = clap::value_parser!(u64).range(1..))]
+    pub memory_limit: Option<u64>,
+
     /// Send `X-Webchecker-Replica: <identity>` with each probe.
     #[arg(long, env = "WEBCHECKER_REPLICA_HEADER", default_value_t = true, action = clap::ArgAction::Set)]
     pub replica_header: bool,

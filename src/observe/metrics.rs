@@ -20,6 +20,7 @@ mod exposition;
 pub mod family;
 mod grpc;
 mod info;
+pub mod memory_limit;
 mod native;
 mod slo;
 mod watches;

@@ -183,6 +183,7 @@ async fn connect(cfg: &Config) -> Result<(Basics, oneshot::Receiver<()>), Error>
             keep_classic: cfg.classic_histograms,
         },
     ));
+    crate::observe::metrics::memory_limit::register(metrics.registry(), cfg.memory_limit);
     let watch_failures = Arc::new(WatchMetrics::register(metrics.registry()));
     let refused = listener::refused_connections(metrics.registry());
     // Tells this process from an earlier or later one at the same address.

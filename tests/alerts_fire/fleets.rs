@@ -63,6 +63,9 @@ pub const WRITES: &[&str] = &["w-0", "w-1", "w-2"];
 /// The probes `lag` is late for: 5 x 300 ms each second on one worker.
 pub const LAG: &[&str] = &["lag-0", "lag-1", "lag-2", "lag-3", "lag-4"];
 pub const LAG_HANG: Duration = Duration::from_millis(300);
+/// `lag`'s memory limit (`--memory-limit`): 8 MiB, less than its binary
+/// alone takes resident.
+pub const LAG_MEMORY_LIMIT: u64 = 8 << 20;
 pub const SLOW_HANG: Duration = Duration::from_millis(700);
 /// Days left of the expiring certificate (threshold: 14), and of the other.
 /// The checker in a maintenance window while its target fails, and how
@@ -112,10 +115,13 @@ impl Single {
         }
     }
 
-    /// `lag`: a single worker.
+    /// `lag`: a single worker, and a memory limit below what any replica
+    /// holds.
     fn lag(cluster: &'static Cluster) -> Single {
         let ns = cluster.namespace("lag");
-        let op = spawn(cluster, "lag-0", &ns, &["--workers=1"], &cluster.kubeconfig);
+        let limit = format!("--memory-limit={LAG_MEMORY_LIMIT}");
+        let flags = ["--workers=1", limit.as_str()];
+        let op = spawn(cluster, "lag-0", &ns, &flags, &cluster.kubeconfig);
         Single {
             job: "webchecker-lag".into(),
             ns,

@@ -157,6 +157,12 @@ fn never_fire(alerts: &Alerts<'_>, singles: &Singles, healthy: BTreeSet<(String,
     alerts.never("every other installation has a leader", move |a| {
         a.name == "WebCheckerNoLeader" && a.labels.get("job").is_some_and(|j| *j != leaderless)
     });
+    // The other replicas have no --memory-limit: their cgroup's, if any, is
+    // the machine's.
+    let lag = singles.lag.job.clone();
+    alerts.never("memory is short in `lag` only", move |a| {
+        a.name == "WebCheckerReplicaMemoryHigh" && a.labels.get("job") != Some(&lag)
+    });
     alerts.never("checkers are orphaned in `shards` only", |a| {
         a.name == "WebCheckerOrphaned"
             && a.labels.get("job").map(String::as_str) != Some(shards::JOB)

@@ -7,7 +7,8 @@
 //!   (WebCheckerLeaseRenewFailing) and leadership lapses with nobody to take
 //!   it (WebCheckerNoLeader for its job).
 //! - `lag`: WebCheckerScheduleLagHigh from the start (one worker, 1.5 s of
-//!   probing due each second).
+//!   probing due each second), and WebCheckerReplicaMemoryHigh (a
+//!   `--memory-limit` below its resident memory).
 //! - `writes`: WebCheckerStatusWritesFailing from the start (every status
 //!   write answered 500 by its proxy; the writer retries with backoff).
 //! - `limited`: WebCheckerAddressDiscoveryFailing for each source its
@@ -16,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::fleets::{LAG, Single, WRITES};
+use crate::fleets::{LAG, LAG_MEMORY_LIMIT, Single, WRITES};
 use crate::support::faults::{ProxyMode, pause, resume};
 use crate::support::fleet::{LEASE, RETRY};
 use crate::support::*;
@@ -83,16 +84,29 @@ pub async fn leaderless(s: &Single, alerts: &Alerts<'_>, client: &kube::Client) 
 }
 
 pub async fn lag(s: &Single, alerts: &Alerts<'_>) {
-    alerts
-        .wait_firing(
-            &format!("{} checkers due each second on one worker", LAG.len()),
+    // Late, and above its memory limit, from the start: the waits count
+    // from now.
+    let t = Instant::now();
+    let (late, short) = (
+        format!("{} checkers due each second on one worker", LAG.len()),
+        format!("--memory-limit={LAG_MEMORY_LIMIT}"),
+    );
+    tokio::join!(
+        alerts.wait_firing(
+            &late,
             "WebCheckerScheduleLagHigh",
             s.replica_labels("warning"),
-            // Late from the start: the wait counts from now.
-            Instant::now(),
+            t,
             Duration::from_secs(10),
-        )
-        .await;
+        ),
+        alerts.wait_firing(
+            &short,
+            "WebCheckerReplicaMemoryHigh",
+            s.replica_labels("warning"),
+            t,
+            Duration::from_secs(10),
+        ),
+    );
 }
 
 pub async fn writes(s: &Single, alerts: &Alerts<'_>) {

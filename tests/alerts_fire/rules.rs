@@ -33,6 +33,7 @@ pub const FOR: &[(&str, Option<u64>)] = &[
     ("WebCheckerReplicaMissing", Some(5)),
     ("WebCheckerShardImbalance", Some(5)),
     ("WebCheckerScheduleLagHigh", Some(5)),
+    ("WebCheckerReplicaMemoryHigh", Some(5)),
     ("WebCheckerStatusWritesFailing", Some(5)),
     ("WebCheckerSelfFencing", None),
     ("WebCheckerLeaseRenewFailing", Some(5)),

@@ -20,18 +20,28 @@ fn revision(r: &serde_json::Value) -> String {
     r["revision"].to_string().trim_matches('"').to_string()
 }
 
-/// name -> value (or fieldRef path) of the operator container's env.
+/// name -> value (or fieldRef path) of the operator container's env; the
+/// memory limit in bytes, as the downward API gives it.
 pub fn live_env(dep: &serde_json::Value) -> BTreeMap<String, String> {
-    dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    let container = &dep["spec"]["template"]["spec"]["containers"][0];
+    let limit = container["resources"]["limits"]["memory"]
+        .as_str()
+        .map_or(rendered::NODE_MEMORY, rendered::quantity_bytes)
+        .to_string();
+    container["env"]
         .as_array()
         .expect("env")
         .iter()
         .map(|e| {
-            let v = e["value"]
-                .as_str()
-                .or(e["valueFrom"]["fieldRef"]["fieldPath"].as_str())
-                .unwrap_or_default();
-            (e["name"].as_str().unwrap().to_string(), v.to_string())
+            let v = match e["valueFrom"]["resourceFieldRef"]["resource"].as_str() {
+                Some("limits.memory") => limit.clone(),
+                _ => e["value"]
+                    .as_str()
+                    .or(e["valueFrom"]["fieldRef"]["fieldPath"].as_str())
+                    .unwrap_or_default()
+                    .to_string(),
+            };
+            (e["name"].as_str().unwrap().to_string(), v)
         })
         .collect()
 }

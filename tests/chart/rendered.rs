@@ -122,6 +122,37 @@ pub const POD_UID: &str = "00000000-0000-4000-8000-000000000001";
 /// Stands in for the downward API's node name.
 pub const NODE: &str = "node-a";
 
+/// Stands in for the node's allocatable memory, what the downward API gives
+/// for limits.memory without a limit.
+pub const NODE_MEMORY: u64 = 8 << 30;
+
+/// What the downward API gives for the container's limits.memory: bytes
+/// (divisor 1), the node's allocatable memory without a limit.
+pub fn memory_limit(c: &Value) -> u64 {
+    c["resources"]["limits"]["memory"]
+        .as_str()
+        .map_or(NODE_MEMORY, quantity_bytes)
+}
+
+/// A memory quantity (`256Mi`, `1G`, `1048576`) in bytes.
+pub fn quantity_bytes(q: &str) -> u64 {
+    let (digits, unit) = q.split_at(q.find(|ch: char| !ch.is_ascii_digit()).unwrap_or(q.len()));
+    let n: u64 = digits
+        .parse()
+        .unwrap_or_else(|_| panic!("memory limit {q:?}"));
+    let scale: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => panic!("memory limit {q:?}: a unit this test does not know"),
+    };
+    n * scale
+}
+
 /// The operator's configuration as a replica of the rendered Deployment gets
 /// it: every documented variable of the container becomes its flag, parsed and
 /// validated by the operator's own code.
@@ -145,6 +176,9 @@ pub fn rendered_config(dep: &Value, identity: &str) -> Config {
             (None, Some("metadata.uid")) => POD_UID.to_string(),
             (None, Some("spec.nodeName")) => NODE.to_string(),
             (None, Some("spec.serviceAccountName")) => service_account.clone(),
+            (None, None) if e["valueFrom"]["resourceFieldRef"]["resource"] == "limits.memory" => {
+                memory_limit(container(dep)).to_string()
+            }
             _ => panic!("env {name}: neither a value nor a known fieldRef: {e:?}"),
         };
         // extraEnv (e.g. RUST_BACKTRACE) is not an operator flag.
@@ -188,6 +222,15 @@ pub fn check_pod(dep: &Value, cfg: &Config) {
         );
     }
     assert_eq!(cfg.node_name.as_deref(), Some(NODE));
+    // The memory limit the alert compares with: this container's.
+    let limit = env_entries(c)
+        .into_iter()
+        .find(|e| e["name"].as_str() == Some("WEBCHECKER_MEMORY_LIMIT"))
+        .expect("WEBCHECKER_MEMORY_LIMIT set");
+    let field = &limit["valueFrom"]["resourceFieldRef"];
+    assert_eq!(field["resource"].as_str(), Some("limits.memory"));
+    assert_eq!(field["containerName"], c["name"]);
+    assert_eq!(cfg.memory_limit, Some(memory_limit(c)));
     assert_eq!(
         Some(cfg.service_account.as_str()),
         pod["serviceAccountName"].as_str(),

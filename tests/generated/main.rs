@@ -2,8 +2,8 @@
 //!
 //! - the CRD manifests, from `crates/api/src/lib.rs` (src/bin/crdgen.rs, `make crds`);
 //! - `version`: Cargo.toml's version in Chart.yaml and the Dockerfile;
-//! - `values_doc`: the values table of the chart's README, from values.yaml
-//!   (both `make chart-sync`);
+//! - `values_doc`: the values table of the chart's README, from values.yaml,
+//!   and its sizing table, from docs/benchmarks.md (both `make chart-sync`);
 //! - `figures`: figures quoted from docs/benchmarks.md's summary (`make bench`);
 //! - `interface`: docs/operator-interface.md's tables, from the code;
 //! - `links`: the documents' links within the repository lead somewhere.

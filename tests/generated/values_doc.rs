@@ -1,4 +1,6 @@
-//! The values table of the chart's README is generated from values.yaml
+//! The sizing table of the chart's README is generated from the benchmarks'
+//! figures (hack/sizing-table.py) and is up to date. The values table of
+//! the chart's README is generated from values.yaml
 //! (hack/chart-values-doc.py, `make chart-sync`): it is up to date, and read
 //! back with a real YAML parser its defaults are values.yaml's and it covers
 //! every value (the generator reads YAML with a parser of its own).
@@ -17,6 +19,23 @@ const VALUES: &str = "deploy/helm/webchecker-operator/values.yaml";
 fn values_table_is_up_to_date() {
     let out = Command::new("python3")
         .args(["hack/chart-values-doc.py", "--check"])
+        .current_dir(repo())
+        .output()
+        .expect("python3 (hack/install-deps.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The chart README's sizing table, from docs/benchmarks.md's figures and
+/// the alert's threshold (hack/sizing-table.py, `make chart-sync`).
+#[test]
+fn sizing_table_is_up_to_date() {
+    let out = Command::new("python3")
+        .args(["hack/sizing-table.py", "--check"])
         .current_dir(repo())
         .output()
         .expect("python3 (hack/install-deps.sh installs it)");

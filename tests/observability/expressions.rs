@@ -100,6 +100,10 @@ const MAY_BE_EMPTY: &[(&str, &str)] = &[
         "needs an overloaded replica (p99 schedule lag above 500ms)",
     ),
     (
+        "alert=WebCheckerReplicaMemoryHigh",
+        "needs a replica above 85% of its memory limit; the scenario's limit is 1 GiB",
+    ),
+    (
         "alert=WebCheckerStatusWritesFailing",
         "needs more than 10% of a replica's status writes to fail (error or conflict)",
     ),

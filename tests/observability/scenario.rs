@@ -204,8 +204,9 @@ impl Stage {
 
     /// Three replicas and both Prometheus versions scraping them, all ready.
     async fn replicas_and_prometheus(&self) -> (Vec<Operator>, Prometheus, Prometheus) {
+        let flags = replica_flags();
         let ops: Vec<Operator> = (0..3)
-            .map(|i| Operator::spawn(self.cluster, &format!("obs-r{i}"), &self.ns, FAST_LEASES))
+            .map(|i| Operator::spawn(self.cluster, &format!("obs-r{i}"), &self.ns, &flags))
             .collect();
         // WebCheckerDown at once: its two minutes would outlast the scenario.
         let rules = [crate::prom::rules_with_down_wait(0)];
@@ -288,7 +289,7 @@ impl Stage {
             self.cluster,
             NEW_REPLICA,
             &self.ns,
-            FAST_LEASES,
+            &replica_flags(),
         ));
         for p in proms {
             p.set_targets(&targets(ops));
@@ -527,4 +528,12 @@ pub fn handovers_and_acks(objs: &[ObjRec]) -> (usize, usize) {
         last.insert(o.name.as_str(), o);
     }
     (handovers, acks)
+}
+
+/// Every replica's flags: the fast leases, and a memory limit as the chart
+/// passes one (1 GiB, far above what a replica holds here).
+fn replica_flags() -> Vec<&'static str> {
+    let mut flags = FAST_LEASES.to_vec();
+    flags.push("--memory-limit=1073741824");
+    flags
 }
