@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # fetch-module-crds.sh NAME MODULE VERSION DIR FILE...: copies FILEs of DIR
-# in the Go module MODULE at VERSION (fetched from the Go module proxy) into
+# (each a CRD; a FILE with `*` is a pattern, of which the files that hold a
+# CRD are taken) in the Go module MODULE at VERSION (fetched from the Go
+# module proxy) into
 # the tools cache, outside the repository (they are never committed), as
 # tools/NAME-vVERSION/crd, and prints that directory. Reuses a finished
 # fetch. The scripts that pin a project's CRDs call it
-# (hack/fetch-prometheus-operator-crds.sh, hack/fetch-cert-manager-crds.sh).
+# (hack/fetch-gateway-api.sh, hack/fetch-prometheus-operator-crds.sh,
+# hack/fetch-cert-manager-crds.sh).
 set -euo pipefail
 [ $# -ge 5 ] || { echo "usage: $0 NAME MODULE VERSION DIR FILE..." >&2; exit 2; }
 name=$1 module=$2 version=$3 sub=$4
@@ -31,14 +34,27 @@ json=$(cd "$cache_root" && go mod download -json "$module@v$version")
 dir=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')
 [ -n "$dir" ] || { log "go mod download gave no directory: $json"; exit 1; }
 tmp=$(mktemp -d "$cache_root/.$name.XXXXXX")
+n=0
 for f in "$@"; do
-  [ -f "$dir/$sub/$f" ] || { log "no $sub/$f in the module"; rm -rf "$tmp"; exit 1; }
-  grep -q '^kind: CustomResourceDefinition' "$dir/$sub/$f" || { log "$sub/$f holds no CustomResourceDefinition"; rm -rf "$tmp"; exit 1; }
-  cp "$dir/$sub/$f" "$tmp/"
+  case $f in
+    *'*'*)
+      # A pattern: the files it matches that hold a CRD (others are left out).
+      for g in "$dir/$sub"/$f; do
+        if [ -f "$g" ] && grep -q '^kind: CustomResourceDefinition' "$g"; then cp "$g" "$tmp/"; n=$((n + 1)); fi
+      done
+      ;;
+    *)
+      [ -f "$dir/$sub/$f" ] || { log "no $sub/$f in the module"; rm -rf "$tmp"; exit 1; }
+      grep -q '^kind: CustomResourceDefinition' "$dir/$sub/$f" || { log "$sub/$f holds no CustomResourceDefinition"; rm -rf "$tmp"; exit 1; }
+      cp "$dir/$sub/$f" "$tmp/"
+      n=$((n + 1))
+      ;;
+  esac
 done
+[ "$n" -gt 0 ] || { log "no CustomResourceDefinition in $sub matches $*"; rm -rf "$tmp"; exit 1; }
 touch "$tmp/.done"
 mkdir -p "$(dirname "$out")"
 rm -rf "$out"
 mv "$tmp" "$out"
-log "CRDs in $out"
+log "$n CRDs in $out"
 echo "$out"

@@ -313,6 +313,11 @@ async fn probe_for(
             (lat, errors)
         }));
     }
+    joined(tasks).await
+}
+
+/// The probe loops' successful durations (µs) and failures, together.
+async fn joined(tasks: Vec<tokio::task::JoinHandle<(Vec<u32>, u64)>>) -> (Vec<u32>, u64) {
     let mut all = Vec::new();
     let mut errors = 0;
     for t in tasks {
@@ -368,14 +373,7 @@ async fn floor_for(url: &str, c: usize, d: Duration) -> (Vec<u32>, u64) {
             })
         })
         .collect();
-    let mut all = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await.unwrap();
-        all.extend(l);
-        errors += e;
-    }
-    (all, errors)
+    joined(tasks).await
 }
 
 pub struct Worker {

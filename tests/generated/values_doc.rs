@@ -15,10 +15,10 @@ use super::{repo, repo_file};
 const README: &str = "deploy/helm/webchecker-operator/README.md";
 const VALUES: &str = "deploy/helm/webchecker-operator/values.yaml";
 
-#[test]
-fn values_table_is_up_to_date() {
+/// `python3 SCRIPT --check` passes: what SCRIPT writes is up to date.
+fn up_to_date(script: &str) {
     let out = Command::new("python3")
-        .args(["hack/chart-values-doc.py", "--check"])
+        .args([script, "--check"])
         .current_dir(repo())
         .output()
         .expect("python3 (hack/install-deps.sh installs it)");
@@ -30,21 +30,16 @@ fn values_table_is_up_to_date() {
     );
 }
 
+#[test]
+fn values_table_is_up_to_date() {
+    up_to_date("hack/chart-values-doc.py");
+}
+
 /// The chart README's sizing table, from docs/benchmarks.md's figures and
 /// the alert's threshold (hack/sizing-table.py, `make chart-sync`).
 #[test]
 fn sizing_table_is_up_to_date() {
-    let out = Command::new("python3")
-        .args(["hack/sizing-table.py", "--check"])
-        .current_dir(repo())
-        .output()
-        .expect("python3 (hack/install-deps.sh installs it)");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    up_to_date("hack/sizing-table.py");
 }
 
 /// Table cells split at `|` but not at `\|`.
