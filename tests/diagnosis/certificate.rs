@@ -108,19 +108,27 @@ async fn a_tls_failure_names_the_namespaces_certificate_that_is_not_ready() {
     );
 
     // The other namespace has no Certificate for the host: its checker
-    // fails the same way and is told nothing of this namespace's.
+    // fails the same way and, once its diagnosis is made (it reads its own
+    // namespace's Certificates and finds none), is told nothing of this
+    // namespace's. The status may say Ready=False before the diagnosis
+    // comes, so the test waits for the diagnosis itself.
     let theirs: Api<WebChecker> = Api::namespaced(client.clone(), &other);
-    let (_, d, _) = eventually(bound(), "peek Ready=False", || async {
+    eventually(bound(), "peek Ready=False", || async {
         seen(&theirs, "peek").await.filter(|(r, _, _)| r == "False")
     })
     .await;
-    assert_eq!(d, None);
-
-    let metrics = op.metrics().await.unwrap_or_default();
-    let reads = metric(
-        &metrics,
-        "webchecker_diagnosis_reads_total",
-        &[("kind", "Certificate"), ("result", "ok")],
-    );
-    assert!(reads.unwrap_or(0.0) >= 2.0, "Certificate reads: {reads:?}");
+    let reads = eventually(bound(), "peek diagnosed", || async {
+        let m = op.metrics().await?;
+        let none = metric(&m, "webchecker_diagnoses_total", &[("result", "none")])?;
+        let reads = metric(
+            &m,
+            "webchecker_diagnosis_reads_total",
+            &[("kind", "Certificate"), ("result", "ok")],
+        )?;
+        (none >= 1.0).then_some(reads)
+    })
+    .await;
+    assert!(reads >= 2.0, "Certificate reads: {reads}");
+    let (ready, d, _) = seen(&theirs, "peek").await.unwrap();
+    assert_eq!((ready.as_str(), d), ("False", None));
 }
