@@ -186,12 +186,10 @@ impl Rig {
     /// Whether engine `e` runs on `aim`: other providers over TLS only, the
     /// floor over plain HTTP/1.1 only.
     fn runs_on(&self, e: usize, aim: &Aim<'_>) -> bool {
-        let first_alt = 1 + self.peers.len();
-        let floor = self.floor.is_some() && e + 1 == self.engines();
-        match () {
-            _ if floor => aim.proto == Proto::Http1,
-            _ if e >= first_alt => aim.ca_file.is_some(),
-            _ => true,
+        if self.floor.is_some() && e + 1 == self.engines() {
+            aim.proto == Proto::Http1
+        } else {
+            e <= self.peers.len() || aim.ca_file.is_some()
         }
     }
 

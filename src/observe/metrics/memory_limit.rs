@@ -101,76 +101,67 @@ fn min(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn write(root: &Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    const V1_MAX: &str = "9223372036854771712";
 
-    fn root() -> tempfile::TempDir {
-        tempfile::tempdir().unwrap()
+    /// The limit `cgroup_limit` reads from a tree of these files (path
+    /// under the root, content).
+    fn limit_of(files: &[(&str, &str)]) -> Option<u64> {
+        let root = tempfile::tempdir().unwrap();
+        for (rel, text) in files {
+            let p = root.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, format!("{text}\n")).unwrap();
+        }
+        cgroup_limit(root.path())
     }
 
     #[test]
     fn the_smallest_v2_limit_of_the_cgroup_and_its_parents_binds() {
-        let r = root();
-        let p = r.path();
-        write(p, "proc/self/cgroup", "0::/kubepods/pod1/c1\n");
-        write(p, "sys/fs/cgroup/kubepods/memory.max", "max\n");
-        write(p, "sys/fs/cgroup/kubepods/pod1/memory.max", "268435456\n");
-        write(
-            p,
-            "sys/fs/cgroup/kubepods/pod1/c1/memory.max",
-            "536870912\n",
-        );
-        assert_eq!(cgroup_limit(p), Some(268_435_456));
+        let files = [
+            ("proc/self/cgroup", "0::/kubepods/pod1/c1"),
+            ("sys/fs/cgroup/kubepods/memory.max", "max"),
+            ("sys/fs/cgroup/kubepods/pod1/memory.max", "268435456"),
+            ("sys/fs/cgroup/kubepods/pod1/c1/memory.max", "536870912"),
+        ];
+        assert_eq!(limit_of(&files), Some(268_435_456));
     }
 
     #[test]
     fn a_container_s_own_namespace_reads_the_root_file() {
-        let r = root();
-        let p = r.path();
-        write(p, "proc/self/cgroup", "0::/\n");
-        write(p, "sys/fs/cgroup/memory.max", "134217728\n");
-        assert_eq!(cgroup_limit(p), Some(134_217_728));
+        let files = [
+            ("proc/self/cgroup", "0::/"),
+            ("sys/fs/cgroup/memory.max", "134217728"),
+        ];
+        assert_eq!(limit_of(&files), Some(134_217_728));
     }
 
     #[test]
     fn unlimited_is_no_limit_in_v2_and_v1() {
-        let r = root();
-        let p = r.path();
-        write(p, "proc/self/cgroup", "0::/user.slice/session-1.scope\n");
-        write(p, "sys/fs/cgroup/user.slice/memory.max", "max\n");
-        assert_eq!(cgroup_limit(p), None);
-        let r = root();
-        let p = r.path();
-        write(p, "proc/self/cgroup", "4:memory:/\n");
-        write(
-            p,
-            "sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "9223372036854771712\n",
-        );
-        assert_eq!(cgroup_limit(p), None);
-        write(
-            p,
-            "sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "67108864\n",
-        );
-        assert_eq!(cgroup_limit(p), Some(67_108_864));
-        assert_eq!(cgroup_limit(&p.join("nowhere")), None);
-        // A host with both: v2 without the memory controller, v1 with it.
-        write(p, "proc/self/cgroup", "4:memory:/app/x\n1:cpu:/\n0::/\n");
-        write(
-            p,
-            "sys/fs/cgroup/memory/app/memory.limit_in_bytes",
-            "33554432\n",
-        );
-        write(
-            p,
-            "sys/fs/cgroup/memory/app/x/memory.limit_in_bytes",
-            "9223372036854771712\n",
-        );
-        assert_eq!(cgroup_limit(p), Some(33_554_432));
+        let v2 = [
+            ("proc/self/cgroup", "0::/user.slice/session-1.scope"),
+            ("sys/fs/cgroup/user.slice/memory.max", "max"),
+        ];
+        assert_eq!(limit_of(&v2), None);
+        let v1 = |limit| {
+            limit_of(&[
+                ("proc/self/cgroup", "4:memory:/"),
+                ("sys/fs/cgroup/memory/memory.limit_in_bytes", limit),
+            ])
+        };
+        assert_eq!(v1(V1_MAX), None);
+        assert_eq!(v1("67108864"), Some(67_108_864));
+        assert_eq!(limit_of(&[]), None);
+    }
+
+    #[test]
+    fn a_host_with_v2_without_memory_reads_v1_along_its_path() {
+        let files = [
+            ("proc/self/cgroup", "4:memory:/app/x\n1:cpu:/\n0::/"),
+            ("sys/fs/cgroup/memory/memory.limit_in_bytes", V1_MAX),
+            ("sys/fs/cgroup/memory/app/memory.limit_in_bytes", "33554432"),
+            ("sys/fs/cgroup/memory/app/x/memory.limit_in_bytes", V1_MAX),
+        ];
+        assert_eq!(limit_of(&files), Some(33_554_432));
     }
 
     #[test]
