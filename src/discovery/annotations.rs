@@ -159,9 +159,9 @@ fn take<T>(
 }
 
 /// The problems of annotations that `kind` (`Ingress`, `HTTPRoute`,
-/// `GRPCRoute`, `Service`) does not have: [`PORT`] and [`SCHEME`] are a
-/// Service's, [`GRPC_SERVICE`] a GRPCRoute's; a Service has no paths
-/// ([`PER_PATH`]) and is reached through its own name ([`VIA`]); a
+/// `GRPCRoute`, `Service`, `Gateway`) does not have: [`PORT`] and [`SCHEME`] are a
+/// Service's, [`GRPC_SERVICE`] a GRPCRoute's; a Service or a Gateway has
+/// one checker ([`PER_PATH`]) reached at its own name or address ([`VIA`]); a
 /// GRPCRoute's checkers call the gRPC health service: no path, no HTTP
 /// status ([`PATH`], [`EXPECTED_STATUS_CODES`], [`PER_PATH`]). The setting
 /// is then ignored.
@@ -174,16 +174,28 @@ pub fn not_for_kind(kind: &str, s: &mut Settings) -> Vec<Problem> {
             &format!("does not apply to {} {kind} ({why})", article(kind)),
         ));
     };
-    if kind == "Service" {
+    if matches!(kind, "Service" | "Gateway") {
+        let (paths, reached) = if kind == "Service" {
+            (
+                "a Service has no paths",
+                "a Service is probed at its own name",
+            )
+        } else {
+            (
+                "a Gateway's checker probes one path",
+                "a Gateway is probed at its own address",
+            )
+        };
         if s.per_path {
-            say(PER_PATH, "true", "a Service has no paths");
+            say(PER_PATH, "true", paths);
             s.per_path = false;
         }
         if s.via != Via::Dns {
-            say(VIA, s.via.as_str(), "a Service is probed at its own name");
+            say(VIA, s.via.as_str(), reached);
             s.via = Via::Dns;
         }
-    } else {
+    }
+    if kind != "Service" {
         if let Some(p) = s.port.take() {
             let shown = match p {
                 PortRef::Name(n) => n,

@@ -3,10 +3,13 @@
 //! hostname (and admits the route: `attach`), and the address a checker
 //! connects to with `via: gateway`. Pure.
 
-use super::Skip;
 use super::attach::{self, Route};
 use super::gateway_api::{Gateway, Listener, ParentRef};
-use super::rules;
+use super::{Defaults, NamespaceInfo, Skip};
+use super::{gateway, rules};
+
+/// Names one `spec.dependsOn` may list (the CRD's bound).
+const MAX_DEPENDENCIES: usize = 16;
 
 /// A parent Gateway of a route, as found: `namespace/name`, how checkers
 /// name it, it, the reference (its listener, its port) and the route.
@@ -99,6 +102,33 @@ pub(super) fn reached<'a>(parents: &'a [Parent<'a>], host: &str) -> Vec<Reach<'a
             })
         })
         .collect()
+}
+
+/// What a route's checkers of `host` depend on: the checkers of its parent
+/// Gateways (only the one keyed `through`, with `via: gateway`) that serve
+/// `host` to the route and make one ([`gateway::plan`]). Only Gateways of
+/// the route's own namespace: a dependency is of the dependent's namespace,
+/// whose author may read it (docs/dependencies.md, "Tenancy").
+pub(super) fn dependencies(
+    parents: &[Parent<'_>],
+    host: &str,
+    through: Option<&str>,
+    namespace: &NamespaceInfo,
+    defaults: &Defaults,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in parents {
+        let own = p.gateway.metadata.namespace.as_deref() == Some(p.route.namespace);
+        if !own || through.is_some_and(|k| k != p.key) || listener(p, host).is_none() {
+            continue;
+        }
+        for d in gateway::plan(p.gateway, namespace, defaults).checkers {
+            if !out.contains(&d.name) && out.len() < MAX_DEPENDENCIES {
+                out.push(d.name);
+            }
+        }
+    }
+    out
 }
 
 /// The listener of `p` that serves `host` over HTTP(S), HTTPS first: of

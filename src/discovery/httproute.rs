@@ -73,6 +73,7 @@ pub fn plan<'a>(
                 gateway: None,
                 url: &url,
                 connect_to: None,
+                depends_on: &gateways::dependencies(&parents, &host, None, namespace, defaults),
                 paths: &paths,
             }
             .add(&settings, defaults, &mut plan, &mut seen);
@@ -98,6 +99,13 @@ pub fn plan<'a>(
                 gateway: Some((r.key, r.label)),
                 url: &url,
                 connect_to: Some(&r.address),
+                depends_on: &gateways::dependencies(
+                    &parents,
+                    &host,
+                    Some(r.key),
+                    namespace,
+                    defaults,
+                ),
                 paths: &paths,
             }
             .add(&settings, defaults, &mut plan, &mut seen);

@@ -61,6 +61,7 @@ pub fn plan(ing: &Ingress, namespace: &NamespaceInfo, defaults: &Defaults) -> Pl
             url: &url,
             connect_to: connect_to.as_deref(),
             paths: &paths,
+            depends_on: &[],
         }
         .add(&settings, defaults, &mut plan, &mut seen);
     }

@@ -27,6 +27,7 @@
 
 pub mod annotations;
 mod attach;
+pub mod gateway;
 use webchecker_core::generated_cap as budget;
 pub mod gateway_api;
 mod gateways;
@@ -59,7 +60,7 @@ use std::collections::BTreeMap;
 /// The field manager of every server-side apply of a generated checker.
 pub const FIELD_MANAGER: &str = "webchecker-discovery";
 /// Label on a generated checker: the kind of its source (`ingress`,
-/// `httproute`, `grpcroute`, `service`); the `SOURCE` column of `kubectl get wc`.
+/// `httproute`, `grpcroute`, `service`, `gateway`); the `SOURCE` column of `kubectl get wc`.
 pub const SOURCE_LABEL: &str = "webchecker.test.network.io/source";
 /// Label on a generated checker: the name of its source object (cut to a
 /// label value).
@@ -95,6 +96,16 @@ pub struct Desired {
     /// `spec.grpc`: the service a gRPC health check asks about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<GrpcCheck>,
+    /// `spec.dependsOn`: the checkers of the Gateways of its namespace that
+    /// serve it (`gateways::dependencies`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<DependsOnNames>,
+}
+
+/// `spec.dependsOn` of a generated checker: names only.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DependsOnNames {
+    pub names: Vec<String>,
 }
 
 /// `spec.grpc` of a generated gRPC checker.
@@ -182,7 +193,7 @@ pub const MAX_NAMESPACE_LABELS: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {
     /// The `source` label's value: `ingress`, `httproute`, `grpcroute`,
-    /// `service`.
+    /// `service`, `gateway`.
     pub label: &'static str,
     pub api_version: &'static str,
     pub kind: &'static str,

@@ -167,7 +167,25 @@ mod tests {
             failure_threshold: None,
             connect_to: None,
             grpc: None,
+            depends_on: None,
         }
+    }
+
+    #[test]
+    fn a_gateways_checker_is_named_in_depends_on() {
+        let mut d = desired();
+        d.depends_on = Some(super::super::DependsOnNames {
+            names: vec!["edge-gw-0a1b2c3d".into()],
+        });
+        let b = body(&d, &source());
+        assert_eq!(
+            b["spec"]["dependsOn"],
+            json!({"names": ["edge-gw-0a1b2c3d"]})
+        );
+        assert_ne!(
+            fingerprint(&d, &source()),
+            fingerprint(&desired(), &source())
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub(super) async fn list(client: Client, kind: Kind, ns: &str, page: u32) -> Ref
         Kind::HttpRoute => Refilled::Routes(all(Api::namespaced(client, ns), page).await),
         Kind::GrpcRoute => Refilled::GrpcRoutes(all(Api::namespaced(client, ns), page).await),
         Kind::Service => Refilled::Services(all(Api::namespaced(client, ns), page).await),
+        Kind::Gateway => Refilled::Gateways(all(Api::namespaced(client, ns), page).await),
     }
 }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Api, Client};
 
-use super::{SOURCE_LABEL, grpcroute, httproute, ingress, service};
+use super::{SOURCE_LABEL, gateway, grpcroute, httproute, ingress, service};
 
 /// The kinds a generated checker reports to: group, kind, the version read
 /// (a UID is the same in every version) and resource.
@@ -21,6 +21,7 @@ const KINDS: &[(&str, &str, &str, &str)] = &[
     ("gateway.networking.k8s.io", "HTTPRoute", "v1", "httproutes"),
     ("gateway.networking.k8s.io", "GRPCRoute", "v1", "grpcroutes"),
     ("", "Service", "v1", "services"),
+    ("gateway.networking.k8s.io", "Gateway", "v1", "gateways"),
 ];
 
 /// Whether `r` (an Event's object) is a kind a generated checker reports to.
@@ -73,7 +74,7 @@ pub use webchecker_core::table::{CHECKER_DOWN, CHECKER_UP};
 
 /// The source object of a generated checker: its controller ownerReference,
 /// when it is of the kind its `source` label names (Ingress, HTTPRoute,
-/// GRPCRoute, Service), in the checker's namespace. None for any other checker: a
+/// GRPCRoute, Service, Gateway), in the checker's namespace. None for any other checker: a
 /// checker made by hand, or one another controller owns, reports only on
 /// itself.
 pub fn source_of(meta: &ObjectMeta) -> Option<ObjectReference> {
@@ -83,6 +84,7 @@ pub fn source_of(meta: &ObjectMeta) -> Option<ObjectReference> {
         httproute::LABEL => ("gateway.networking.k8s.io/v1", "HTTPRoute"),
         grpcroute::LABEL => ("gateway.networking.k8s.io/v1", "GRPCRoute"),
         service::LABEL => ("v1", "Service"),
+        gateway::LABEL => ("gateway.networking.k8s.io/v1", "Gateway"),
         _ => return None,
     };
     let owner = meta

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::annotations::{self, Settings};
 use super::names;
 use super::{
-    Defaults, Desired, GrpcCheck, MAX_CHECKERS_PER_SOURCE, NamespaceInfo, Plan, Problem, Skip,
+    Defaults, DependsOnNames, Desired, GrpcCheck, MAX_CHECKERS_PER_SOURCE, NamespaceInfo, Plan,
+    Problem, Skip,
 };
 
 /// The Event reason when a source asks for more checkers than allowed.
@@ -41,9 +42,9 @@ pub(super) fn start(
 
 /// Whether a Namespace's opt-in covers sources of `kind`: its routes (gRPC
 /// ones too), not its Services (most do not speak HTTP: databases, queues,
-/// DNS), each of which says so itself.
+/// DNS) nor its Gateways (often another team's), each of which says so itself.
 pub(super) fn namespace_covers(kind: &str) -> bool {
-    kind != "Service"
+    !matches!(kind, "Service" | "Gateway")
 }
 
 /// The host a checker can probe, lower case; a rule without one (it matches
@@ -78,6 +79,8 @@ pub(super) struct HostCheckers<'a> {
     pub url: &'a str,
     pub connect_to: Option<&'a str>,
     pub paths: &'a [String],
+    /// The checkers its checkers depend on (its Gateways').
+    pub depends_on: &'a [String],
 }
 
 impl HostCheckers<'_> {
@@ -113,6 +116,9 @@ impl HostCheckers<'_> {
                         .grpc_service
                         .clone()
                         .map(|service| GrpcCheck { service }),
+                    depends_on: (!self.depends_on.is_empty()).then(|| DependsOnNames {
+                        names: self.depends_on.to_vec(),
+                    }),
                 });
             }
         }

@@ -59,6 +59,7 @@ pub fn plan(svc: &Service, namespace: &NamespaceInfo, defaults: &Defaults) -> Pl
         url: &url,
         connect_to: None,
         paths: &[],
+        depends_on: &[],
     }
     .add(&settings, defaults, &mut plan, &mut BTreeSet::new());
     rules::finish(&mut plan, "spec.ports");

@@ -45,8 +45,8 @@ use super::views::{
 };
 use super::writer::{Stopped, Work, Writer};
 use super::{
-    Defaults, NamespaceInfo, Plan, Problem, SOURCE_LABEL, Source, grpcroute, httproute, ingress,
-    patch, refill, service,
+    Defaults, NamespaceInfo, Plan, Problem, SOURCE_LABEL, Source, gateway, grpcroute, httproute,
+    ingress, patch, refill, service,
 };
 use crate::api::WebChecker;
 use crate::error::api_code;
@@ -108,6 +108,7 @@ impl Session {
         self.discovery.watched(service::LABEL, false);
         self.discovery.watched(httproute::LABEL, false);
         self.discovery.watched(grpcroute::LABEL, false);
+        self.discovery.watched(gateway::LABEL, false);
         loop {
             if !sources && state.listed[0] {
                 self.source_streams(&mut streams);
@@ -228,11 +229,12 @@ impl Session {
         };
         let namespaces: Api<PartialObjectMeta<Namespace>> = Api::all(self.watches.clone());
         let generated = config().labels(&format!(
-            "{SOURCE_LABEL} in ({},{},{},{})",
+            "{SOURCE_LABEL} in ({},{},{},{},{})",
             ingress::LABEL,
             httproute::LABEL,
             grpcroute::LABEL,
-            service::LABEL
+            service::LABEL,
+            gateway::LABEL
         ));
         let mut all = SelectAll::new();
         all.push(
@@ -267,6 +269,7 @@ impl Session {
     ) {
         if !api.gateways {
             all.push(self.watch::<Gateway>(GATEWAYS, Change::Gateway));
+            self.discovery.watched(gateway::LABEL, true);
             api.gateways = true;
         }
     }
@@ -365,6 +368,11 @@ impl Session {
                 let o = state.services.map.get(&at)?;
                 let plan = service::plan(o, namespace, d);
                 (plan, service::source(o), &o.metadata)
+            }
+            Kind::Gateway => {
+                let o = state.gateways.map.get(&at)?;
+                let plan = gateway::plan(o, namespace, d);
+                (plan, gateway::source(o), &o.metadata)
             }
         };
         Some(Planned {

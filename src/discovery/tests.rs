@@ -1,5 +1,5 @@
 //! The rules of discovery from YAML fixtures (`fixtures/*.yaml`: an Ingress,
-//! a Service, or an HTTPRoute or a GRPCRoute with the Gateways it may name, its Namespace's
+//! a Service, a Gateway, or an HTTPRoute or a GRPCRoute with the Gateways it may name, its Namespace's
 //! annotations, the checkers wanted, the annotations named as problems, the
 //! rules skipped), and the bound on checkers per source.
 
@@ -31,6 +31,10 @@ struct Fixture {
     grpcroute: Option<serde_yaml::Value>,
     #[serde(default)]
     service: Option<serde_yaml::Value>,
+    /// A Gateway as the source.
+    #[serde(default)]
+    gateway: Option<serde_yaml::Value>,
+    /// The Gateways a route may name.
     #[serde(default)]
     gateways: Vec<serde_yaml::Value>,
     want: Vec<Desired>,
@@ -110,6 +114,17 @@ fn plan_of(f: &Fixture, whole: bool) -> Result<Plan, String> {
         o
     }
     let d = Defaults::default();
+    if let Some(g) = &f.gateway {
+        let sources = [&f.ingress, &f.httproute, &f.grpcroute, &f.service];
+        if sources.iter().any(|s| s.is_some()) {
+            return Err("a fixture has one source".into());
+        }
+        return Ok(super::gateway::plan(
+            &kept(gateway(g.clone()), whole),
+            &ns,
+            &d,
+        ));
+    }
     Ok(match (&f.ingress, &f.httproute, &f.grpcroute, &f.service) {
         (Some(i), None, None, None) => plan(&kept(ingress(i.clone()), whole), &ns, &d),
         (None, None, None, Some(s)) => service::plan(&kept(svc(s.clone()), whole), &ns, &d),

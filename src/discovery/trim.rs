@@ -307,18 +307,12 @@ impl Kept for Service {
     }
 }
 
-/// A Gateway: its HTTP and HTTPS listeners (at most the 64 the Gateway API
-/// allows) and the first address in its status that a checker can dial.
+/// A Gateway: its metadata as [`meta`] keeps it (it is a source too), its
+/// HTTP and HTTPS listeners (at most the 64 the Gateway API allows) and the
+/// first address in its status that a checker can dial.
 impl Kept for Gateway {
     fn trim(&mut self) {
-        let m = std::mem::take(&mut self.metadata);
-        self.metadata = ObjectMeta {
-            name: m.name,
-            namespace: m.namespace,
-            uid: m.uid,
-            resource_version: m.resource_version,
-            ..ObjectMeta::default()
-        };
+        self.metadata = meta(std::mem::take(&mut self.metadata));
         if let Some(listeners) = self.spec.listeners.as_mut() {
             listeners.retain(|l| matches!(l.protocol.as_str(), "HTTP" | "HTTPS"));
             listeners.truncate(64);
@@ -330,7 +324,8 @@ impl Kept for Gateway {
         });
     }
 
-    /// Gateways are not sources: they are kept whole (trimmed).
+    /// Gateways are few, and routes read them whether or not they opt in:
+    /// they are kept whole (trimmed).
     fn stub(&mut self) {}
 }
 

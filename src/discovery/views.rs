@@ -20,7 +20,7 @@ use super::gateway_api::{GRPCRoute, Gateway, HTTPRoute, ParentRef};
 use super::queue::{Grouped, WorkQueue};
 use super::{
     FINGERPRINT_ANNOTATION, MAX_NAMESPACE_LABELS, NamespaceInfo, Problem, SOURCE_LABEL,
-    annotations, grpcroute, httproute, ingress, rules, service, trim,
+    annotations, gateway, grpcroute, httproute, ingress, rules, service, trim,
 };
 use crate::api::WebChecker;
 
@@ -31,6 +31,7 @@ pub(super) enum Kind {
     HttpRoute,
     GrpcRoute,
     Service,
+    Gateway,
 }
 
 impl Kind {
@@ -41,6 +42,7 @@ impl Kind {
             Kind::HttpRoute => "HTTPRoute",
             Kind::GrpcRoute => "GRPCRoute",
             Kind::Service => "Service",
+            Kind::Gateway => "Gateway",
         }
     }
 
@@ -51,6 +53,7 @@ impl Kind {
             Kind::HttpRoute => httproute::LABEL,
             Kind::GrpcRoute => grpcroute::LABEL,
             Kind::Service => service::LABEL,
+            Kind::Gateway => gateway::LABEL,
         }
     }
 }
@@ -73,6 +76,7 @@ pub(super) enum Refilled {
     Routes(Vec<HTTPRoute>),
     GrpcRoutes(Vec<GRPCRoute>),
     Services(Vec<Service>),
+    Gateways(Vec<Gateway>),
 }
 
 /// One watch event, of whichever watch, or a refill's list.
@@ -184,6 +188,7 @@ impl State {
             Kind::HttpRoute => stub_meta(&self.routes, &at),
             Kind::GrpcRoute => stub_meta(&self.grpc_routes, &at),
             Kind::Service => stub_meta(&self.services, &at),
+            Kind::Gateway => stub_meta(&self.gateways, &at),
         };
         stub && meta.is_some_and(|m| may_opt_in(*kind, m, &self.namespaces))
     }
@@ -209,6 +214,7 @@ impl State {
                 Kind::HttpRoute => self.routes.listed && self.gateways.listed,
                 Kind::GrpcRoute => self.grpc_routes.listed && self.gateways.listed,
                 Kind::Service => self.services.listed,
+                Kind::Gateway => self.gateways.listed,
             }
     }
 
@@ -290,6 +296,7 @@ fn on_source<T: kube::Resource>(
                 Kind::HttpRoute => state.routes.map.keys().cloned().collect(),
                 Kind::GrpcRoute => state.grpc_routes.map.keys().cloned().collect(),
                 Kind::Service => state.services.map.keys().cloned().collect(),
+                Kind::Gateway => state.gateways.map.keys().cloned().collect(),
             };
             state.index(kind, listed.iter());
             enqueue_all(state, queue);
@@ -370,6 +377,7 @@ pub(super) fn on_refill(
         Refilled::Routes(l) => state.routes.refill(l, &full(kind, namespaces)),
         Refilled::GrpcRoutes(l) => state.grpc_routes.refill(l, &full(kind, namespaces)),
         Refilled::Services(l) => state.services.refill(l, &full(kind, namespaces)),
+        Refilled::Gateways(l) => state.gateways.refill(l, &|_| true),
     };
     state.refills.1.remove(&(kind, ns));
     for (ns, name) in filled {
@@ -377,13 +385,19 @@ pub(super) fn on_refill(
     }
 }
 
-/// A Gateway changed (its addresses, its listeners): the routes that name
-/// it have work; a list's end: every route.
+/// A Gateway changed (its addresses, its listeners, its opt-in): it has
+/// work as a source, and so have the routes that name it; a list's end:
+/// every source. Gateways are kept whole whether or not they opt in (the
+/// routes read them).
 pub(super) fn on_gateway(ev: Event<Gateway>, state: &mut State, queue: &mut WorkQueue<Key>) {
-    let gw = match state.gateways.take(ev, &|_| true) {
-        Taken::Nothing => return,
-        Taken::Listed(_) => return enqueue_all(state, queue),
-        Taken::Applied(k) | Taken::Deleted(k, _) => k,
+    let taken = state.gateways.take(ev, &|_| true);
+    let gw = match &taken {
+        Taken::Applied(k) | Taken::Deleted(k, _) => Some(k.clone()),
+        Taken::Nothing | Taken::Listed(_) => None,
+    };
+    on_source(Kind::Gateway, taken, state, queue);
+    let Some(gw) = gw else {
+        return;
     };
     let names = |ns: &str, refs: Option<&Vec<ParentRef>>| {
         refs.into_iter().flatten().any(|p| {
@@ -475,6 +489,7 @@ fn owner(meta: &PartialObjectMeta<WebChecker>) -> Option<(Key, String)> {
         ("GRPCRoute", super::gateway_api::GROUP) => Kind::GrpcRoute,
         // The core group: `v1`, no group part.
         ("Service", "v1") => Kind::Service,
+        ("Gateway", super::gateway_api::GROUP) => Kind::Gateway,
         _ => return None,
     };
     if meta.labels().get(SOURCE_LABEL).map(String::as_str) != Some(kind.label()) {

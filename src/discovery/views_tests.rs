@@ -202,7 +202,11 @@ fn a_gateway_makes_work_for_the_routes_that_name_it() {
     assert!(s.ready(Kind::HttpRoute) && s.ready(Kind::Ingress));
     drain(&mut q);
     on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
-    assert_eq!(drain(&mut q), ["r2", "r1"], "r3 names shop's gw");
+    assert_eq!(
+        drain(&mut q),
+        ["gw", "r2", "r1"],
+        "the Gateway itself (a source too), then its routes: r3 names shop's gw"
+    );
     let checker = of_route(checker("r1-x", "r1"), "HTTPRoute", "httproute");
     on_checker(Event::Apply(checker), &mut s, &mut q);
     let popped = q.pop().unwrap();
@@ -245,7 +249,7 @@ fn a_gateway_makes_work_for_the_grpcroutes_that_name_it_too() {
     );
     drain(&mut q);
     on_gateway(Event::Apply(gateway("web", "gw")), &mut s, &mut q);
-    assert_eq!(drain(&mut q), ["r1", "g1"]);
+    assert_eq!(drain(&mut q), ["gw", "r1", "g1"]);
     let c = of_route(checker("g1-x", "g1"), "GRPCRoute", "grpcroute");
     on_checker(Event::Apply(c), &mut s, &mut q);
     let popped = q.pop().unwrap();

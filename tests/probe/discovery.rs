@@ -491,7 +491,7 @@ async fn the_namespace_opts_in_and_an_ingress_opts_out(
 }
 
 /// An HTTPRoute of the Gateway API, in this test's namespace.
-fn httproute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
+pub(super) fn httproute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String {
     let ann = annotations_block(annotations);
     format!(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata:\n  name: {name}\n{ann}spec:\n  parentRefs: [{{name: gw}}]\n  hostnames: {hosts:?}\n  rules:\n  - backendRefs: [{{name: web, port: 80}}]\n"

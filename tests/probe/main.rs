@@ -14,6 +14,7 @@
 mod ca_bundle;
 mod discovery;
 mod discovery_gateway_api;
+mod discovery_gateway_checker;
 mod discovery_grpcroutes;
 mod discovery_guard;
 mod discovery_names;
