@@ -13,7 +13,6 @@
 use std::collections::BTreeSet;
 
 use super::gateway_api::{Gateway, Listener};
-use super::gateways;
 use super::rules::{self, HostCheckers};
 use super::{Defaults, NamespaceInfo, Plan, Problem, Skip, Source};
 
@@ -52,7 +51,7 @@ pub fn plan(gw: &Gateway, namespace: &NamespaceInfo, defaults: &Defaults) -> Pla
     let Some(mut settings) = settings else {
         return plan;
     };
-    let Some(address) = gateways::address(gw) else {
+    let Some(address) = address(gw) else {
         plan.skipped.push((String::new(), Skip::NoAddress));
         return plan;
     };
@@ -114,6 +113,22 @@ fn target(gw: &Gateway, address: &str) -> Option<(String, Option<String>)> {
                 Some(address.to_string()),
             ))
         })
+}
+
+/// The first address in the Gateway's status that a probe can dial: an
+/// `IPAddress` or a `Hostname` (other types are an implementation's own).
+pub(super) fn address(gw: &Gateway) -> Option<String> {
+    let addrs = gw
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_deref())
+        .unwrap_or_default();
+    addrs
+        .iter()
+        .filter(|a| matches!(a.type_.as_deref(), None | Some("IPAddress" | "Hostname")))
+        .map(|a| a.value.trim())
+        .find(|v| !v.is_empty())
+        .map(str::to_string)
 }
 
 /// An IPv6 address in brackets, as a URL's host.

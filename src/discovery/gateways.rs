@@ -98,7 +98,7 @@ pub(super) fn reached<'a>(parents: &'a [Parent<'a>], host: &str) -> Vec<Reach<'a
                 key: &p.key,
                 label: &p.label,
                 listener: listener(p, host)?,
-                address: address(p.gateway)?,
+                address: gateway::address(p.gateway)?,
             })
         })
         .collect()
@@ -148,20 +148,4 @@ fn listener<'a>(p: &Parent<'a>, host: &str) -> Option<&'a Listener> {
     };
     let of = |protocol: &str| all.iter().filter(fits).find(|l| l.protocol == protocol);
     of("HTTPS").or_else(|| of("HTTP"))
-}
-
-/// The first address in the Gateway's status that a probe can dial: an
-/// `IPAddress` or a `Hostname` (other types are an implementation's own).
-pub(super) fn address(gw: &Gateway) -> Option<String> {
-    let addrs = gw
-        .status
-        .as_ref()
-        .and_then(|s| s.addresses.as_deref())
-        .unwrap_or_default();
-    addrs
-        .iter()
-        .filter(|a| matches!(a.type_.as_deref(), None | Some("IPAddress" | "Hostname")))
-        .map(|a| a.value.trim())
-        .find(|v| !v.is_empty())
-        .map(str::to_string)
 }

@@ -45,7 +45,7 @@ const ACTIVE: Family = (
 );
 const SOURCE_WATCHED: Family = (
     "webchecker_discovery_source_watched",
-    "1 while route discovery watches this kind of source on the leader (httproute, grpcroute: 0 while the Gateway API does not serve them)",
+    "1 while route discovery watches this kind of source on the leader (httproute, grpcroute, gateway: 0 while the Gateway API does not serve them)",
 );
 
 impl DiscoveryMetrics {

@@ -317,7 +317,7 @@ impl Kept for Gateway {
             listeners.retain(|l| matches!(l.protocol.as_str(), "HTTP" | "HTTPS"));
             listeners.truncate(64);
         }
-        let first = super::gateways::address(self);
+        let first = super::gateway::address(self);
         self.status = Some(GatewayStatus {
             addresses: first
                 .map(|value| vec![super::gateway_api::GatewayAddress { type_: None, value }]),

@@ -124,9 +124,25 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
         t.elapsed()
     );
 
-    let all: Vec<String> = std::iter::once(gw.clone()).chain(routes.clone()).collect();
+    let all: Vec<String> = std::iter::once(gw.clone()).chain(routes).collect();
+    the_gateway_down_pages_once(&client, &wcs, &ns, &all, &down).await;
+    drop(op);
+}
+
+/// Every checker of `all` (the Gateway's first) Ready; the data plane down:
+/// the Gateway's checker down with a Warning, the routes' `DependencyDown`
+/// with none; back up: all Ready, still the one Warning.
+async fn the_gateway_down_pages_once(
+    client: &kube::Client,
+    wcs: &kube::Api<WebChecker>,
+    ns: &str,
+    all: &[String],
+    down: &AtomicBool,
+) {
+    let gw = all[0].clone();
+    let (client, wcs) = (client.clone(), wcs.clone());
     eventually(Duration::from_secs(30), "every checker Ready", || async {
-        let r = ready_of(&wcs, &all).await;
+        let r = ready_of(&wcs, all).await;
         (r.len() == all.len() && r.iter().all(|(s, _, _)| s == "True")).then_some(())
     })
     .await;
@@ -137,7 +153,7 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
         Duration::from_secs(30),
         "the routes DependencyDown",
         || async {
-            let r = ready_of(&wcs, &all).await;
+            let r = ready_of(&wcs, all).await;
             let routes_wait = r
                 .iter()
                 .skip(1)
@@ -159,7 +175,7 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
         );
     }
     let warned_of = eventually(Duration::from_secs(10), "the Gateway's Warning", || async {
-        let w = warned(&client, &ns).await;
+        let w = warned(&client, ns).await;
         w.contains(&gw).then_some(w)
     })
     .await;
@@ -175,7 +191,7 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
         Duration::from_secs(30),
         "every checker Ready again",
         || async {
-            let r = ready_of(&wcs, &all).await;
+            let r = ready_of(&wcs, all).await;
             (r.len() == all.len() && r.iter().all(|(s, _, _)| s == "True")).then_some(())
         },
     )
@@ -185,9 +201,8 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
         t.elapsed()
     );
     assert_eq!(
-        warned(&client, &ns).await,
+        warned(&client, ns).await,
         vec![gw],
         "still only the Gateway's"
     );
-    drop(op);
 }
