@@ -50,6 +50,12 @@ want curl curl
 want python3 python3
 if [ -z "$node_only" ]; then
   want promtool prometheus
+  # The probe bench counts the system calls of our prober and of the floor
+  # (strace -c) and samples where its CPU goes (perf).
+  want strace strace
+  want perf linux-perf
+  # Part 8 of the bench profiles a replica's heap.
+  want heaptrack heaptrack
   # Debian installs the exporter as /usr/bin/prometheus-blackbox-exporter.
   if command -v prometheus-blackbox-exporter >/dev/null 2>&1 || command -v blackbox_exporter >/dev/null 2>&1; then
     echo "install-deps: blackbox exporter found"

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 /// The parts in the report's order: key (BENCH_PARTS), title, and how its
 /// summary lines begin (merge.rs).
-pub const PARTS: [(&str, &str, &[&str]); 10] = [
+pub const PARTS: [(&str, &str, &[&str]); 11] = [
     (
         "probe",
         "1. Probe engine efficiency: webchecker prober vs blackbox_exporter",
@@ -42,6 +42,11 @@ pub const PARTS: [(&str, &str, &[&str]); 10] = [
         "sim",
         "7. Rebalancing cost curve (simulation): 10,000 and 100,000 checkers",
         &["rebalancing cost curve"],
+    ),
+    (
+        "heap",
+        "8. Heap by component, per owned checker",
+        &["heap by component"],
     ),
 ];
 

@@ -43,6 +43,8 @@ pub struct Fleet {
     pub rss_pre_mib: Vec<f64>,
     /// Extra operator flags for replicas spawned from now on.
     extra: Vec<String>,
+    /// The first replica's process is started through this (a profiler).
+    wrap_first: Vec<String>,
 }
 
 pub fn pid(o: &Operator) -> Option<u32> {
@@ -63,6 +65,17 @@ impl Fleet {
         replicas: usize,
         m: usize,
     ) -> Res<Fleet> {
+        Self::start_wrapped(cl, prefix, replicas, m, Vec::new()).await
+    }
+
+    /// `start`, the first replica's process started through `wrap_first`.
+    pub async fn start_wrapped(
+        cl: &'static Cluster,
+        prefix: &str,
+        replicas: usize,
+        m: usize,
+        wrap_first: Vec<String>,
+    ) -> Res<Fleet> {
         let ns = cl.namespace(&format!("bench-{prefix}"));
         let witness = Witness::start().await;
         witness.set_lean();
@@ -81,6 +94,7 @@ impl Fleet {
             all_probed_s: 0.0,
             rss_pre_mib: Vec::new(),
             extra: Vec::new(),
+            wrap_first,
         };
         for _ in 0..replicas {
             f.spawn();
@@ -112,8 +126,12 @@ impl Fleet {
         self.spawned += 1;
         let mut args = vec!["--log-level=info"];
         args.extend(self.extra.iter().map(String::as_str));
-        self.ops
-            .push(Operator::spawn(self.cl, &id, &self.ns, &args));
+        let op = if self.spawned == 1 && !self.wrap_first.is_empty() {
+            Operator::spawn_through(self.cl, &id, &self.ns, &args, &self.wrap_first)
+        } else {
+            Operator::spawn(self.cl, &id, &self.ns, &args)
+        };
+        self.ops.push(op);
         self.ops.len() - 1
     }
 

@@ -22,7 +22,9 @@
 //!    Prometheus of prometheus.rs);
 //! 7. the cost curve of rebalancing, 10,000 and 100,000 checkers over
 //!    3 -> 10 -> 30 -> 10 -> 3 members: the real sharder against a fake API
-//!    server with a given write latency and rate (sim/).
+//!    server with a given write latency and rate (sim/);
+//! 8. a replica's heap by component, per owned checker (heap.rs: part 3's
+//!    fleets, the first replica under heaptrack).
 //!
 //! Parts 3 and 4 run on the end-to-end kit the tests use (webchecker-kit:
 //! control plane, operator processes, witness, checker creation, ports);
@@ -36,7 +38,7 @@
 //! `bench target-server` (the HTTP and HTTPS targets of part 1).
 //!
 //! Environment: BENCH_QUICK=1 (short runs, for development), BENCH_LARGE=1
-//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,rebalance,slo,failover,confirm,prom,sim
+//! (adds 30,000 checkers), BENCH_PARTS=probe,kinds,ring,scale,rebalance,slo,failover,confirm,prom,sim,heap
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
 //! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000), BENCH_SIM_RUNS
@@ -55,6 +57,7 @@ mod crypto;
 mod engines;
 mod failover;
 mod fleet;
+mod heap;
 mod kinds;
 mod merge;
 mod plots;
@@ -71,6 +74,7 @@ mod sim;
 mod slo_writes;
 mod stats;
 mod sys;
+mod syscalls;
 mod tls_cost;
 
 use std::path::Path;
@@ -90,11 +94,12 @@ type ClusterParts = (
     Option<Res<Section>>,
     Option<Res<Section>>,
     Option<Res<Section>>,
+    Option<Res<Section>>,
 );
 
-/// Parts 3 to 6 on one control plane: 1,000 checkers (scale figures, then
-/// the failover scenarios on the same fleet), then 10,000 (and 30,000),
-/// then part 6's own 10,000.
+/// Parts 3 to 6 and 8 on one control plane: 1,000 checkers (scale figures,
+/// then the failover scenarios on the same fleet), then 10,000 (and
+/// 30,000), then part 6's own 10,000, then part 8's fleets.
 async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     let cl = match start_cluster(cfg) {
         Ok(cl) => cl,
@@ -105,7 +110,8 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
                 cfg.part("slo").then(|| Err(err(msg.clone()))),
                 cfg.part("failover").then(|| Err(err(msg.clone()))),
                 cfg.part("confirm").then(|| Err(err(msg.clone()))),
-                cfg.part("prom").then(|| Err(err(msg))),
+                cfg.part("prom").then(|| Err(err(msg.clone()))),
+                cfg.part("heap").then(|| Err(err(msg))),
             );
         }
     };
@@ -143,11 +149,17 @@ async fn cluster_parts(cfg: &Cfg, img: &Path) -> ClusterParts {
     } else {
         None
     };
+    let heap = if cfg.part("heap") {
+        let dir = cfg.work.join("heap");
+        Some(caught(async move { heap::part(cl, &dir).await }).await)
+    } else {
+        None
+    };
     cl.down();
     let scale = cfg
         .part("scale")
         .then(|| Ok(scale_section(cfg, scale_runs)));
-    (scale, rebalance, slo, failover, confirmation, prom)
+    (scale, rebalance, slo, failover, confirmation, prom, heap)
 }
 
 /// The control plane, for the rest of the run; why it did not start.
@@ -283,9 +295,17 @@ fn driver_main() {
             "bench: no TrueType font found (apt-get install fonts-dejavu-core): plots are skipped"
         );
     }
-    let on_cluster = ["scale", "rebalance", "slo", "failover", "confirm", "prom"]
-        .iter()
-        .any(|p| cfg.part(p));
+    let on_cluster = [
+        "scale",
+        "rebalance",
+        "slo",
+        "failover",
+        "confirm",
+        "prom",
+        "heap",
+    ]
+    .iter()
+    .any(|p| cfg.part(p));
     if !cfg.operator.is_file() && on_cluster {
         eprintln!(
             "bench: {} not found: build it with `cargo build --release` (make bench does)",
@@ -310,7 +330,7 @@ fn driver_main() {
         eprintln!("bench: part 7, rebalancing cost curve (simulation)");
         sim::part(&cfg, &img)
     });
-    let (scale, rebalance, slo, failover, confirmation, prom) = if on_cluster {
+    let (scale, rebalance, slo, failover, confirmation, prom, heap) = if on_cluster {
         eprintln!("bench: parts 3 to 6, real control plane");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -318,7 +338,7 @@ fn driver_main() {
             .unwrap();
         rt.block_on(cluster_parts(&cfg, &img))
     } else {
-        (None, None, None, None, None, None)
+        (None, None, None, None, None, None, None)
     };
 
     let took = t_start.elapsed().as_secs_f64();
@@ -333,6 +353,7 @@ fn driver_main() {
         confirmation,
         prom,
         sim,
+        heap,
     ];
     let (doc, failures) = report::document(
         &cfg,

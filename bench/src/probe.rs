@@ -16,7 +16,7 @@ use crate::report::Section;
 use crate::runs::{AllRuns, CONCURRENCIES, Ratios, Round, Runs, cores, pairs, timings};
 use crate::stats::{fmt_int, median, minmax};
 use crate::sys::{KillOnDrop, cmd_out, pin_command, signal, which};
-use crate::tls_cost;
+use crate::{syscalls, tls_cost};
 
 /// A target process (`bench target-server`) on `cpu`: its port, and for TLS
 /// the file with its CA.
@@ -309,6 +309,8 @@ struct Measured {
     floor: usize,
     split: tls_cost::Split,
     profile: Option<String>,
+    /// System calls per probe of ours and of the floor, and at which C.
+    syscalls: (syscalls::Counts, syscalls::Counts, usize),
 }
 
 pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
@@ -341,6 +343,10 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
     // Where our prober's CPU goes, at the concurrency with the lowest ratio.
     let worst_c = worst_concurrency(&pairs(&all, 0, 1)[&Proto::Http1]);
     let profile = perf_profile(&mut rig.worker, &urls[0].1, worst_c, d, &cfg.work);
+    let url = &urls[0].1;
+    let ours = syscalls::count(&mut rig.worker, url, worst_c, d, &cfg.work, "ours")?;
+    let floor_worker = rig.floor.as_mut().ok_or_else(|| err("no floor"))?;
+    let floor_calls = syscalls::count(floor_worker, url, worst_c, d, &cfg.work, "floor")?;
     drop(rig);
     let split = tls_cost::measure_split(&providers, &urls, &cas, cfg)?;
     drop(targets);
@@ -351,6 +357,7 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
         floor,
         split,
         profile,
+        syscalls: (ours, floor_calls, worst_c),
     };
     report(cfg, img, pinned, &bb_bin, &m)
 }
@@ -411,6 +418,13 @@ fn report(cfg: &Cfg, img: &Path, pinned: bool, bb_bin: &Path, m: &Measured) -> R
         .collect();
     let (floor_table, floor_line) = crate::probe_floor::report(&m.all, m.floor, cfg.rounds);
     s.push_str(&floor_table);
+    let (ours, floor, at) = &m.syscalls;
+    s.push_str(&syscalls::table(*at, ours, floor));
+    let floor_line = format!(
+        "{floor_line} System calls per probe at C = {at}: ours {:.1}, the floor {:.1} (`strace -c`).",
+        ours.total_per_probe(),
+        floor.total_per_probe()
+    );
     let summary = vec![
         format!(
             "Probe engine: **{:.1}x–{:.1}x** the probes per CPU-second of blackbox_exporter {} over HTTP/1.1 (median of {} \

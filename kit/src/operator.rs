@@ -70,6 +70,21 @@ impl Operator {
         op
     }
 
+    /// `spawn`, the process started through `wrapper` (a profiler:
+    /// `heaptrack -o FILE`); the child is the wrapper's.
+    pub fn spawn_through(
+        cluster: &Cluster,
+        identity: &str,
+        namespace: &str,
+        extra: &[&str],
+        wrapper: &[String],
+    ) -> Operator {
+        let mut op = Self::build(cluster, identity, namespace, extra, &cluster.kubeconfig);
+        op.prefix = wrapper.to_vec();
+        op.start();
+        op
+    }
+
     pub fn spawn_with_kubeconfig(
         cluster: &Cluster,
         identity: &str,
