@@ -6,8 +6,15 @@ use webchecker::config::Config;
 /// Logs go through a bounded buffer to a thread of their own, and lines are
 /// dropped when it is full: a stalled stdout (a full disk, a slow log pipe)
 /// must never stop probing. The guard flushes what is buffered when dropped.
+/// Log lines waiting for the writer thread at most.
+const LOG_BUFFER_LINES: usize = 8_192;
+
 fn init_logging(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
+    // The default buffer of 128,000 lines is 4 MiB allocated up front
+    // (docs/benchmarks.md, part 8); lines beyond the buffer are dropped
+    // (lossy) rather than block a task.
     let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_BUFFER_LINES)
         .lossy(true)
         .thread_name("log-writer")
         .finish(std::io::stdout());

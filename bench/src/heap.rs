@@ -22,25 +22,20 @@ use crate::report::Section;
 use crate::stats::fmt_int;
 use crate::sys::which;
 
-/// Our crates: a frame of theirs names a component.
-const OURS: [&str; 5] = [
-    "webchecker::",
-    "webchecker_core::",
-    "webchecker_plan::",
-    "webchecker_probe::",
-    "webchecker_api::",
-];
-/// Crates that only carry work (runtimes, the standard library): a
-/// library's component is the first other crate from the root.
-const CARRIERS: [&str; 8] = [
-    "std::",
-    "core::",
-    "alloc::",
-    "tokio::",
+/// Crates that only carry work (runtimes, the standard library, maps):
+/// a library's component is the outermost other crate.
+const CARRIERS: [&str; 11] = [
+    "std",
+    "core",
+    "alloc",
+    "tokio",
     "futures",
-    "hashbrown::",
-    "__",
-    "main",
+    "futures-util",
+    "futures-core",
+    "futures-channel",
+    "hashbrown",
+    "tower",
+    "tracing",
 ];
 /// Rows of the table: the largest components per owned checker.
 const ROWS: usize = 12;
@@ -52,43 +47,138 @@ struct Held {
     by_component: BTreeMap<String, f64>,
 }
 
-/// The component of one stack (`frame;frame;...`, root first).
-fn component(stack: &str) -> String {
-    let frames: Vec<&str> = stack
-        .split(';')
-        .map(|f| f.split(" (").next().unwrap_or(f).trim_start_matches('<'))
-        .filter(|f| !f.is_empty())
-        .collect();
-    let module = |f: &str| f.split("::").take(2).collect::<Vec<_>>().join("::");
-    if let Some(f) = frames
-        .iter()
-        .rev()
-        .find(|f| OURS.iter().any(|o| f.starts_with(o)))
-    {
-        return module(f);
-    }
-    frames
-        .iter()
-        .find(|f| f.contains("::") && !CARRIERS.iter().any(|c| f.starts_with(c)))
-        .map(|f| f.split("::").next().unwrap_or(f).to_string())
-        .unwrap_or_else(|| "(no symbol)".to_string())
+/// One backtrace of what was never freed: its bytes and the source file
+/// of each frame, innermost first.
+struct Trace {
+    bytes: f64,
+    files: Vec<String>,
+    /// A merged location's own list, which its backtraces replace.
+    merged: bool,
 }
 
-/// Bytes by component of heaptrack's collapsed stacks (`stack bytes` per line).
-fn by_component(stacks: &str) -> BTreeMap<String, f64> {
-    let mut out: BTreeMap<String, f64> = BTreeMap::new();
-    for line in stacks.lines() {
-        let Some((stack, bytes)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(bytes) = bytes.trim().parse::<f64>() else {
-            continue;
-        };
-        if bytes > 0.0 {
-            *out.entry(component(stack)).or_default() += bytes;
+/// `10.65M`, `612.00K`, `48B` (heaptrack's units, powers of 1024).
+fn bytes(v: &str) -> Option<f64> {
+    let (n, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic())?);
+    let k = match unit {
+        "B" => 1.0,
+        "K" => 1024.0,
+        "M" => 1024.0 * 1024.0,
+        "G" => 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some(n.parse::<f64>().ok()? * k)
+}
+
+/// The backtraces of `heaptrack_print --print-leaks`: each merged location
+/// (`X leaked over N calls from`) lists its backtraces (`... from:`), whose
+/// frames (`at FILE:LINE`) run from the allocation out to the thread's root.
+fn traces(text: &str) -> Vec<Trace> {
+    let mut out: Vec<Trace> = Vec::new();
+    for line in text.lines() {
+        if let Some((amount, rest)) = line.trim().split_once(" leaked over ") {
+            let Some(b) = bytes(amount) else { continue };
+            let merged = !rest.ends_with(':');
+            if !merged && out.last().is_some_and(|t| t.merged) {
+                out.pop();
+            }
+            out.push(Trace {
+                bytes: b,
+                files: Vec::new(),
+                merged,
+            });
+        } else if let Some(at) = line.trim().strip_prefix("at ")
+            && let Some(t) = out.last_mut()
+        {
+            let file = at.rsplit_once(':').map_or(at, |(f, _)| f);
+            t.files.push(file.to_string());
         }
     }
     out
+}
+
+/// `webchecker::engine` of `src/engine/writer.rs`, `webchecker_core::table`
+/// of `crates/core/src/table/entry.rs`: our crate and its module.
+fn module_of(file: &str) -> String {
+    let (krate, rest) = match file.strip_prefix("crates/") {
+        Some(r) => {
+            let (c, rest) = r.split_once("/src/").unwrap_or((r, ""));
+            (format!("webchecker_{c}"), rest)
+        }
+        None => (
+            "webchecker".to_string(),
+            file.strip_prefix("src/").unwrap_or(file),
+        ),
+    };
+    let module = rest
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(".rs");
+    match module {
+        "" | "lib" => krate,
+        m => format!("{krate}::{m}"),
+    }
+}
+
+/// The crate of a library's file: `kube-runtime` of
+/// `/root/.cargo/registry/src/index.../kube-runtime-3.0.1/src/watcher.rs`,
+/// `std` of `/rustc/HASH/library/std/src/...`.
+fn library(file: &str) -> Option<String> {
+    if let Some(rest) = file.split_once("/library/").map(|(_, r)| r) {
+        return Some(rest.split('/').next()?.to_string());
+    }
+    let dir = file
+        .split_once("/registry/src/")
+        .and_then(|(_, r)| r.split('/').nth(1))
+        .or_else(|| {
+            file.split_once("/deps/")
+                .and_then(|(_, r)| r.split('/').next())
+        })?;
+    let (name, version) = dir.rsplit_once('-')?;
+    version
+        .starts_with(|c: char| c.is_ascii_digit())
+        .then(|| name.to_string())
+}
+
+/// A backtrace's component: the module of our innermost frame, else the
+/// outermost library crate that does more than carry work.
+fn component(files: &[String], ours: &dyn Fn(&str) -> bool) -> String {
+    if let Some(f) = files.iter().find(|f| ours(f)) {
+        return module_of(f);
+    }
+    files
+        .iter()
+        .rev()
+        .filter_map(|f| library(f))
+        .find(|c| !CARRIERS.contains(&c.as_str()))
+        .unwrap_or_else(|| "(runtime)".to_string())
+}
+
+/// Bytes by component of `heaptrack_print --print-leaks`'s text.
+fn by_component(text: &str, ours: &dyn Fn(&str) -> bool) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = BTreeMap::new();
+    for t in traces(text) {
+        *out.entry(component(&t.files, ours)).or_default() += t.bytes;
+    }
+    out
+}
+
+/// Whether `file` (as the line tables name it) is of this repository.
+fn in_repo(file: &str) -> bool {
+    let repo = webchecker_kit::repo();
+    !file.starts_with('/') && repo.join(file).is_file()
+        || file.starts_with(&*repo.to_string_lossy())
+}
+
+/// `bench heap-components LEAKS`: the bytes by component of the output of
+/// `heaptrack_print --print-leaks`, largest first.
+pub fn print_components(path: &str) {
+    let text = std::fs::read_to_string(path).expect("read heaptrack_print's output");
+    let mut all: Vec<(String, f64)> = by_component(&text, &in_repo).into_iter().collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (c, b) in all {
+        println!("{:>10.1} KiB  {c}", b / 1024.0);
+    }
 }
 
 /// A fleet of `m` checkers with its first replica under heaptrack; what
@@ -136,31 +226,29 @@ async fn profile(cl: &'static Cluster, m: usize, work: &Path) -> Res<Held> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| ours(p))
         .ok_or_else(|| err(format!("no heaptrack data for {m} checkers")))?;
-    let stacks = work.join(format!("heap-m{m}.stacks"));
-    let status =
-        Command::new(which(&["heaptrack_print"]).ok_or_else(|| err("no heaptrack_print"))?)
-            .arg("-f")
-            .arg(&data)
-            .args([
-                "--print-peaks",
-                "0",
-                "--print-allocators",
-                "0",
-                "--print-temporary",
-                "0",
-            ])
-            .args(["--flamegraph-cost-type", "leaked", "-F"])
-            .arg(&stacks)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-    if !status.success() {
+    let print = Command::new(which(&["heaptrack_print"]).ok_or_else(|| err("no heaptrack_print"))?)
+        .arg("-f")
+        .arg(&data)
+        .args([
+            "--print-peaks",
+            "0",
+            "--print-allocators",
+            "0",
+            "--print-temporary",
+            "0",
+        ])
+        .args(["--print-leaks", "1", "-n", "1000000", "-s", "1000000"])
+        .stderr(Stdio::null())
+        .output()?;
+    if !print.status.success() {
         return Err(err("heaptrack_print failed"));
     }
+    let text = String::from_utf8_lossy(&print.stdout);
+    std::fs::write(work.join(format!("heap-m{m}.leaks")), text.as_bytes())?;
     Ok(Held {
         checkers: m,
         owned,
-        by_component: by_component(&std::fs::read_to_string(&stacks)?),
+        by_component: by_component(&text, &in_repo),
     })
 }
 
@@ -272,23 +360,64 @@ fn section(small: &Held, large: &Held) -> Section {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_stack_is_named_by_our_innermost_frame_else_the_outermost_library() {
-        let ours = "0x1;std::rt::lang_start (rt.rs);webchecker::replica::run;webchecker_core::table::Table::insert (table.rs);hashbrown::raw::RawTable::reserve;";
-        assert_eq!(component(ours), "webchecker_core::table");
-        let lib = "0x1;tokio::runtime::task::harness::poll;kube_runtime::watcher::step;serde_json::de::from_slice;alloc::vec::Vec::push;";
-        assert_eq!(component(lib), "kube_runtime");
-        let trait_impl = "<webchecker::intake::feed::Feed as core::ops::Drop>::drop;";
-        assert_eq!(component(trait_impl), "webchecker::intake");
-        assert_eq!(component("0x1;0x2;"), "(no symbol)");
+    const LEAKS: &str = "MEMORY LEAKS\n\
+        12.00M leaked over 30 calls from\n\
+        alloc\n  at /rustc/abc/library/std/src/sys/alloc/unix.rs:14\n  in /bin/op\n\
+        10.00M leaked over 10 calls from:\n\
+        \x20   reserve<>\n      at /rust/deps/hashbrown-0.16.1/src/raw/mod.rs:962\n\
+        \x20   insert\n      at crates/core/src/table/entries.rs:40\n\
+        \x20   apply\n      at src/engine/mod.rs:300\n\
+        \x20   run\n      at /root/.cargo/registry/src/index.crates.io-1/tokio-1.54.1/src/runtime/task.rs:1\n\
+        2.00M leaked over 20 calls from:\n\
+        \x20   from_slice\n      at /root/.cargo/registry/src/index.crates.io-1/serde_json-1.0.1/src/de.rs:1\n\
+        \x20   step\n      at /root/.cargo/registry/src/index.crates.io-1/kube-runtime-3.0.1/src/watcher.rs:1\n\
+        \x20   poll\n      at /root/.cargo/registry/src/index.crates.io-1/tokio-1.54.1/src/runtime/task.rs:1\n\
+        512.00K leaked over 1 calls from\n\
+        alloc\n  at src/main.rs:13\n";
+
+    fn ours(f: &str) -> bool {
+        f.starts_with("src/") || f.starts_with("crates/")
     }
 
     #[test]
-    fn bytes_add_up_by_component() {
-        let text = "a;webchecker::engine::x; 100\nb;webchecker::engine::y; 50\nc;rustls::x; 0\nd;rustls::y; 7\n";
-        let m = by_component(text);
-        assert_eq!(m["webchecker::engine"], 150.0);
-        assert_eq!(m["rustls"], 7.0);
-        assert_eq!(m.len(), 2);
+    fn a_backtrace_is_named_by_our_innermost_frame_else_the_outermost_library() {
+        let m = by_component(LEAKS, &ours);
+        assert_eq!(m["webchecker_core::table"], 10.0 * 1024.0 * 1024.0, "{m:?}");
+        assert_eq!(m["kube-runtime"], 2.0 * 1024.0 * 1024.0);
+        assert_eq!(
+            m["webchecker::main"],
+            512.0 * 1024.0,
+            "a location without backtraces counts itself"
+        );
+        assert_eq!(
+            m.len(),
+            3,
+            "a merged location with backtraces counts only them: {m:?}"
+        );
+    }
+
+    #[test]
+    fn files_name_modules_and_crates() {
+        assert_eq!(module_of("src/engine/writer.rs"), "webchecker::engine");
+        assert_eq!(module_of("src/lib.rs"), "webchecker");
+        assert_eq!(
+            module_of("crates/plan/src/plan/http.rs"),
+            "webchecker_plan::plan"
+        );
+        assert_eq!(
+            module_of("crates/core/src/table.rs"),
+            "webchecker_core::table"
+        );
+        assert_eq!(
+            library("/rustc/abc/library/alloc/src/vec/mod.rs").as_deref(),
+            Some("alloc")
+        );
+        assert_eq!(
+            library("/x/registry/src/index-1/kube-runtime-3.0.1/src/a.rs").as_deref(),
+            Some("kube-runtime")
+        );
+        assert_eq!(library("src/runtime/builder.rs"), None);
+        assert_eq!(bytes("612.00K"), Some(612.0 * 1024.0));
+        assert_eq!(bytes("48B"), Some(48.0));
     }
 }

@@ -386,6 +386,9 @@ fn driver_main() {
 fn main() {
     match std::env::args().nth(1).as_deref() {
         Some("prober-worker") => probe::worker_main(&std::env::args().skip(2).collect::<Vec<_>>()),
+        Some("heap-components") => {
+            heap::print_components(&std::env::args().nth(2).unwrap_or_default())
+        }
         Some("target-server") => probe::target_main(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("-h") | Some("--help") | Some("help") => {
             eprintln!(

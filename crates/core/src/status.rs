@@ -261,21 +261,21 @@ pub struct SideCondition {
 
 impl SideCondition {
     /// The condition of this type on the object's status, if any.
-    fn found(status: Option<&WebCheckerStatus>, type_: &str) -> Option<Self> {
-        status
-            .and_then(|s| s.condition(type_))
-            .map(|c| SideCondition {
+    fn found(status: Option<&WebCheckerStatus>, type_: &str) -> Option<Box<Self>> {
+        status.and_then(|s| s.condition(type_)).map(|c| {
+            Box::new(SideCondition {
                 status: Truth::parse(&c.status),
                 reason: c.reason.clone(),
                 message: c.message.clone(),
                 last_transition_time: c.last_transition_time.clone(),
             })
+        })
     }
 
     /// Sets `slot` (its transition time moves only when its status does);
     /// the message, when it turned True (the Warning Event's).
     fn set(
-        slot: &mut Option<Self>,
+        slot: &mut Option<Box<Self>>,
         status: Truth,
         reason: &str,
         message: String,
@@ -288,12 +288,12 @@ impl SideCondition {
         } else {
             slot.as_ref().and_then(|c| c.last_transition_time.clone())
         };
-        *slot = Some(SideCondition {
+        *slot = Some(Box::new(SideCondition {
             status,
             reason: reason.into(),
             message: message.clone(),
             last_transition_time,
-        });
+        }));
         (changed && status == Truth::True).then_some(message)
     }
 
@@ -322,11 +322,11 @@ pub struct CheckerStatus {
     pub consecutive_successes: u32,
     pub consecutive_failures: u32,
     /// CertificateExpiring; None when the checker has no expiry warning.
-    pub certificate: Option<SideCondition>,
+    pub certificate: Option<Box<SideCondition>>,
     /// Degraded; None until a failure first went unconfirmed.
-    pub degraded: Option<SideCondition>,
+    pub degraded: Option<Box<SideCondition>>,
     /// Maintenance; None until a window first covered the checker.
-    pub maintenance: Option<SideCondition>,
+    pub maintenance: Option<Box<SideCondition>>,
     /// A failure that would turn Ready False, held while another replica is
     /// asked to confirm it (crate::confirm); with spec.locations, the
     /// owner's probe held while the other zones probe.
@@ -339,14 +339,16 @@ pub struct CheckerStatus {
     /// `lastProbeTime` found on the object when this replica took it over.
     inherited_probe_time: Option<String>,
     /// With spec.slo: the probes counted against it.
-    slo: Option<SloBook>,
+    /// Boxed, as are the other parts few checkers use: every checker's
+    /// status is held (docs/benchmarks.md, part 8).
+    slo: Option<Box<SloBook>>,
     /// status.slo found on the object: the book resumes its ledger once it
     /// knows the objective, and until then it is written back as it was
     /// (a checker that cannot be probed keeps its counts).
-    inherited_slo: Option<webchecker_api::SloStatus>,
+    inherited_slo: Option<Box<webchecker_api::SloStatus>>,
     /// With spec.dependsOn: the transition to False whose Warning waits
     /// until then for a dependency to fall first.
-    held: Option<(Instant, Transition)>,
+    held: Option<Box<(Instant, Transition)>>,
     /// While Ready is False: what the cluster said of the target.
     diagnosis: Option<webchecker_api::Diagnosis>,
 }
@@ -437,7 +439,7 @@ impl CheckerStatus {
             last_write: None,
             inherited_probe_time: status.and_then(|s| s.last_probe_time.clone()),
             slo: None,
-            inherited_slo: status.and_then(|s| s.slo.clone()),
+            inherited_slo: status.and_then(|s| s.slo.clone()).map(Box::new),
             held: None,
             diagnosis: status.and_then(|s| s.diagnosis.clone()),
         }
@@ -451,13 +453,13 @@ impl CheckerStatus {
             self.inherited_slo = None;
             return;
         };
-        self.slo = Some(SloBook::reconcile(
-            self.slo.take(),
-            slo::inherited(self.inherited_slo.take()),
+        self.slo = Some(Box::new(SloBook::reconcile(
+            self.slo.take().map(|b| *b),
+            slo::inherited(self.inherited_slo.take().map(|b| *b)),
             t,
             ctx.confirm,
             ctx.now_unix,
-        ));
+        )));
     }
 
     /// Maintenance follows the window that covers the checker now
@@ -843,7 +845,7 @@ impl CheckerStatus {
     fn status_slo(&self, now: u64) -> Option<webchecker_api::SloStatus> {
         match &self.slo {
             Some(b) => Some(b.render(now)),
-            None => self.inherited_slo.clone(),
+            None => self.inherited_slo.as_deref().cloned(),
         }
     }
 
@@ -855,7 +857,7 @@ impl CheckerStatus {
         let mut summary = summarize(&status);
         summary.slo = match &self.slo {
             Some(b) => Some(b.summary()),
-            None => slo::summary(self.inherited_slo.as_ref()),
+            None => slo::summary(self.inherited_slo.as_deref()),
         };
         let due = match self.last_write {
             Some(t) => ctx.now.duration_since(t) >= ctx.heartbeat,
@@ -874,7 +876,7 @@ impl CheckerStatus {
                 _ => false,
             },
         };
-        let counted = self.slo.as_ref().is_some_and(SloBook::unsaved_due);
+        let counted = self.slo.as_deref().is_some_and(SloBook::unsaved_due);
         if self.written.as_ref() != Some(&summary) || due || counted {
             self.written = Some(summary);
             self.last_write = Some(ctx.now);

@@ -65,17 +65,13 @@ impl CheckerStatus {
         }
         if let Some(t) = fx.transition.take() {
             if t.ready == Truth::False && !fx.quiet && !edge.hold.is_zero() {
-                self.held = Some((ctx.now + edge.hold, t));
+                self.held = Some(Box::new((ctx.now + edge.hold, t)));
             } else {
                 fx.transition = Some(t);
             }
             return;
         }
-        if self
-            .held
-            .as_ref()
-            .is_some_and(|(until, _)| ctx.now >= *until)
-        {
+        if self.held.as_ref().is_some_and(|h| ctx.now >= h.0) {
             fx.transition = self.release();
         } else if blamed && self.reason != DEPENDENCY_DOWN && self.held.is_none() {
             fx.still_down = Some(format!(
@@ -87,7 +83,7 @@ impl CheckerStatus {
 
     /// The held transition, with what Ready says now.
     fn release(&mut self) -> Option<Transition> {
-        let (_, t) = self.held.take()?;
+        let (_, t) = *self.held.take()?;
         Some(Transition {
             reason: self.reason.clone(),
             message: self.message.clone(),

@@ -74,12 +74,14 @@ struct Entry {
     namespace: String,
     name: String,
     generation: Option<i64>,
-    /// `None` when the object does not deserialise.
-    definition: Option<Definition>,
+    /// `None` when the object does not deserialise. Boxed, as are the
+    /// other large parts, so that the map holds small entries
+    /// (docs/benchmarks.md, part 8).
+    definition: Option<Box<Definition>>,
     plan: Option<Arc<ProbePlan>>,
     object_ref: ObjectReference,
     /// Its route's, when generated (crate::discovery::route_events).
-    source_ref: Option<ObjectReference>,
+    source_ref: Option<Box<ObjectReference>>,
     /// Whether its timer is armed (for `due`).
     timer: bool,
     due: Instant,
@@ -131,7 +133,7 @@ impl Entry {
 
 pub struct Table {
     settings: Settings,
-    entries: HashMap<String, Entry>,
+    entries: HashMap<String, Box<Entry>>,
     /// Due probes, handed to the pool fairly between namespaces.
     ready: FairQueue,
     next_seq: u64,
@@ -699,7 +701,7 @@ impl Table {
             let (ready, reason) = (t.ready.as_str(), &t.reason);
             tracing::info!(checker = %key, ready, reason, "Ready changed");
             let mut said = vec![effect::transition_notice(&namespace, &e.object_ref, t)];
-            if let Some(source) = &e.source_ref {
+            if let Some(source) = e.source_ref.as_deref() {
                 said.extend(effect::source_notice(&namespace, source, &name, t));
             }
             // Planned work: the same news, as Normal Events.

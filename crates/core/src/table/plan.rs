@@ -58,7 +58,7 @@ impl Table {
             uid,
         }));
         let (definition, malformed) = match c.definition {
-            Ok(def) => (Some(def), None),
+            Ok(def) => (Some(Box::new(def)), None),
             Err(error) => (None, Some(error)),
         };
         let labels = c.labels;
@@ -79,7 +79,7 @@ impl Table {
             }
             // A route made again under the same name owns the checker anew
             // (a new UID): its Events follow without a new spec.
-            e.source_ref = c.source_ref.clone();
+            e.source_ref = c.source_ref.clone().map(Box::new);
             // Labels change without a new spec: the info series follows them.
             if definition.is_some() && c.info != e.info {
                 e.info = c.info.clone();
@@ -89,7 +89,7 @@ impl Table {
                     info: e.info.clone(),
                 }));
             }
-            unchanged = !was_draining && same(e.definition.as_ref(), definition.as_ref());
+            unchanged = !was_draining && same(e.definition.as_deref(), definition.as_deref());
             if unchanged {
                 e.generation = c.generation;
             }
@@ -112,7 +112,7 @@ impl Table {
             std::collections::hash_map::Entry::Vacant(v) => {
                 self.next_seq += 1;
                 self.ready.add_checker(&c.namespace);
-                v.insert(Entry {
+                v.insert(Box::new(Entry {
                     seq: self.next_seq,
                     namespace: c.namespace.clone(),
                     name: c.name.clone(),
@@ -135,14 +135,14 @@ impl Table {
                     info: c.info.clone(),
                     labels,
                     diagnosing: None,
-                })
+                }))
             }
         };
         let handover = definition.as_ref().and(c.last_probe);
         e.generation = c.generation;
         e.definition = definition;
         e.object_ref = c.object_ref;
-        e.source_ref = c.source_ref;
+        e.source_ref = c.source_ref.map(Box::new);
         let arrival = self.arrivals.of(initial, seen);
         self.apply_plan(&key, plan, handover, arrival, clock);
     }
