@@ -808,3 +808,361 @@ fn a_leaving_member_is_drained_and_takes_nothing() {
         .is_empty()
     );
 }
+
+/// Random sequences of events (members come, go, restart, turn suspect or
+/// leaving; checkers created, changed, deleted; writes started, answered,
+/// seen back or never; drains acknowledged; proofs; relists): every
+/// decision equals the oracle's.
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    const MEMBERS: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+    #[derive(Clone, Debug)]
+    pub(super) enum Op {
+        Join(usize),
+        Leave(usize, bool),
+        Suspect(usize),
+        Leaving(usize),
+        Put {
+            key: usize,
+            owner: Option<usize>,
+            stale_epoch: bool,
+            drain: Option<usize>,
+        },
+        Delete(usize),
+        Decide {
+            start: usize,
+        },
+        Finish {
+            which: usize,
+            outcome: u8,
+        },
+        Ack {
+            key: usize,
+            old_way: bool,
+        },
+        Expire,
+        Proof(usize, u8),
+        Window(usize),
+        Stuck,
+        Relist,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let m = 0..MEMBERS.len();
+        let key = 0usize..40;
+        prop_oneof![
+            2 => m.clone().prop_map(Op::Join),
+            1 => (m.clone(), any::<bool>()).prop_map(|(i, r)| Op::Leave(i, r)),
+            1 => m.clone().prop_map(Op::Suspect),
+            1 => m.clone().prop_map(Op::Leaving),
+            6 => (key.clone(), proptest::option::of(m.clone()), proptest::bool::weighted(0.1), proptest::option::weighted(0.2, m.clone()))
+                .prop_map(|(key, owner, stale_epoch, drain)| Op::Put { key, owner, stale_epoch, drain }),
+            1 => key.clone().prop_map(Op::Delete),
+            4 => (0usize..8).prop_map(|start| Op::Decide { start }),
+            4 => (any::<usize>(), 0u8..6).prop_map(|(which, outcome)| Op::Finish { which, outcome }),
+            3 => (key, any::<bool>()).prop_map(|(key, old_way)| Op::Ack { key, old_way }),
+            1 => Just(Op::Expire),
+            1 => (m.clone(), 0u8..5).prop_map(|(i, v)| Op::Proof(i, v)),
+            1 => (0usize..6).prop_map(Op::Window),
+            1 => Just(Op::Stuck),
+            1 => Just(Op::Relist),
+        ]
+    }
+
+    /// The cluster the book follows: objects as the API server holds them,
+    /// the members' Leases, and the sharder's view of them.
+    pub(super) struct World {
+        book: Book,
+        now: Instant,
+        rv: u64,
+        objects: BTreeMap<String, ObjectMeta>,
+        members: BTreeMap<String, String>,
+        generation: usize,
+        suspects: HashSet<String>,
+        leaving: HashSet<String>,
+        retired: HashSet<String>,
+        pub(super) inflight: Vec<Action>,
+    }
+
+    impl World {
+        pub(super) fn new() -> Self {
+            let mut w = World {
+                book: book(&[]),
+                now: Instant::now(),
+                rv: 1,
+                objects: BTreeMap::new(),
+                members: BTreeMap::new(),
+                generation: 0,
+                suspects: HashSet::new(),
+                leaving: HashSet::new(),
+                retired: HashSet::new(),
+                inflight: Vec::new(),
+            };
+            for i in 0..3 {
+                w.join(i);
+            }
+            w
+        }
+
+        fn join(&mut self, i: usize) {
+            self.generation += 1;
+            let epoch = format!("u{}{}", MEMBERS[i], self.generation);
+            if let Some(old) = self.members.insert(MEMBERS[i].into(), epoch) {
+                self.retired.insert(old);
+            }
+        }
+
+        fn put(&mut self, key: &str, meta: ObjectMeta) {
+            self.rv += 1;
+            let mut meta = meta;
+            meta.resource_version = Some(self.rv.to_string());
+            self.book.applied(&meta, self.now);
+            self.objects.insert(key.into(), meta);
+        }
+
+        pub(super) fn decide(&mut self) -> Vec<Action> {
+            let roster = Roster {
+                members: &self.members,
+                suspects: &self.suspects,
+                leaving: &self.leaving,
+                retired: &self.retired,
+            };
+            decide_checked(&mut self.book, &roster)
+        }
+
+        /// What the object becomes once `a` lands.
+        fn landed(&self, a: &Action) -> Option<ObjectMeta> {
+            let name = a.key().trim_start_matches("ns/");
+            let cur = Assignment::of(self.objects.get(name)?);
+            let epoch = self.members.get(a.target()).map(String::as_str);
+            Some(match a {
+                Action::Assign { to, .. } => meta(name, "0", Some(to), epoch, None),
+                Action::SetDrain { to, .. } => {
+                    let o = cur.owner.as_deref();
+                    let mut m = meta(name, "0", o, cur.epoch.as_deref(), Some(to));
+                    if let Some(e) = epoch {
+                        m.annotations
+                            .get_or_insert_default()
+                            .insert(DRAIN_EPOCH_ANNOTATION.to_string(), e.to_string());
+                    }
+                    m
+                }
+                Action::ClearDrain { .. } => {
+                    meta(name, "0", cur.owner.as_deref(), cur.epoch.as_deref(), None)
+                }
+            })
+        }
+    }
+
+    impl World {
+        pub(super) fn step(&mut self, op: Op) {
+            self.now += Duration::from_millis(700);
+            match op {
+                Op::Join(i) => self.join(i),
+                Op::Leave(i, seen) => {
+                    if let Some(old) = self.members.remove(MEMBERS[i])
+                        && seen
+                    {
+                        self.retired.insert(old);
+                    }
+                }
+                Op::Suspect(i) => toggle(&mut self.suspects, MEMBERS[i]),
+                Op::Leaving(i) => toggle(&mut self.leaving, MEMBERS[i]),
+                Op::Put {
+                    key,
+                    owner,
+                    stale_epoch,
+                    drain,
+                } => {
+                    let name = format!("c{key}");
+                    let owner = owner.map(|i| MEMBERS[i]);
+                    let epoch = match owner {
+                        Some(_) if stale_epoch => Some("u-old".to_string()),
+                        Some(o) => self.members.get(o).cloned(),
+                        None => None,
+                    };
+                    let drain = drain.map(|i| MEMBERS[i]);
+                    let m = meta(&name, "0", owner, epoch.as_deref(), drain);
+                    self.put(&name, m);
+                }
+                Op::Delete(key) => {
+                    if let Some(m) = self.objects.remove(&format!("c{key}")) {
+                        self.book.deleted(&m);
+                    }
+                }
+                Op::Decide { start } => {
+                    for a in self.decide().into_iter().take(start) {
+                        if !self.book.pending(a.key()) {
+                            self.book.write_started(&a);
+                            self.inflight.push(a);
+                        }
+                    }
+                }
+                Op::Finish { which, outcome } => self.finish(which, outcome),
+                Op::Ack { key, old_way } => self.ack(&format!("c{key}"), old_way),
+                Op::Expire => {
+                    self.now += WRITTEN_HOLD;
+                    self.book.expire_written(self.now);
+                }
+                Op::Proof(i, verdict) => self.proof(MEMBERS[i], verdict),
+                Op::Window(w) => self.book.set_window(w),
+                Op::Stuck => {
+                    let roster = Roster {
+                        members: &self.members,
+                        suspects: &self.suspects,
+                        leaving: &self.leaving,
+                        retired: &self.retired,
+                    };
+                    self.book
+                        .stuck_drains(&roster, self.now, Duration::from_secs(2));
+                }
+                Op::Relist => {
+                    self.book.list_begin();
+                    for m in self.objects.values() {
+                        self.book.list_item(m, self.now);
+                    }
+                    self.book.list_done();
+                }
+            }
+        }
+
+        /// A write answers: landed (its watch event before the answer,
+        /// after it, or never), raced or failed.
+        fn finish(&mut self, which: usize, outcome: u8) {
+            if self.inflight.is_empty() {
+                return;
+            }
+            let a = self.inflight.remove(which % self.inflight.len());
+            let name = a.key().trim_start_matches("ns/").to_string();
+            let landed = if outcome < 4 { self.landed(&a) } else { None };
+            let Some(m) = landed else {
+                let how = if outcome == 4 {
+                    WriteOutcome::Raced
+                } else {
+                    WriteOutcome::Failed
+                };
+                self.book.write_finished(a.key(), &how, self.now);
+                return;
+            };
+            let rv = (self.rv + 1).to_string();
+            match outcome {
+                0 => {
+                    self.put(&name, m);
+                    let done = WriteOutcome::Written(rv);
+                    self.book.write_finished(a.key(), &done, self.now);
+                }
+                1 => {
+                    let done = WriteOutcome::Written(rv);
+                    self.book.write_finished(a.key(), &done, self.now);
+                    self.put(&name, m);
+                }
+                _ => {
+                    // Never seen back (a later change came first).
+                    self.rv += 1;
+                    let done = WriteOutcome::Written(rv);
+                    self.book.write_finished(a.key(), &done, self.now);
+                }
+            }
+        }
+
+        /// The owner acknowledges a drain: by assigning the target itself,
+        /// or (an earlier version) by clearing its own assignment.
+        fn ack(&mut self, name: &str, old_way: bool) {
+            let Some(cur) = self.objects.get(name).map(Assignment::of) else {
+                return;
+            };
+            let Some(to) = cur.drain.as_deref() else {
+                return;
+            };
+            let m = if old_way {
+                meta(name, "0", None, None, Some(to))
+            } else {
+                meta(name, "0", Some(to), cur.drain_epoch.as_deref(), None)
+            };
+            self.put(name, m);
+        }
+
+        fn proof(&mut self, id: &str, verdict: u8) {
+            let (base, max) = (Duration::from_secs(1), Duration::from_secs(8));
+            match verdict {
+                0 => self.book.proof_started(id),
+                1 => self.book.proven(id),
+                2 => self.book.proof_refuted(id),
+                3 => self.book.proof_failed(id, self.now, base, max),
+                _ => self.book.proofs_abandoned(),
+            }
+        }
+    }
+
+    fn toggle(set: &mut HashSet<String>, id: &str) {
+        if !set.remove(id) {
+            set.insert(id.to_string());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, .. ProptestConfig::default() })]
+
+        #[test]
+        fn every_decision_equals_the_full_one(ops in proptest::collection::vec(op(), 1..120)) {
+            let mut w = World::new();
+            for op in ops {
+                w.step(op);
+            }
+            w.decide();
+        }
+    }
+}
+
+/// Scale-out and scale-in of 1,500 checkers a window at a time, with
+/// checkers created and deleted meanwhile: every decision equals the
+/// oracle's while the members' surpluses shrink and grow.
+#[test]
+fn a_long_rebalance_decides_as_the_full_plan_does() {
+    use random::*;
+    let mut w = World::new();
+    for k in 0..1500 {
+        w.step(Op::Put {
+            key: k,
+            owner: None,
+            stale_epoch: false,
+            drain: None,
+        });
+    }
+    w.step(Op::Window(40));
+    for round in 0..400 {
+        match round {
+            20 => w.step(Op::Join(3)),
+            60 => w.step(Op::Join(4)),
+            150 => w.step(Op::Leave(0, true)),
+            250 => w.step(Op::Join(0)),
+            _ => {}
+        }
+        if round % 7 == 3 {
+            w.step(Op::Delete((round * 37) % 1500));
+            w.step(Op::Put {
+                key: (round * 53) % 1600,
+                owner: None,
+                stale_epoch: false,
+                drain: None,
+            });
+        }
+        w.step(Op::Decide { start: 2000 });
+        while !w.inflight.is_empty() {
+            w.step(Op::Finish {
+                which: round,
+                outcome: (round % 3) as u8,
+            });
+        }
+        for k in 0..1600 {
+            w.step(Op::Ack {
+                key: k,
+                old_way: k % 5 == 0,
+            });
+        }
+    }
+    assert!(w.decide().is_empty(), "settled");
+}
