@@ -249,6 +249,10 @@ pub struct Book {
     seen: Seen,
     /// Members whose proof started or ended since the last decision.
     touched: HashSet<String>,
+    /// Checkers without a valid, unsuspected owner, under the roster seen.
+    unserved: HashSet<String>,
+    /// Served checkers whose orphan clock runs: the census stops it.
+    served_again: HashSet<String>,
 }
 
 impl Book {
@@ -279,6 +283,7 @@ impl Book {
         self.naming.clear();
         self.epochs.clear();
         self.draining.clear();
+        self.unserved.clear();
         let keys: Vec<String> = self.objects.keys().cloned().collect();
         for k in keys {
             self.link(&k);
@@ -343,8 +348,18 @@ impl Book {
         let Some(o) = self.objects.get(key) else {
             self.standing.remove(key);
             self.handovers.remove(key);
+            self.unserved.remove(key);
             return;
         };
+        let m = self.seen.roster();
+        if m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id)) {
+            self.unserved.remove(key);
+            if o.orphan_since.is_some() {
+                self.served_again.insert(key.to_string());
+            }
+        } else if !self.unserved.contains(key) {
+            self.unserved.insert(key.to_string());
+        }
         let pending = pending_target(&self.inflight, &self.written, key);
         match class_of(o, pending, &self.seen.roster(), &self.proving) {
             Class::Skip => {
@@ -703,6 +718,7 @@ impl Book {
     /// Updates every checker's orphan clock and counts those without a valid,
     /// unsuspected owner (unowned, owner gone or suspect, handover not done)
     /// for longer than `grace`, or draining for longer than `drain_bound`.
+    /// Visits the unserved and the draining only.
     pub fn census(
         &mut self,
         m: &Roster<'_>,
@@ -710,21 +726,30 @@ impl Book {
         grace: Duration,
         drain_bound: Duration,
     ) -> Census {
+        self.sync(m);
+        for key in std::mem::take(&mut self.served_again) {
+            if !self.unserved.contains(&key)
+                && let Some(o) = self.objects.get_mut(&key)
+            {
+                o.orphan_since = None;
+            }
+        }
         let mut orphaned = 0;
-        for o in self.objects.values_mut() {
-            let served = m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id));
-            o.orphan_since = if served {
-                None
-            } else {
-                Some(o.orphan_since.unwrap_or(now))
+        let stuck_drain = |o: &ObjState| {
+            o.drain_since
+                .is_some_and(|t| now.saturating_duration_since(t) > drain_bound)
+        };
+        for key in &self.unserved {
+            let Some(o) = self.objects.get_mut(key) else {
+                continue;
             };
-            let stuck_orphan = o
-                .orphan_since
-                .is_some_and(|t| now.saturating_duration_since(t) > grace);
-            let stuck_drain = o
-                .drain_since
-                .is_some_and(|t| now.saturating_duration_since(t) > drain_bound);
-            if stuck_orphan || stuck_drain {
+            let since = *o.orphan_since.get_or_insert(now);
+            if now.saturating_duration_since(since) > grace || stuck_drain(o) {
+                orphaned += 1;
+            }
+        }
+        for key in &self.draining {
+            if !self.unserved.contains(key) && self.objects.get(key).is_some_and(stuck_drain) {
                 orphaned += 1;
             }
         }

@@ -848,6 +848,7 @@ mod random {
         Window(usize),
         Stuck,
         Relist,
+        Census,
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -869,6 +870,7 @@ mod random {
             1 => (0usize..6).prop_map(Op::Window),
             1 => Just(Op::Stuck),
             1 => Just(Op::Relist),
+            2 => Just(Op::Census),
         ]
     }
 
@@ -1019,6 +1021,7 @@ mod random {
                     self.book
                         .stuck_drains(&roster, self.now, Duration::from_secs(2));
                 }
+                Op::Census => self.census(),
                 Op::Relist => {
                     self.book.list_begin();
                     for m in self.objects.values() {
@@ -1026,6 +1029,38 @@ mod random {
                     }
                     self.book.list_done();
                 }
+            }
+        }
+
+        /// The census, against one over every checker.
+        fn census(&mut self) {
+            let roster = Roster {
+                members: &self.members,
+                suspects: &self.suspects,
+                leaving: &self.leaving,
+                retired: &self.retired,
+            };
+            let (now, grace, bound) = (self.now, Duration::from_secs(3), Duration::from_secs(9));
+            let mut objects = self.book.objects.clone();
+            let mut orphaned = 0;
+            for o in objects.values_mut() {
+                let m = &roster;
+                let served = m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id));
+                o.orphan_since = if served {
+                    None
+                } else {
+                    Some(o.orphan_since.unwrap_or(now))
+                };
+                let old =
+                    |t: Option<Instant>, d| t.is_some_and(|t| now.saturating_duration_since(t) > d);
+                if old(o.orphan_since, grace) || old(o.drain_since, bound) {
+                    orphaned += 1;
+                }
+            }
+            let census = self.book.census(&roster, now, grace, bound);
+            assert_eq!(census.orphaned, orphaned);
+            for (k, o) in &objects {
+                assert_eq!(self.book.objects[k].orphan_since, o.orphan_since, "{k}");
             }
         }
 
