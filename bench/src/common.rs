@@ -40,7 +40,7 @@ pub const PARTS: [(&str, &str, &[&str]); 10] = [
     ),
     (
         "sim",
-        "7. Rebalancing cost curve (simulation): 10,000 to 1,000,000 checkers",
+        "7. Rebalancing cost curve (simulation): 10,000 and 100,000 checkers",
         &["rebalancing cost curve"],
     ),
 ];
