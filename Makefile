@@ -153,9 +153,9 @@ bench: ## benchmarks -> docs/benchmarks.md, docs/img/*.png, the chart README's s
 	BENCH_COMMAND="$(if $(BENCH_PARTS),BENCH_PARTS=$(BENCH_PARTS) )make bench$(if $(BENCH_LARGE), BENCH_LARGE=$(BENCH_LARGE))" $${CARGO_TARGET_DIR:-target}/release/bench
 	python3 hack/sizing-table.py
 
-sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane; ~10 min) -> docs/benchmarks.md
+sim: ## part 7 of the bench alone: the rebalancing cost curve by simulation (real sharder, fake API server; 10,000 and 100,000 checkers; no control plane; ~10 min; BENCH_SIM_LARGE=1 adds 1,000,000 checkers 10 -> 100, some 10 min more) -> docs/benchmarks.md
 	cargo build --release --locked -p webchecker-bench --bin bench
-	BENCH_PARTS=sim BENCH_COMMAND="make sim" $${CARGO_TARGET_DIR:-target}/release/bench
+	BENCH_PARTS=sim BENCH_COMMAND="make sim$(if $(BENCH_SIM_LARGE), BENCH_SIM_LARGE=$(BENCH_SIM_LARGE))" $${CARGO_TARGET_DIR:-target}/release/bench
 	python3 hack/sizing-table.py
 
 overload: ## load scenario: 50,000 checkers on 3 replicas, then recovery (minutes; figures in README)

@@ -21,7 +21,8 @@
 //!    10,000 checkers, classic against native (prom_memory.rs, with the
 //!    Prometheus of prometheus.rs);
 //! 7. the cost curve of rebalancing, 10,000 and 100,000 checkers over
-//!    3 -> 10 -> 30 -> 10 -> 3 members: the real sharder against a fake API
+//!    3 -> 10 -> 30 -> 10 -> 3 members (with BENCH_SIM_LARGE=1 also
+//!    1,000,000 over 10 -> 100): the real sharder against a fake API
 //!    server with a given write latency and rate (sim/);
 //! 8. a replica's heap by component, per owned checker (heap.rs: part 3's
 //!    fleets, the first replica under heaptrack).
@@ -42,7 +43,8 @@
 //! (a subset; into an existing report it replaces those parts only: merge.rs),
 //! BENCH_OUT=dir (default docs), BENCH_ROUNDS, BENCH_FAILOVER_CHECKERS,
 //! BENCH_REBALANCE_CHECKERS (part 3b, default 10,000), BENCH_SIM_RUNS
-//! (part 7's scenarios, checkers:latency_ms:rate,...), BENCH_SIM_MEMBERS
+//! (part 7's scenarios, checkers:latency_ms:rate[:members as 10/100],...),
+//! BENCH_SIM_LARGE=1 (part 7 adds 1,000,000 checkers 10 -> 100), BENCH_SIM_MEMBERS
 //! (part 7's member counts, default 3,10,30,10,3), BENCH_SIM_STEP_TIMEOUT
 //! (seconds, default 900),
 //! BENCH_PROM_CHECKERS (part 6's fleet, default 10,000), BENCH_PROM_SCRAPES

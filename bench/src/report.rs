@@ -222,7 +222,7 @@ fn method_notes() -> String {
      - `BENCH_QUICK=1` shortens every part (for development); `BENCH_LARGE=1` adds 30,000 checkers to part 3; \
        `BENCH_PARTS=probe,kinds,ring,scale,rebalance,slo,failover,confirm,prom,sim,heap` runs a subset and, into an existing report, \
        replaces only those parts' sections and summary lines (each says when it was measured); \
-       `BENCH_PROM_CHECKERS`, `BENCH_PROM_SCRAPES` size part 6; `BENCH_SIM_RUNS`, `BENCH_SIM_MEMBERS` part 7 \
+       `BENCH_PROM_CHECKERS`, `BENCH_PROM_SCRAPES` size part 6; `BENCH_SIM_RUNS`, `BENCH_SIM_MEMBERS`, `BENCH_SIM_LARGE=1` (1,000,000 checkers 10 -> 100) part 7 \
        (`make sim` runs it alone); `BENCH_OUT=DIR` writes elsewhere.\n"
         .to_string()
 }

@@ -201,9 +201,10 @@ fn table(s: &Scenario, steps: &[Step]) -> String {
     t
 }
 
-/// The scenarios: BENCH_SIM_RUNS=checkers:latency_ms:rate,... (rate `none`
-/// for unlimited) replaces the default set; BENCH_SIM_MEMBERS=3,10,...
-/// the member counts.
+/// The scenarios: BENCH_SIM_RUNS=checkers:latency_ms:rate[:members],...
+/// (rate `none` for unlimited; members as `10/100`, else BENCH_SIM_MEMBERS=
+/// 3,10,... or 3 -> 10 -> 30 -> 10 -> 3) replaces the default set;
+/// BENCH_SIM_LARGE=1 adds 1,000,000 checkers 10 -> 100 to it.
 pub fn scenarios(cfg: &Cfg) -> Vec<Scenario> {
     let members: Vec<usize> = std::env::var("BENCH_SIM_MEMBERS")
         .ok()
@@ -219,22 +220,33 @@ pub fn scenarios(cfg: &Cfg) -> Vec<Scenario> {
             "none" => None,
             r => Some(r.parse().ok()?),
         };
+        let members = match f.next() {
+            Some(m) => m
+                .split('/')
+                .map(|n| n.trim().parse().ok())
+                .collect::<Option<Vec<usize>>>()
+                .filter(|m| m.len() >= 2 && !m.contains(&0))?,
+            None => members.clone(),
+        };
         Some(Scenario {
             checkers,
-            members: members.clone(),
+            members,
             limits: Limits { latency, rate },
             probe,
         })
     };
-    let default = if cfg.quick {
-        "2000:5:none,2000:20:200"
+    let mut default = if cfg.quick {
+        "2000:5:none,2000:20:200".to_string()
     } else {
-        "10000:5:none,10000:20:500,10000:50:200,100000:5:none"
+        "10000:5:none,10000:20:500,10000:50:200,100000:5:none".to_string()
     };
+    if std::env::var("BENCH_SIM_LARGE").is_ok_and(|v| !v.is_empty() && v != "0") {
+        default.push_str(",1000000:5:none:10/100");
+    }
     std::env::var("BENCH_SIM_RUNS")
         .ok()
         .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.into())
+        .unwrap_or(default)
         .split(',')
         .filter_map(|s| parse(s.trim()))
         .collect()
@@ -260,7 +272,8 @@ pub fn part(cfg: &Cfg, img: &Path) -> Res<Section> {
          simulated: status writes (a settled checker writes none; during a move the new owner's first status \
          write adds one write per move, outside the sharder's critical path), and the watch delivery time of a real \
          API server. Checkers start unassigned on 3 members (the first row: placing them all), then the members go \
-         3 -> 10 -> 30 -> 10 -> 3. *settled*: from the Lease change to the last owner or drain change, once no \
+         3 -> 10 -> 30 -> 10 -> 3; the 1,000,000 checkers (`BENCH_SIM_LARGE=1`, not in a plain `make sim`) start \
+         unassigned on 10, then the members go 10 -> 100. *settled*: from the Lease change to the last owner or drain change, once no \
          checker is drained, every one is on a member, and each member holds floor(M/N) or ceil(M/N). *writes*: the \
          sharder's and the acknowledgements, refused ones (409) included, shed ones not; *most drains at once*: \
          handovers in progress at the peak; *sharder CPU*: its thread's.\n\n",

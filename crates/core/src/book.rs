@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::ring::{self, Move, PlacementRef};
+use crate::ring::Move;
 use crate::window::START_WINDOW;
+use standing::Standing;
 use webchecker_api::assignment::Assignment;
 use webchecker_api::object_key;
 
@@ -232,6 +233,26 @@ pub struct Book {
     /// Handovers in progress at most ([`super::window`]); the start width
     /// until the sharder sets one.
     window: Option<usize>,
+    /// The ring's input, kept up to date with every change of the fields
+    /// above, so that a decision costs what changed.
+    standing: Standing,
+    /// Acknowledged drains, by key: the target to assign.
+    handovers: BTreeMap<String, String>,
+    /// The checkers naming each member (as owner, drain target or a pending
+    /// write's target): those to classify again when its standing changes.
+    naming: HashMap<String, HashSet<String>>,
+    /// How many checkers name each (owner, epoch).
+    epochs: HashMap<(String, Option<String>), usize>,
+    /// Checkers with a drain requested.
+    draining: HashSet<String>,
+    /// The roster the classes follow.
+    seen: Seen,
+    /// Members whose proof started or ended since the last decision.
+    touched: HashSet<String>,
+    /// Checkers without a valid, unsuspected owner, under the roster seen.
+    unserved: HashSet<String>,
+    /// Served checkers whose orphan clock runs: the census stops it.
+    served_again: HashSet<String>,
 }
 
 impl Book {
@@ -257,6 +278,105 @@ impl Book {
     pub fn list_done(&mut self) {
         self.objects = std::mem::take(&mut self.listing);
         self.synced = true;
+        self.standing.clear();
+        self.handovers.clear();
+        self.naming.clear();
+        self.epochs.clear();
+        self.draining.clear();
+        self.unserved.clear();
+        let keys: Vec<String> = self.objects.keys().cloned().collect();
+        for k in keys {
+            self.link(&k);
+        }
+    }
+
+    /// Before a change of `key`'s object or pending write: forgets what it
+    /// names.
+    fn unlink(&mut self, key: &str) {
+        let Some(o) = self.objects.get(key) else {
+            return;
+        };
+        let pending = pending_target(&self.inflight, &self.written, key);
+        for name in named(o, pending) {
+            if let Some(keys) = self.naming.get_mut(name) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    self.naming.remove(name);
+                }
+            }
+        }
+        if let Some(owner) = &o.owner {
+            let pair = (owner.clone(), o.epoch.clone());
+            if let Some(n) = self.epochs.get_mut(&pair) {
+                *n -= 1;
+                if *n == 0 {
+                    self.epochs.remove(&pair);
+                }
+            }
+        }
+        if o.drain.is_some() {
+            self.draining.remove(key);
+        }
+    }
+
+    /// After a change of `key`'s object or pending write: records what it
+    /// names, and its class.
+    fn link(&mut self, key: &str) {
+        if let Some(o) = self.objects.get(key) {
+            let pending = pending_target(&self.inflight, &self.written, key);
+            for name in named(o, pending) {
+                self.naming
+                    .entry(name.to_string())
+                    .or_default()
+                    .insert(key.to_string());
+            }
+            if let Some(owner) = &o.owner {
+                *self
+                    .epochs
+                    .entry((owner.clone(), o.epoch.clone()))
+                    .or_default() += 1;
+            }
+            if o.drain.is_some() {
+                self.draining.insert(key.to_string());
+            }
+        }
+        self.classify(key);
+    }
+
+    /// Where the plan counts `key`, under the roster last seen.
+    fn classify(&mut self, key: &str) {
+        let Some(o) = self.objects.get(key) else {
+            self.standing.remove(key);
+            self.handovers.remove(key);
+            self.unserved.remove(key);
+            return;
+        };
+        let m = self.seen.roster();
+        if m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id)) {
+            self.unserved.remove(key);
+            if o.orphan_since.is_some() {
+                self.served_again.insert(key.to_string());
+            }
+        } else if !self.unserved.contains(key) {
+            self.unserved.insert(key.to_string());
+        }
+        let pending = pending_target(&self.inflight, &self.written, key);
+        match class_of(o, pending, &self.seen.roster(), &self.proving) {
+            Class::Skip => {
+                self.standing.remove(key);
+                self.handovers.remove(key);
+            }
+            Class::Held(h) => {
+                self.standing.put(key, h);
+                self.handovers.remove(key);
+            }
+            Class::HandOver(t) => {
+                self.standing.put(key, Some(t));
+                if self.handovers.get(key).map(String::as_str) != Some(t) {
+                    self.handovers.insert(key.to_string(), t.to_string());
+                }
+            }
+        }
     }
 
     /// Folds a watched change in. When it completed a handover (the old
@@ -274,6 +394,7 @@ impl Book {
                     && s.drain.is_none()
             })
             .map(|p| now.saturating_duration_since(p.drain_since.unwrap_or(now)));
+        self.unlink(&k);
         if self
             .written
             .get(&k)
@@ -286,7 +407,8 @@ impl Book {
         if let Some(seen) = self.seen_while_inflight.get_mut(&k) {
             seen.insert(s.resource_version.clone());
         }
-        self.objects.insert(k, s);
+        self.objects.insert(k.clone(), s);
+        self.link(&k);
         handed_over
     }
 
@@ -297,9 +419,11 @@ impl Book {
 
     pub fn deleted(&mut self, meta: &ObjectMeta) {
         if let Some(key) = key_of(meta) {
+            self.unlink(&key);
             self.objects.remove(&key);
             self.written.remove(&key);
             self.drain_writes.remove(&key);
+            self.link(&key);
             crate::shrink_if_sparse(&mut self.objects);
         }
     }
@@ -311,15 +435,18 @@ impl Book {
 
     pub fn write_started(&mut self, action: &Action) {
         let key = action.key().to_string();
+        self.unlink(&key);
         if matches!(action, Action::SetDrain { .. }) {
             self.drain_writes.insert(key.clone());
         }
         self.inflight
             .insert(key.clone(), action.target().to_string());
-        self.seen_while_inflight.insert(key, HashSet::new());
+        self.seen_while_inflight.insert(key.clone(), HashSet::new());
+        self.link(&key);
     }
 
     pub fn write_finished(&mut self, key: &str, outcome: &WriteOutcome, now: Instant) {
+        self.unlink(key);
         let target = self.inflight.remove(key).unwrap_or_default();
         let seen = self.seen_while_inflight.remove(key).unwrap_or_default();
         if let WriteOutcome::Written(rv) = outcome
@@ -328,6 +455,7 @@ impl Book {
             self.written
                 .insert(key.to_string(), (rv.clone(), target, now));
         }
+        self.link(key);
         self.forget_settled_drain_writes();
     }
 
@@ -340,7 +468,7 @@ impl Book {
     /// Handovers in progress: drains requested (acknowledged or not, until
     /// the assignment clears them) and drain writes not yet seen back.
     pub fn handovers_in_progress(&self) -> usize {
-        let annotated = self.objects.values().filter(|o| o.drain.is_some()).count();
+        let annotated = self.draining.len();
         let unseen = self
             .drain_writes
             .iter()
@@ -351,11 +479,19 @@ impl Book {
 
     /// Releases keys whose write was never seen back. Returns whether any was.
     pub fn expire_written(&mut self, now: Instant) -> bool {
-        let before = self.written.len();
-        self.written
-            .retain(|_, (_, _, at)| now.saturating_duration_since(*at) < WRITTEN_HOLD);
+        let expired: Vec<String> = self
+            .written
+            .iter()
+            .filter(|(_, (_, _, at))| now.saturating_duration_since(*at) >= WRITTEN_HOLD)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            self.unlink(k);
+            self.written.remove(k);
+            self.link(k);
+        }
         self.forget_settled_drain_writes();
-        self.written.len() < before
+        !expired.is_empty()
     }
 
     /// May we try to prove `id` gone now (retries are backed off)?
@@ -365,7 +501,7 @@ impl Book {
 
     /// A proof got no verdict (429, 5xx, timeout): back off, from `base` doubling to `max`.
     pub fn proof_failed(&mut self, id: &str, now: Instant, base: Duration, max: Duration) {
-        self.proving.remove(id);
+        self.proof_over(id);
         let delay = self.proofs.get(id).map_or(base, |p| (p.delay * 2).min(max));
         self.proofs.insert(
             id.to_string(),
@@ -380,7 +516,7 @@ impl Book {
     /// `soon` without growing the backoff, so a busy API server delays a
     /// dead member's checkers by a few shed calls, not by a doubled backoff.
     pub fn proof_shed(&mut self, id: &str, now: Instant, soon: Duration) {
-        self.proving.remove(id);
+        self.proof_over(id);
         let delay = self.proofs.get(id).map_or(soon, |p| p.delay);
         self.proofs.insert(
             id.to_string(),
@@ -394,18 +530,27 @@ impl Book {
     /// The member renewed meanwhile (409 on the proof): it is alive.
     pub fn proof_refuted(&mut self, id: &str) {
         self.proofs.remove(id);
-        self.proving.remove(id);
+        self.proof_over(id);
     }
 
     pub fn proven(&mut self, id: &str) {
         self.proofs.remove(id);
-        self.proving.remove(id);
+        self.proof_over(id);
         self.dead.insert(id.to_string());
     }
 
     /// A proof of `id` started: its checkers wait for the verdict.
     pub fn proof_started(&mut self, id: &str) {
-        self.proving.insert(id.to_string());
+        if self.proving.insert(id.to_string()) {
+            self.touched.insert(id.to_string());
+        }
+    }
+
+    /// The proof of `id` is no longer under way: its checkers count again.
+    fn proof_over(&mut self, id: &str) {
+        if self.proving.remove(id) {
+            self.touched.insert(id.to_string());
+        }
     }
 
     /// Whether a proof of `id` is under way.
@@ -415,7 +560,7 @@ impl Book {
 
     /// Every proof's task died: none is under way any more.
     pub fn proofs_abandoned(&mut self) {
-        self.proving.clear();
+        self.touched.extend(self.proving.drain());
     }
 
     /// Forgets bookkeeping of members that no checker names any more.
@@ -423,11 +568,7 @@ impl Book {
         if self.dead.is_empty() && self.proofs.is_empty() {
             return;
         }
-        let owners: HashSet<&str> = self
-            .objects
-            .values()
-            .filter_map(|o| o.owner.as_deref())
-            .collect();
+        let owners: HashSet<&str> = self.epochs.keys().map(|(o, _)| o.as_str()).collect();
         self.dead.retain(|id| owners.contains(id.as_str()));
         self.proofs.retain(|id, _| members.contains_key(id));
     }
@@ -435,7 +576,11 @@ impl Book {
     /// Decides what to write. Keys with a write pending are left alone and count
     /// against that write's target; checkers of a suspect (stale, unproven)
     /// member are left alone and count nowhere: they move only after proof.
-    pub fn decide(&self, m: &Roster<'_>) -> Vec<Action> {
+    ///
+    /// Costs what changed since the last decision (members whose standing
+    /// changed, checkers whose state did, the window's drains), not the fleet.
+    pub fn decide(&mut self, m: &Roster<'_>) -> Vec<Action> {
+        self.sync(m);
         // A leaving member is in no ring: its checkers are drained away
         // (it owns them validly until each handover), none placed on it.
         let ring_members: Vec<String> = m
@@ -447,100 +592,90 @@ impl Book {
         if ring_members.is_empty() {
             return Vec::new();
         }
-        let mut actions = Vec::new();
-        let mut placements = Vec::with_capacity(self.objects.len());
-        // In the map's order: the plan does not depend on it, and the
-        // handovers below are sorted.
-        for (key, o) in &self.objects {
-            let pending = self
-                .inflight
-                .get(key)
-                .or_else(|| self.written.get(key).map(|w| &w.1));
-            if let Some(t) = pending {
-                placements.push(PlacementRef {
-                    key,
-                    holder: m.placeable(t).then_some(t.as_str()),
-                });
-                continue;
-            }
-            let valid = m.valid_owner(o);
-            if valid && o.owner.as_deref().is_some_and(|id| m.suspects.contains(id)) {
-                continue;
-            }
-            if o.owner
-                .as_deref()
-                .is_some_and(|id| self.proving.contains(id))
-            {
-                continue;
-            }
-            if m.unverified(o).is_some() {
-                continue;
-            }
-            let target_fresh = m.drain_target(o);
-            let holder = match (valid, target_fresh) {
-                // A drain in progress counts against its target.
-                (true, Some(t)) => Some(t.as_str()),
-                (true, None) if o.drain.is_none() => o.owner.as_deref(),
-                // Draining towards a member that left, is suspect or holds
-                // another Lease than the drain names: re-target.
-                (true, None) => None,
-                (false, Some(t)) if o.owner.is_none() => {
-                    // The old owner acknowledged the drain: hand over to the target.
-                    actions.push(Action::Assign {
-                        key: key.clone(),
-                        to: t.clone(),
-                        cause: Cause::Rebalance,
-                    });
-                    Some(t.as_str())
-                }
-                (false, _) => None,
-            };
-            placements.push(PlacementRef { key, holder });
-        }
-        actions.sort_by(|a, b| a.key().cmp(b.key()));
-        let handovers: HashSet<String> = actions.iter().map(|a| a.key().to_string()).collect();
+        // In key order: BTreeMap.
+        let mut actions: Vec<Action> = self
+            .handovers
+            .iter()
+            .map(|(key, to)| Action::Assign {
+                key: key.clone(),
+                to: to.clone(),
+                cause: Cause::Rebalance,
+            })
+            .collect();
         let width = self.window.unwrap_or(START_WINDOW);
-        let mut window = width.saturating_sub(self.handovers_in_progress());
-        let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
-            if window > 0 && !self.held_back.contains_key(&key) {
-                window -= 1;
-                actions.push(Action::SetDrain { key, to });
-            }
+        let window = width.saturating_sub(self.handovers_in_progress());
+        let mut emit = Emit {
+            book: Snapshot {
+                objects: &self.objects,
+                inflight: &self.inflight,
+                written: &self.written,
+                handovers: &self.handovers,
+                held_back: &self.held_back,
+                dead: &self.dead,
+            },
+            roster: m,
+            window,
+            actions: &mut actions,
         };
-        for mv in ring::plan_refs(&ring_members, &placements) {
-            match mv {
-                Move::Assign { key, .. } | Move::Drain { key, .. }
-                    if self.pending(&key) || handovers.contains(&key) => {}
-                Move::Assign { key, to } => {
-                    let o = &self.objects[&key];
-                    if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
-                        actions.push(Action::ClearDrain { key, owner: to });
-                    } else if m.valid_owner(o) {
-                        drain(key, to, &mut actions);
-                    } else {
-                        let cause = match &o.owner {
-                            None if o.drain.is_some() => Cause::Rebalance,
-                            None => Cause::New,
-                            Some(owner) if self.dead.contains(owner) => Cause::Dead,
-                            Some(_) => Cause::Departed,
-                        };
-                        actions.push(Action::Assign { key, to, cause });
-                    }
-                }
-                Move::Drain { key, to, .. } => drain(key, to, &mut actions),
+        self.standing
+            .plan(&ring_members, window > 0, |mv| emit.take(mv));
+        actions
+    }
+
+    /// Brings every class up to date with the roster `m`: those of the
+    /// checkers that name a member whose standing changed since the last
+    /// decision (came, went, new epoch, suspect, leaving, proof under way or
+    /// over, an epoch of its found gone).
+    fn sync(&mut self, m: &Roster<'_>) {
+        let mut touched = std::mem::take(&mut self.touched);
+        let seen = &self.seen;
+        for (id, epoch) in m.members {
+            if seen.members.get(id) != Some(epoch) {
+                touched.insert(id.clone());
             }
         }
-        actions
+        for id in seen.members.keys() {
+            if !m.members.contains_key(id) {
+                touched.insert(id.clone());
+            }
+        }
+        touched.extend(m.suspects.symmetric_difference(&seen.suspects).cloned());
+        touched.extend(m.leaving.symmetric_difference(&seen.leaving).cloned());
+        let gone: HashSet<&String> = m.retired.symmetric_difference(&seen.retired).collect();
+        if !gone.is_empty() {
+            touched.extend(
+                self.epochs
+                    .keys()
+                    .filter(|(_, e)| e.as_ref().is_some_and(|e| gone.contains(e)))
+                    .map(|(owner, _)| owner.clone()),
+            );
+        }
+        if !touched.is_empty() || !gone.is_empty() {
+            self.seen = Seen::of(m);
+        }
+        for id in touched {
+            let keys: Vec<String> = self
+                .naming
+                .get(&id)
+                .map(|k| k.iter().cloned().collect())
+                .unwrap_or_default();
+            for k in keys {
+                self.classify(&k);
+            }
+        }
     }
 
     /// (owner, epoch) of every checker whose epoch is neither its owner's
     /// Lease nor known to be gone ([`Roster::unverified`]): the sharder reads
     /// those owners' Leases before it moves anything of theirs.
     pub fn unverified(&self, m: &Roster<'_>) -> BTreeSet<(String, String)> {
-        self.objects
-            .values()
-            .filter_map(|o| m.unverified(o))
-            .map(|(owner, epoch)| (owner.to_string(), epoch.to_string()))
+        self.epochs
+            .keys()
+            .filter_map(|(owner, epoch)| {
+                let epoch = epoch.as_ref()?;
+                let gone = m.members.get(owner) != Some(epoch) && !m.retired.contains(epoch);
+                gone.then(|| (owner.clone(), epoch.clone()))
+            })
             .collect()
     }
 
@@ -553,7 +688,10 @@ impl Book {
     pub fn stuck_drains(&mut self, m: &Roster<'_>, now: Instant, bound: Duration) -> Vec<Action> {
         self.held_back.retain(|_, until| *until > now);
         let mut actions = Vec::new();
-        for (key, o) in &self.objects {
+        for key in &self.draining {
+            let Some(o) = self.objects.get(key) else {
+                continue;
+            };
             let stuck = o
                 .drain_since
                 .is_some_and(|t| now.saturating_duration_since(t) > bound);
@@ -580,6 +718,7 @@ impl Book {
     /// Updates every checker's orphan clock and counts those without a valid,
     /// unsuspected owner (unowned, owner gone or suspect, handover not done)
     /// for longer than `grace`, or draining for longer than `drain_bound`.
+    /// Visits the unserved and the draining only.
     pub fn census(
         &mut self,
         m: &Roster<'_>,
@@ -587,25 +726,178 @@ impl Book {
         grace: Duration,
         drain_bound: Duration,
     ) -> Census {
+        self.sync(m);
+        for key in std::mem::take(&mut self.served_again) {
+            if !self.unserved.contains(&key)
+                && let Some(o) = self.objects.get_mut(&key)
+            {
+                o.orphan_since = None;
+            }
+        }
         let mut orphaned = 0;
-        for o in self.objects.values_mut() {
-            let served = m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id));
-            o.orphan_since = if served {
-                None
-            } else {
-                Some(o.orphan_since.unwrap_or(now))
+        let stuck_drain = |o: &ObjState| {
+            o.drain_since
+                .is_some_and(|t| now.saturating_duration_since(t) > drain_bound)
+        };
+        for key in &self.unserved {
+            let Some(o) = self.objects.get_mut(key) else {
+                continue;
             };
-            let stuck_orphan = o
-                .orphan_since
-                .is_some_and(|t| now.saturating_duration_since(t) > grace);
-            let stuck_drain = o
-                .drain_since
-                .is_some_and(|t| now.saturating_duration_since(t) > drain_bound);
-            if stuck_orphan || stuck_drain {
+            let since = *o.orphan_since.get_or_insert(now);
+            if now.saturating_duration_since(since) > grace || stuck_drain(o) {
+                orphaned += 1;
+            }
+        }
+        for key in &self.draining {
+            if !self.unserved.contains(key) && self.objects.get(key).is_some_and(stuck_drain) {
                 orphaned += 1;
             }
         }
         Census { orphaned }
+    }
+}
+
+/// The roster the classes were last brought up to date with.
+#[derive(Default)]
+struct Seen {
+    members: BTreeMap<String, String>,
+    suspects: HashSet<String>,
+    leaving: HashSet<String>,
+    retired: HashSet<String>,
+}
+
+impl Seen {
+    fn of(m: &Roster<'_>) -> Self {
+        Seen {
+            members: m.members.clone(),
+            suspects: m.suspects.clone(),
+            leaving: m.leaving.clone(),
+            retired: m.retired.clone(),
+        }
+    }
+
+    fn roster(&self) -> Roster<'_> {
+        Roster {
+            members: &self.members,
+            suspects: &self.suspects,
+            leaving: &self.leaving,
+            retired: &self.retired,
+        }
+    }
+}
+
+/// Where the plan counts a checker.
+#[derive(Debug, PartialEq, Eq)]
+enum Class<'a> {
+    /// Nowhere: its owner is suspect, being proven gone, or unverified.
+    Skip,
+    /// Against this ring member (`None`: it has no live holder).
+    Held(Option<&'a str>),
+    /// Its owner acknowledged the drain: it is assigned to the target, and
+    /// counts there.
+    HandOver(&'a str),
+}
+
+/// A checker's class under roster `m`, with `pending` the target of a write
+/// of ours in flight or not yet seen back.
+fn class_of<'a>(
+    o: &'a ObjState,
+    pending: Option<&'a str>,
+    m: &Roster<'_>,
+    proving: &HashSet<String>,
+) -> Class<'a> {
+    if let Some(t) = pending {
+        return Class::Held(Some(t).filter(|t| m.placeable(t)));
+    }
+    let valid = m.valid_owner(o);
+    let owner = o.owner.as_deref();
+    if valid && owner.is_some_and(|id| m.suspects.contains(id)) {
+        return Class::Skip;
+    }
+    if owner.is_some_and(|id| proving.contains(id)) || m.unverified(o).is_some() {
+        return Class::Skip;
+    }
+    let holder = match (valid, m.drain_target(o)) {
+        // A drain in progress counts against its target.
+        (true, Some(t)) => Some(t.as_str()),
+        (true, None) if o.drain.is_none() => owner,
+        // Draining towards a member that left, is suspect or holds
+        // another Lease than the drain names: re-target.
+        (true, None) => None,
+        // The old owner acknowledged the drain: hand over to the target.
+        (false, Some(t)) if o.owner.is_none() => return Class::HandOver(t),
+        (false, _) => None,
+    };
+    // A leaving owner is in no ring: its checkers have no holder there.
+    Class::Held(holder.filter(|h| m.placeable(h)))
+}
+
+/// The target of a write for `key` in flight or not yet seen back.
+fn pending_target<'a>(
+    inflight: &'a HashMap<String, String>,
+    written: &'a HashMap<String, (String, String, Instant)>,
+    key: &str,
+) -> Option<&'a str> {
+    inflight
+        .get(key)
+        .or_else(|| written.get(key).map(|w| &w.1))
+        .map(String::as_str)
+}
+
+/// What the moves of a decision are checked against.
+struct Snapshot<'a> {
+    objects: &'a HashMap<String, ObjState>,
+    inflight: &'a HashMap<String, String>,
+    written: &'a HashMap<String, (String, String, Instant)>,
+    handovers: &'a BTreeMap<String, String>,
+    held_back: &'a HashMap<String, Instant>,
+    dead: &'a HashSet<String>,
+}
+
+/// Turns the plan's moves into actions, drains within the window.
+struct Emit<'a, 'r> {
+    book: Snapshot<'a>,
+    roster: &'a Roster<'r>,
+    window: usize,
+    actions: &'a mut Vec<Action>,
+}
+
+impl Emit<'_, '_> {
+    /// Takes one move; whether more drains are wanted.
+    fn take(&mut self, mv: Move) -> bool {
+        let b = &self.book;
+        let m = self.roster;
+        match mv {
+            Move::Assign { key, .. } | Move::Drain { key, .. }
+                if b.inflight.contains_key(&key)
+                    || b.written.contains_key(&key)
+                    || b.handovers.contains_key(&key) => {}
+            Move::Assign { key, to } => {
+                let o = &b.objects[&key];
+                if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
+                    self.actions.push(Action::ClearDrain { key, owner: to });
+                } else if m.valid_owner(o) {
+                    self.drain(key, to);
+                } else {
+                    let cause = match &o.owner {
+                        None if o.drain.is_some() => Cause::Rebalance,
+                        None => Cause::New,
+                        Some(owner) if b.dead.contains(owner) => Cause::Dead,
+                        Some(_) => Cause::Departed,
+                    };
+                    self.actions.push(Action::Assign { key, to, cause });
+                }
+            }
+            Move::Drain { key, to, .. } => self.drain(key, to),
+        }
+        self.window > 0
+    }
+
+    fn drain(&mut self, key: String, to: String) {
+        if self.window > 0 && !self.book.held_back.contains_key(&key) {
+            self.window -= 1;
+            self.actions.push(Action::SetDrain { key, to });
+        }
     }
 }
 
@@ -616,5 +908,17 @@ fn key_of(meta: &ObjectMeta) -> Option<String> {
     ))
 }
 
+/// The members `o` names, and the target of its pending write.
+fn named<'a>(o: &'a ObjState, pending: Option<&'a str>) -> Vec<&'a str> {
+    let mut names: Vec<&str> = [o.owner.as_deref(), o.drain.as_deref(), pending]
+        .into_iter()
+        .flatten()
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+mod standing;
 #[cfg(test)]
 mod tests;

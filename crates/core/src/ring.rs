@@ -59,12 +59,12 @@ pub fn score(member: &str, key: &str) -> u64 {
 }
 
 /// The member half of [`score`].
-fn member_hash(member: &str) -> u64 {
+pub(crate) fn member_hash(member: &str) -> u64 {
     mix64(fnv1a64(member.as_bytes()))
 }
 
 /// [`score`] from the member half and the FNV-1a hash of the key.
-fn score_hashed(member_hash: u64, key_hash: u64) -> u64 {
+pub(crate) fn score_hashed(member_hash: u64, key_hash: u64) -> u64 {
     mix64(key_hash ^ member_hash)
 }
 
@@ -113,14 +113,14 @@ pub fn capacity(m: usize, n: usize) -> usize {
 
 /// What each member should hold, from how many checkers it holds now.
 #[derive(Debug, PartialEq, Eq)]
-struct Targets {
+pub(crate) struct Targets {
     /// `floor(M/N)`, or `ceil(M/N)` for the members that hold the most now.
-    target: Vec<usize>,
+    pub(crate) target: Vec<usize>,
     /// Members that may take one checker more than `target`, as long as
     /// `extras` is not used up: the `ceil(M/N)` slots left over among members
     /// tied at the boundary that would not shed either way.
-    flexible: Vec<bool>,
-    extras: usize,
+    pub(crate) flexible: Vec<bool>,
+    pub(crate) extras: usize,
 }
 
 /// The loads to converge to, for `members` holding `held` checkers each now
@@ -134,7 +134,7 @@ struct Targets {
 /// `floor(m/n)` or less (a new member, or placement from scratch), none sheds
 /// either way, and the slots go to whichever of them the checkers being placed
 /// prefer (`flexible`), so that a new checker goes to its preferred member.
-fn targets(members: &[&str], held: &[usize], m: usize) -> Targets {
+pub(crate) fn targets(members: &[&str], held: &[usize], m: usize) -> Targets {
     let n = members.len();
     let base = m.checked_div(n).unwrap_or(0);
     let mut t = Targets {
