@@ -303,6 +303,15 @@ impl Suite {
 
     async fn delete_pod(&mut self) {
         let victim = self.pods[0].clone();
+        // Whether the victim leads: a leader's handover also moves the sharder.
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
+        let leader = leases
+            .get_opt(webchecker::LEADER_LEASE)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity);
+        println!("delete a pod: {victim} (the leader: {leader:?})");
         let t = Instant::now();
         must(
             self.node

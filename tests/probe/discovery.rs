@@ -199,6 +199,22 @@ pub(super) async fn zone(
     }
 }
 
+/// A fresh namespace (`prefix`-...) of the shared control plane, with the
+/// Gateway API's CRDs installed: its name, a client, its checkers and its
+/// zone `<ns>.test`.
+pub(super) async fn gateway_api_namespace(
+    prefix: &str,
+) -> (String, kube::Client, kube::Api<WebChecker>, String) {
+    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
+        .await
+        .unwrap();
+    let ns = cluster().namespace(prefix);
+    let client = cluster().client().await;
+    let wcs = checkers(&client, &ns);
+    let zone = format!("{ns}.test");
+    (ns, client, wcs, zone)
+}
+
 pub(super) async fn kubectl(args: &[&str]) {
     let out = cluster().kubectl_async(args).await;
     assert!(
@@ -515,13 +531,7 @@ pub fn gateway(http_port: u16, https_port: u16, secure: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn httproutes_get_checkers_and_are_probed_through_their_gateway() {
     let c = cluster();
-    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
-        .await
-        .unwrap();
-    let ns = c.namespace("probe-httproutes");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
+    let (ns, client, wcs, zone) = gateway_api_namespace("probe-httproutes").await;
     // Names of the zone resolve to an address where nothing listens on the
     // Gateway's ports: only connectTo reaches the targets.
     Dns::shared().add_zone(&zone, &[loopback_ip().parse().unwrap()]);

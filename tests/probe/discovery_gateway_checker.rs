@@ -61,13 +61,7 @@ async fn warned(client: &kube::Client, ns: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
     let c = cluster();
-    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
-        .await
-        .unwrap();
-    let ns = c.namespace("probe-gateway-checker");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
+    let (ns, client, wcs, zone) = gateway_api_namespace("probe-gateway-checker").await;
     let down = Arc::new(AtomicBool::new(false));
     let routed = format!(".{zone}:");
     let d = down.clone();

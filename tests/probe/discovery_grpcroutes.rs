@@ -25,13 +25,7 @@ fn grpcroute(name: &str, annotations: &[(&str, &str)], hosts: &[&str]) -> String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_grpcroutes_get_grpc_health_checkers_probed_through_their_gateway() {
     let c = cluster();
-    tokio::task::spawn_blocking(|| cluster().install_gateway_api())
-        .await
-        .unwrap();
-    let ns = c.namespace("probe-grpcroutes");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
-    let zone = format!("{ns}.test");
+    let (ns, client, wcs, zone) = gateway_api_namespace("probe-grpcroutes").await;
     // Names of the zone resolve where nothing listens: only connectTo
     // reaches the health server.
     Dns::shared().add_zone(&zone, &[loopback_ip().parse().unwrap()]);
