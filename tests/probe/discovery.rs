@@ -215,6 +215,23 @@ pub(super) async fn gateway_api_namespace(
     (ns, client, wcs, zone)
 }
 
+/// Writes 127.0.0.1 in the status of Gateway `gw` of `ns`, as its
+/// controller would write the address it bound.
+pub(super) async fn gateway_at_loopback(ns: &str) {
+    kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "gateway",
+        "gw",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
+    ])
+    .await;
+}
+
 pub(super) async fn kubectl(args: &[&str]) {
     let out = cluster().kubectl_async(args).await;
     assert!(
@@ -604,18 +621,7 @@ async fn through_the_gateway(
         "no address in the Gateway's status yet"
     );
     let t = Instant::now();
-    kubectl(&[
-        "-n",
-        ns,
-        "patch",
-        "gateway",
-        "gw",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
-    ])
-    .await;
+    gateway_at_loopback(ns).await;
     let names = [
         name_via("httproute", "edge", &www, ns, "gw"),
         name_via("httproute", "edge", &secure, ns, "gw"),

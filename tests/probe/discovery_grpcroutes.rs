@@ -127,18 +127,7 @@ impl GrpcRoutes {
         let (ns, wcs) = (&self.ns, &self.wcs);
         let (zone, port) = (&self.zone, self.port);
         // Through the Gateway: its address is the health server's.
-        kubectl(&[
-            "-n",
-            ns,
-            "patch",
-            "gateway",
-            "gw",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
-        ])
-        .await;
+        gateway_at_loopback(ns).await;
         let www = format!("www.{zone}");
         let edge = |extra: &[(&str, &str)]| {
             let mut ann = vec![(CHECK, "true"), (VIA, "gateway"), (INTERVAL_SECONDS, "1")];
