@@ -163,18 +163,28 @@ fn by_component(text: &str, ours: &dyn Fn(&str) -> bool) -> BTreeMap<String, f64
     out
 }
 
-/// Whether `file` (as the line tables name it) is of this repository.
-fn in_repo(file: &str) -> bool {
+/// Whether a file (as the line tables name it) is of this repository:
+/// each name looked up once (a profile names a few hundred files in
+/// hundreds of thousands of frames).
+fn in_repo() -> impl Fn(&str) -> bool {
     let repo = webchecker_kit::repo();
-    !file.starts_with('/') && repo.join(file).is_file()
-        || file.starts_with(&*repo.to_string_lossy())
+    let known = std::cell::RefCell::new(std::collections::HashMap::<String, bool>::new());
+    move |file: &str| {
+        if let Some(ours) = known.borrow().get(file) {
+            return *ours;
+        }
+        let ours = !file.starts_with('/') && repo.join(file).is_file()
+            || Path::new(file).starts_with(&repo);
+        known.borrow_mut().insert(file.to_string(), ours);
+        ours
+    }
 }
 
 /// `bench heap-components LEAKS`: the bytes by component of the output of
 /// `heaptrack_print --print-leaks`, largest first.
 pub fn print_components(path: &str) {
     let text = std::fs::read_to_string(path).expect("read heaptrack_print's output");
-    let mut all: Vec<(String, f64)> = by_component(&text, &in_repo).into_iter().collect();
+    let mut all: Vec<(String, f64)> = by_component(&text, &in_repo()).into_iter().collect();
     all.sort_by(|a, b| b.1.total_cmp(&a.1));
     for (c, b) in all {
         println!("{:>10.1} KiB  {c}", b / 1024.0);
@@ -248,7 +258,7 @@ async fn profile(cl: &'static Cluster, m: usize, work: &Path) -> Res<Held> {
     Ok(Held {
         checkers: m,
         owned,
-        by_component: by_component(&text, &in_repo),
+        by_component: by_component(&text, &in_repo()),
     })
 }
 

@@ -104,28 +104,44 @@ pub(super) fn reached<'a>(parents: &'a [Parent<'a>], host: &str) -> Vec<Reach<'a
         .collect()
 }
 
-/// What a route's checkers of `host` depend on: the checkers of its parent
-/// Gateways (only the one keyed `through`, with `via: gateway`) that serve
-/// `host` to the route and make one ([`gateway::plan`]). Only Gateways of
-/// the route's own namespace: a dependency is of the dependent's namespace,
-/// whose author may read it (docs/dependencies.md, "Tenancy").
-pub(super) fn dependencies(
+/// The checker each of `parents` makes ([`gateway::plan`]), in their
+/// order; None for a Gateway of another namespace: a dependency is of the
+/// dependent's namespace, whose author may read it (docs/dependencies.md,
+/// "Tenancy"). Planned once per route, whatever its hostnames.
+pub(super) fn checkers_of(
     parents: &[Parent<'_>],
-    host: &str,
-    through: Option<&str>,
     namespace: &NamespaceInfo,
     defaults: &Defaults,
+) -> Vec<Option<String>> {
+    parents
+        .iter()
+        .map(|p| {
+            let own = p.gateway.metadata.namespace.as_deref() == Some(p.route.namespace);
+            own.then(|| gateway::plan(p.gateway, namespace, defaults).checkers)?
+                .into_iter()
+                .next()
+                .map(|d| d.name)
+        })
+        .collect()
+}
+
+/// What a route's checkers of `host` depend on: of `checkers` (those of
+/// its parents, [`checkers_of`]), the ones whose Gateway serves `host` to
+/// the route (only the one keyed `through`, with `via: gateway`).
+pub(super) fn dependencies(
+    parents: &[Parent<'_>],
+    checkers: &[Option<String>],
+    host: &str,
+    through: Option<&str>,
 ) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for p in parents {
-        let own = p.gateway.metadata.namespace.as_deref() == Some(p.route.namespace);
-        if !own || through.is_some_and(|k| k != p.key) || listener(p, host).is_none() {
+    for (p, checker) in parents.iter().zip(checkers) {
+        let Some(name) = checker else { continue };
+        if through.is_some_and(|k| k != p.key) || listener(p, host).is_none() {
             continue;
         }
-        for d in gateway::plan(p.gateway, namespace, defaults).checkers {
-            if !out.contains(&d.name) && out.len() < MAX_DEPENDENCIES {
-                out.push(d.name);
-            }
+        if !out.contains(name) && out.len() < MAX_DEPENDENCIES {
+            out.push(name.clone());
         }
     }
     out

@@ -55,6 +55,7 @@ pub fn plan<'a>(
     };
     let refs = route.spec.parent_refs.as_deref().unwrap_or_default();
     let parents = gateways::parents(own, refs, gateways);
+    let gw_checkers = gateways::checkers_of(&parents, namespace, defaults);
     let paths = paths(route);
     let mut seen = BTreeSet::new();
     let names = route.spec.hostnames.as_deref();
@@ -73,7 +74,7 @@ pub fn plan<'a>(
                 gateway: None,
                 url: &url,
                 connect_to: None,
-                depends_on: &gateways::dependencies(&parents, &host, None, namespace, defaults),
+                depends_on: &gateways::dependencies(&parents, &gw_checkers, &host, None),
                 paths: &paths,
             }
             .add(&settings, defaults, &mut plan, &mut seen);
@@ -99,13 +100,7 @@ pub fn plan<'a>(
                 gateway: Some((r.key, r.label)),
                 url: &url,
                 connect_to: Some(&r.address),
-                depends_on: &gateways::dependencies(
-                    &parents,
-                    &host,
-                    Some(r.key),
-                    namespace,
-                    defaults,
-                ),
+                depends_on: &gateways::dependencies(&parents, &gw_checkers, &host, Some(r.key)),
                 paths: &paths,
             }
             .add(&settings, defaults, &mut plan, &mut seen);
