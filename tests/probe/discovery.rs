@@ -215,9 +215,10 @@ pub(super) async fn gateway_api_namespace(
     (ns, client, wcs, zone)
 }
 
-/// Writes 127.0.0.1 in the status of Gateway `gw` of `ns`, as its
-/// controller would write the address it bound.
-pub(super) async fn gateway_at_loopback(ns: &str) {
+/// Writes `ip` in the status of Gateway `gw` of `ns`, as its controller
+/// would write the address it bound.
+pub(super) async fn gateway_address(ns: &str, ip: &str) {
+    let status = format!(r#"{{"status":{{"addresses":[{{"type":"IPAddress","value":"{ip}"}}]}}}}"#);
     kubectl(&[
         "-n",
         ns,
@@ -227,7 +228,7 @@ pub(super) async fn gateway_at_loopback(ns: &str) {
         "--subresource=status",
         "--type=merge",
         "-p",
-        r#"{"status":{"addresses":[{"type":"IPAddress","value":"127.0.0.1"}]}}"#,
+        &status,
     ])
     .await;
 }
@@ -621,7 +622,7 @@ async fn through_the_gateway(
         "no address in the Gateway's status yet"
     );
     let t = Instant::now();
-    gateway_at_loopback(ns).await;
+    gateway_address(ns, "127.0.0.1").await;
     let names = [
         name_via("httproute", "edge", &www, ns, "gw"),
         name_via("httproute", "edge", &secure, ns, "gw"),

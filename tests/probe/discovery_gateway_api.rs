@@ -105,11 +105,17 @@ async fn without_the_gateway_api_ingresses_are_discovered_and_installing_it_star
         served - asked,
         served.elapsed()
     );
-    let m = op.scrape().await;
-    for watch in ["discovery-httproutes", "discovery-grpcroutes"] {
-        let restarts = metric(&m, "webchecker_watch_restarts_total", &[("watch", watch)]);
-        assert!(restarts.unwrap_or(0.0) == 0.0, "{watch}: {restarts:?}");
-    }
+    // A CRD just installed may answer 429 "storage is (re)initializing"
+    // while the API server fills its watch cache: the watch retries, and the
+    // route below shows it works. Any other failure of theirs is a bug.
+    let log = op.log_text();
+    let failures: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("watch failed"))
+        .filter(|l| l.contains("discovery-httproutes") || l.contains("discovery-grpcroutes"))
+        .filter(|l| !l.contains("storage is (re)initializing"))
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
 
     let t = Instant::now();
     let route = format!(

@@ -81,7 +81,7 @@ async fn a_gateways_checker_is_the_one_its_routes_depend_on() {
     let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
     let ann = [(CHECK, "true"), (VIA, "gateway"), (INTERVAL_SECONDS, "1")];
     apply_ok(&ns, &httproute("shop", &ann, &host_refs)).await;
-    gateway_at_loopback(&ns).await;
+    gateway_address(&ns, "127.0.0.1").await;
 
     let t = Instant::now();
     let gw = gateway::checker_name("gw");

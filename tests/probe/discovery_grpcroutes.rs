@@ -127,7 +127,7 @@ impl GrpcRoutes {
         let (ns, wcs) = (&self.ns, &self.wcs);
         let (zone, port) = (&self.zone, self.port);
         // Through the Gateway: its address is the health server's.
-        gateway_at_loopback(ns).await;
+        gateway_address(ns, "127.0.0.1").await;
         let www = format!("www.{zone}");
         let edge = |extra: &[(&str, &str)]| {
             let mut ann = vec![(CHECK, "true"), (VIA, "gateway"), (INTERVAL_SECONDS, "1")];

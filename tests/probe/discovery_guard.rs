@@ -3,8 +3,9 @@
 //! judges the addresses a route points its checker at. A tenant's Ingress
 //! whose status (as its controller, or anyone who may write it, set it)
 //! names an address the operator may not probe (`via: load-balancer`, so
-//! `spec.connectTo`), and a tenant's Service whose cluster name resolves to
-//! one (a headless Service with Endpoints of their choosing would), give
+//! `spec.connectTo`), a tenant's Gateway whose status names one (its
+//! checker probes that address), and a tenant's Service whose cluster name
+//! resolves to one (a headless Service with Endpoints of their choosing would), give
 //! checkers that are Ready=False with `Forbidden`, a `CheckerDown` on the
 //! route, and no connection to the denied address, round after round.
 
@@ -25,9 +26,7 @@ fn http_service(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     let c = cluster();
-    let ns = c.namespace("probe-routes-guard");
-    let client = c.client().await;
-    let wcs = checkers(&client, &ns);
+    let (ns, client, wcs, _) = gateway_api_namespace("probe-routes-guard").await;
     // The denied address: a listener of this test's own that counts the
     // connections it gets (it should get none).
     let denied_ip = loopback_ip();
@@ -56,6 +55,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     let host = format!("lb.{zone}");
     ingress_whose_status_names(&ns, &host, &denied_ip).await;
     apply_ok(&ns, &http_service("meta")).await;
+    gateway_whose_status_names(&ns, &denied_ip).await;
 
     let bound = Duration::from_secs(30);
     let lb = name_of("ingress", "lb", &host);
@@ -81,6 +81,13 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
         by_name.message
     );
     assert!(!by_name.message.contains(&denied_ip), "{}", by_name.message);
+    let gw = webchecker::discovery::gateway::checker_name("gw");
+    let by_gateway = wait_condition(&wcs, &gw, "Ready", "False", "Forbidden", bound).await;
+    assert_eq!(
+        wcs.get(&gw).await.unwrap().spec.host,
+        format!("http://{denied_ip}")
+    );
+    println!("Gateway status -> {denied_ip}: {}", by_gateway.message);
     let down = eventually(bound, "CheckerDown on the Ingress", || async {
         events_of(&client, &ns, "lb")
             .await
@@ -91,7 +98,7 @@ async fn routes_pointing_at_denied_addresses_are_forbidden_and_never_dialled() {
     assert!(down.2.contains("Forbidden"), "{down:?}");
 
     // Round after round (each checker every second), still no connection.
-    three_forbidden_probes_of_each(&op, &lb, &meta, bound).await;
+    three_forbidden_probes_of_each(&op, &[&lb, &meta, &gw], bound).await;
     assert_eq!(
         denied.accepts(),
         0,
@@ -123,8 +130,22 @@ async fn ingress_whose_status_names(ns: &str, host: &str, ip: &str) {
     .await;
 }
 
+/// Gateway gw, opted in, probed every second, with an HTTP listener on 80
+/// and its status naming `ip` as its address.
+async fn gateway_whose_status_names(ns: &str, ip: &str) {
+    let ann = annotations_block(&[(CHECK, "true"), (INTERVAL_SECONDS, "1")]);
+    apply_ok(
+        ns,
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: gw\n{ann}spec:\n  gatewayClassName: test\n  listeners:\n  - {{name: web, port: 80, protocol: HTTP}}\n"
+        ),
+    )
+    .await;
+    gateway_address(ns, ip).await;
+}
+
 /// Waits (`bound`) until `op` made three forbidden probes of each checker.
-async fn three_forbidden_probes_of_each(op: &Operator, lb: &str, meta: &str, bound: Duration) {
+async fn three_forbidden_probes_of_each(op: &Operator, names: &[&str], bound: Duration) {
     eventually(bound, "three forbidden probes of each", || async {
         let m = op.scrape().await;
         let n = |name: &str| {
@@ -135,7 +156,7 @@ async fn three_forbidden_probes_of_each(op: &Operator, lb: &str, meta: &str, bou
             )
             .unwrap_or(0.0)
         };
-        (n(lb) >= 3.0 && n(meta) >= 3.0).then_some(())
+        names.iter().all(|c| n(c) >= 3.0).then_some(())
     })
     .await;
 }
