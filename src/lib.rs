@@ -50,6 +50,9 @@ pub async fn run(cfg: config::Config) -> Result<(), error::Error> {
 }
 /// Name of the leader Lease (tests and tools read it).
 pub use coordination::shard::elector::LEADER_LEASE;
+/// Status writes (and drain acknowledgements) a replica has in flight at once
+/// (the rebalance simulation's replicas acknowledge as many).
+pub use engine::writer::STATUS_WRITERS;
 /// How long a watch may stay silent before it is replaced (the chaos oracle's
 /// bound for a stalled connection).
 pub use kubeio::client::WATCH_IDLE_LIMIT;

@@ -36,8 +36,34 @@ fn init_logging(cfg: &Config) -> tracing_appender::non_blocking::WorkerGuard {
     guard
 }
 
-#[tokio::main]
-async fn main() {
+/// One malloc arena for every thread. glibc gives each thread that meets a
+/// locked arena one of its own (up to 8 per core), and a replica's memory is
+/// many small, long-lived allocations made by whichever runtime thread ran the
+/// task: spread over several arenas, their free space is not shared and RSS
+/// grows (docs/benchmarks.md, part 3). Small allocations still skip the lock
+/// through each thread's cache (tcache).
+#[cfg(target_env = "gnu")]
+fn one_malloc_arena() {
+    // SAFETY: mallopt only sets an allocator parameter; it runs before any
+    // thread but this one exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn one_malloc_arena() {}
+
+fn main() {
+    one_malloc_arena();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("the tokio runtime");
+    runtime.block_on(run());
+}
+
+async fn run() {
     // One rustls provider for the whole process (the prober and kube's
     // client), named here rather than left to the crate features a build
     // unified: the bench's build compiles a second provider in.

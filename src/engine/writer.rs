@@ -59,6 +59,12 @@ impl Pending {
     }
 }
 
+/// Writes a replica has in flight at once. Drain acknowledgements go first,
+/// and a rebalance moves only as fast as the old owners acknowledge
+/// (docs/benchmarks.md, part 7: 3 -> 10 replicas). Status writes are
+/// otherwise few: a settled checker writes none.
+pub const STATUS_WRITERS: usize = 8;
+
 /// Backoff after the `attempts`-th failure without a verdict.
 fn backoff(attempts: u32) -> Duration {
     let ms = 200u64.saturating_mul(1 << attempts.min(8));

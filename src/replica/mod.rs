@@ -35,7 +35,7 @@ use crate::coordination::shard::{
 };
 use crate::discovery::route_events;
 use crate::engine::metrics::EngineMetrics;
-use crate::engine::writer::{StatusWriter, WriterMetrics};
+use crate::engine::writer::{STATUS_WRITERS, StatusWriter, WriterMetrics};
 use crate::engine::{Command, Engine, EngineSettings};
 use crate::error::Error;
 use crate::intake::feed::{self, FeedMetrics};
@@ -358,9 +358,11 @@ fn start_tasks(
     let metrics = &basics.metrics;
     let registry = metrics.registry();
     let client = basics.clients.requests.clone();
-    // Few concurrent status writes: they are never urgent, and the API server's
-    // capacity is better spent on assignments (new checkers, failover).
-    let writer = StatusWriter::new(membership.clone(), WriterMetrics::register(registry), 4);
+    let writer = StatusWriter::new(
+        membership.clone(),
+        WriterMetrics::register(registry),
+        STATUS_WRITERS,
+    );
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (ev_tx, ev_rx) = events::event_queue(
         events::EVENT_QUEUE,

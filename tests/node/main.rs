@@ -227,6 +227,9 @@ impl Suite {
             now - from
         );
         self.check_invariants();
+        if gap > PLANNED_BOUND {
+            self.print_probes_around(&checker, from, now);
+        }
         assert!(
             gap <= bound,
             "{step}: largest probe gap {gap:?} ({checker}) above the bound {bound:?}"
@@ -238,6 +241,28 @@ impl Suite {
             checker,
             bound,
         });
+    }
+
+    /// Who probed `checker` when, from an interval before `from` to `to`, and
+    /// the host's listen-queue drops: a gap of interval + 1 s + 2 s is a
+    /// connection's SYN sent three times, which a full accept queue causes.
+    fn print_probes_around(&self, checker: &str, from: Instant, to: Instant) {
+        let since = from - Duration::from_secs(INTERVAL as u64);
+        for h in self.witness.hits_for(checker) {
+            if h.start >= since && h.start <= to {
+                let at = h.start.saturating_duration_since(since).as_secs_f64();
+                println!("  {checker}: probe by {} at {at:.3} s", h.replica);
+            }
+        }
+        let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+        let lines: Vec<&str> = netstat.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+        if let [names, values] = lines[..] {
+            for (n, v) in names.split_whitespace().zip(values.split_whitespace()) {
+                if n.starts_with("Listen") {
+                    println!("  host TcpExt {n}: {v}");
+                }
+            }
+        }
     }
 
     /// Applies `manifest` in the checkers' namespace; the node's name

@@ -14,8 +14,8 @@ use webchecker::coordination::standalone::{Timings, run_sharder};
 use super::api::FakeApi;
 
 /// Drain acknowledgements a replica writes at once (the replica's status
-/// writer: src/replica/mod.rs).
-pub const ACK_WRITERS: usize = 4;
+/// writer).
+pub const ACK_WRITERS: usize = webchecker::STATUS_WRITERS;
 /// The status writer's first retry after a shed write, doubled up to the cap.
 const ACK_BACKOFF: Duration = Duration::from_millis(200);
 const ACK_BACKOFF_CAP: Duration = Duration::from_secs(5);
