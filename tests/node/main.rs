@@ -255,7 +255,10 @@ impl Suite {
             }
         }
         let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
-        let lines: Vec<&str> = netstat.lines().filter(|l| l.starts_with("TcpExt:")).collect();
+        let lines: Vec<&str> = netstat
+            .lines()
+            .filter(|l| l.starts_with("TcpExt:"))
+            .collect();
         if let [names, values] = lines[..] {
             for (n, v) in names.split_whitespace().zip(values.split_whitespace()) {
                 if n.starts_with("Listen") {
