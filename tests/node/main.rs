@@ -244,8 +244,9 @@ impl Suite {
     }
 
     /// Who probed `checker` when, from an interval before `from` to `to`, and
-    /// the host's listen-queue drops: a gap of interval + 1 s + 2 s is a
-    /// connection's SYN sent three times, which a full accept queue causes.
+    /// the host's listen-queue drops. A gap of interval + 1 s + 2 s is a
+    /// connection whose first two SYNs were lost; the counters say whether
+    /// the witness's accept queue dropped them or the path did.
     fn print_probes_around(&self, checker: &str, from: Instant, to: Instant) {
         let since = from - Duration::from_secs(INTERVAL as u64);
         for h in self.witness.hits_for(checker) {
