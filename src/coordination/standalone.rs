@@ -13,7 +13,7 @@ use super::LeaseNames;
 use super::membership::MembershipMetrics;
 use super::membership::{Advert, LeaseAt, Membership};
 use super::shard::ShardMetrics;
-use super::shard::{LeaderGate, MemberView, Peers, Sharder, sharder::WRITES_IN_FLIGHT};
+use super::shard::{LeaderGate, MemberView, Peers, Sharder};
 use crate::error::Error;
 use crate::kubeio::client::Clients;
 use crate::observe::metrics::WatchMetrics;
@@ -75,7 +75,6 @@ pub async fn run_sharder(
         metrics: metrics.clone(),
         watches: watches.clone(),
         retry_period: t.retry_period,
-        write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };
     tokio::select! {
         r = view.run(client, lease_namespace.to_string(), LeaseNames::default(), (metrics, watches)) => r,

@@ -66,10 +66,12 @@ pub fn read(o: &DynamicObject) -> Option<(String, String, Node)> {
         .collect();
     let node = Node {
         labels,
-        depends: spec.depends_on.map(|d| Depends {
-            names: d.names.unwrap_or_default(),
-            // A selector past the limits (the schema refuses them) selects nothing.
-            selector: d.selector.and_then(|s| Selector::from_api(&s).ok()),
+        depends: spec.depends_on.map(|d| {
+            Box::new(Depends {
+                names: d.names.unwrap_or_default(),
+                // A selector past the limits (the schema refuses them) selects nothing.
+                selector: d.selector.and_then(|s| Selector::from_api(&s).ok()),
+            })
         }),
         down,
         fall: Duration::from_secs_f64(interval * threshold + timeout),

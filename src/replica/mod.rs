@@ -29,7 +29,6 @@ use crate::confirm::service::{
 };
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::{Advert, LeaseAt, Membership, MembershipMetrics};
-use crate::coordination::shard::sharder::WRITES_IN_FLIGHT;
 use crate::coordination::shard::{
     LeaderElector, LeaderGate, MemberView, Peers, ShardMetrics, Sharder,
 };
@@ -675,14 +674,9 @@ fn start_coordination(
         metrics,
         watches: basics.watch_failures.clone(),
         retry_period: cfg.retry_period,
-        write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
     };
     let leader = coordination.spawn(elector.run(clients.leases.clone(), stop_leader, move || {
-        Sharder {
-            write_limit: Arc::new(tokio::sync::Semaphore::new(WRITES_IN_FLIGHT)),
-            ..sharder.clone()
-        }
-        .run()
+        sharder.clone().run()
     }));
     CoordinationTasks {
         view: view_task,

@@ -926,6 +926,11 @@ pub fn object_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
+/// The namespace and name of an [`object_key`] (a namespace has no `/`).
+pub fn split_object_key(key: &str) -> Option<(&str, &str)> {
+    key.split_once('/')
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -5,13 +5,14 @@
 //! race fixed so far has a millisecond test below.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::ring::Move;
 use crate::window::START_WINDOW;
-use standing::Standing;
+use standing::{Key, Standing};
 use webchecker_api::assignment::Assignment;
 use webchecker_api::object_key;
 
@@ -25,16 +26,16 @@ pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
 /// and each new drain would leave the checker unprobed for the bound again.
 pub const STUCK_HOLD_FACTOR: u32 = 20;
 
+/// What the sharder keeps of a checker. Member names and Lease UIDs are
+/// shared ([`Names`]): a leader holds this for every checker of the fleet.
 #[derive(Clone, Debug)]
 pub struct ObjState {
-    pub namespace: String,
-    pub name: String,
-    pub resource_version: String,
-    pub owner: Option<String>,
-    pub epoch: Option<String>,
-    pub drain: Option<String>,
+    pub resource_version: Box<str>,
+    pub owner: Option<Arc<str>>,
+    pub epoch: Option<Arc<str>>,
+    pub drain: Option<Arc<str>>,
     /// The drain target's Lease UID, as the sharder wrote it beside the drain.
-    pub drain_epoch: Option<String>,
+    pub drain_epoch: Option<Arc<str>>,
     pub first_seen_unassigned: Option<Instant>,
     pub drain_since: Option<Instant>,
     /// Since when no valid, unsuspected owner probes it (see [`Book::census`]).
@@ -46,9 +47,8 @@ impl ObjState {
         meta: &ObjectMeta,
         prev: Option<&ObjState>,
         now: Instant,
-    ) -> Option<(String, Self)> {
-        let namespace = meta.namespace.clone()?;
-        let name = meta.name.clone()?;
+        names: &mut Names,
+    ) -> Self {
         let Assignment {
             owner,
             epoch,
@@ -62,21 +62,42 @@ impl ObjState {
             owner.is_none() && drain.is_none(),
         );
         let drain_since = since(prev.and_then(|p| p.drain_since), drain.is_some());
-        Some((
-            object_key(&namespace, &name),
-            ObjState {
-                namespace,
-                name,
-                resource_version: meta.resource_version.clone().unwrap_or_default(),
-                owner,
-                epoch,
-                drain,
-                drain_epoch,
-                first_seen_unassigned,
-                drain_since,
-                orphan_since: prev.and_then(|p| p.orphan_since),
-            },
-        ))
+        let mut name = |v: Option<String>| v.map(|v| names.get(&v));
+        ObjState {
+            resource_version: meta.resource_version.as_deref().unwrap_or_default().into(),
+            owner: name(owner),
+            epoch: name(epoch),
+            drain: name(drain),
+            drain_epoch: name(drain_epoch),
+            first_seen_unassigned,
+            drain_since,
+            orphan_since: prev.and_then(|p| p.orphan_since),
+        }
+    }
+}
+
+/// Member names and Lease UIDs, one allocation each however many checkers
+/// name them.
+#[derive(Default)]
+struct Names {
+    set: HashSet<Arc<str>>,
+    /// The set's size after its last sweep: it sweeps again at twice that.
+    swept: usize,
+}
+
+impl Names {
+    fn get(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.set.get(s) {
+            return a.clone();
+        }
+        if self.set.len() >= 2 * self.swept.max(32) {
+            // Names nothing holds any more: members gone, epochs replaced.
+            self.set.retain(|a| Arc::strong_count(a) > 1);
+            self.swept = self.set.len();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.set.insert(a.clone());
+        a
     }
 }
 
@@ -171,24 +192,28 @@ impl Roster<'_> {
     }
     /// Draining towards a placeable member under the epoch it holds now (a
     /// drain that names no epoch was written by an earlier sharder).
-    fn drain_target<'o>(&self, o: &'o ObjState) -> Option<&'o String> {
-        let t = o.drain.as_ref().filter(|t| self.placeable(t))?;
-        match &o.drain_epoch {
-            Some(e) if self.members.get(t) != Some(e) => None,
+    fn drain_target<'o>(&self, o: &'o ObjState) -> Option<&'o str> {
+        let t = o.drain.as_deref().filter(|t| self.placeable(t))?;
+        match o.drain_epoch.as_deref() {
+            Some(e) if self.epoch_of(t) != Some(e) => None,
             _ => Some(t),
         }
     }
+    /// `id`'s Lease UID, if it is a member.
+    fn epoch_of(&self, id: &str) -> Option<&str> {
+        self.members.get(id).map(String::as_str)
+    }
     fn valid_owner(&self, o: &ObjState) -> bool {
-        matches!((&o.owner, &o.epoch), (Some(owner), Some(epoch)) if self.members.get(owner) == Some(epoch))
+        matches!((o.owner.as_deref(), o.epoch.as_deref()), (Some(owner), Some(epoch)) if self.epoch_of(owner) == Some(epoch))
     }
     /// Assigned under an epoch that is not its owner's Lease as the view
     /// knows it, and not known to be gone either: the view may lag (a newer
     /// Lease it has not seen yet). Not proof that the owner's session
     /// ended: such a checker stays until a read settles it.
     fn unverified<'o>(&self, o: &'o ObjState) -> Option<(&'o str, &'o str)> {
-        match (&o.owner, &o.epoch) {
+        match (o.owner.as_deref(), o.epoch.as_deref()) {
             (Some(owner), Some(epoch))
-                if self.members.get(owner) != Some(epoch) && !self.retired.contains(epoch) =>
+                if self.epoch_of(owner) != Some(epoch) && !self.retired.contains(epoch) =>
             {
                 Some((owner, epoch))
             }
@@ -210,22 +235,25 @@ pub struct Census {
     pub orphaned: usize,
 }
 
+/// Keys are shared: every map of the book that names a checker holds the
+/// one allocation [`Book::objects`] made for it.
 #[derive(Default)]
 pub struct Book {
-    objects: HashMap<String, ObjState>,
-    listing: HashMap<String, ObjState>,
+    objects: HashMap<Key, ObjState>,
+    listing: HashMap<Key, ObjState>,
+    names: Names,
     synced: bool,
     /// Members this sharder proved gone (for the `dead` move cause).
     dead: HashSet<String>,
-    inflight: HashMap<String, String>,
-    written: HashMap<String, (String, String, Instant)>,
-    seen_while_inflight: HashMap<String, HashSet<String>>,
+    inflight: HashMap<Key, Arc<str>>,
+    written: HashMap<Key, (Box<str>, Arc<str>, Instant)>,
+    seen_while_inflight: HashMap<Key, HashSet<String>>,
     /// Keys whose pending write (in flight or not yet seen back) sets a drain.
-    drain_writes: HashSet<String>,
+    drain_writes: HashSet<Key>,
     proofs: HashMap<String, ProofRetry>,
     /// Checkers whose stuck drain was withdrawn, and until when they are
     /// not drained again.
-    held_back: HashMap<String, Instant>,
+    held_back: HashMap<Key, Instant>,
     /// Members whose proof is under way: their checkers wait for its
     /// verdict (the Lease's deletion, our own proof's, may be seen by the
     /// view before the verdict comes back).
@@ -237,22 +265,22 @@ pub struct Book {
     /// above, so that a decision costs what changed.
     standing: Standing,
     /// Acknowledged drains, by key: the target to assign.
-    handovers: BTreeMap<String, String>,
+    handovers: BTreeMap<Key, Arc<str>>,
     /// The checkers naming each member (as owner, drain target or a pending
     /// write's target): those to classify again when its standing changes.
-    naming: HashMap<String, HashSet<String>>,
+    naming: HashMap<Arc<str>, HashSet<Key>>,
     /// How many checkers name each (owner, epoch).
-    epochs: HashMap<(String, Option<String>), usize>,
+    epochs: HashMap<(Arc<str>, Option<Arc<str>>), usize>,
     /// Checkers with a drain requested.
-    draining: HashSet<String>,
+    draining: HashSet<Key>,
     /// The roster the classes follow.
     seen: Seen,
     /// Members whose proof started or ended since the last decision.
     touched: HashSet<String>,
     /// Checkers without a valid, unsuspected owner, under the roster seen.
-    unserved: HashSet<String>,
+    unserved: HashSet<Key>,
     /// Served checkers whose orphan clock runs: the census stops it.
-    served_again: HashSet<String>,
+    served_again: HashSet<Key>,
 }
 
 impl Book {
@@ -269,10 +297,18 @@ impl Book {
     }
 
     pub fn list_item(&mut self, meta: &ObjectMeta, now: Instant) {
-        let prev = key_of(meta).and_then(|k| self.objects.get(&k));
-        if let Some((k, s)) = ObjState::from_meta(meta, prev, now) {
-            self.listing.insert(k, s);
-        }
+        let Some((key, prev)) = entry_of(&self.objects, meta) else {
+            return;
+        };
+        let s = ObjState::from_meta(meta, prev, now, &mut self.names);
+        self.listing.insert(key, s);
+    }
+
+    /// The book's allocation of `key`, or a new one.
+    fn shared_key(&self, key: &str) -> Key {
+        self.objects
+            .get_key_value(key)
+            .map_or_else(|| Key::from(key), |(k, _)| k.clone())
     }
 
     pub fn list_done(&mut self) {
@@ -284,7 +320,7 @@ impl Book {
         self.epochs.clear();
         self.draining.clear();
         self.unserved.clear();
-        let keys: Vec<String> = self.objects.keys().cloned().collect();
+        let keys: Vec<Key> = self.objects.keys().cloned().collect();
         for k in keys {
             self.link(&k);
         }
@@ -294,8 +330,8 @@ impl Book {
     /// owner assigned the drain's target itself): how long since the drain
     /// was first seen.
     pub fn applied(&mut self, meta: &ObjectMeta, now: Instant) -> Option<Duration> {
-        let prev = key_of(meta).and_then(|k| self.objects.get(&k));
-        let (k, s) = ObjState::from_meta(meta, prev, now)?;
+        let (k, prev) = entry_of(&self.objects, meta)?;
+        let s = ObjState::from_meta(meta, prev, now, &mut self.names);
         let handed_over = prev
             .filter(|p| {
                 p.owner.is_some()
@@ -316,7 +352,7 @@ impl Book {
         }
         // The event of our own write may arrive before the write's response.
         if let Some(seen) = self.seen_while_inflight.get_mut(&k) {
-            seen.insert(s.resource_version.clone());
+            seen.insert(s.resource_version.to_string());
         }
         self.objects.insert(k.clone(), s);
         self.link(&k);
@@ -330,11 +366,12 @@ impl Book {
 
     pub fn deleted(&mut self, meta: &ObjectMeta) {
         if let Some(key) = key_of(meta) {
-            self.unlink(&key);
-            self.objects.remove(&key);
-            self.written.remove(&key);
-            self.drain_writes.remove(&key);
-            self.link(&key);
+            let key = key.as_str();
+            self.unlink(key);
+            self.objects.remove(key);
+            self.written.remove(key);
+            self.drain_writes.remove(key);
+            self.link(key);
             crate::shrink_if_sparse(&mut self.objects);
         }
     }
@@ -345,26 +382,27 @@ impl Book {
     }
 
     pub fn write_started(&mut self, action: &Action) {
-        let key = action.key().to_string();
+        let key = self.shared_key(action.key());
         self.unlink(&key);
         if matches!(action, Action::SetDrain { .. }) {
             self.drain_writes.insert(key.clone());
         }
-        self.inflight
-            .insert(key.clone(), action.target().to_string());
+        let target = self.names.get(action.target());
+        self.inflight.insert(key.clone(), target);
         self.seen_while_inflight.insert(key.clone(), HashSet::new());
         self.link(&key);
     }
 
     pub fn write_finished(&mut self, key: &str, outcome: &WriteOutcome, now: Instant) {
         self.unlink(key);
-        let target = self.inflight.remove(key).unwrap_or_default();
+        let target = self.inflight.remove(key);
         let seen = self.seen_while_inflight.remove(key).unwrap_or_default();
         if let WriteOutcome::Written(rv) = outcome
             && !seen.contains(rv)
         {
-            self.written
-                .insert(key.to_string(), (rv.clone(), target, now));
+            let target = target.unwrap_or_else(|| Arc::from(""));
+            let key = self.shared_key(key);
+            self.written.insert(key, (rv.as_str().into(), target, now));
         }
         self.link(key);
         self.forget_settled_drain_writes();
@@ -383,14 +421,14 @@ impl Book {
         let unseen = self
             .drain_writes
             .iter()
-            .filter(|k| self.objects.get(*k).is_none_or(|o| o.drain.is_none()))
+            .filter(|k| self.objects.get(&***k).is_none_or(|o| o.drain.is_none()))
             .count();
         annotated + unseen
     }
 
     /// Releases keys whose write was never seen back. Returns whether any was.
     pub fn expire_written(&mut self, now: Instant) -> bool {
-        let expired: Vec<String> = self
+        let expired: Vec<Key> = self
             .written
             .iter()
             .filter(|(_, (_, _, at))| now.saturating_duration_since(*at) >= WRITTEN_HOLD)
@@ -479,7 +517,7 @@ impl Book {
         if self.dead.is_empty() && self.proofs.is_empty() {
             return;
         }
-        let owners: HashSet<&str> = self.epochs.keys().map(|(o, _)| o.as_str()).collect();
+        let owners: HashSet<&str> = self.epochs.keys().map(|(o, _)| &**o).collect();
         self.dead.retain(|id| owners.contains(id.as_str()));
         self.proofs.retain(|id, _| members.contains_key(id));
     }
@@ -492,6 +530,7 @@ impl Book {
     /// changed, checkers whose state did, the window's drains), not the fleet.
     pub fn decide(&mut self, m: &Roster<'_>) -> Vec<Action> {
         self.sync(m);
+        self.tidy();
         // A leaving member is in no ring: its checkers are drained away
         // (it owns them validly until each handover), none placed on it.
         let ring_members: Vec<String> = m
@@ -508,8 +547,8 @@ impl Book {
             .handovers
             .iter()
             .map(|(key, to)| Action::Assign {
-                key: key.clone(),
-                to: to.clone(),
+                key: key.to_string(),
+                to: to.to_string(),
                 cause: Cause::Rebalance,
             })
             .collect();
@@ -540,9 +579,9 @@ impl Book {
         self.epochs
             .keys()
             .filter_map(|(owner, epoch)| {
-                let epoch = epoch.as_ref()?;
-                let gone = m.members.get(owner) != Some(epoch) && !m.retired.contains(epoch);
-                gone.then(|| (owner.clone(), epoch.clone()))
+                let epoch = epoch.as_deref()?;
+                let gone = m.epoch_of(owner) != Some(epoch) && !m.retired.contains(epoch);
+                gone.then(|| (owner.to_string(), epoch.to_string()))
             })
             .collect()
     }
@@ -557,7 +596,7 @@ impl Book {
         self.held_back.retain(|_, until| *until > now);
         let mut actions = Vec::new();
         for key in &self.draining {
-            let Some(o) = self.objects.get(key) else {
+            let Some(o) = self.objects.get(&**key) else {
                 continue;
             };
             let stuck = o
@@ -567,17 +606,17 @@ impl Book {
             if !stuck || !target_fresh || !m.valid_owner(o) || self.pending(key) {
                 continue;
             }
-            let Some(owner) = o.owner.clone() else {
+            let Some(owner) = o.owner.as_deref() else {
                 continue;
             };
             actions.push(Action::ClearDrain {
-                key: key.clone(),
-                owner,
+                key: key.to_string(),
+                owner: owner.to_string(),
             });
         }
         for a in &actions {
-            self.held_back
-                .insert(a.key().to_string(), now + bound * STUCK_HOLD_FACTOR);
+            let key = self.shared_key(a.key());
+            self.held_back.insert(key, now + bound * STUCK_HOLD_FACTOR);
         }
         actions.sort_by(|a, b| a.key().cmp(b.key()));
         actions
@@ -595,6 +634,7 @@ impl Book {
         drain_bound: Duration,
     ) -> Census {
         self.sync(m);
+        self.tidy();
         for key in std::mem::take(&mut self.served_again) {
             if !self.unserved.contains(&key)
                 && let Some(o) = self.objects.get_mut(&key)
@@ -608,7 +648,7 @@ impl Book {
                 .is_some_and(|t| now.saturating_duration_since(t) > drain_bound)
         };
         for key in &self.unserved {
-            let Some(o) = self.objects.get_mut(key) else {
+            let Some(o) = self.objects.get_mut(&**key) else {
                 continue;
             };
             let since = *o.orphan_since.get_or_insert(now);
@@ -617,21 +657,39 @@ impl Book {
             }
         }
         for key in &self.draining {
-            if !self.unserved.contains(key) && self.objects.get(key).is_some_and(stuck_drain) {
+            if !self.unserved.contains(key) && self.objects.get(&**key).is_some_and(stuck_drain) {
                 orphaned += 1;
             }
         }
         Census { orphaned }
     }
+
+    /// Gives back what a mass placement left: the maps of pending writes
+    /// and of unserved checkers hold every checker for a while then, a
+    /// handful after.
+    fn tidy(&mut self) {
+        use crate::shrink_if_sparse as shrink;
+        shrink(&mut self.inflight);
+        shrink(&mut self.written);
+        shrink(&mut self.seen_while_inflight);
+        shrink(&mut self.drain_writes);
+        shrink(&mut self.held_back);
+        shrink(&mut self.draining);
+        shrink(&mut self.unserved);
+        shrink(&mut self.served_again);
+        for keys in self.naming.values_mut() {
+            shrink(keys);
+        }
+    }
 }
 
 /// What the moves of a decision are checked against.
 struct Snapshot<'a> {
-    objects: &'a HashMap<String, ObjState>,
-    inflight: &'a HashMap<String, String>,
-    written: &'a HashMap<String, (String, String, Instant)>,
-    handovers: &'a BTreeMap<String, String>,
-    held_back: &'a HashMap<String, Instant>,
+    objects: &'a HashMap<Key, ObjState>,
+    inflight: &'a HashMap<Key, Arc<str>>,
+    written: &'a HashMap<Key, (Box<str>, Arc<str>, Instant)>,
+    handovers: &'a BTreeMap<Key, Arc<str>>,
+    held_back: &'a HashMap<Key, Instant>,
     dead: &'a HashSet<String>,
 }
 
@@ -650,17 +708,17 @@ impl Emit<'_, '_> {
         let m = self.roster;
         match mv {
             Move::Assign { key, .. } | Move::Drain { key, .. }
-                if b.inflight.contains_key(&key)
-                    || b.written.contains_key(&key)
-                    || b.handovers.contains_key(&key) => {}
+                if b.inflight.contains_key(key.as_str())
+                    || b.written.contains_key(key.as_str())
+                    || b.handovers.contains_key(key.as_str()) => {}
             Move::Assign { key, to } => {
-                let o = &b.objects[&key];
+                let o = &b.objects[key.as_str()];
                 if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
                     self.actions.push(Action::ClearDrain { key, owner: to });
                 } else if m.valid_owner(o) {
                     self.drain(key, to);
                 } else {
-                    let cause = match &o.owner {
+                    let cause = match o.owner.as_deref() {
                         None if o.drain.is_some() => Cause::Rebalance,
                         None => Cause::New,
                         Some(owner) if b.dead.contains(owner) => Cause::Dead,
@@ -675,11 +733,24 @@ impl Emit<'_, '_> {
     }
 
     fn drain(&mut self, key: String, to: String) {
-        if self.window > 0 && !self.book.held_back.contains_key(&key) {
+        if self.window > 0 && !self.book.held_back.contains_key(key.as_str()) {
             self.window -= 1;
             self.actions.push(Action::SetDrain { key, to });
         }
     }
+}
+
+/// `meta`'s key, the book's allocation of it if it has one, and what the
+/// book holds of it.
+fn entry_of<'a>(
+    objects: &'a HashMap<Key, ObjState>,
+    meta: &ObjectMeta,
+) -> Option<(Key, Option<&'a ObjState>)> {
+    let k = key_of(meta)?;
+    Some(match objects.get_key_value(k.as_str()) {
+        Some((key, o)) => (key.clone(), Some(o)),
+        None => (Key::from(k), None),
+    })
 }
 
 fn key_of(meta: &ObjectMeta) -> Option<String> {

@@ -32,7 +32,9 @@ pub const MAX_HOLD: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug, Default)]
 pub struct Node {
     pub labels: BTreeMap<String, String>,
-    pub depends: Option<Depends>,
+    /// Boxed: every replica keeps a node for every checker of the fleet,
+    /// and few have a dependsOn.
+    pub depends: Option<Box<Depends>>,
     /// Ready=False: its reason.
     pub down: Option<Arc<str>>,
     /// How long its failure takes to turn it Ready=False: interval times

@@ -43,14 +43,42 @@ pub mod window;
 /// Gives a map's memory back once it holds less than a quarter of its
 /// capacity (a shard that shrank: load dropped, checkers moved away); maps
 /// otherwise keep their largest capacity for good. Returns whether it shrank.
-pub fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(
-    map: &mut std::collections::HashMap<K, V>,
-) -> bool {
-    let sparse = map.capacity() > 1024 && map.len() < map.capacity() / 4;
+pub fn shrink_if_sparse<C: Shrinkable>(map: &mut C) -> bool {
+    let (len, capacity) = map.fill();
+    let sparse = capacity > 1024 && len < capacity / 4;
     if sparse {
-        map.shrink_to_fit();
+        map.shrink();
     }
     sparse
+}
+
+/// A hash map or set, for [`shrink_if_sparse`].
+pub trait Shrinkable {
+    /// (len, capacity)
+    fn fill(&self) -> (usize, usize);
+    fn shrink(&mut self);
+}
+
+impl<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher> Shrinkable
+    for std::collections::HashMap<K, V, S>
+{
+    fn fill(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self) {
+        self.shrink_to_fit();
+    }
+}
+
+impl<K: Eq + std::hash::Hash, S: std::hash::BuildHasher> Shrinkable
+    for std::collections::HashSet<K, S>
+{
+    fn fill(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self) {
+        self.shrink_to_fit();
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! live session that way). Only an epoch the view saw go, or one a read of
 //! the owner's Lease finds replaced or deleted, moves its checkers.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,7 +69,7 @@ fn thread_cpu() -> Duration {
 /// Assignment writes a sharder keeps in flight at most.
 pub const WRITES_IN_FLIGHT: usize = 64;
 use super::metrics::ShardMetrics;
-use crate::api::WebChecker;
+use crate::api::{WebChecker, split_object_key};
 use crate::assignment;
 use crate::coordination::LeaseNames;
 use crate::coordination::membership::Membership;
@@ -106,11 +106,24 @@ enum Answer {
 /// The assignment writes in flight, each with its action and when its
 /// checker was first seen unassigned (taken when the write starts: the watch
 /// event of the write itself may reach the book before the write's answer
-/// does).
+/// does), and those decided that wait for one of the [`WRITES_IN_FLIGHT`]
+/// places. A write becomes a task only once it may be sent: a mass
+/// placement holds a small record per checker, not a task's future.
 #[derive(Default)]
 struct Writes {
     set: tokio::task::JoinSet<(WriteOutcome, Answer)>,
     actions: HashMap<tokio::task::Id, (Action, Option<Instant>)>,
+    queue: VecDeque<Queued>,
+}
+
+/// A decided write, with what it was decided on.
+struct Queued {
+    action: Action,
+    namespace: String,
+    name: String,
+    resource_version: String,
+    epoch: Option<String>,
+    unassigned_since: Option<Instant>,
 }
 
 impl Writes {
@@ -121,26 +134,45 @@ impl Writes {
         members: &BTreeMap<String, String>,
         a: Action,
     ) {
-        let Some(o) = book.object(a.key()) else {
+        let (Some(o), Some((ns, name))) = (book.object(a.key()), split_object_key(a.key())) else {
             return;
         };
-        let (ns, name, rv) = (
-            o.namespace.clone(),
-            o.name.clone(),
-            o.resource_version.clone(),
-        );
-        let unassigned_since = o.first_seen_unassigned;
-        let epoch = members.get(a.target()).cloned();
-        book.write_started(&a);
-        let action = a.clone();
-        let client = sharder.clients.requests.clone();
-        let leader = sharder.leader.clone();
-        let limit = sharder.write_limit.clone();
-        let handle = self.set.spawn(async move {
-            let _permit = limit.acquire_owned().await;
-            Sharder::write(client, leader, ns, name, rv, a, epoch).await
-        });
-        self.actions.insert(handle.id(), (action, unassigned_since));
+        let queued = Queued {
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            resource_version: o.resource_version.to_string(),
+            epoch: members.get(a.target()).cloned(),
+            unassigned_since: o.first_seen_unassigned,
+            action: a,
+        };
+        book.write_started(&queued.action);
+        self.queue.push_back(queued);
+        self.send(sharder);
+    }
+
+    /// Sends queued writes, in the order decided, while places are free.
+    fn send(&mut self, sharder: &Sharder) {
+        while self.set.len() < WRITES_IN_FLIGHT {
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            let (client, leader) = (sharder.clients.requests.clone(), sharder.leader.clone());
+            let action = q.action.clone();
+            let handle = self.set.spawn(Sharder::write(
+                client,
+                leader,
+                q.namespace,
+                q.name,
+                q.resource_version,
+                q.action,
+                q.epoch,
+            ));
+            self.actions
+                .insert(handle.id(), (action, q.unassigned_since));
+        }
+        if self.queue.is_empty() {
+            self.queue.shrink_to_fit();
+        }
     }
 
     fn finished(
@@ -169,6 +201,7 @@ impl Writes {
         };
         sharder.record(&action, unassigned_since, &outcome);
         book.write_finished(action.key(), &outcome, Instant::now());
+        self.send(sharder);
     }
 }
 
@@ -188,8 +221,6 @@ pub struct Sharder {
     pub metrics: Arc<ShardMetrics>,
     pub watches: Arc<WatchMetrics>,
     pub retry_period: Duration,
-    /// Assignment writes in flight at most.
-    pub write_limit: Arc<tokio::sync::Semaphore>,
 }
 
 /// Proves a member gone by deleting its Lease, only if it is still the very

@@ -4,9 +4,10 @@
 //! its checkers), and bringing them up to date with a new roster.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Book, ObjState, Roster, Seen};
+use super::{Book, Key, ObjState, Roster, Seen};
 
 impl Book {
     /// Before a change of `key`'s object or pending write: forgets what it
@@ -41,13 +42,18 @@ impl Book {
     /// After a change of `key`'s object or pending write: records what it
     /// names, and its class.
     pub(super) fn link(&mut self, key: &str) {
-        if let Some(o) = self.objects.get(key) {
+        if let Some((k, o)) = self.objects.get_key_value(key) {
             let pending = pending_target(&self.inflight, &self.written, key);
             for name in named(o, pending) {
-                self.naming
-                    .entry(name.to_string())
-                    .or_default()
-                    .insert(key.to_string());
+                match self.naming.get_mut(name) {
+                    Some(keys) => {
+                        keys.insert(k.clone());
+                    }
+                    None => {
+                        self.naming
+                            .insert(Arc::from(name), HashSet::from([k.clone()]));
+                    }
+                }
             }
             if let Some(owner) = &o.owner {
                 *self
@@ -56,7 +62,7 @@ impl Book {
                     .or_default() += 1;
             }
             if o.drain.is_some() {
-                self.draining.insert(key.to_string());
+                self.draining.insert(k.clone());
             }
         }
         self.classify(key);
@@ -64,7 +70,7 @@ impl Book {
 
     /// Where the plan counts `key`, under the roster last seen.
     pub(super) fn classify(&mut self, key: &str) {
-        let Some(o) = self.objects.get(key) else {
+        let Some((k, o)) = self.objects.get_key_value(key) else {
             self.standing.remove(key);
             self.handovers.remove(key);
             self.unserved.remove(key);
@@ -74,10 +80,10 @@ impl Book {
         if m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id)) {
             self.unserved.remove(key);
             if o.orphan_since.is_some() {
-                self.served_again.insert(key.to_string());
+                self.served_again.insert(k.clone());
             }
         } else if !self.unserved.contains(key) {
-            self.unserved.insert(key.to_string());
+            self.unserved.insert(k.clone());
         }
         let pending = pending_target(&self.inflight, &self.written, key);
         match class_of(o, pending, &self.seen.roster(), &self.proving) {
@@ -86,13 +92,13 @@ impl Book {
                 self.handovers.remove(key);
             }
             Class::Held(h) => {
-                self.standing.put(key, h);
+                self.standing.put(k, h);
                 self.handovers.remove(key);
             }
             Class::HandOver(t) => {
-                self.standing.put(key, Some(t));
-                if self.handovers.get(key).map(String::as_str) != Some(t) {
-                    self.handovers.insert(key.to_string(), t.to_string());
+                self.standing.put(k, Some(t));
+                if self.handovers.get(key).map(|t| &**t) != Some(t) {
+                    self.handovers.insert(k.clone(), self.names.get(t));
                 }
             }
         }
@@ -117,22 +123,26 @@ impl Book {
         }
         touched.extend(m.suspects.symmetric_difference(&seen.suspects).cloned());
         touched.extend(m.leaving.symmetric_difference(&seen.leaving).cloned());
-        let gone: HashSet<&String> = m.retired.symmetric_difference(&seen.retired).collect();
+        let gone: HashSet<&str> = m
+            .retired
+            .symmetric_difference(&seen.retired)
+            .map(String::as_str)
+            .collect();
         if !gone.is_empty() {
             touched.extend(
                 self.epochs
                     .keys()
-                    .filter(|(_, e)| e.as_ref().is_some_and(|e| gone.contains(e)))
-                    .map(|(owner, _)| owner.clone()),
+                    .filter(|(_, e)| e.as_deref().is_some_and(|e| gone.contains(e)))
+                    .map(|(owner, _)| owner.to_string()),
             );
         }
         if !touched.is_empty() || !gone.is_empty() {
             self.seen = Seen::of(m);
         }
         for id in touched {
-            let keys: Vec<String> = self
+            let keys: Vec<Key> = self
                 .naming
-                .get(&id)
+                .get(id.as_str())
                 .map(|k| k.iter().cloned().collect())
                 .unwrap_or_default();
             for k in keys {
@@ -175,7 +185,7 @@ pub(super) fn class_of<'a>(
     }
     let holder = match (valid, m.drain_target(o)) {
         // A drain in progress counts against its target.
-        (true, Some(t)) => Some(t.as_str()),
+        (true, Some(t)) => Some(t),
         (true, None) if o.drain.is_none() => owner,
         // Draining towards a member that left, is suspect or holds
         // another Lease than the drain names: re-target.
@@ -190,14 +200,14 @@ pub(super) fn class_of<'a>(
 
 /// The target of a write for `key` in flight or not yet seen back.
 pub(super) fn pending_target<'a>(
-    inflight: &'a HashMap<String, String>,
-    written: &'a HashMap<String, (String, String, Instant)>,
+    inflight: &'a HashMap<Key, Arc<str>>,
+    written: &'a HashMap<Key, (Box<str>, Arc<str>, Instant)>,
     key: &str,
 ) -> Option<&'a str> {
     inflight
         .get(key)
         .or_else(|| written.get(key).map(|w| &w.1))
-        .map(String::as_str)
+        .map(|t| &**t)
 }
 
 /// The members `o` names, and the target of its pending write.

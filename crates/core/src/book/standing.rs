@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::ring::{self, Move, Targets};
 
-type Key = Arc<str>;
+pub(super) type Key = Arc<str>;
 
 /// One member's checkers.
 struct Shelf {
@@ -106,14 +106,14 @@ impl Standing {
     }
 
     /// Counts `key` against `holder` (a member of the ring), or as a checker
-    /// without a live holder.
-    pub fn put(&mut self, key: &str, holder: Option<&str>) {
+    /// without a live holder. Keeps the book's allocation of the key.
+    pub fn put(&mut self, key: &Key, holder: Option<&str>) {
         if self.holder(key) == Some(holder) {
             return;
         }
-        let (kh, key) = match self.spots.get_key_value(key) {
+        let (kh, key) = match self.spots.get_key_value(&**key) {
             Some((k, (kh, _))) => (*kh, k.clone()),
-            None => (ring::fnv1a64(key.as_bytes()), Key::from(key)),
+            None => (ring::fnv1a64(key.as_bytes()), key.clone()),
         };
         self.unplace(&key);
         let holder = holder.map(|h| {

@@ -36,7 +36,7 @@ impl Book {
             if let Some(t) = pending {
                 placements.push(PlacementRef {
                     key,
-                    holder: m.placeable(t).then_some(t.as_str()),
+                    holder: m.placeable(t).then_some(&**t),
                 });
                 continue;
             }
@@ -56,7 +56,7 @@ impl Book {
             let target_fresh = m.drain_target(o);
             let holder = match (valid, target_fresh) {
                 // A drain in progress counts against its target.
-                (true, Some(t)) => Some(t.as_str()),
+                (true, Some(t)) => Some(t),
                 (true, None) if o.drain.is_none() => o.owner.as_deref(),
                 // Draining towards a member that left, is suspect or holds
                 // another Lease than the drain names: re-target.
@@ -64,11 +64,11 @@ impl Book {
                 (false, Some(t)) if o.owner.is_none() => {
                     // The old owner acknowledged the drain: hand over to the target.
                     actions.push(Action::Assign {
-                        key: key.clone(),
-                        to: t.clone(),
+                        key: key.to_string(),
+                        to: t.to_string(),
                         cause: Cause::Rebalance,
                     });
-                    Some(t.as_str())
+                    Some(t)
                 }
                 (false, _) => None,
             };
@@ -79,7 +79,7 @@ impl Book {
         let width = self.window.unwrap_or(START_WINDOW);
         let mut window = width.saturating_sub(self.handovers_in_progress());
         let mut drain = |key: String, to: String, actions: &mut Vec<Action>| {
-            if window > 0 && !self.held_back.contains_key(&key) {
+            if window > 0 && !self.held_back.contains_key(key.as_str()) {
                 window -= 1;
                 actions.push(Action::SetDrain { key, to });
             }
@@ -89,13 +89,13 @@ impl Book {
                 Move::Assign { key, .. } | Move::Drain { key, .. }
                     if self.pending(&key) || handovers.contains(&key) => {}
                 Move::Assign { key, to } => {
-                    let o = &self.objects[&key];
+                    let o = &self.objects[key.as_str()];
                     if m.valid_owner(o) && o.owner.as_deref() == Some(to.as_str()) {
                         actions.push(Action::ClearDrain { key, owner: to });
                     } else if m.valid_owner(o) {
                         drain(key, to, &mut actions);
                     } else {
-                        let cause = match &o.owner {
+                        let cause = match o.owner.as_deref() {
                             None if o.drain.is_some() => Cause::Rebalance,
                             None => Cause::New,
                             Some(owner) if self.dead.contains(owner) => Cause::Dead,
@@ -174,7 +174,7 @@ fn decide(b: &mut Book, live: &BTreeMap<String, String>, suspects: &[&str]) -> V
     let retired: HashSet<String> = b
         .objects
         .values()
-        .filter_map(|o| o.epoch.clone())
+        .filter_map(|o| o.epoch.as_deref().map(str::to_string))
         .filter(|e| !live.values().any(|uid| uid == e))
         .collect();
     decide_checked(

@@ -6,9 +6,11 @@ fn node(labels: &[(&str, &str)], names: &[&str], down: Option<&str>) -> Node {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-        depends: (!names.is_empty()).then(|| Depends {
-            names: names.iter().map(|n| n.to_string()).collect(),
-            selector: None,
+        depends: (!names.is_empty()).then(|| {
+            Box::new(Depends {
+                names: names.iter().map(|n| n.to_string()).collect(),
+                selector: None,
+            })
         }),
         down: down.map(Arc::from),
         fall: Duration::from_secs(10),
@@ -88,13 +90,13 @@ fn within_a_cycle_nobody_blocks_anybody() {
 fn a_selector_picks_checkers_of_the_namespace_by_label_but_never_itself() {
     let mut g = Graph::default();
     let mut edge = node(&[("tier", "edge")], &[], None);
-    edge.depends = Some(Depends {
+    edge.depends = Some(Box::new(Depends {
         names: vec![],
         selector: Some(Selector {
             labels: [("tier".to_string(), "edge".to_string())].into(),
             expressions: vec![],
         }),
-    });
+    }));
     g.set("shop", "self-selecting", edge);
     g.set(
         "shop",
@@ -126,13 +128,13 @@ fn a_selector_counts_its_first_checkers_by_name() {
         g.set("shop", &format!("b{i:03}"), node(&[("t", "x")], &[], down));
     }
     let mut d = node(&[], &[], None);
-    d.depends = Some(Depends {
+    d.depends = Some(Box::new(Depends {
         names: vec![],
         selector: Some(Selector {
             labels: [("t".to_string(), "x".to_string())].into(),
             expressions: vec![],
         }),
-    });
+    }));
     g.set("shop", "a", d);
     assert_eq!(blocker(&g, "shop", "a"), None, "the 65th is past the cap");
 }
