@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use tracing::{error, info, warn};
 
 use super::Defaults;
@@ -17,6 +17,7 @@ use super::session::Session;
 use super::writer::Writer;
 use crate::coordination::shard::LeaderGate;
 use crate::kubeio::client::Clients;
+use crate::observe::events::Recorder;
 use crate::observe::metrics::WatchMetrics;
 
 /// How often leadership is looked at while waiting for it or holding it.

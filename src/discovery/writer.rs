@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use tracing::{debug, info, warn};
 
@@ -23,6 +23,7 @@ use crate::api::WebChecker;
 use crate::coordination::shard::LeaderGate;
 use crate::error::api_code;
 use crate::kubeio::client::CALL_DEADLINE;
+use crate::observe::events::Recorder;
 
 /// The Event reason when the API server refuses a generated checker.
 pub const INVALID_CHECKER: &str = "InvalidChecker";

@@ -8,14 +8,16 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ObjectReference;
 use tokio::sync::Notify;
 
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{Event as KubeEvent, EventType};
 use prometheus::{IntCounter, IntCounterVec, Registry};
 use tracing::{debug, warn};
 
 use crate::observe::metrics::family::{Family, counter, counter_vec};
 use queue::EventQueue;
+pub use recorder::Recorder;
 
 pub(crate) mod queue;
+mod recorder;
 
 /// Events waiting for the publisher, all namespaces together.
 pub const EVENT_QUEUE: usize = 1024;

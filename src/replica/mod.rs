@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
@@ -497,7 +497,7 @@ fn spawn_events(
     rx: events::EventReceiver,
 ) -> tokio::task::JoinHandle<Result<(), Error>> {
     let client = basics.clients.requests.clone();
-    let recorder = Recorder::new(
+    let recorder = events::Recorder::new(
         client.clone(),
         Reporter {
             controller: "webchecker-operator".into(),
