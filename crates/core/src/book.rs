@@ -33,16 +33,53 @@ pub struct ObjState {
     pub resource_version: Box<str>,
     pub owner: Option<Arc<str>>,
     pub epoch: Option<Arc<str>>,
-    pub drain: Option<Arc<str>>,
+    /// What a settled checker does not have: boxed, `None` when all is.
+    passing: Option<Box<Passing>>,
+}
+
+/// A checker's drain and clocks, while it has any.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Passing {
+    drain: Option<Arc<str>>,
     /// The drain target's Lease UID, as the sharder wrote it beside the drain.
-    pub drain_epoch: Option<Arc<str>>,
-    pub first_seen_unassigned: Option<Instant>,
-    pub drain_since: Option<Instant>,
+    drain_epoch: Option<Arc<str>>,
+    first_seen_unassigned: Option<Instant>,
+    drain_since: Option<Instant>,
     /// Since when no valid, unsuspected owner probes it (see [`Book::census`]).
-    pub orphan_since: Option<Instant>,
+    orphan_since: Option<Instant>,
+}
+
+impl Passing {
+    fn boxed(self) -> Option<Box<Passing>> {
+        (self != Passing::default()).then(|| Box::new(self))
+    }
 }
 
 impl ObjState {
+    pub fn drain(&self) -> Option<&str> {
+        self.passing.as_ref()?.drain.as_deref()
+    }
+    pub fn drain_epoch(&self) -> Option<&str> {
+        self.passing.as_ref()?.drain_epoch.as_deref()
+    }
+    pub fn first_seen_unassigned(&self) -> Option<Instant> {
+        self.passing.as_ref()?.first_seen_unassigned
+    }
+    pub fn drain_since(&self) -> Option<Instant> {
+        self.passing.as_ref()?.drain_since
+    }
+    pub fn orphan_since(&self) -> Option<Instant> {
+        self.passing.as_ref()?.orphan_since
+    }
+    fn set_orphan_since(&mut self, at: Option<Instant>) {
+        if self.orphan_since() == at {
+            return;
+        }
+        let mut p = self.passing.take().map(|p| *p).unwrap_or_default();
+        p.orphan_since = at;
+        self.passing = p.boxed();
+    }
+
     fn from_meta(
         meta: &ObjectMeta,
         prev: Option<&ObjState>,
@@ -58,20 +95,23 @@ impl ObjState {
         } = Assignment::of(meta);
         let since = |was: Option<Instant>, is: bool| is.then(|| was.unwrap_or(now));
         let first_seen_unassigned = since(
-            prev.and_then(|p| p.first_seen_unassigned),
+            prev.and_then(|p| p.first_seen_unassigned()),
             owner.is_none() && drain.is_none(),
         );
-        let drain_since = since(prev.and_then(|p| p.drain_since), drain.is_some());
+        let drain_since = since(prev.and_then(|p| p.drain_since()), drain.is_some());
         let mut name = |v: Option<String>| v.map(|v| names.get(&v));
-        ObjState {
-            resource_version: meta.resource_version.as_deref().unwrap_or_default().into(),
-            owner: name(owner),
-            epoch: name(epoch),
+        let passing = Passing {
             drain: name(drain),
             drain_epoch: name(drain_epoch),
             first_seen_unassigned,
             drain_since,
-            orphan_since: prev.and_then(|p| p.orphan_since),
+            orphan_since: prev.and_then(|p| p.orphan_since()),
+        };
+        ObjState {
+            resource_version: meta.resource_version.as_deref().unwrap_or_default().into(),
+            owner: name(owner),
+            epoch: name(epoch),
+            passing: passing.boxed(),
         }
     }
 }
@@ -193,8 +233,8 @@ impl Roster<'_> {
     /// Draining towards a placeable member under the epoch it holds now (a
     /// drain that names no epoch was written by an earlier sharder).
     fn drain_target<'o>(&self, o: &'o ObjState) -> Option<&'o str> {
-        let t = o.drain.as_deref().filter(|t| self.placeable(t))?;
-        match o.drain_epoch.as_deref() {
+        let t = o.drain().filter(|t| self.placeable(t))?;
+        match o.drain_epoch() {
             Some(e) if self.epoch_of(t) != Some(e) => None,
             _ => Some(t),
         }
@@ -336,11 +376,11 @@ impl Book {
             .filter(|p| {
                 p.owner.is_some()
                     && p.owner != s.owner
-                    && p.drain.is_some()
-                    && p.drain == s.owner
-                    && s.drain.is_none()
+                    && p.drain().is_some()
+                    && p.drain() == s.owner.as_deref()
+                    && s.drain().is_none()
             })
-            .map(|p| now.saturating_duration_since(p.drain_since.unwrap_or(now)));
+            .map(|p| now.saturating_duration_since(p.drain_since().unwrap_or(now)));
         self.unlink(&k);
         if self
             .written
@@ -421,7 +461,7 @@ impl Book {
         let unseen = self
             .drain_writes
             .iter()
-            .filter(|k| self.objects.get(&***k).is_none_or(|o| o.drain.is_none()))
+            .filter(|k| self.objects.get(&***k).is_none_or(|o| o.drain().is_none()))
             .count();
         annotated + unseen
     }
@@ -600,7 +640,7 @@ impl Book {
                 continue;
             };
             let stuck = o
-                .drain_since
+                .drain_since()
                 .is_some_and(|t| now.saturating_duration_since(t) > bound);
             let target_fresh = m.drain_target(o).is_some();
             if !stuck || !target_fresh || !m.valid_owner(o) || self.pending(key) {
@@ -639,19 +679,20 @@ impl Book {
             if !self.unserved.contains(&key)
                 && let Some(o) = self.objects.get_mut(&key)
             {
-                o.orphan_since = None;
+                o.set_orphan_since(None);
             }
         }
         let mut orphaned = 0;
         let stuck_drain = |o: &ObjState| {
-            o.drain_since
+            o.drain_since()
                 .is_some_and(|t| now.saturating_duration_since(t) > drain_bound)
         };
         for key in &self.unserved {
             let Some(o) = self.objects.get_mut(&**key) else {
                 continue;
             };
-            let since = *o.orphan_since.get_or_insert(now);
+            let since = o.orphan_since().unwrap_or(now);
+            o.set_orphan_since(Some(since));
             if now.saturating_duration_since(since) > grace || stuck_drain(o) {
                 orphaned += 1;
             }
@@ -719,7 +760,7 @@ impl Emit<'_, '_> {
                     self.drain(key, to);
                 } else {
                     let cause = match o.owner.as_deref() {
-                        None if o.drain.is_some() => Cause::Rebalance,
+                        None if o.drain().is_some() => Cause::Rebalance,
                         None => Cause::New,
                         Some(owner) if b.dead.contains(owner) => Cause::Dead,
                         Some(_) => Cause::Departed,

@@ -142,7 +142,7 @@ impl Writes {
             name: name.to_string(),
             resource_version: o.resource_version.to_string(),
             epoch: members.get(a.target()).cloned(),
-            unassigned_since: o.first_seen_unassigned,
+            unassigned_since: o.first_seen_unassigned(),
             action: a,
         };
         book.write_started(&queued.action);

@@ -34,7 +34,7 @@ impl Book {
                 }
             }
         }
-        if o.drain.is_some() {
+        if o.drain().is_some() {
             self.draining.remove(key);
         }
     }
@@ -61,7 +61,7 @@ impl Book {
                     .entry((owner.clone(), o.epoch.clone()))
                     .or_default() += 1;
             }
-            if o.drain.is_some() {
+            if o.drain().is_some() {
                 self.draining.insert(k.clone());
             }
         }
@@ -79,7 +79,7 @@ impl Book {
         let m = self.seen.roster();
         if m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id)) {
             self.unserved.remove(key);
-            if o.orphan_since.is_some() {
+            if o.orphan_since().is_some() {
                 self.served_again.insert(k.clone());
             }
         } else if !self.unserved.contains(key) {
@@ -186,7 +186,7 @@ pub(super) fn class_of<'a>(
     let holder = match (valid, m.drain_target(o)) {
         // A drain in progress counts against its target.
         (true, Some(t)) => Some(t),
-        (true, None) if o.drain.is_none() => owner,
+        (true, None) if o.drain().is_none() => owner,
         // Draining towards a member that left, is suspect or holds
         // another Lease than the drain names: re-target.
         (true, None) => None,
@@ -212,7 +212,7 @@ pub(super) fn pending_target<'a>(
 
 /// The members `o` names, and the target of its pending write.
 pub(super) fn named<'a>(o: &'a ObjState, pending: Option<&'a str>) -> Vec<&'a str> {
-    let mut names: Vec<&str> = [o.owner.as_deref(), o.drain.as_deref(), pending]
+    let mut names: Vec<&str> = [o.owner.as_deref(), o.drain(), pending]
         .into_iter()
         .flatten()
         .collect();

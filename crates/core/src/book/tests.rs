@@ -57,7 +57,7 @@ impl Book {
             let holder = match (valid, target_fresh) {
                 // A drain in progress counts against its target.
                 (true, Some(t)) => Some(t),
-                (true, None) if o.drain.is_none() => o.owner.as_deref(),
+                (true, None) if o.drain().is_none() => o.owner.as_deref(),
                 // Draining towards a member that left, is suspect or holds
                 // another Lease than the drain names: re-target.
                 (true, None) => None,
@@ -96,7 +96,7 @@ impl Book {
                         drain(key, to, &mut actions);
                     } else {
                         let cause = match o.owner.as_deref() {
-                            None if o.drain.is_some() => Cause::Rebalance,
+                            None if o.drain().is_some() => Cause::Rebalance,
                             None => Cause::New,
                             Some(owner) if self.dead.contains(owner) => Cause::Dead,
                             Some(_) => Cause::Departed,
@@ -1046,21 +1046,22 @@ mod random {
             for o in objects.values_mut() {
                 let m = &roster;
                 let served = m.valid_owner(o) && o.owner.as_deref().is_some_and(|id| m.fresh(id));
-                o.orphan_since = if served {
+                let since = if served {
                     None
                 } else {
-                    Some(o.orphan_since.unwrap_or(now))
+                    Some(o.orphan_since().unwrap_or(now))
                 };
+                o.set_orphan_since(since);
                 let old =
                     |t: Option<Instant>, d| t.is_some_and(|t| now.saturating_duration_since(t) > d);
-                if old(o.orphan_since, grace) || old(o.drain_since, bound) {
+                if old(o.orphan_since(), grace) || old(o.drain_since(), bound) {
                     orphaned += 1;
                 }
             }
             let census = self.book.census(&roster, now, grace, bound);
             assert_eq!(census.orphaned, orphaned);
             for (k, o) in &objects {
-                assert_eq!(self.book.objects[k].orphan_since, o.orphan_since, "{k}");
+                assert_eq!(self.book.objects[k].orphan_since(), o.orphan_since(), "{k}");
             }
         }
 
@@ -1200,4 +1201,50 @@ fn a_long_rebalance_decides_as_the_full_plan_does() {
         }
     }
     assert!(w.decide().is_empty(), "settled");
+}
+
+/// A leader keeps an entry for every checker of the fleet: a settled one
+/// has no drain or clock box, and shares its owner's name and epoch.
+#[test]
+fn a_settled_checker_holds_no_passing_state_and_shares_its_owners_names() {
+    let now = Instant::now();
+    let mut b = book(&[
+        meta("a", "1", Some("r1"), Some("e1"), None),
+        meta("b", "1", Some("r1"), Some("e1"), None),
+        meta("c", "1", None, None, None),
+    ]);
+    let (a, bb) = (b.object("ns/a").unwrap(), b.object("ns/b").unwrap());
+    assert!(a.passing.is_none() && bb.passing.is_none());
+    assert!(Arc::ptr_eq(
+        a.owner.as_ref().unwrap(),
+        bb.owner.as_ref().unwrap()
+    ));
+    assert!(Arc::ptr_eq(
+        a.epoch.as_ref().unwrap(),
+        bb.epoch.as_ref().unwrap()
+    ));
+    let c = b.object("ns/c").unwrap();
+    assert!(
+        c.first_seen_unassigned().is_some(),
+        "an unassigned one has its clock"
+    );
+    b.applied(&meta("c", "2", Some("r1"), Some("e1"), None), now);
+    assert!(
+        b.object("ns/c").unwrap().passing.is_none(),
+        "assigned: the box goes"
+    );
+}
+
+#[test]
+fn names_no_checker_holds_are_swept_as_the_set_grows() {
+    let mut n = Names::default();
+    let kept = n.get("r0");
+    for i in 0..1000 {
+        n.get(&format!("gone-{i}"));
+    }
+    assert!(n.set.len() < 100, "{} names left", n.set.len());
+    assert!(
+        Arc::ptr_eq(&kept, &n.get("r0")),
+        "a held name stays the one allocation"
+    );
 }
