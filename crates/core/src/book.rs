@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::ring::Move;
 use crate::window::START_WINDOW;
 use standing::{Key, Standing};
-use webchecker_api::assignment::Assignment;
+use state::Names;
+pub use state::ObjState;
 use webchecker_api::object_key;
 
 /// How long a completed write holds its key while its watch event has not
@@ -25,121 +26,6 @@ pub const WRITTEN_HOLD: Duration = Duration::from_secs(5);
 /// the bound: the refusal (an admission policy, RBAC drift) usually lasts,
 /// and each new drain would leave the checker unprobed for the bound again.
 pub const STUCK_HOLD_FACTOR: u32 = 20;
-
-/// What the sharder keeps of a checker. Member names and Lease UIDs are
-/// shared ([`Names`]): a leader holds this for every checker of the fleet.
-#[derive(Clone, Debug)]
-pub struct ObjState {
-    pub resource_version: Box<str>,
-    pub owner: Option<Arc<str>>,
-    pub epoch: Option<Arc<str>>,
-    /// What a settled checker does not have: boxed, `None` when all is.
-    passing: Option<Box<Passing>>,
-}
-
-/// A checker's drain and clocks, while it has any.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Passing {
-    drain: Option<Arc<str>>,
-    /// The drain target's Lease UID, as the sharder wrote it beside the drain.
-    drain_epoch: Option<Arc<str>>,
-    first_seen_unassigned: Option<Instant>,
-    drain_since: Option<Instant>,
-    /// Since when no valid, unsuspected owner probes it (see [`Book::census`]).
-    orphan_since: Option<Instant>,
-}
-
-impl Passing {
-    fn boxed(self) -> Option<Box<Passing>> {
-        (self != Passing::default()).then(|| Box::new(self))
-    }
-}
-
-impl ObjState {
-    pub fn drain(&self) -> Option<&str> {
-        self.passing.as_ref()?.drain.as_deref()
-    }
-    pub fn drain_epoch(&self) -> Option<&str> {
-        self.passing.as_ref()?.drain_epoch.as_deref()
-    }
-    pub fn first_seen_unassigned(&self) -> Option<Instant> {
-        self.passing.as_ref()?.first_seen_unassigned
-    }
-    pub fn drain_since(&self) -> Option<Instant> {
-        self.passing.as_ref()?.drain_since
-    }
-    pub fn orphan_since(&self) -> Option<Instant> {
-        self.passing.as_ref()?.orphan_since
-    }
-    fn set_orphan_since(&mut self, at: Option<Instant>) {
-        if self.orphan_since() == at {
-            return;
-        }
-        let mut p = self.passing.take().map(|p| *p).unwrap_or_default();
-        p.orphan_since = at;
-        self.passing = p.boxed();
-    }
-
-    fn from_meta(
-        meta: &ObjectMeta,
-        prev: Option<&ObjState>,
-        now: Instant,
-        names: &mut Names,
-    ) -> Self {
-        let Assignment {
-            owner,
-            epoch,
-            drain,
-            drain_epoch,
-            ..
-        } = Assignment::of(meta);
-        let since = |was: Option<Instant>, is: bool| is.then(|| was.unwrap_or(now));
-        let first_seen_unassigned = since(
-            prev.and_then(|p| p.first_seen_unassigned()),
-            owner.is_none() && drain.is_none(),
-        );
-        let drain_since = since(prev.and_then(|p| p.drain_since()), drain.is_some());
-        let mut name = |v: Option<String>| v.map(|v| names.get(&v));
-        let passing = Passing {
-            drain: name(drain),
-            drain_epoch: name(drain_epoch),
-            first_seen_unassigned,
-            drain_since,
-            orphan_since: prev.and_then(|p| p.orphan_since()),
-        };
-        ObjState {
-            resource_version: meta.resource_version.as_deref().unwrap_or_default().into(),
-            owner: name(owner),
-            epoch: name(epoch),
-            passing: passing.boxed(),
-        }
-    }
-}
-
-/// Member names and Lease UIDs, one allocation each however many checkers
-/// name them.
-#[derive(Default)]
-struct Names {
-    set: HashSet<Arc<str>>,
-    /// The set's size after its last sweep: it sweeps again at twice that.
-    swept: usize,
-}
-
-impl Names {
-    fn get(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.set.get(s) {
-            return a.clone();
-        }
-        if self.set.len() >= 2 * self.swept.max(32) {
-            // Names nothing holds any more: members gone, epochs replaced.
-            self.set.retain(|a| Arc::strong_count(a) > 1);
-            self.swept = self.set.len();
-        }
-        let a: Arc<str> = Arc::from(s);
-        self.set.insert(a.clone());
-        a
-    }
-}
 
 /// Why a checker is assigned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -832,5 +718,6 @@ impl Seen {
 
 mod classes;
 mod standing;
+mod state;
 #[cfg(test)]
 mod tests;
