@@ -4,6 +4,7 @@ use crate::ring::{self, PlacementRef};
 
 use super::*;
 use crate::window::START_WINDOW;
+use webchecker_api::assignment::Assignment;
 use webchecker_api::assignment::{
     DRAIN_ANNOTATION, DRAIN_EPOCH_ANNOTATION, EPOCH_ANNOTATION, OWNER_LABEL,
 };
