@@ -52,7 +52,7 @@ pub fn shrink_if_sparse<C: Shrinkable>(map: &mut C) -> bool {
     sparse
 }
 
-/// A hash map or set, for [`shrink_if_sparse`].
+/// A collection that keeps its largest capacity, for [`shrink_if_sparse`].
 pub trait Shrinkable {
     /// (len, capacity)
     fn fill(&self) -> (usize, usize);
@@ -62,6 +62,15 @@ pub trait Shrinkable {
 impl<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher> Shrinkable
     for std::collections::HashMap<K, V, S>
 {
+    fn fill(&self) -> (usize, usize) {
+        (self.len(), self.capacity())
+    }
+    fn shrink(&mut self) {
+        self.shrink_to_fit();
+    }
+}
+
+impl<T> Shrinkable for std::collections::VecDeque<T> {
     fn fill(&self) -> (usize, usize) {
         (self.len(), self.capacity())
     }

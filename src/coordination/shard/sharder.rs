@@ -170,9 +170,7 @@ impl Writes {
             self.actions
                 .insert(handle.id(), (action, q.unassigned_since));
         }
-        if self.queue.is_empty() {
-            self.queue.shrink_to_fit();
-        }
+        crate::shrink_if_sparse(&mut self.queue);
     }
 
     fn finished(

@@ -191,9 +191,7 @@ impl Published {
             }
         }
         crate::shrink_if_sparse(&mut self.by_key);
-        if self.order.capacity() > 1024 && self.order.len() < self.order.capacity() / 4 {
-            self.order.shrink_to_fit();
-        }
+        crate::shrink_if_sparse(&mut self.order);
     }
 }
 
